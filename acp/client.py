@@ -1,0 +1,239 @@
+"""The ACP client: one agent process, one JSON-RPC connection, the client-side methods it serves.
+
+This is where agent messages enter (`_on_notification`, `_on_request`) and where the client's
+requests leave (`initialize`, `session_call`, `prompt`...). Decisions about restoring sessions are
+not made here: see `acp.restore` (pure) and `acp.session_setup` (the driver).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from pydantic import ValidationError
+
+from . import PROTOCOL_VERSION, fs
+from .errors import INVALID_PARAMS, METHOD_NOT_FOUND, ProtocolVersionError, RpcError, TransportError
+from .framing import DEFAULT_MAX_LINE
+from .jsonrpc import Connection
+from .models import (
+    InitializeResponse,
+    PromptResponse,
+    ReadTextFileRequest,
+    RequestPermissionRequest,
+    WriteTextFileRequest,
+)
+from .process import AgentProcess
+
+tracer = trace.get_tracer("acp")
+
+CLIENT_INFO = {"name": "acp-gateway", "title": "ACP session gateway", "version": "0.1.0"}
+SUPPORTED_PROTOCOL_VERSIONS = frozenset({PROTOCOL_VERSION})
+
+# (params of session/update, replay) -> None. Params are forwarded raw: unknown kinds included.
+UpdateHandler = Callable[[dict[str, Any], bool], None]
+# params of session/request_permission -> the `outcome` object to answer with.
+PermissionHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+CANCELLED_OUTCOME: dict[str, Any] = {"outcome": "cancelled"}
+
+
+async def _cancel_every_permission(params: dict[str, Any]) -> dict[str, Any]:
+    return dict(CANCELLED_OUTCOME)
+
+
+def _ignore_update(params: dict[str, Any], replay: bool) -> None:
+    return None
+
+
+@dataclass
+class ClientOptions:
+    request_timeout: float | None = None  # per request; None waits until the process dies
+    initialize_timeout: float = 60.0
+    max_line: int = DEFAULT_MAX_LINE
+    stop_grace: float = 2.0
+    extra_notification_methods: set[str] = field(default_factory=set)
+
+
+class AcpClient:
+    def __init__(
+        self,
+        process: AgentProcess,
+        *,
+        cwd: str,
+        on_update: UpdateHandler = _ignore_update,
+        on_permission: PermissionHandler = _cancel_every_permission,
+        on_ext_notification: Callable[[str, Any], None] | None = None,
+        options: ClientOptions | None = None,
+    ) -> None:
+        self.process = process
+        self.cwd = os.path.realpath(cwd)
+        self.on_update = on_update
+        self.on_permission = on_permission
+        self.on_ext_notification = on_ext_notification
+        self.options = options or ClientOptions()
+        self.init: InitializeResponse | None = None
+        self.replaying = False  # set while session/load replays history (see acp.session_setup)
+        self.pending_permissions: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.unknown_methods: list[str] = []
+        self.conn = Connection(
+            process.stdout,
+            process.stdin,
+            on_request=self._on_request,
+            on_notification=self._on_notification,
+            max_line=self.options.max_line,
+            name=f"agent {process.argv[0]} (pid {process.pid})",
+        )
+        self.conn.start()
+        self._watch = asyncio.get_running_loop().create_task(self._watch_exit())
+
+    @classmethod
+    async def launch(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> AcpClient:
+        process = await AgentProcess.spawn(argv, cwd=cwd, env=env)
+        return cls(process, cwd=cwd, **kwargs)
+
+    async def _watch_exit(self) -> None:
+        rc = await self.process.wait()
+        # stdout may still hold answers written just before exit: let the reader finish first.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.conn.wait_closed(), 1.0)
+        self.conn.close(f"agent process exited with status {rc}")
+
+    # -- requests to the agent -----------------------------------------------------
+    async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
+        return await self.conn.request(method, params, timeout=timeout or self.options.request_timeout)
+
+    async def initialize(self) -> InitializeResponse:
+        with tracer.start_as_current_span("acp.initialize") as span:
+            raw = await self.request(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": {
+                        "fs": {"readTextFile": True, "writeTextFile": True},
+                        "terminal": False,
+                    },
+                    "clientInfo": CLIENT_INFO,
+                },
+                timeout=self.options.initialize_timeout,
+            )
+            try:
+                init = InitializeResponse.model_validate(raw)
+            except ValidationError as exc:
+                raise RpcError(INVALID_PARAMS, f"malformed initialize answer: {exc.errors()[0]['msg']}") from exc
+            span.set_attribute("acp.protocol_version", init.protocolVersion)
+            if init.protocolVersion not in SUPPORTED_PROTOCOL_VERSIONS:
+                raise ProtocolVersionError(
+                    f"agent speaks ACP protocol version {init.protocolVersion}; this gateway speaks "
+                    f"{sorted(SUPPORTED_PROTOCOL_VERSIONS)}: upgrade the gateway or pin an older agent"
+                )
+            self.init = init
+            return init
+
+    async def authenticate(self, method_id: str) -> Any:
+        with tracer.start_as_current_span("acp.authenticate") as span:
+            span.set_attribute("acp.auth_method", method_id)
+            return await self.request("authenticate", {"methodId": method_id})
+
+    async def prompt(self, session_id: str, prompt: list[dict[str, Any]]) -> PromptResponse:
+        self.replaying = False  # a turn starts: anything after this is live
+        raw = await self.request("session/prompt", {"sessionId": session_id, "prompt": prompt})
+        return PromptResponse.model_validate(raw)
+
+    async def cancel(self, session_id: str) -> None:
+        """ACP `session/cancel`, and every pending permission request answered `cancelled`."""
+        for fut in list(self.pending_permissions.values()):
+            if not fut.done():
+                fut.set_result(dict(CANCELLED_OUTCOME))
+        with contextlib.suppress(TransportError):
+            await self.conn.notify("session/cancel", {"sessionId": session_id})
+
+    async def close_session(self, session_id: str) -> Any:
+        return await self.request("session/close", {"sessionId": session_id})
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None) -> Any:
+        params: dict[str, Any] = {}
+        if cwd is not None:
+            params["cwd"] = cwd
+        if cursor is not None:
+            params["cursor"] = cursor
+        return await self.request("session/list", params)
+
+    async def stop(self) -> int:
+        rc = await self.process.stop(self.options.stop_grace)
+        self.conn.close(f"agent stopped (status {rc})")
+        self._watch.cancel()
+        return rc
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None and not self.conn.closed
+
+    # -- messages from the agent ---------------------------------------------------
+    def _on_notification(self, method: str, params: Any) -> None:
+        if method == "session/update":
+            if isinstance(params, dict):
+                self.on_update(params, self.replaying)
+            return
+        if self.on_ext_notification is not None:
+            self.on_ext_notification(method, params)
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "fs/read_text_file":
+            read = _parse(ReadTextFileRequest, params, method)
+            content = await asyncio.to_thread(fs.read_text_file, self.cwd, read.path, read.line, read.limit)
+            return {"content": content}
+        if method == "fs/write_text_file":
+            write = _parse(WriteTextFileRequest, params, method)
+            await asyncio.to_thread(fs.write_text_file, self.cwd, write.path, write.content)
+            return {}
+        if method == "session/request_permission":
+            _parse(RequestPermissionRequest, params, method)
+            return {"outcome": await self._ask_permission(params)}
+        self.unknown_methods.append(method)
+        raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}", {"method": method})
+
+    async def _ask_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Route to the callback; `cancel()` may answer first with `cancelled` (first answer wins)."""
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        key = id(waiter)
+        self.pending_permissions[key] = waiter
+        asker = asyncio.ensure_future(self.on_permission(params))
+
+        def settle(task: asyncio.Future[dict[str, Any]]) -> None:
+            if waiter.done():
+                return
+            if task.cancelled():
+                waiter.set_result(dict(CANCELLED_OUTCOME))
+            elif task.exception() is not None:
+                waiter.set_exception(task.exception())  # type: ignore[arg-type]
+            else:
+                waiter.set_result(task.result())
+
+        asker.add_done_callback(settle)
+        try:
+            return await waiter
+        finally:
+            self.pending_permissions.pop(key, None)
+            if not asker.done():
+                asker.cancel()
+
+
+def _parse(model: Any, params: Any, method: str) -> Any:
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "params"
+        raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {where}: {first['msg']}") from exc

@@ -1,0 +1,121 @@
+"""NDJSON framing: split a byte stream into lines, parse each as JSON, count what is not JSON-RPC.
+
+Everything here is sans-I/O except `read_lines`, which only pulls chunks from a StreamReader.
+asyncio's default 64 KiB line limit is a known trap for agents that send whole files in one
+update, so the limit is ours (64 MiB by default) and an over-long line is skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+DEFAULT_MAX_LINE = 64 * 1024 * 1024
+_CHUNK = 256 * 1024
+
+
+@dataclass
+class FrameStats:
+    """What the reader saw that was not a JSON-RPC message. Reported, never fatal."""
+
+    frames: int = 0
+    non_json: int = 0
+    non_jsonrpc: int = 0
+    oversized: int = 0
+    samples: deque[str] = field(default_factory=lambda: deque(maxlen=10))
+
+    def note_noise(self, kind: str, line: bytes) -> None:
+        if kind == "non_json":
+            self.non_json += 1
+        elif kind == "non_jsonrpc":
+            self.non_jsonrpc += 1
+        else:
+            self.oversized += 1
+        self.samples.append(f"{kind}: {line[:200].decode('utf-8', 'replace')}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "frames": self.frames,
+            "non_json": self.non_json,
+            "non_jsonrpc": self.non_jsonrpc,
+            "oversized": self.oversized,
+            "samples": list(self.samples),
+        }
+
+
+class LineSplitter:
+    """Sans-I/O line splitter with a maximum line length; over-long lines are reported and dropped."""
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self.max_line = max_line
+        self._buf = bytearray()
+        self._discarding = False
+        self.oversized = 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        buf = self._buf
+        buf += data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            if self._discarding:
+                self._discarding = False
+            elif nl - start <= self.max_line:
+                lines.append(bytes(buf[start:nl]))
+            else:
+                self.oversized += 1
+            start = nl + 1
+        del buf[:start]
+        if len(buf) > self.max_line:
+            if not self._discarding:
+                self.oversized += 1
+            self._discarding = True
+            buf.clear()
+        return lines
+
+    def tail(self) -> bytes | None:
+        """What is left after EOF: a final line without a newline, if any."""
+        if self._discarding or not self._buf:
+            return None
+        return bytes(self._buf)
+
+
+async def read_lines(reader: asyncio.StreamReader, splitter: LineSplitter) -> AsyncIterator[bytes]:
+    while True:
+        chunk = await reader.read(_CHUNK)
+        if not chunk:
+            tail = splitter.tail()
+            if tail is not None and tail.strip():
+                yield tail
+            return
+        for line in splitter.feed(chunk):
+            yield line
+
+
+def parse_frame(line: bytes, stats: FrameStats) -> dict[str, Any] | None:
+    """Parse one line; return the JSON-RPC message or None (counted in `stats`) when it is not one."""
+    stripped = line.strip()
+    if not stripped:
+        return None
+    try:
+        msg = orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        stats.note_noise("non_json", stripped)
+        return None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        stats.note_noise("non_jsonrpc", stripped)
+        return None
+    stats.frames += 1
+    return msg
+
+
+def encode_frame(msg: dict[str, Any]) -> bytes:
+    return orjson.dumps(msg) + b"\n"

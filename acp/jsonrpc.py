@@ -1,0 +1,228 @@
+"""One bidirectional JSON-RPC 2.0 peer over NDJSON streams: ids, pending futures, handlers.
+
+Both sides use it: the client talking to an agent's stdio, and the reference agent talking to its
+client. Incoming requests run as tasks (a permission request may wait on a human); notifications
+are delivered in arrival order on the read loop, because `session/update` order is meaning.
+When the stream ends every pending request fails at once with TransportError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from .errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    RequestTimeout,
+    RpcError,
+    TransportError,
+)
+from .framing import DEFAULT_MAX_LINE, FrameStats, LineSplitter, encode_frame, parse_frame, read_lines
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+NotificationHandler = Callable[[str, Any], None]
+# Observes every frame in and out (direction, message); used for traces, recording and checks.
+FrameObserver = Callable[[str, dict[str, Any]], None]
+
+
+class ByteSink(Protocol):
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+async def _no_requests(method: str, params: Any) -> Any:
+    raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+
+def _ignore_notification(method: str, params: Any) -> None:
+    return None
+
+
+class Connection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: ByteSink,
+        *,
+        on_request: RequestHandler = _no_requests,
+        on_notification: NotificationHandler = _ignore_notification,
+        max_line: int = DEFAULT_MAX_LINE,
+        name: str = "peer",
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.on_request = on_request
+        self.on_notification = on_notification
+        self.name = name
+        self.stats = FrameStats()
+        self._splitter = LineSplitter(max_line)
+        self._ids = itertools.count(0)
+        self._pending: dict[int | str, asyncio.Future[Any]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed_reason: str | None = None
+        self._closed = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self.observers: list[FrameObserver] = []
+        self._read_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        if self._read_task is None:
+            self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_reason is not None
+
+    @property
+    def closed_reason(self) -> str | None:
+        return self._closed_reason
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    def close(self, reason: str = "connection closed") -> None:
+        """Fail every pending request now and stop handling input."""
+        if self._closed_reason is not None:
+            return
+        self._closed_reason = reason
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(TransportError(f"{self.name}: {reason}"))
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        if self._read_task is not None and self._read_task is not asyncio.current_task():
+            self._read_task.cancel()
+        self._closed.set()
+
+    # -- outgoing ------------------------------------------------------------------
+    async def _send(self, msg: dict[str, Any]) -> None:
+        if self._closed_reason is not None or self._writer.is_closing():
+            raise TransportError(f"{self.name}: {self._closed_reason or 'pipe closed'}")
+        for observe in self.observers:
+            observe("out", msg)
+        data = encode_frame(msg)
+        async with self._write_lock:
+            try:
+                self._writer.write(data)
+                await self._writer.drain()
+            except (ConnectionError, RuntimeError, OSError) as exc:
+                self.close(f"write failed: {exc}")
+                raise TransportError(f"{self.name}: write failed: {exc}") from exc
+
+    async def send_raw(self, msg: dict[str, Any]) -> None:
+        """Send a message exactly as given (used by proxies and fault injection)."""
+        await self._send(msg)
+
+    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        if self._closed_reason is not None:
+            raise TransportError(f"{self.name}: {self._closed_reason}")
+        req_id = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        try:
+            await self._send(msg)
+            if timeout is None:
+                return await fut
+            try:
+                return await asyncio.wait_for(fut, timeout)
+            except TimeoutError as exc:
+                raise RequestTimeout(f"{self.name}: no answer to {method} within {timeout:g}s") from exc
+        finally:
+            self._pending.pop(req_id, None)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self._send(msg)
+
+    # -- incoming ------------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        reason = "peer closed its output"
+        try:
+            async for line in read_lines(self._reader, self._splitter):
+                msg = parse_frame(line, self.stats)
+                if msg is None:
+                    continue
+                self._dispatch(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken pipe or reader must never hang callers
+            reason = f"read failed: {exc}"
+        finally:
+            self.stats.oversized = self._splitter.oversized
+        self.close(reason)
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        for observe in self.observers:
+            observe("in", msg)
+        method = msg.get("method")
+        if isinstance(method, str):
+            params = msg.get("params")
+            if "id" in msg:
+                task = asyncio.get_running_loop().create_task(self._answer(msg["id"], method, params))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                try:
+                    self.on_notification(method, params)
+                except Exception:
+                    log.exception("%s: notification handler failed for %s", self.name, method)
+            return
+        msg_id = msg.get("id")
+        if isinstance(msg_id, (int, str)) and ("result" in msg or "error" in msg):
+            fut = self._pending.get(msg_id)
+            if fut is None or fut.done():
+                self.stats.note_noise("non_jsonrpc", b"response to unknown id " + repr(msg_id).encode())
+                return
+            if "error" in msg:
+                fut.set_exception(RpcError.from_dict(msg["error"]))
+            else:
+                fut.set_result(msg.get("result"))
+            return
+        self.stats.note_noise("non_jsonrpc", repr(msg)[:200].encode())
+        if msg_id is not None:
+            task = asyncio.get_running_loop().create_task(
+                self._reply_error(msg_id, RpcError(INVALID_REQUEST, "Invalid Request"))
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg_id: Any, method: str, params: Any) -> None:
+        try:
+            result = await self.on_request(method, params)
+        except RpcError as err:
+            await self._reply_error(msg_id, err)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("%s: request handler failed for %s", self.name, method)
+            await self._reply_error(msg_id, RpcError(INTERNAL_ERROR, f"Internal error handling {method}: {exc}"))
+            return
+        with contextlib.suppress(TransportError):
+            await self._send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    async def _reply_error(self, msg_id: Any, err: RpcError) -> None:
+        with contextlib.suppress(TransportError):
+            await self._send({"jsonrpc": "2.0", "id": msg_id, "error": err.to_dict()})

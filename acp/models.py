@@ -1,0 +1,124 @@
+"""Typed views of the ACP messages the client interprets. Everything else stays raw JSON.
+
+Models allow extra fields and keep them (`_meta`, fields from newer schema versions), so a
+message validated here can be forwarded without loss. Field names follow the wire (camelCase).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class SessionCapabilities(_Wire):
+    # Each is "supported" when present as an object (`{}`); omitted or null means not advertised.
+    resume: dict[str, Any] | None = None
+    list_: dict[str, Any] | None = Field(default=None, alias="list")
+    close: dict[str, Any] | None = None
+    delete: dict[str, Any] | None = None
+
+
+class PromptCapabilities(_Wire):
+    image: bool = False
+    audio: bool = False
+    embeddedContext: bool = False
+
+
+class AgentCapabilities(_Wire):
+    loadSession: bool = False
+    promptCapabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
+    sessionCapabilities: SessionCapabilities = Field(default_factory=SessionCapabilities)
+
+    @property
+    def can_resume(self) -> bool:
+        return self.sessionCapabilities.resume is not None
+
+    @property
+    def can_load(self) -> bool:
+        return self.loadSession
+
+    @property
+    def can_list(self) -> bool:
+        return self.sessionCapabilities.list_ is not None
+
+    @property
+    def can_close(self) -> bool:
+        return self.sessionCapabilities.close is not None
+
+
+class AuthMethod(_Wire):
+    id: str
+    name: str = ""
+    description: str | None = None
+    type: str | None = None  # absent = "agent"; "env_var" and "terminal" are typed variants
+
+    def env_var_names(self) -> list[str]:
+        """Variables an `env_var` method needs; accepts the draft shapes seen in the wild."""
+        extra = self.model_extra or {}
+        names: list[str] = []
+        if isinstance(extra.get("varName"), str):
+            names.append(extra["varName"])
+        for item in extra.get("vars") or []:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                names.append(item["name"])
+            elif isinstance(item, str):
+                names.append(item)
+        return names
+
+
+class Implementation(_Wire):
+    name: str
+    version: str | None = None
+    title: str | None = None
+
+
+class InitializeResponse(_Wire):
+    protocolVersion: int
+    agentCapabilities: AgentCapabilities = Field(default_factory=AgentCapabilities)
+    authMethods: list[AuthMethod] = Field(default_factory=list)
+    agentInfo: Implementation | None = None
+
+
+class NewSessionResponse(_Wire):
+    sessionId: str
+
+
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
+class PromptResponse(_Wire):
+    stopReason: str
+
+
+class PermissionOption(_Wire):
+    optionId: str
+    name: str = ""
+    kind: str = ""
+
+
+class RequestPermissionRequest(_Wire):
+    sessionId: str
+    toolCall: dict[str, Any]
+    options: list[PermissionOption]
+
+
+class ReadTextFileRequest(_Wire):
+    sessionId: str
+    path: str
+    line: int | None = Field(default=None, ge=0)
+    limit: int | None = Field(default=None, ge=0)
+
+
+class WriteTextFileRequest(_Wire):
+    sessionId: str
+    path: str
+    content: str
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}

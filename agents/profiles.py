@@ -1,0 +1,104 @@
+"""Agent profiles: one TOML file per agent (DESIGN §8), shipped ones plus `--agents-dir` overrides.
+
+A bad profile is reported in one line naming the file and the key, never as a traceback.
+`{python}` in a command stands for the running interpreter: the shipped Python agents are
+started with `sys.executable`, not a `python3` found on PATH (a slow shim on some machines).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+SHIPPED_DIR = Path(__file__).parent / "profiles"
+PermissionPolicy = Literal["ask", "allow_reads", "allow_all", "deny_all"]
+
+
+class ProfileError(ValueError):
+    """One line: which file, which key, what is wrong."""
+
+
+class AgentProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = ""
+    command: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+    native_session_resume: bool = False
+    history_context_injection: bool = False
+    auth_method: str | None = None
+    resume_args: tuple[str, ...] = ()
+    permission_policy: PermissionPolicy = "ask"
+    permission_timeout: float | None = Field(default=None, gt=0)
+    description: str = ""
+    source: str = Field(default="", exclude=True)
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not value[0]:
+            raise ValueError("must be a non-empty list of strings")
+        return value
+
+    def argv(self, resume_token: str | None = None) -> list[str]:
+        """The command to launch; `resume_args` are appended (with `{token}`) only when a token exists."""
+        argv = [sys.executable if part == "{python}" else part for part in self.command]
+        if resume_token and self.resume_args:
+            argv += [part.replace("{token}", resume_token) for part in self.resume_args]
+        return argv
+
+    def launch_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        env = dict(base)
+        env.update(self.env)
+        return env
+
+    def command_found(self) -> bool:
+        exe = self.argv()[0]
+        return Path(exe).is_file() if "/" in exe else shutil.which(exe) is not None
+
+
+def adhoc_profile(command: Iterable[str], **overrides: Any) -> AgentProfile:
+    """The profile of `acp-gateway run -- CMD ...`: restores natively unless told otherwise."""
+    fields: dict[str, Any] = {"id": "command", "name": "command line agent", "command": tuple(command),
+                              "native_session_resume": True}
+    fields.update(overrides)
+    return AgentProfile(**fields)
+
+
+def load_profile(path: Path) -> AgentProfile:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        return AgentProfile(**data, source=str(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(file)"
+        if first["type"] == "missing":
+            raise ProfileError(f"{path}: key '{key}' is required") from None
+        if first["type"] == "extra_forbidden":
+            raise ProfileError(f"{path}: key '{key}' is not a profile key") from None
+        raise ProfileError(f"{path}: key '{key}': {first['msg']}") from None
+
+
+def load_profiles(extra_dirs: Iterable[Path] = ()) -> dict[str, AgentProfile]:
+    """Shipped profiles, then each extra directory in order; a later profile with the same id wins."""
+    profiles: dict[str, AgentProfile] = {}
+    for directory in (SHIPPED_DIR, *extra_dirs):
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise ProfileError(f"{directory}: agents directory does not exist")
+        for path in sorted(directory.glob("*.toml")):
+            profile = load_profile(path)
+            profiles[profile.id] = profile
+    return profiles

@@ -1,0 +1,5 @@
+"""Entry point: `python -m agents.reference [flags]` (see `--help`)."""
+
+from .agent import main
+
+main()

@@ -1,0 +1,525 @@
+"""The reference agent: a real ACP v1 agent (stdio, NDJSON) with persistent sessions and fault flags.
+
+It is the default agent of the gateway, the peer of most tests, and a worked example for agent
+authors. Sessions are stored one JSON file each under `--state-dir`, so `session/load` (which
+replays the history before answering) and `session/resume` (no replay) work across restarts.
+
+Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
+at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
+`/tool`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import orjson
+
+from acp.errors import (
+    AUTH_REQUIRED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    RpcError,
+)
+from acp.jsonrpc import Connection
+
+# KIND -> (code, message template). `{id}` is the sessionId of the request.
+ERROR_FAULTS: dict[str, tuple[int, str]] = {
+    "unsupported": (METHOD_NOT_FOUND, "Method not found"),
+    "unknown_session": (RESOURCE_NOT_FOUND, "Resource not found: session {id}"),
+    "named_not_found": (INTERNAL_ERROR, "no rollout found for session {id}"),
+    "invalid_params_not_found": (INVALID_PARAMS, "Invalid params: session {id} not found"),
+    "other_not_found": (INTERNAL_ERROR, "session other-session-0000 not found"),
+    "config_not_found": (RESOURCE_NOT_FOUND, "config file /etc/reference-agent/config.toml not found"),
+    "auth": (AUTH_REQUIRED, "Authentication required"),
+    "internal": (INTERNAL_ERROR, "Internal error"),
+    "cancelled": (REQUEST_CANCELLED, "Request cancelled"),
+}
+BEHAVIOUR_FAULTS = {"crash", "hang", "exit_mid_replay", "ignore"}
+FAULTS = sorted([*ERROR_FAULTS, *BEHAVIOUR_FAULTS])
+
+
+@dataclass
+class Config:
+    state_dir: Path
+    advertise_load: bool = True
+    advertise_resume: bool = True
+    advertise_list: bool = True
+    advertise_close: bool = True
+    protocol_version: int = 1
+    faults: dict[str, str] = field(default_factory=dict)
+    noise: int = 0
+    huge_line: int = 0
+    stderr_flood: int = 0
+    replay_delay: float = 0.0
+    late_replay: bool = False
+    permission: bool = False
+    tool_calls: bool = False
+    stream: int = 0
+    require_auth: bool = False
+    auth_env: str | None = None
+    auth_fails: bool = False
+    ignore_cancel: bool = False
+    grandchild_pidfile: str | None = None
+
+
+@dataclass
+class Session:
+    session_id: str
+    cwd: str
+    title: str | None = None
+    updated_at: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    turn_running: bool = False
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class ReferenceAgent:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.sessions: dict[str, Session] = {}
+        self.authenticated = not config.require_auth
+        self.conn: Connection | None = None
+        self.stdout: Any = None
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- storage ---------------------------------------------------------------------
+    def _path(self, session_id: str) -> Path:
+        safe = "".join(c for c in session_id if c.isalnum() or c in "-_")
+        return self.config.state_dir / f"{safe}.json"
+
+    def _save(self, session: Session) -> None:
+        session.updated_at = _now()
+        data = {
+            "sessionId": session.session_id,
+            "cwd": session.cwd,
+            "title": session.title,
+            "updatedAt": session.updated_at,
+            "history": session.history,
+        }
+        path = self._path(session.session_id)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(data))
+        os.replace(tmp, path)
+
+    def _read(self, session_id: str) -> Session | None:
+        if not isinstance(session_id, str) or not session_id:
+            return None
+        path = self._path(session_id)
+        try:
+            data = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        return Session(
+            session_id=data["sessionId"],
+            cwd=data["cwd"],
+            title=data.get("title"),
+            updated_at=data.get("updatedAt", ""),
+            history=data.get("history", []),
+        )
+
+    # -- wire helpers ----------------------------------------------------------------
+    def _raw(self, data: bytes) -> None:
+        self.stdout.write(data)
+
+    async def _update(self, session: Session, update: dict[str, Any], record: bool = True) -> None:
+        assert self.conn is not None
+        if record:
+            session.history.append(update)
+        await self.conn.notify("session/update", {"sessionId": session.session_id, "update": update})
+
+    async def _message(self, session: Session, text: str) -> None:
+        await self._update(
+            session, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        )
+
+    # -- dispatch --------------------------------------------------------------------
+    async def handle(self, method: str, params: Any) -> Any:
+        fault = self.config.faults.get(method)
+        if fault is not None:
+            await self._apply_fault(fault, params)
+        if not isinstance(params, dict):
+            params = {}
+        if method == "initialize":
+            return self._initialize(params)
+        if method == "authenticate":
+            return self._authenticate(params)
+        if method.startswith("session/") and method not in ("session/cancel",) and not self.authenticated:
+            raise RpcError(AUTH_REQUIRED, "Authentication required: call authenticate first")
+        handlers = {
+            "session/new": self._new,
+            "session/load": self._load if self.config.advertise_load else None,
+            "session/resume": self._resume if self.config.advertise_resume else None,
+            "session/list": self._list if self.config.advertise_list else None,
+            "session/close": self._close if self.config.advertise_close else None,
+            "session/prompt": self._prompt,
+        }
+        handler = handlers.get(method)
+        if handler is None:
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
+        return await handler(params)
+
+    def on_notification(self, method: str, params: Any) -> None:
+        if method == "session/cancel" and isinstance(params, dict):
+            if self.config.ignore_cancel or self.config.faults.get("session/cancel") == "ignore":
+                return
+            session = self.sessions.get(str(params.get("sessionId")))
+            if session is not None:
+                session.cancel.set()
+
+    async def _apply_fault(self, fault: str, params: Any) -> None:
+        if fault == "crash":
+            sys.stderr.write("reference agent: crashing as asked\n")
+            sys.stderr.flush()
+            os._exit(3)
+        if fault == "hang":
+            await asyncio.Event().wait()
+        if fault in ERROR_FAULTS:
+            code, template = ERROR_FAULTS[fault]
+            sid = params.get("sessionId", "") if isinstance(params, dict) else ""
+            raise RpcError(code, template.format(id=sid))
+
+    # -- methods ---------------------------------------------------------------------
+    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        session_caps: dict[str, Any] = {}
+        if self.config.advertise_resume:
+            session_caps["resume"] = {}
+        if self.config.advertise_list:
+            session_caps["list"] = {}
+        if self.config.advertise_close:
+            session_caps["close"] = {}
+        auth_methods: list[dict[str, Any]] = [
+            {"id": "reference-login", "name": "Reference login", "description": "always accepted"}
+        ]
+        if self.config.auth_env:
+            auth_methods.append(
+                {"id": "reference-env", "name": "API key", "type": "env_var", "vars": [{"name": self.config.auth_env}]}
+            )
+        return {
+            "protocolVersion": self.config.protocol_version,
+            "agentCapabilities": {
+                "loadSession": self.config.advertise_load,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "sessionCapabilities": session_caps,
+            },
+            "authMethods": auth_methods,
+            "agentInfo": {"name": "acp-reference-agent", "title": "ACP reference agent", "version": "0.1.0"},
+        }
+
+    def _authenticate(self, params: dict[str, Any]) -> dict[str, Any]:
+        method_id = params.get("methodId")
+        if self.config.auth_fails:
+            raise RpcError(AUTH_REQUIRED, "Authentication failed: no credentials available")
+        if method_id == "reference-login":
+            self.authenticated = True
+            return {}
+        if method_id == "reference-env" and self.config.auth_env and os.environ.get(self.config.auth_env):
+            self.authenticated = True
+            return {}
+        raise RpcError(AUTH_REQUIRED, f"Authentication failed for method {method_id!r}")
+
+    def _check_cwd(self, params: dict[str, Any]) -> str:
+        cwd = params.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            raise RpcError(INVALID_PARAMS, "Invalid params: cwd must be an absolute path")
+        if not isinstance(params.get("mcpServers", []), list):
+            raise RpcError(INVALID_PARAMS, "Invalid params: mcpServers must be an array")
+        return cwd
+
+    async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
+        cwd = self._check_cwd(params)
+        session = Session(session_id=f"ref-{uuid.uuid4()}", cwd=cwd)
+        self.sessions[session.session_id] = session
+        self._save(session)
+        return {"sessionId": session.session_id}
+
+    def _existing(self, params: dict[str, Any]) -> Session:
+        sid = params.get("sessionId")
+        session = self.sessions.get(sid) if isinstance(sid, str) else None
+        if session is None:
+            session = self._read(sid) if isinstance(sid, str) else None
+        if session is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: session {sid}", {"sessionId": sid})
+        return session
+
+    async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._check_cwd(params)
+        session = self._existing(params)
+        self.sessions[session.session_id] = session
+        if self.config.late_replay:
+            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._replay(session)))
+            return {}
+        await self._replay(session)
+        return {}
+
+    async def _replay(self, session: Session) -> None:
+        for index, update in enumerate(list(session.history)):
+            if self.config.faults.get("session/load") == "exit_mid_replay" and index >= len(session.history) // 2:
+                os._exit(4)
+            if self.config.replay_delay:
+                await asyncio.sleep(self.config.replay_delay)
+            await self._update(session, update, record=False)
+
+    async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._check_cwd(params)
+        session = self._existing(params)
+        self.sessions[session.session_id] = session
+        return {}
+
+    async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+        want_cwd = params.get("cwd")
+        infos = []
+        for path in sorted(self.config.state_dir.glob("*.json")):
+            session = self._read(path.stem)
+            if session is None or (want_cwd and session.cwd != want_cwd):
+                continue
+            infos.append({"sessionId": session.session_id, "cwd": session.cwd, "title": session.title,
+                          "updatedAt": session.updated_at})
+        return {"sessions": infos}
+
+    async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._existing(params)
+        session.cancel.set()
+        self.sessions.pop(session.session_id, None)
+        return {}
+
+    async def _prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        sid = params.get("sessionId")
+        session = self.sessions.get(sid) if isinstance(sid, str) else None
+        if session is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: session {sid} (load or resume it first)")
+        prompt = params.get("prompt")
+        if not isinstance(prompt, list):
+            raise RpcError(INVALID_PARAMS, "Invalid params: prompt must be an array of content blocks")
+        if session.turn_running:
+            raise RpcError(INVALID_PARAMS, "a prompt turn is already running for this session")
+        session.turn_running = True
+        session.cancel.clear()
+        try:
+            for block in prompt:
+                session.history.append({"sessionUpdate": "user_message_chunk", "content": block})
+            text = " ".join(b.get("text", "") for b in prompt if isinstance(b, dict) and b.get("type") == "text")
+            if session.title is None and text:
+                session.title = text[:60]
+            stop = await self._turn(session, text.strip())
+            return {"stopReason": stop}
+        finally:
+            session.turn_running = False
+            self._save(session)
+
+    async def _turn(self, session: Session, text: str) -> str:
+        cfg = self.config
+        for _ in range(cfg.noise):
+            self._raw(b"reference-agent noise: this line is not JSON\n")
+        if cfg.tool_calls:
+            await self._tool_call(session, "ls", "README.md")
+        if cfg.permission:
+            outcome = await self._ask_permission(session)
+            if session.cancel.is_set():
+                return "cancelled"
+            await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
+        if cfg.huge_line:
+            await self._message(session, "x" * cfg.huge_line)
+        for i in range(cfg.stream):
+            await self._message(session, f"chunk {i} ")
+            if session.cancel.is_set():
+                return "cancelled"
+        if text.startswith("/"):
+            stop = await self._run_command(session, text)
+            if stop is not None:
+                return stop
+        else:
+            await self._message(session, f"echo: {text}")
+        return "cancelled" if session.cancel.is_set() else "end_turn"
+
+    async def _tool_call(self, session: Session, title: str, result: str) -> None:
+        call_id = f"call-{uuid.uuid4().hex[:8]}"
+        await self._update(session, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": title,
+                                     "kind": "read", "status": "pending"})
+        await self._update(session, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                                     "status": "completed",
+                                     "content": [{"type": "content", "content": {"type": "text", "text": result}}]})
+
+    async def _ask_permission(self, session: Session) -> Any:
+        assert self.conn is not None
+        call_id = f"call-{uuid.uuid4().hex[:8]}"
+        tool_call = {"toolCallId": call_id, "title": "Write notes.txt", "kind": "edit", "status": "pending"}
+        request = asyncio.ensure_future(self.conn.request("session/request_permission", {
+            "sessionId": session.session_id,
+            "toolCall": tool_call,
+            "options": [
+                {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
+                {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
+            ],
+        }))
+        try:
+            answer = await request
+        except RpcError as err:
+            return {"error": err.to_dict()}
+        return answer.get("outcome") if isinstance(answer, dict) else answer
+
+    async def _run_command(self, session: Session, text: str) -> str | None:
+        assert self.conn is not None
+        word, _, rest = text.partition(" ")
+        args = rest.split()
+        if word == "/read":
+            params: dict[str, Any] = {"sessionId": session.session_id, "path": args[0] if args else ""}
+            if len(args) > 1:
+                params["line"] = int(args[1])
+            if len(args) > 2:
+                params["limit"] = int(args[2])
+            await self._report(session, "fs/read_text_file", params)
+        elif word == "/write":
+            path, _, content = rest.partition(" ")
+            await self._report(session, "fs/write_text_file",
+                               {"sessionId": session.session_id, "path": path, "content": content})
+        elif word == "/call":
+            await self._report(session, args[0] if args else "", {"sessionId": session.session_id})
+        elif word == "/permission":
+            outcome = await self._ask_permission(session)
+            if session.cancel.is_set():
+                return "cancelled"
+            await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
+        elif word == "/tool":
+            await self._tool_call(session, args[0] if args else "tool", " ".join(args[1:]) or "done")
+        elif word == "/stream":
+            for i in range(int(args[0]) if args else 10):
+                await self._message(session, f"chunk {i} ")
+                if session.cancel.is_set():
+                    return "cancelled"
+        elif word == "/huge":
+            await self._message(session, "y" * (int(args[0]) if args else 1 << 20))
+        elif word == "/crash":
+            await self._message(session, "crashing now")
+            os._exit(5)
+        elif word in ("/hang", "/sleep"):
+            limit = float(args[0]) if word == "/sleep" and args else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.cancel.wait(), limit)
+            if session.cancel.is_set():
+                return "cancelled"
+            await self._message(session, "done sleeping")
+        elif word == "/fail":
+            raise RpcError(INTERNAL_ERROR, "the reference agent failed this turn as asked")
+        elif word == "/unknown-update":
+            await self._update(session, {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}})
+        else:
+            await self._message(session, f"echo: {text}")
+        return None
+
+    async def _report(self, session: Session, method: str, params: dict[str, Any]) -> None:
+        assert self.conn is not None
+        try:
+            result = await self.conn.request(method, params)
+            await self._message(session, f"{method} ok: {orjson.dumps(result).decode()}")
+        except RpcError as err:
+            await self._message(session, f"{method} error {err.code}: {err.message}")
+
+
+def _parse_args(argv: list[str] | None) -> Config:
+    p = argparse.ArgumentParser(prog="python -m agents.reference", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    default_state = os.environ.get("ACP_REFERENCE_STATE_DIR") or str(
+        Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "acp-reference-agent"
+    )
+    p.add_argument("--state-dir", default=default_state, help="where sessions are persisted")
+    p.add_argument("--no-load", action="store_true", help="do not advertise or serve session/load")
+    p.add_argument("--no-resume", action="store_true", help="do not advertise or serve session/resume")
+    p.add_argument("--no-list", action="store_true", help="do not advertise or serve session/list")
+    p.add_argument("--no-close", action="store_true", help="do not advertise or serve session/close")
+    p.add_argument("--protocol-version", type=int, default=1, help="the version answered to initialize")
+    p.add_argument("--fault", action="append", default=[], metavar="METHOD=KIND",
+                   help=f"inject a fault on METHOD; KIND is one of {', '.join(FAULTS)}")
+    p.add_argument("--noise", type=int, default=0, help="non-JSON lines on stdout at start and per prompt")
+    p.add_argument("--huge-line", type=int, default=0, metavar="BYTES", help="one huge update per prompt")
+    p.add_argument("--stderr-flood", type=int, default=0, metavar="BYTES", help="write this much to stderr at start")
+    p.add_argument("--replay-delay", type=float, default=0.0, metavar="SECONDS", help="pause between replayed updates")
+    p.add_argument("--late-replay", action="store_true", help="answer session/load first, replay after")
+    p.add_argument("--permission", action="store_true", help="ask permission in every prompt turn")
+    p.add_argument("--tool-calls", action="store_true", help="report a tool call in every prompt turn")
+    p.add_argument("--stream", type=int, default=0, metavar="N", help="stream N chunks per prompt turn")
+    p.add_argument("--require-auth", action="store_true", help="session methods answer -32000 until authenticate")
+    p.add_argument("--auth-env", metavar="VAR", help="advertise an env_var auth method needing VAR")
+    p.add_argument("--auth-fails", action="store_true", help="authenticate always fails (-32000)")
+    p.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel")
+    p.add_argument("--grandchild-pidfile", metavar="FILE", help="spawn a long-lived grandchild, write its pid")
+    ns = p.parse_args(argv)
+    faults: dict[str, str] = {}
+    for item in ns.fault:
+        method, sep, kind = item.partition("=")
+        if not sep or kind not in FAULTS:
+            p.error(f"--fault {item!r}: expected METHOD=KIND with KIND one of {', '.join(FAULTS)}")
+        faults[method] = kind
+    return Config(
+        state_dir=Path(ns.state_dir),
+        advertise_load=not ns.no_load,
+        advertise_resume=not ns.no_resume,
+        advertise_list=not ns.no_list,
+        advertise_close=not ns.no_close,
+        protocol_version=ns.protocol_version,
+        faults=faults,
+        noise=ns.noise,
+        huge_line=ns.huge_line,
+        stderr_flood=ns.stderr_flood,
+        replay_delay=ns.replay_delay,
+        late_replay=ns.late_replay,
+        permission=ns.permission,
+        tool_calls=ns.tool_calls,
+        stream=ns.stream,
+        require_auth=ns.require_auth,
+        auth_env=ns.auth_env,
+        auth_fails=ns.auth_fails,
+        ignore_cancel=ns.ignore_cancel,
+        grandchild_pidfile=ns.grandchild_pidfile,
+    )
+
+
+async def serve(config: Config) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    agent = ReferenceAgent(config)
+    agent.stdout = writer
+    if config.grandchild_pidfile:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        Path(config.grandchild_pidfile).write_text(str(child.pid))
+    if config.stderr_flood:
+        line = b"reference agent stderr flood " + b"." * 70 + b"\n"
+        for _ in range(config.stderr_flood // len(line) + 1):
+            sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+    for _ in range(config.noise):
+        writer.write(b"reference-agent noise: starting up\n")
+    conn = Connection(reader, writer, on_request=agent.handle, on_notification=agent.on_notification,
+                      name="client")
+    agent.conn = conn
+    conn.start()
+    await conn.wait_closed()
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    config = _parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config))
+    sys.exit(0)

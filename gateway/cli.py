@@ -1,0 +1,77 @@
+"""The `acp-gateway` command line: one subcommand per job (DESIGN §8)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from agents.profiles import ProfileError, adhoc_profile, load_profiles
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="acp-gateway", description="ACP session gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="one-shot headless ACP client: launch, restore or start, prompt, report",
+                         usage="acp-gateway run (--agent ID | -- CMD ARGS...) [--agents-dir DIR] [--cwd DIR] "
+                               "[--resume-token TOKEN] [--prompt TEXT] [--json]")
+    run.add_argument("--agent", help="agent profile id (see `acp-gateway agents`)")
+    run.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
+    run.add_argument("--cwd", default=os.getcwd(), help="the session's working directory (default: here)")
+    run.add_argument("--resume-token", help="ACP session id saved from an earlier run")
+    run.add_argument("--prompt", help="send this prompt once the session is ready")
+    run.add_argument("--json", action="store_true", help="updates as JSON lines; the last line is a summary")
+    agents = sub.add_parser("agents", help="list agent profiles and whether each command is found")
+    agents.add_argument("--agents-dir", action="append", default=[], type=Path)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in, command = _split_command(list(sys.argv[1:] if argv is None else argv))
+    parser = _parser()
+    args = parser.parse_args(args_in)
+    try:
+        if args.command == "run":
+            return _run(parser, args, command)
+        if args.command == "agents":
+            for profile in load_profiles(args.agents_dir).values():
+                found = "found" if profile.command_found() else "not found"
+                print(f"{profile.id:10} {found:9} {' '.join(profile.command)}")
+            return 0
+    except ProfileError as exc:
+        print(f"acp-gateway: {exc}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:
+    from .run import RunOptions, run_command
+
+    if bool(args.agent) == bool(command):
+        print("acp-gateway run: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
+        return 2
+    if command:
+        profile = adhoc_profile(command)
+    else:
+        profiles = load_profiles(args.agents_dir)
+        if args.agent not in profiles:
+            print(f"acp-gateway run: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
+                  file=sys.stderr)
+            return 2
+        profile = profiles[args.agent]
+    opts = RunOptions(profile=profile, cwd=args.cwd, resume_token=args.resume_token, prompt=args.prompt,
+                      json=args.json)
+    return run_command(opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""`acp-gateway run`: a one-shot headless ACP client — launch, initialize, negotiate, prompt, report.
+
+Exit status: 0 restored / new / fallback_new, 1 the prompt turn failed, 2 usage or launch error,
+3 the restore failed and the saved identity was preserved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import orjson
+
+from acp.client import AcpClient
+from acp.errors import AcpError, RpcError
+from acp.models import text_block
+from acp.restore import Outcome
+from acp.session_setup import establish_session
+from agents.profiles import AgentProfile
+
+EXIT_OK, EXIT_TURN_FAILED, EXIT_USAGE, EXIT_PRESERVED = 0, 1, 2, 3
+
+
+@dataclass
+class RunOptions:
+    profile: AgentProfile
+    cwd: str
+    resume_token: str | None = None
+    prompt: str | None = None
+    json: bool = False
+
+
+def describe_update(update: dict[str, Any]) -> str:
+    """One human-readable line for a `session/update` (unknown kinds are shown by name)."""
+    kind = update.get("sessionUpdate", "?")
+    content = update.get("content")
+    if kind in ("agent_message_chunk", "user_message_chunk", "agent_thought_chunk") and isinstance(content, dict):
+        text = content.get("text", f"<{content.get('type')}>")
+        return f"[{kind}] {text[:500]}{'…' if len(text) > 500 else ''}"
+    if kind in ("tool_call", "tool_call_update"):
+        return f"[{kind}] {update.get('toolCallId')} {update.get('title', '')} {update.get('status', '')}".rstrip()
+    return f"[{kind}]"
+
+
+async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
+    summary: dict[str, Any] = {
+        "agent": opts.profile.id,
+        "protocol_version": None,
+        "session_id": None,
+        "stop_reason": None,
+        "updates": 0,
+        "restore": None,
+    }
+
+    def on_update(params: dict[str, Any], replay: bool) -> None:
+        summary["updates"] += 1
+        raw = params.get("update")
+        update: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if opts.json:
+            out.write(orjson.dumps({"update": update, "replay": replay}).decode() + "\n")
+        else:
+            out.write(("(replay) " if replay else "") + describe_update(update) + "\n")
+
+    def finish(code: int) -> int:
+        if opts.json:
+            out.write(orjson.dumps(summary).decode() + "\n")
+        out.flush()
+        return code
+
+    if not os.path.isdir(opts.cwd):
+        err.write(f"acp-gateway run: working directory {opts.cwd!r} does not exist\n")
+        return finish(EXIT_USAGE)
+    env = opts.profile.launch_env(os.environ)
+    try:
+        client = await AcpClient.launch(
+            opts.profile.argv(opts.resume_token), cwd=opts.cwd, env=env, on_update=on_update
+        )
+    except AcpError as exc:
+        err.write(f"acp-gateway run: cannot launch agent {opts.profile.id!r}: {exc}\n")
+        return finish(EXIT_USAGE)
+    try:
+        try:
+            init = await client.initialize()
+        except AcpError as exc:
+            tail = " | ".join(client.process.stderr.tail_lines(3))
+            err.write(f"acp-gateway run: agent {opts.profile.id!r} failed to initialize: {exc}"
+                      + (f" (stderr: {tail})" if tail else "") + "\n")
+            return finish(EXIT_USAGE)
+        summary["protocol_version"] = init.protocolVersion
+        result = await establish_session(
+            client,
+            native_session_resume=opts.profile.native_session_resume,
+            resume_token=opts.resume_token,
+            cwd=os.path.realpath(opts.cwd),
+            auth_method=opts.profile.auth_method,
+            environ=env,
+        )
+        summary["restore"] = result.to_json()
+        summary["session_id"] = result.session_id
+        if result.outcome is Outcome.PRESERVED:
+            err.write(f"acp-gateway run: could not restore session {opts.resume_token!r} on agent "
+                      f"{opts.profile.id!r} ({result.failure_class}: {result.describe_failure()}); the saved "
+                      "session id is kept — retry later or start fresh without --resume-token\n")
+            return finish(EXIT_PRESERVED)
+        if result.outcome is Outcome.FAILED or result.session_id is None:
+            err.write(f"acp-gateway run: agent {opts.profile.id!r} could not create a session: "
+                      f"{result.describe_failure()}\n")
+            return finish(EXIT_USAGE)
+        if result.outcome is Outcome.FALLBACK_NEW:
+            err.write(f"acp-gateway run: the agent no longer knew session {opts.resume_token!r} "
+                      f"({result.failure_class}); started fresh session {result.session_id}\n")
+        if opts.prompt is not None:
+            try:
+                response = await client.prompt(result.session_id, [text_block(opts.prompt)])
+            except RpcError as exc:
+                err.write(f"acp-gateway run: the prompt turn failed: {exc.message} (code {exc.code})\n")
+                return finish(EXIT_TURN_FAILED)
+            except AcpError as exc:
+                err.write(f"acp-gateway run: the agent went away during the prompt: {exc}\n")
+                return finish(EXIT_TURN_FAILED)
+            summary["stop_reason"] = response.stopReason
+        return finish(EXIT_OK)
+    finally:
+        stats = client.conn.stats
+        if stats.non_json or stats.non_jsonrpc or stats.oversized:
+            err.write(f"acp-gateway run: agent wrote {stats.non_json} non-JSON, {stats.non_jsonrpc} non-JSON-RPC "
+                      f"and {stats.oversized} over-long lines on stdout (ignored)\n")
+        await client.stop()
+
+
+def run_command(opts: RunOptions) -> int:
+    return asyncio.run(run_once(opts, sys.stdout, sys.stderr))
