@@ -51,8 +51,9 @@ class FrameStats:
 class LineSplitter:
     """Sans-I/O line splitter with a maximum line length; over-long lines are reported and dropped."""
 
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE, stats: FrameStats | None = None) -> None:
         self.max_line = max_line
+        self.stats = stats
         self._buf = bytearray()
         self._discarding = False
         self.oversized = 0
@@ -71,15 +72,20 @@ class LineSplitter:
             elif nl - start <= self.max_line:
                 lines.append(bytes(buf[start:nl]))
             else:
-                self.oversized += 1
+                self._oversized(buf[start : start + 200])
             start = nl + 1
         del buf[:start]
         if len(buf) > self.max_line:
             if not self._discarding:
-                self.oversized += 1
+                self._oversized(buf[:200])
             self._discarding = True
             buf.clear()
         return lines
+
+    def _oversized(self, head: bytearray) -> None:
+        self.oversized += 1
+        if self.stats is not None:
+            self.stats.note_noise("oversized", bytes(head))
 
     def tail(self) -> bytes | None:
         """What is left after EOF: a final line without a newline, if any."""

@@ -68,7 +68,7 @@ class Connection:
         self.on_notification = on_notification
         self.name = name
         self.stats = FrameStats()
-        self._splitter = LineSplitter(max_line)
+        self._splitter = LineSplitter(max_line, self.stats)
         self._ids = itertools.count(0)
         self._pending: dict[int | str, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -169,8 +169,6 @@ class Connection:
             raise
         except Exception as exc:  # a broken pipe or reader must never hang callers
             reason = f"read failed: {exc}"
-        finally:
-            self.stats.oversized = self._splitter.oversized
         self.close(reason)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:

@@ -25,16 +25,16 @@ class ProfileError(ValueError):
 
 
 class AgentProfile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     name: str = ""
-    command: tuple[str, ...]
+    command: list[str]
     env: dict[str, str] = Field(default_factory=dict)
     native_session_resume: bool = False
     history_context_injection: bool = False
     auth_method: str | None = None
-    resume_args: tuple[str, ...] = ()
+    resume_args: list[str] = Field(default_factory=list)
     permission_policy: PermissionPolicy = "ask"
     permission_timeout: float | None = Field(default=None, gt=0)
     description: str = ""
@@ -42,7 +42,7 @@ class AgentProfile(BaseModel):
 
     @field_validator("command")
     @classmethod
-    def _command_not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _command_not_empty(cls, value: list[str]) -> list[str]:
         if not value or not value[0]:
             raise ValueError("must be a non-empty list of strings")
         return value
@@ -66,7 +66,7 @@ class AgentProfile(BaseModel):
 
 def adhoc_profile(command: Iterable[str], **overrides: Any) -> AgentProfile:
     """The profile of `acp-gateway run -- CMD ...`: restores natively unless told otherwise."""
-    fields: dict[str, Any] = {"id": "command", "name": "command line agent", "command": tuple(command),
+    fields: dict[str, Any] = {"id": "command", "name": "command line agent", "command": list(command),
                               "native_session_resume": True}
     fields.update(overrides)
     return AgentProfile(**fields)

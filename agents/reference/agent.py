@@ -411,6 +411,8 @@ class ReferenceAgent:
             os._exit(5)
         elif word in ("/hang", "/sleep"):
             limit = float(args[0]) if word == "/sleep" and args else None
+            if limit is None:
+                await self._message(session, "hanging until cancelled")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(session.cancel.wait(), limit)
             if session.cancel.is_set():

@@ -1,0 +1,103 @@
+"""Shared fixtures: the reference agent as a real subprocess, and an in-memory span exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from acp.client import AcpClient
+
+_EXPORTER = InMemorySpanExporter()
+_provider = TracerProvider()
+_provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+trace.set_tracer_provider(_provider)
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    _EXPORTER.clear()
+    return _EXPORTER
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def agent_state(tmp_path: Path) -> Path:
+    return tmp_path / "agent-state"
+
+
+@pytest.fixture
+def reference_argv(agent_state: Path) -> Callable[..., list[str]]:
+    def build(*flags: str) -> list[str]:
+        return [sys.executable, "-m", "agents.reference", "--state-dir", str(agent_state), *flags]
+
+    return build
+
+
+class Recorder:
+    """Collects session/update params delivered to a client, with their replay flag."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[dict[str, Any], bool]] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, params: dict[str, Any], replay: bool) -> None:
+        self.updates.append((params, replay))
+        self.changed.set()
+
+    def texts(self, replay: bool | None = None) -> list[str]:
+        out = []
+        for params, rep in self.updates:
+            if replay is not None and rep != replay:
+                continue
+            content = params.get("update", {}).get("content")
+            if isinstance(content, dict) and "text" in content:
+                out.append(content["text"])
+        return out
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        async def loop() -> None:
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), timeout)
+
+
+@pytest.fixture
+async def launch(workdir: Path, reference_argv: Callable[..., list[str]]) -> AsyncIterator[Callable[..., Any]]:
+    """Launch the reference agent (or any argv) as a real subprocess; stopped at teardown."""
+    clients: list[AcpClient] = []
+
+    async def start(*flags: str, argv: list[str] | None = None, **kwargs: Any) -> AcpClient:
+        client = await AcpClient.launch(argv or reference_argv(*flags), cwd=str(workdir), **kwargs)
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        await client.stop()
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll a condition the OS does not signal (a process gone); fails after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)

@@ -1,0 +1,146 @@
+"""`acp-gateway run --json` end to end: a real CLI process driving the reference agent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.profiles import ProfileError, load_profile, load_profiles
+
+
+def run_cli(*args: str, cwd: Path) -> tuple[int, list[str], str]:
+    proc = subprocess.run([sys.executable, "-m", "gateway.cli", "run", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+    return proc.returncode, proc.stdout.splitlines(), proc.stderr
+
+
+def summary(lines: list[str]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(lines[-1])
+    return data
+
+
+@pytest.fixture
+def agent_cmd(agent_state: Path) -> list[str]:
+    return [sys.executable, "-m", "agents.reference", "--state-dir", str(agent_state)]
+
+
+@pytest.fixture
+def saved_token(workdir: Path, agent_cmd: list[str]) -> str:
+    rc, lines, _ = run_cli("--json", "--cwd", str(workdir), "--prompt", "remember me", "--", *agent_cmd, cwd=workdir)
+    assert rc == 0
+    token: str = summary(lines)["session_id"]
+    return token
+
+
+def test_new(workdir: Path, agent_cmd: list[str]) -> None:
+    rc, lines, _ = run_cli("--json", "--cwd", str(workdir), "--prompt", "hello", "--", *agent_cmd, cwd=workdir)
+    out = summary(lines)
+    assert rc == 0
+    assert out["agent"] == "command" and out["protocol_version"] == 1 and out["stop_reason"] == "end_turn"
+    assert out["updates"] == 1 and out["session_id"].startswith("ref-")
+    assert out["restore"] == {"plan": "new", "attempts": [{"method": "session/new", "error": None}],
+                              "outcome": "new", "failure_class": None}
+    assert json.loads(lines[0])["update"]["content"]["text"] == "echo: hello"
+
+
+def test_restored_by_resume(workdir: Path, agent_cmd: list[str], saved_token: str) -> None:
+    rc, lines, _ = run_cli("--json", "--cwd", str(workdir), "--resume-token", saved_token, "--prompt", "again",
+                           "--", *agent_cmd, cwd=workdir)
+    out = summary(lines)
+    assert rc == 0 and out["session_id"] == saved_token and out["updates"] == 1
+    assert out["restore"] == {"plan": "resume", "attempts": [{"method": "session/resume", "error": None}],
+                              "outcome": "restored", "failure_class": None}
+
+
+def test_restored_by_load_after_method_not_found(workdir: Path, agent_cmd: list[str], saved_token: str) -> None:
+    rc, lines, _ = run_cli("--json", "--cwd", str(workdir), "--resume-token", saved_token, "--", *agent_cmd,
+                           "--fault", "session/resume=unsupported", cwd=workdir)
+    out = summary(lines)
+    assert rc == 0 and out["restore"]["outcome"] == "restored"
+    assert out["restore"]["attempts"] == [
+        {"method": "session/resume", "error": {"code": -32601, "message": "Method not found"}},
+        {"method": "session/load", "error": None},
+    ]
+    replayed = [json.loads(line) for line in lines[:-1]]
+    assert [u["replay"] for u in replayed] == [True, True]
+
+
+def test_fallback_new(workdir: Path, agent_cmd: list[str]) -> None:
+    rc, lines, err = run_cli("--json", "--cwd", str(workdir), "--resume-token", "ref-forgotten", "--", *agent_cmd,
+                             cwd=workdir)
+    out = summary(lines)
+    assert rc == 0
+    assert out["restore"]["outcome"] == "fallback_new" and out["restore"]["failure_class"] == "unknown_session"
+    assert [a["method"] for a in out["restore"]["attempts"]] == ["session/resume", "session/new"]
+    assert out["session_id"] != "ref-forgotten"
+    assert "no longer knew session 'ref-forgotten'" in err
+
+
+def test_preserved_exits_3(workdir: Path, agent_cmd: list[str], saved_token: str) -> None:
+    rc, lines, err = run_cli("--json", "--cwd", str(workdir), "--resume-token", saved_token, "--prompt", "x",
+                             "--", *agent_cmd, "--fault", "session/resume=internal", cwd=workdir)
+    out = summary(lines)
+    assert rc == 3
+    assert out["restore"]["outcome"] == "preserved" and out["restore"]["failure_class"] == "inconclusive"
+    assert out["session_id"] is None and out["stop_reason"] is None
+    assert "saved session id is kept" in err
+
+
+def test_agent_profile_by_id(workdir: Path, tmp_path: Path) -> None:
+    rc, lines, _ = run_cli("--json", "--agent", "reference", "--cwd", str(workdir), "--prompt", "hi", cwd=workdir)
+    assert rc == 0 and summary(lines)["agent"] == "reference"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "exactly one of --agent"),
+    (("--agent", "nope"), "no agent profile 'nope'"),
+    (("--", "/nonexistent/agent-binary"), "agent command not found"),
+    (("--cwd", "/nonexistent/dir", "--", "true"), "does not exist"),
+])
+def test_usage_and_launch_errors_exit_2(workdir: Path, args: tuple[str, ...], message: str) -> None:
+    rc, _, err = run_cli(*args, cwd=workdir)
+    assert rc == 2
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_shipped_profiles() -> None:
+    profiles = load_profiles()
+    assert set(profiles) >= {"codex", "claude", "gemini", "opencode", "copilot", "auggie", "amp", "reference"}
+    native = {pid for pid, p in profiles.items() if p.native_session_resume}
+    assert native == {"codex", "copilot", "auggie", "opencode", "reference"}
+    assert profiles["claude"].argv("tok")[-2:] == ["--resume", "tok"]
+    assert profiles["claude"].argv(None)[-1] != "--resume"
+    assert profiles["reference"].argv()[0] == sys.executable
+    assert "@zed-industries/codex-acp" in profiles["codex"].command
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('name = "x"\ncommand = ["a"]\n', "key 'id' is required"),
+    ('id = "x"\ncommand = []\n', "key 'command'"),
+    ('id = "x"\ncommand = ["a"]\nnative_session_resume = "yes"\n', "key 'native_session_resume'"),
+    ('id = "x"\ncommand = ["a"]\ncolour = 1\n', "key 'colour' is not a profile key"),
+    ('id = "x"\ncommand = ["a"\n', "not valid TOML"),
+])
+def test_bad_profile_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_agents_dir_overrides_shipped(tmp_path: Path) -> None:
+    (tmp_path / "ref.toml").write_text('id = "reference"\ncommand = ["my-agent"]\n')
+    assert load_profiles([tmp_path])["reference"].command == ["my-agent"]
+
+
+def test_bad_profile_on_the_command_line(tmp_path: Path, workdir: Path) -> None:
+    (tmp_path / "bad.toml").write_text('id = "bad"\n')
+    rc, _, err = run_cli("--agents-dir", str(tmp_path), "--agent", "bad", cwd=workdir)
+    assert rc == 2 and "bad.toml: key 'command' is required" in err and "Traceback" not in err

@@ -1,0 +1,75 @@
+"""Sans-I/O pieces: the NDJSON splitter and parser, the stderr ring, and fs confinement."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from acp.errors import RpcError
+from acp.framing import FrameStats, LineSplitter, parse_frame
+from acp.fs import confine, select_lines
+from acp.process import StderrRing
+
+
+def test_splitter_joins_partial_lines() -> None:
+    s = LineSplitter(max_line=100)
+    assert s.feed(b'{"a":') == []
+    assert s.feed(b'1}\n{"b"') == [b'{"a":1}']
+    assert s.feed(b":2}\n\n") == [b'{"b":2}', b""]
+    assert s.tail() is None
+
+
+def test_splitter_drops_over_long_lines_and_keeps_going() -> None:
+    s = LineSplitter(max_line=10)
+    assert s.feed(b"x" * 25) == []
+    assert s.feed(b"yyy\nok\n") == [b"ok"]
+    assert s.feed(b"z" * 11 + b"\nfine\n") == [b"fine"]
+    assert s.oversized == 2
+
+
+def test_parse_counts_noise() -> None:
+    stats = FrameStats()
+    assert parse_frame(b"hello there", stats) is None
+    assert parse_frame(b"[1, 2]", stats) is None
+    assert parse_frame(b'{"id": 1}', stats) is None
+    assert parse_frame(b'{"jsonrpc": "2.0", "method": "x"}', stats) == {"jsonrpc": "2.0", "method": "x"}
+    assert (stats.non_json, stats.non_jsonrpc, stats.frames) == (1, 2, 1)
+    assert stats.samples[0].startswith("non_json: hello")
+
+
+def test_stderr_ring_is_bounded() -> None:
+    ring = StderrRing(capacity=100)
+    for i in range(1000):
+        ring.append(f"line {i}\n".encode())
+    assert len(ring.text().encode()) <= 100
+    assert ring.tail_lines(1) == ["line 999"]
+    assert ring.total_bytes == ring.dropped_bytes + len(ring.text().encode())
+    ring.append(b"z" * 500)
+    assert ring.text() == "z" * 100
+
+
+def test_select_lines() -> None:
+    text = "a\nb\nc\nd\n"
+    assert select_lines(text, None, None) == text
+    assert select_lines(text, 2, None) == "b\nc\nd\n"
+    assert select_lines(text, 2, 2) == "b\nc\n"
+    assert select_lines(text, None, 1) == "a\n"
+
+
+def test_confine(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "outside.txt").write_text("secret")
+    os.symlink(tmp_path / "outside.txt", root / "link.txt")
+    os.symlink(tmp_path, root / "dirlink")
+    assert confine(root, str(root / "sub" / "f.txt")) == (root / "sub" / "f.txt").resolve()
+    assert confine(root, "sub/f.txt") == (root / "sub" / "f.txt").resolve()
+    for bad in ("../outside.txt", str(tmp_path / "outside.txt"), "link.txt", "dirlink/outside.txt",
+                str(root / "sub" / ".." / ".." / "outside.txt"), "/etc/passwd"):
+        with pytest.raises(RpcError) as info:
+            confine(root, bad)
+        assert info.value.code == -32602 and "outside the session directory" in info.value.message
+    with pytest.raises(RpcError):
+        confine(root, "")
