@@ -7,6 +7,7 @@ started with `sys.executable`, not a `python3` found on PATH (a slow shim on som
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tomllib
@@ -17,6 +18,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
+SECRET_ENV_PREFIX = "ACP_GATEWAY_"  # the gateway's token and config never reach an agent
+
+
+def default_state_dir() -> Path:
+    """The per-user state directory (XDG): SQLite file, token, the reference agent's sessions."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "acp-gateway"
+
 PermissionPolicy = Literal["ask", "allow_reads", "allow_all", "deny_all"]
 
 
@@ -47,15 +56,20 @@ class AgentProfile(BaseModel):
             raise ValueError("must be a non-empty list of strings")
         return value
 
-    def argv(self, resume_token: str | None = None) -> list[str]:
-        """The command to launch; `resume_args` are appended (with `{token}`) only when a token exists."""
+    def argv(self, resume_token: str | None = None, state_dir: str | None = None) -> list[str]:
+        """The command to launch; `resume_args` are appended (with `{token}`) only when a token exists.
+
+        `{python}` is the running interpreter; `{state_dir}` is the gateway's state directory.
+        """
         argv = [sys.executable if part == "{python}" else part for part in self.command]
         if resume_token and self.resume_args:
             argv += [part.replace("{token}", resume_token) for part in self.resume_args]
-        return argv
+        state = state_dir or str(default_state_dir())
+        return [part.replace("{state_dir}", state) for part in argv]
 
     def launch_env(self, base: Mapping[str, str]) -> dict[str, str]:
-        env = dict(base)
+        """The agent's environment: the gateway's, minus the gateway's own secrets, plus the profile's."""
+        env = {k: v for k, v in base.items() if not k.startswith(SECRET_ENV_PREFIX)}
         env.update(self.env)
         return env
 

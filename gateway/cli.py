@@ -29,6 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume-token", help="ACP session id saved from an earlier run")
     run.add_argument("--prompt", help="send this prompt once the session is ready")
     run.add_argument("--json", action="store_true", help="updates as JSON lines; the last line is a summary")
+    serve = sub.add_parser("serve", help="run the gateway: JSON-RPC over WebSocket, web UI, lazy resume")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1, loopback only)")
+    serve.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
+    serve.add_argument("--state-dir", help="where the database and token live (default: per-user state dir)")
+    serve.add_argument("--agents-dir", action="append", default=[], help="extra profile directory (repeatable)")
+    serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
+    serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
+    serve.add_argument("--default-agent", help="agent used when task.session.start names none")
     agents = sub.add_parser("agents", help="list agent profiles and whether each command is found")
     agents.add_argument("--agents-dir", action="append", default=[], type=Path)
     return parser
@@ -41,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(parser, args, command)
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "agents":
             for profile in load_profiles(args.agents_dir).values():
                 found = "found" if profile.command_found() else "not found"
@@ -51,6 +61,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser.error(f"unknown command {args.command!r}")
     return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .app import serve_command
+    from .config import ConfigError, load_config
+
+    overrides = {
+        "host": args.host, "port": args.port, "state_dir": args.state_dir, "agents_dir": args.agents_dir,
+        "token": args.token or os.environ.get("ACP_GATEWAY_TOKEN") or None, "default_agent": args.default_agent,
+    }
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"acp-gateway serve: {exc}", file=sys.stderr)
+        return 2
+    return serve_command(config)
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:

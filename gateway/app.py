@@ -1,0 +1,162 @@
+"""`acp-gateway serve`: wires store, sessions, RPC and server together; owns start-up and shutdown.
+
+Start-up does no per-session work (lazy recovery): sessions are resumed when a frontend asks.
+A second gateway on the same state directory is refused by an exclusive lock on `gateway.lock`
+(the kernel releases it if this process dies, even by `kill -9`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import IO
+
+from agents.profiles import default_state_dir, load_profiles
+
+from .config import ServeConfig
+from .events import EventBus
+from .rpc import RpcAdapter
+from .server import GatewayServer
+from .sessions import SessionManager, Settings
+from .store import Store
+
+log = logging.getLogger("acp-gateway")
+
+
+class StartupError(RuntimeError):
+    """One line for the user: what is wrong and what to do."""
+
+
+class StateDirLock:
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "gateway.lock"
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise StartupError(f"another gateway (pid {holder}) is already serving {self.path.parent}: "
+                               "stop it, or give this one another --state-dir") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def prepare_state_dir(config: ServeConfig) -> Path:
+    state_dir = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    return state_dir.resolve()
+
+
+def resolve_tokens(config: ServeConfig, state_dir: Path, out: IO[str]) -> tuple[dict[str, str], str | None]:
+    """token -> owner. Returns the generated token when one was created now (to be printed once)."""
+    tokens = {entry.token: entry.owner for entry in config.auth.tokens}
+    if config.token:
+        tokens[config.token] = "default"
+    if tokens:
+        return tokens, None
+    token_file = state_dir / "token"
+    if token_file.exists():
+        return {token_file.read_text().strip(): "default"}, None
+    token = secrets.token_urlsafe(32)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return {token: "default"}, token
+
+
+class Gateway:
+    def __init__(self, config: ServeConfig, out: IO[str] = sys.stdout) -> None:
+        self.config = config
+        self.out = out
+        self.instance_id = f"g-{uuid.uuid4().hex[:12]}"
+        self.stopped = asyncio.Event()
+
+    async def run(self) -> None:
+        config = self.config
+        profiles = load_profiles([Path(d) for d in config.agents_dir])
+        if config.default_agent not in profiles:
+            raise StartupError(f"default_agent {config.default_agent!r} has no profile; known: "
+                               f"{', '.join(sorted(profiles))}")
+        state_dir = prepare_state_dir(config)
+        lock = StateDirLock(state_dir)
+        lock.acquire()
+        try:
+            tokens, generated = resolve_tokens(config, state_dir, self.out)
+            store = await Store.open(state_dir / "gateway.db")
+            bus = EventBus(store)
+            settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
+                                ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,
+                                cancel_grace=config.cancel_grace,
+                                environ={k: v for k, v in os.environ.items()})
+            sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
+            await sessions.open()
+            adapter = RpcAdapter(sessions, config.default_agent, {"instance_id": self.instance_id})
+            server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
+                                   max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins)
+            self.sessions, self.server, self.store = sessions, server, store
+            await server.start()
+            self._announce(state_dir, generated, server.port)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.stopped.set)
+            await self.stopped.wait()
+            log.info("shutting down: closing connections, stopping agents")
+            await server.close()
+            await sessions.shutdown()
+            await store.close()
+        finally:
+            lock.release()
+
+    def _announce(self, state_dir: Path, generated: str | None, port: int) -> None:
+        host = self.config.host
+        shown = f"[{host}]" if ":" in host else host
+        print(f"acp-gateway {self.instance_id} listening on ws://{shown}:{port}/rpc", file=self.out)
+        print(f"state directory: {state_dir}", file=self.out)
+        if generated:
+            print(f"web UI (token generated now, shown once; kept in {state_dir / 'token'}):", file=self.out)
+            print(f"  http://{shown}:{port}/?token={generated}", file=self.out)
+        else:
+            print(f"web UI: http://{shown}:{port}/ (token in {state_dir / 'token'} or your configuration)",
+                  file=self.out)
+        self.out.flush()
+
+
+def serve_command(config: ServeConfig) -> int:
+    logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    gateway = Gateway(config)
+    try:
+        asyncio.run(gateway.run())
+    except StartupError as exc:
+        print(f"acp-gateway: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"acp-gateway: cannot serve on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+

@@ -1,0 +1,72 @@
+"""`acp-gateway serve` configuration: flags, a TOML file, and the environment — one model, one-line errors."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ConfigError(ValueError):
+    """One line naming the file and the key."""
+
+
+class TokenEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    token: str = Field(min_length=16)
+    owner: str = Field(min_length=1, max_length=200)
+
+
+class AuthConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    tokens: list[TokenEntry] = Field(default_factory=list)
+
+
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    state_dir: str | None = None
+    agents_dir: list[str] = Field(default_factory=list)
+    token: str | None = Field(default=None, min_length=16)
+    default_agent: str = "reference"
+    stale_window: float = Field(default=60.0, gt=0)
+    ready_timeout: float = Field(default=90.0, gt=0)
+    stop_grace: float = Field(default=2.0, ge=0)
+    cancel_grace: float = Field(default=5.0, ge=0)
+    max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    allowed_origins: list[str] = Field(default_factory=list)
+    log_level: str = "INFO"
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+
+
+def _describe(exc: ValidationError, where: str) -> ConfigError:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(file)"
+    if first["type"] == "extra_forbidden":
+        return ConfigError(f"{where}: key '{key}' is not a configuration key")
+    return ConfigError(f"{where}: key '{key}': {first['msg']}")
+
+
+def load_config(path: Path | None, overrides: dict[str, Any]) -> ServeConfig:
+    """The file's keys, then each flag given on the command line (None means not given)."""
+    data: dict[str, Any] = {}
+    where = "command line"
+    if path is not None:
+        where = str(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for key, value in overrides.items():
+        if value is not None and value != []:
+            data[key] = value
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _describe(exc, where) from None

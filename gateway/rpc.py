@@ -1,0 +1,217 @@
+"""The JSON-RPC adapter: `jsonrpcserver` dispatch behind an explicit method table and pydantic params.
+
+This is where a frontend frame is decided on: parse (-32700), shape (-32600), method (-32601),
+params (-32602, naming the field), then the handler. No exception text reaches a client: handlers
+raise `GatewayError` for what the user must know; anything else becomes a bare -32603 with an id
+to find it in the log. Batches are answered per member, as the JSON-RPC spec says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from jsonrpcserver import Error, Success
+from jsonrpcserver.async_dispatcher import dispatch_to_response_pure
+from jsonrpcserver.response import to_serializable
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import __version__
+from .errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, GatewayError
+from .sessions import SessionManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RpcContext:
+    """Who is calling, over which connection. Created once per WebSocket connection."""
+
+    owner: str
+    connection: Any = None
+    subscriptions: dict[str, Any] = field(default_factory=dict)
+
+
+SessionStateName = Literal["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT", "COMPLETED", "FAILED", "CANCELLED"]
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NoParams(Params):
+    pass
+
+
+class SessionParams(Params):
+    session_id: str = Field(min_length=1, max_length=200)
+
+
+class StartParams(Params):
+    agent: str | None = Field(default=None, min_length=1, max_length=200)
+    cwd: str = Field(min_length=1, max_length=4096)
+    description: str | None = Field(default=None, max_length=1_000_000)
+    title: str | None = Field(default=None, max_length=1000)
+    task_id: str | None = Field(default=None, min_length=1, max_length=200)
+    wait_ready: bool = False
+
+
+class ResumeParams(SessionParams):
+    wait_ready: bool = True
+
+
+class RecoverParams(SessionParams):
+    action: Literal["retry", "fresh_start"]
+
+
+class PromptParams(SessionParams):
+    prompt: str | list[dict[str, Any]] = Field(min_length=1)
+
+
+class ListParams(Params):
+    states: list[SessionStateName] | None = None
+    limit: int = Field(default=50, ge=1, le=500)
+    cursor: str | None = Field(default=None, max_length=100)
+
+
+class HistoryParams(SessionParams):
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class TitleParams(SessionParams):
+    title: str = Field(max_length=1000)
+
+
+Handler = Callable[[RpcContext, Any], Awaitable[Any]]
+
+
+class RpcAdapter:
+    def __init__(self, sessions: SessionManager, default_agent: str, info: dict[str, Any] | None = None) -> None:
+        self.sessions = sessions
+        self.default_agent = default_agent
+        self.info = info or {}
+        self.table: dict[str, tuple[type[Params], Handler]] = {
+            "gateway.info": (NoParams, self._info),
+            "task.session.start": (StartParams, self._start),
+            "task.session.status": (SessionParams, lambda c, p: sessions.status(c.owner, p.session_id)),
+            "task.session.resume": (ResumeParams,
+                                    lambda c, p: sessions.resume(c.owner, p.session_id, wait_ready=p.wait_ready)),
+            "task.session.recover": (RecoverParams, lambda c, p: sessions.recover(c.owner, p.session_id, p.action)),
+            "task.session.prompt": (PromptParams, lambda c, p: sessions.prompt(c.owner, p.session_id, p.prompt)),
+            "task.session.cancel_turn": (SessionParams, lambda c, p: sessions.cancel_turn(c.owner, p.session_id)),
+            "task.session.list": (ListParams, lambda c, p: sessions.list(
+                c.owner, states=list(p.states) if p.states else None, limit=p.limit,
+                cursor=p.cursor)),
+            "task.session.get": (SessionParams, self._get),
+            "task.session.history": (HistoryParams,
+                                     lambda c, p: sessions.history(c.owner, p.session_id, p.after, p.limit)),
+            "task.session.set_title": (TitleParams, lambda c, p: sessions.set_title(c.owner, p.session_id, p.title)),
+            "task.session.delete": (SessionParams, self._delete),
+        }
+        self.methods = {name: self._wrap(name, model, handler) for name, (model, handler) in self.table.items()}
+
+    def register(self, name: str, model: type[Params], handler: Handler) -> None:
+        self.table[name] = (model, handler)
+        self.methods[name] = self._wrap(name, model, handler)
+
+    # -- handlers that are more than one call --------------------------------------------
+    async def _info(self, ctx: RpcContext, p: NoParams) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "protocol_version": 1,
+            "owner": ctx.owner,
+            "default_agent": self.default_agent,
+            "agents": [
+                {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
+                 "history_context_injection": pr.history_context_injection, "command_found": pr.command_found()}
+                for pr in self.sessions.profiles.values()
+            ],
+            **self.info,
+        }
+
+    async def _start(self, ctx: RpcContext, p: StartParams) -> dict[str, Any]:
+        return await self.sessions.start(ctx.owner, agent=p.agent or self.default_agent, cwd=p.cwd,
+                                         description=p.description, title=p.title, task_id=p.task_id,
+                                         wait_ready=p.wait_ready)
+
+    async def _get(self, ctx: RpcContext, p: SessionParams) -> dict[str, Any]:
+        return await self.sessions.view(await self.sessions.row(ctx.owner, p.session_id))
+
+    async def _delete(self, ctx: RpcContext, p: SessionParams) -> None:
+        await self.sessions.delete(ctx.owner, p.session_id)
+
+    # -- dispatch ----------------------------------------------------------------------
+    def _wrap(self, name: str, model: type[Params], handler: Handler) -> Callable[..., Awaitable[Any]]:
+        async def method(ctx: RpcContext, *args: Any, **params: Any) -> Any:
+            if args:
+                return Error(INVALID_PARAMS, "Invalid params: params must be an object (by-name)",
+                             {"field": "params"})
+            try:
+                parsed = model.model_validate(params)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "params"
+                return Error(INVALID_PARAMS, f"Invalid params: {where}: {first['msg']}", {"field": where})
+            try:
+                return Success(await handler(ctx, parsed))
+            except GatewayError as err:
+                return Error(err.code, err.message, err.data) if err.data is not None else Error(err.code, err.message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                error_id = uuid.uuid4().hex[:12]
+                log.exception("method %s failed (error id %s)", name, error_id)
+                return Error(INTERNAL_ERROR, "Internal error", {"error_id": error_id})
+
+        return method
+
+    async def handle_frame(self, frame: str | bytes, ctx: RpcContext) -> bytes | None:
+        """One WebSocket frame in, the serialized answer out (None: only notifications)."""
+        try:
+            message = orjson.loads(frame)
+        except orjson.JSONDecodeError:
+            return _error(PARSE_ERROR, "Parse error: the frame is not valid JSON")
+        if isinstance(message, list):
+            if not message:
+                return _error(INVALID_REQUEST, "Invalid request: empty batch")
+            answers = await asyncio.gather(*(self._one(m, ctx) for m in message))
+            kept = [a for a in answers if a is not None]
+            return orjson.dumps(kept) if kept else None
+        answer = await self._one(message, ctx)
+        return orjson.dumps(answer) if answer is not None else None
+
+    async def _one(self, message: Any, ctx: RpcContext) -> dict[str, Any] | None:
+        try:
+            response = await dispatch_to_response_pure(
+                deserializer=lambda _: message, validator=_validate_request, methods=self.methods,
+                context=ctx, post_process=to_serializable, request="")  # type: ignore[arg-type]
+        except Exception:
+            log.exception("dispatch failed")
+            return {"jsonrpc": "2.0", "error": {"code": INTERNAL_ERROR, "message": "Internal error"}, "id": None}
+        return response  # type: ignore[return-value]
+
+
+def _validate_request(message: Any) -> Any:
+    """JSON-RPC 2.0 request shape; raising means -32600 (jsonrpcserver catches it)."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise ValueError("not a JSON-RPC 2.0 request")
+    if not isinstance(message.get("method"), str):
+        raise ValueError("method must be a string")
+    if "params" in message and not isinstance(message["params"], (dict, list)):
+        raise ValueError("params must be an object or array")
+    if ("id" in message and not (message["id"] is None or isinstance(message["id"], (str, int)))) or \
+            isinstance(message.get("id"), bool):
+        raise ValueError("id must be a string, an integer or null")
+    if set(message) - {"jsonrpc", "method", "params", "id"}:
+        raise ValueError("unexpected member")
+    return message
+
+
+def _error(code: int, message: str) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})

@@ -1,0 +1,454 @@
+"""The durable store (DESIGN §4.1): one SQLite file in WAL mode, a repository per concern.
+
+Rules of this file:
+- All SQL of the gateway lives here; callers see repositories and row dataclasses.
+- A write returns only after it is committed: what the gateway acknowledged survives `kill -9`
+  (WAL + synchronous=NORMAL is durable against process death; power loss may drop the last
+  commits, which is the documented limit).
+- Multi-statement changes go through `Store.transaction()`, serialised by one lock.
+- Schema changes are numbered migrations recorded in `PRAGMA user_version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import orjson
+
+from .resume_context import HistoryEntry
+
+MIGRATIONS: list[str] = [
+    # 1: the first schema
+    """
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        title TEXT,
+        description TEXT,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE sessions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        owner TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        title TEXT,
+        state TEXT NOT NULL,
+        error_message TEXT,
+        recovery_pending INTEGER NOT NULL DEFAULT 0,
+        needs_resume_context INTEGER NOT NULL DEFAULT 0,
+        launched INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX sessions_by_owner ON sessions(owner, seq);
+    CREATE TABLE executors (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        resume_token TEXT,
+        execution_id TEXT,
+        instance_id TEXT,
+        cwd TEXT NOT NULL,
+        status TEXT NOT NULL,
+        last_seen REAL NOT NULL
+    );
+    CREATE TABLE history (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL DEFAULT '',
+        ts REAL NOT NULL
+    );
+    CREATE INDEX history_by_session ON history(session_id, id);
+    CREATE TABLE cancel_requests (
+        session_id TEXT PRIMARY KEY,
+        requested_at REAL NOT NULL
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        type TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        session_id TEXT,
+        task_id TEXT,
+        ts REAL NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE TABLE instances (
+        id TEXT PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        alive INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE TABLE permissions (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        params TEXT NOT NULL,
+        state TEXT NOT NULL,
+        answer TEXT,
+        created_at REAL NOT NULL
+    );
+    """,
+]
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    owner: str
+    title: str | None
+    description: str | None
+    state: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    seq: int
+    id: str
+    task_id: str
+    owner: str
+    agent: str
+    cwd: str
+    title: str | None
+    state: str
+    error_message: str | None
+    recovery_pending: bool
+    needs_resume_context: bool
+    launched: bool
+    created_at: float
+    updated_at: float
+    task_state: str
+
+
+@dataclass(frozen=True)
+class ExecutorRow:
+    session_id: str
+    resume_token: str | None
+    execution_id: str | None
+    instance_id: str | None
+    cwd: str
+    status: str
+    last_seen: float
+
+
+@dataclass(frozen=True)
+class StoredHistory:
+    id: int
+    kind: str
+    name: str
+    content: str
+    ts: float
+
+    def entry(self) -> HistoryEntry:
+        return HistoryEntry(self.kind, self.content, self.name)
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: int
+    type: str
+    owner: str
+    session_id: str | None
+    task_id: str | None
+    ts: float
+    data: dict[str, Any]
+
+
+_SESSION_COLUMNS = (
+    "s.seq, s.id, s.task_id, s.owner, s.agent, s.cwd, s.title, s.state, s.error_message, s.recovery_pending, "
+    "s.needs_resume_context, s.launched, s.created_at, s.updated_at, t.state"
+)
+
+
+def _session(row: Sequence[Any]) -> SessionRow:
+    return SessionRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], bool(row[9]),
+                      bool(row[10]), bool(row[11]), row[12], row[13], row[14])
+
+
+class Store:
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self.db = db
+        self.path = path
+        self._lock = asyncio.Lock()
+        self.tasks = TaskRepo(self)
+        self.sessions = SessionRepo(self)
+        self.executors = ExecutorRepo(self)
+        self.history = HistoryRepo(self)
+        self.cancels = CancelRepo(self)
+        self.events = EventRepo(self)
+        self.instances = InstanceRepo(self)
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
+        db = await aiosqlite.connect(str(path), isolation_level=None)
+        if fresh:
+            os.chmod(path, 0o600)
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA foreign_keys=ON")
+        await db.execute("PRAGMA busy_timeout=5000")
+        store = cls(db, path)
+        await store._migrate()
+        return store
+
+    async def _migrate(self) -> None:
+        async with self.db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        if version > len(MIGRATIONS):
+            raise RuntimeError(
+                f"database {self.path} has schema version {version}, newer than this gateway "
+                f"({len(MIGRATIONS)}): upgrade the gateway"
+            )
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            async with self.transaction() as db:
+                for statement in filter(str.strip, script.split(";")):
+                    await db.execute(statement)
+                await db.execute(f"PRAGMA user_version = {number}")
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            await self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                await self.db.execute("ROLLBACK")
+                raise
+            await self.db.execute("COMMIT")
+
+    async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._lock:
+            cur = await self.db.execute(sql, params)
+            rowcount = cur.rowcount
+            await cur.close()
+            return rowcount
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self.db.execute(sql, params) as cur:
+            return await cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        async with self.db.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def integrity_check(self) -> str:
+        row = await self.fetchone("PRAGMA integrity_check")
+        return str(row[0])
+
+
+class _Repo:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+
+class TaskRepo(_Repo):
+    async def get(self, task_id: str) -> TaskRow | None:
+        row = await self.store.fetchone("SELECT id, owner, title, description, state, created_at, updated_at "
+                                        "FROM tasks WHERE id = ?", (task_id,))
+        return TaskRow(*row) if row else None
+
+
+class SessionRepo(_Repo):
+    async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
+                     task_id: str | None, task_state: str, session_state: str) -> SessionRow:
+        now = time.time()
+        session_id = f"s-{uuid.uuid4().hex}"
+        async with self.store.transaction() as db:
+            if task_id is None:
+                task_id = f"t-{uuid.uuid4().hex}"
+                await db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (task_id, owner, title, description, task_state, now, now))
+            else:
+                await db.execute("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (task_id, owner, title, description, task_state, now, now))
+            await db.execute(
+                "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, task_id, owner, agent, cwd, title, session_state, now, now),
+            )
+            await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen) VALUES (?, ?, 'created', ?)",
+                             (session_id, cwd, now))
+        row = await self.get(session_id)
+        assert row is not None
+        return row
+
+    async def get(self, session_id: str, owner: str | None = None) -> SessionRow | None:
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = ?"
+        params: list[Any] = [session_id]
+        if owner is not None:
+            sql += " AND s.owner = ?"
+            params.append(owner)
+        row = await self.store.fetchone(sql, params)
+        return _session(row) if row else None
+
+    async def list(self, owner: str, *, states: Iterable[str] | None, before_seq: int | None,
+                   limit: int) -> list[SessionRow]:
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.owner = ?"
+        params: list[Any] = [owner]
+        if before_seq is not None:
+            sql += " AND s.seq < ?"
+            params.append(before_seq)
+        state_list = list(states or [])
+        if state_list:
+            sql += f" AND s.state IN ({', '.join('?' * len(state_list))})"
+            params += state_list
+        sql += " ORDER BY s.seq DESC LIMIT ?"
+        params.append(limit)
+        return [_session(r) for r in await self.store.fetchall(sql, params)]
+
+    async def update(self, session_id: str, *, state: str | None = None, task_state: str | None = None,
+                     **fields: Any) -> None:
+        """Change the session (and its task) in one transaction. `fields` are session columns."""
+        allowed = {"title", "error_message", "recovery_pending", "needs_resume_context", "launched"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"not session columns: {sorted(unknown)}")
+        now = time.time()
+        sets = ["updated_at = ?"]
+        params: list[Any] = [now]
+        if state is not None:
+            sets.append("state = ?")
+            params.append(state)
+        for key, value in fields.items():
+            sets.append(f"{key} = ?")
+            params.append(int(value) if isinstance(value, bool) else value)
+        async with self.store.transaction() as db:
+            await db.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*params, session_id))
+            if task_state is not None:
+                await db.execute("UPDATE tasks SET state = ?, updated_at = ? WHERE id = "
+                                 "(SELECT task_id FROM sessions WHERE id = ?)", (task_state, now, session_id))
+
+    async def delete(self, session_id: str) -> None:
+        async with self.store.transaction() as db:
+            row = await (await db.execute("SELECT task_id FROM sessions WHERE id = ?", (session_id,))).fetchone()
+            await db.execute("DELETE FROM history WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM executors WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            if row:
+                await db.execute("DELETE FROM tasks WHERE id = ? AND NOT EXISTS "
+                                 "(SELECT 1 FROM sessions WHERE task_id = ?)", (row[0], row[0]))
+
+    async def count(self) -> int:
+        row = await self.store.fetchone("SELECT COUNT(*) FROM sessions")
+        return int(row[0])
+
+
+class ExecutorRepo(_Repo):
+    async def get(self, session_id: str) -> ExecutorRow | None:
+        row = await self.store.fetchone(
+            "SELECT session_id, resume_token, execution_id, instance_id, cwd, status, last_seen "
+            "FROM executors WHERE session_id = ?", (session_id,))
+        return ExecutorRow(*row) if row else None
+
+    async def set_running(self, session_id: str, *, execution_id: str, instance_id: str, cwd: str) -> None:
+        await self.store.write(
+            "INSERT INTO executors (session_id, execution_id, instance_id, cwd, status, last_seen) "
+            "VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT(session_id) DO UPDATE SET "
+            "execution_id = excluded.execution_id, instance_id = excluded.instance_id, cwd = excluded.cwd, "
+            "status = 'running', last_seen = excluded.last_seen",
+            (session_id, execution_id, instance_id, cwd, time.time()))
+
+    async def set_token(self, session_id: str, token: str | None) -> None:
+        await self.store.write("UPDATE executors SET resume_token = ?, last_seen = ? WHERE session_id = ?",
+                               (token, time.time(), session_id))
+
+    async def set_stopped(self, session_id: str, status: str = "stopped") -> None:
+        await self.store.write("UPDATE executors SET status = ?, execution_id = NULL, last_seen = ? "
+                               "WHERE session_id = ?", (status, time.time(), session_id))
+
+    async def touch(self, instance_id: str) -> None:
+        await self.store.write("UPDATE executors SET last_seen = ? WHERE instance_id = ? AND status = 'running'",
+                               (time.time(), instance_id))
+
+
+class HistoryRepo(_Repo):
+    async def append(self, session_id: str, entries: Iterable[HistoryEntry]) -> None:
+        now = time.time()
+        rows = [(session_id, e.kind, e.name, e.content, now) for e in entries]
+        if not rows:
+            return
+        async with self.store.transaction() as db:
+            await db.executemany("INSERT INTO history (session_id, kind, name, content, ts) VALUES (?, ?, ?, ?, ?)",
+                                 rows)
+
+    async def page(self, session_id: str, after: int, limit: int) -> list[StoredHistory]:
+        rows = await self.store.fetchall(
+            "SELECT id, kind, name, content, ts FROM history WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (session_id, after, limit))
+        return [StoredHistory(*r) for r in rows]
+
+    async def all(self, session_id: str) -> list[HistoryEntry]:
+        rows = await self.store.fetchall(
+            "SELECT kind, content, name FROM history WHERE session_id = ? ORDER BY id", (session_id,))
+        return [HistoryEntry(r[0], r[1], r[2]) for r in rows]
+
+    async def exists(self, session_id: str) -> bool:
+        return await self.store.fetchone("SELECT 1 FROM history WHERE session_id = ? LIMIT 1", (session_id,)) \
+            is not None
+
+
+class CancelRepo(_Repo):
+    async def request(self, session_id: str) -> None:
+        await self.store.write("INSERT OR IGNORE INTO cancel_requests VALUES (?, ?)", (session_id, time.time()))
+
+    async def pending(self) -> list[str]:
+        return [r[0] for r in await self.store.fetchall("SELECT session_id FROM cancel_requests")]
+
+    async def clear(self, session_id: str) -> None:
+        await self.store.write("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
+
+
+class EventRepo(_Repo):
+    async def append(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
+                     data: dict[str, Any]) -> EventRow:
+        now = time.time()
+        async with self.store._lock:
+            cur = await self.store.db.execute(
+                "INSERT INTO events (type, owner, session_id, task_id, ts, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (type_, owner, session_id, task_id, now, orjson.dumps(data).decode()))
+            event_id = cur.lastrowid
+            await cur.close()
+        assert event_id is not None
+        return EventRow(event_id, type_, owner, session_id, task_id, now, data)
+
+    async def head(self) -> int:
+        row = await self.store.fetchone("SELECT MAX(id) FROM events")
+        return int(row[0] or 0)
+
+
+class InstanceRepo(_Repo):
+    async def register(self, instance_id: str) -> None:
+        """This gateway holds the state-dir lock: every earlier instance is dead (one row each)."""
+        async with self.store.transaction() as db:
+            await db.execute("UPDATE instances SET alive = 0 WHERE alive = 1")
+            await db.execute("INSERT INTO instances VALUES (?, ?, ?, 1)", (instance_id, os.getpid(), time.time()))
+
+    async def is_alive(self, instance_id: str) -> bool:
+        row = await self.store.fetchone("SELECT alive FROM instances WHERE id = ?", (instance_id,))
+        return bool(row and row[0])
+
+    async def mark_dead(self, instance_id: str) -> None:
+        await self.store.write("UPDATE instances SET alive = 0 WHERE id = ?", (instance_id,))
