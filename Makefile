@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/acp-gateway run --agent reference --prompt "hello from make run"
+	$(VENV)/bin/acp-gateway serve $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check acp agents gateway tests

@@ -74,6 +74,8 @@ class Config:
     auth_fails: bool = False
     ignore_cancel: bool = False
     grandchild_pidfile: str | None = None
+    faults_once: dict[str, str] = field(default_factory=dict)
+    log: str | None = None
 
 
 @dataclass
@@ -151,8 +153,23 @@ class ReferenceAgent:
         )
 
     # -- dispatch --------------------------------------------------------------------
+    def _log(self, method: str, params: Any) -> None:
+        if self.config.log:
+            with open(self.config.log, "ab") as fh:
+                fh.write(orjson.dumps({"pid": os.getpid(), "method": method, "params": params}) + b"\n")
+
+    def _fault_for(self, method: str) -> str | None:
+        once = self.config.faults_once.get(method)
+        if once is not None:
+            marker = self.config.state_dir / f"fault-once-{method.replace('/', '_')}"
+            if not marker.exists():
+                marker.write_text(once)
+                return once
+        return self.config.faults.get(method)
+
     async def handle(self, method: str, params: Any) -> Any:
-        fault = self.config.faults.get(method)
+        self._log(method, params)
+        fault = self._fault_for(method)
         if fault is not None:
             await self._apply_fault(fault, params)
         if not isinstance(params, dict):
@@ -177,6 +194,7 @@ class ReferenceAgent:
         return await handler(params)
 
     def on_notification(self, method: str, params: Any) -> None:
+        self._log(method, params)
         if method == "session/cancel" and isinstance(params, dict):
             if self.config.ignore_cancel or self.config.faults.get("session/cancel") == "ignore":
                 return
@@ -449,6 +467,9 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--protocol-version", type=int, default=1, help="the version answered to initialize")
     p.add_argument("--fault", action="append", default=[], metavar="METHOD=KIND",
                    help=f"inject a fault on METHOD; KIND is one of {', '.join(FAULTS)}")
+    p.add_argument("--fault-once", action="append", default=[], metavar="METHOD=KIND",
+                   help="like --fault, but only the first time across restarts (a marker in --state-dir)")
+    p.add_argument("--log", metavar="FILE", help="append every message received as a JSON line")
     p.add_argument("--noise", type=int, default=0, help="non-JSON lines on stdout at start and per prompt")
     p.add_argument("--huge-line", type=int, default=0, metavar="BYTES", help="one huge update per prompt")
     p.add_argument("--stderr-flood", type=int, default=0, metavar="BYTES", help="write this much to stderr at start")
@@ -463,12 +484,16 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel")
     p.add_argument("--grandchild-pidfile", metavar="FILE", help="spawn a long-lived grandchild, write its pid")
     ns = p.parse_args(argv)
-    faults: dict[str, str] = {}
-    for item in ns.fault:
-        method, sep, kind = item.partition("=")
-        if not sep or kind not in FAULTS:
-            p.error(f"--fault {item!r}: expected METHOD=KIND with KIND one of {', '.join(FAULTS)}")
-        faults[method] = kind
+    def faults_of(items: list[str], flag: str) -> dict[str, str]:
+        faults: dict[str, str] = {}
+        for item in items:
+            method, sep, kind = item.partition("=")
+            if not sep or kind not in FAULTS:
+                p.error(f"{flag} {item!r}: expected METHOD=KIND with KIND one of {', '.join(FAULTS)}")
+            faults[method] = kind
+        return faults
+
+    faults = faults_of(ns.fault, "--fault")
     return Config(
         state_dir=Path(ns.state_dir),
         advertise_load=not ns.no_load,
@@ -490,6 +515,8 @@ def _parse_args(argv: list[str] | None) -> Config:
         auth_fails=ns.auth_fails,
         ignore_cancel=ns.ignore_cancel,
         grandchild_pidfile=ns.grandchild_pidfile,
+        faults_once=faults_of(ns.fault_once, "--fault-once"),
+        log=ns.log,
     )
 
 

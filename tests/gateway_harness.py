@@ -1,0 +1,110 @@
+"""A real gateway process for tests: start, kill -9, restart; plus agent profiles written for each test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.client import GatewayClient
+
+TOKEN = "test-token-aaaaaaaaaaaaaaaa"
+
+
+def reference_profile(agents_dir: Path, agent_state: Path, agent_id: str, *flags: str, native: bool = True,
+                      history: bool = False, log: Path | None = None) -> None:
+    command = [sys.executable, "-m", "agents.reference", "--state-dir", str(agent_state), *flags]
+    if log is not None:
+        command += ["--log", str(log)]
+    (agents_dir / f"{agent_id}.toml").write_text(
+        f'id = "{agent_id}"\ncommand = {orjson.dumps(command).decode()}\n'
+        f"native_session_resume = {str(native).lower()}\nhistory_context_injection = {str(history).lower()}\n")
+
+
+class GatewayProcess:
+    def __init__(self, state_dir: Path, agents_dir: Path, *extra: str, token: str | None = TOKEN,
+                 config: Path | None = None) -> None:
+        self.state_dir = state_dir
+        self.agents_dir = agents_dir
+        self.extra = list(extra)
+        self.token = token
+        self.config = config
+        self.proc: asyncio.subprocess.Process | None = None
+        self.port = 0
+        self.stderr_lines: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/rpc"
+
+    def argv(self) -> list[str]:
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--state-dir", str(self.state_dir),
+                "--agents-dir", str(self.agents_dir), *self.extra]
+        if self.token:
+            argv += ["--token", self.token]
+        if self.config:
+            argv += ["--config", str(self.config)]
+        return argv
+
+    async def start(self) -> GatewayProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY_")}
+        self.proc = await asyncio.create_subprocess_exec(*self.argv(), stdout=asyncio.subprocess.PIPE,
+                                                         stderr=asyncio.subprocess.PIPE, env=env)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._stderr_task = asyncio.ensure_future(self._drain(self.proc.stderr))
+        while True:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), 30)).decode()
+            if not line:
+                await asyncio.sleep(0)
+                raise RuntimeError(f"gateway exited before listening: {''.join(self.stderr_lines)[-2000:]}")
+            match = re.search(r"listening on ws://127\.0\.0\.1:(\d+)/rpc", line)
+            if match:
+                self.port = int(match.group(1))
+                break
+        self._stdout_task = asyncio.ensure_future(self._drain(self.proc.stdout))
+        return self
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            self.stderr_lines.append(line.decode(errors="replace"))
+
+    async def client(self, token: str | None = None) -> GatewayClient:
+        return await GatewayClient.connect(self.url, token or self.token)
+
+    async def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> int:
+        if self.proc is None or self.proc.returncode is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+            return await self.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(gw: GatewayProcess) -> AsyncIterator[GatewayProcess]:
+    await gw.start()
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+
+
+def agent_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]

@@ -1,0 +1,137 @@
+"""Bad input and owner isolation against a real gateway: every class of bad frame, every method."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from gateway.client import GatewayClient, RpcCallError
+from tests.gateway_harness import GatewayProcess, reference_profile
+
+ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'max_frame_bytes = 65536\n[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
+    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+async def raw(ws: Any, frame: str) -> Any:
+    await ws.send(frame)
+    return orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+
+
+async def test_bad_frames_get_json_rpc_errors_and_the_connection_survives(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url, additional_headers={"Authorization": f"Bearer {ALICE}"}) as ws:
+        assert (await raw(ws, "{not json"))["error"]["code"] == -32700
+        assert (await raw(ws, '"just a string"'))["error"]["code"] == -32600
+        assert (await raw(ws, '{"jsonrpc": "1.0", "id": 1, "method": "gateway.info"}'))["error"]["code"] == -32600
+        assert (await raw(ws, '{"jsonrpc": "2.0", "id": 1, "method": 5}'))["error"]["code"] == -32600
+        assert (await raw(ws, "[]"))["error"]["code"] == -32600
+        unknown = await raw(ws, '{"jsonrpc": "2.0", "id": 7, "method": "task.session.nope"}')
+        assert unknown["error"]["code"] == -32601 and unknown["id"] == 7
+        missing = await raw(ws, '{"jsonrpc": "2.0", "id": 8, "method": "task.session.status", "params": {}}')
+        assert missing["error"]["code"] == -32602 and missing["error"]["data"] == {"field": "session_id"}
+        wrong = await raw(ws, '{"jsonrpc": "2.0", "id": 9, "method": "task.session.prompt", '
+                              '"params": {"session_id": "s", "prompt": 5}}')
+        assert wrong["error"]["code"] == -32602 and wrong["error"]["data"]["field"].startswith("prompt")
+        extra = await raw(ws, '{"jsonrpc": "2.0", "id": 10, "method": "task.session.get", '
+                              '"params": {"session_id": "s", "colour": 1}}')
+        assert extra["error"]["code"] == -32602 and extra["error"]["data"] == {"field": "colour"}
+        positional = await raw(ws, '{"jsonrpc": "2.0", "id": 11, "method": "task.session.get", "params": ["s"]}')
+        assert positional["error"]["code"] == -32602
+        batch = await raw(ws, '[1, {"jsonrpc": "2.0", "id": 12, "method": "gateway.info"}, '
+                              '{"jsonrpc": "2.0", "method": "gateway.info"}, {"jsonrpc": "2.0", "id": 13}]')
+        assert [b["id"] for b in batch] == [None, 12, None]
+        assert batch[0]["error"]["code"] == -32600 and "result" in batch[1] and batch[2]["error"]["code"] == -32600
+        await ws.send('{"jsonrpc": "2.0", "method": "gateway.info"}')  # a notification: no answer
+        info = await raw(ws, '{"jsonrpc": "2.0", "id": 14, "method": "gateway.info"}')
+        assert info["id"] == 14 and info["result"]["owner"] == "alice"
+        for answer in (missing, wrong, extra, unknown):
+            assert "Traceback" not in orjson.dumps(answer).decode()
+
+
+async def test_oversized_frame_closes_1009_others_unaffected(gateway: GatewayProcess) -> None:
+    other = await gateway.client(ALICE)
+    async with connect(gateway.url, additional_headers={"Authorization": f"Bearer {ALICE}"}) as ws:
+        await ws.send("x" * 100_000)
+        with pytest.raises(ConnectionClosed) as info:
+            await asyncio.wait_for(ws.recv(), 10)
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+    assert (await other.call("gateway.info"))["owner"] == "alice"
+    await other.close()
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-0123456789", ALICE[:-1]])
+async def test_bad_token_refused_at_handshake(gateway: GatewayProcess, token: str | None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with pytest.raises(InvalidStatus) as info:
+        async with connect(gateway.url, additional_headers=headers):
+            pass
+    assert info.value.response.status_code == 401
+
+
+async def test_token_in_query_and_foreign_origin(gateway: GatewayProcess) -> None:
+    async with connect(f"{gateway.url}?token={ALICE}", origin=f"http://127.0.0.1:{gateway.port}") as ws:  # type: ignore[arg-type]
+        assert (await raw(ws, '{"jsonrpc": "2.0", "id": 1, "method": "gateway.info"}'))["result"]["owner"] == "alice"
+    with pytest.raises(InvalidStatus) as info:
+        async with connect(f"{gateway.url}?token={ALICE}", origin="http://evil.example"):  # type: ignore[arg-type]
+            pass
+    assert info.value.response.status_code == 403
+
+
+async def test_healthz(gateway: GatewayProcess) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+SESSION_METHODS: list[tuple[str, dict[str, Any]]] = [
+    ("task.session.status", {}), ("task.session.resume", {}), ("task.session.recover", {"action": "retry"}),
+    ("task.session.prompt", {"prompt": "hi"}), ("task.session.cancel_turn", {}), ("task.session.get", {}),
+    ("task.session.history", {}), ("task.session.set_title", {"title": "mine now"}), ("task.session.delete", {}),
+]
+
+
+async def test_owner_isolation_for_every_method(gateway: GatewayProcess, tmp_path: Path) -> None:
+    alice = await GatewayClient.connect(gateway.url, ALICE)
+    bob = await GatewayClient.connect(gateway.url, BOB)
+    view = await alice.call("task.session.start",
+                            {"agent": "ref", "cwd": str(tmp_path / "work"), "wait_ready": True})
+    sid = view["session_id"]
+    for method, params in SESSION_METHODS:
+        with pytest.raises(RpcCallError) as info:
+            await bob.call(method, {"session_id": sid, **params})
+        assert info.value.code == -32002, method
+        assert info.value.message == f"session {sid} not found"
+        with pytest.raises(RpcCallError) as unknown:
+            await bob.call(method, {"session_id": "s-does-not-exist", **params})
+        assert unknown.value.code == -32002  # foreign and missing look the same
+    assert (await bob.call("task.session.list"))["sessions"] == []
+    assert [s["session_id"] for s in (await alice.call("task.session.list"))["sessions"]] == [sid]
+    with pytest.raises(RpcCallError):
+        await bob.call("task.session.start",
+                       {"agent": "ref", "cwd": str(tmp_path / "work"), "task_id": view["task_id"]})
+    assert (await alice.call("task.session.get", {"session_id": sid}))["title"] is None
+    await alice.close()
+    await bob.close()
