@@ -107,14 +107,15 @@ class Gateway:
         try:
             tokens, generated = resolve_tokens(config, state_dir, self.out)
             store = await Store.open(state_dir / "gateway.db")
-            bus = EventBus(store)
+            bus = EventBus(store, retention=config.event_retention)
+            await bus.open()
             settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
                                 ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,
                                 cancel_grace=config.cancel_grace,
                                 environ={k: v for k, v in os.environ.items()})
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
             await sessions.open()
-            adapter = RpcAdapter(sessions, config.default_agent, {"instance_id": self.instance_id})
+            adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id})
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins)
             self.sessions, self.server, self.store = sessions, server, store
@@ -127,6 +128,7 @@ class Gateway:
             log.info("shutting down: closing connections, stopping agents")
             await server.close()
             await sessions.shutdown()
+            await bus.close()
             await store.close()
         finally:
             lock.release()

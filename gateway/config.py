@@ -38,6 +38,7 @@ class ServeConfig(BaseModel):
     stop_grace: float = Field(default=2.0, ge=0)
     cancel_grace: float = Field(default=5.0, ge=0)
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    event_retention: int = Field(default=100_000, ge=10)
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"
     auth: AuthConfig = Field(default_factory=AuthConfig)

@@ -22,8 +22,19 @@ from jsonrpcserver.response import to_serializable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import __version__
-from .errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, GatewayError
+from .errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LIMIT_EXCEEDED,
+    NOT_FOUND,
+    PARSE_ERROR,
+    GatewayError,
+)
+from .events import EventBus, Sink, Subscription
 from .sessions import SessionManager
+
+MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +44,9 @@ class RpcContext:
     """Who is calling, over which connection. Created once per WebSocket connection."""
 
     owner: str
-    connection: Any = None
-    subscriptions: dict[str, Any] = field(default_factory=dict)
+    sink: Sink | None = None  # where this connection's notifications go
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    after_response: list[Callable[[], None]] = field(default_factory=list)
 
 
 SessionStateName = Literal["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT", "COMPLETED", "FAILED", "CANCELLED"]
@@ -79,6 +91,21 @@ class ListParams(Params):
     cursor: str | None = Field(default=None, max_length=100)
 
 
+class SubscribeParams(Params):
+    since: int | None = Field(default=None, ge=0)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class UnsubscribeParams(Params):
+    subscription_id: str = Field(min_length=1, max_length=100)
+
+
+class PermissionParams(SessionParams):
+    request_id: str = Field(min_length=1, max_length=100)
+    option_id: str | None = Field(default=None, min_length=1, max_length=500)
+    cancelled: bool = False
+
+
 class HistoryParams(SessionParams):
     after: int = Field(default=0, ge=0)
     limit: int = Field(default=100, ge=1, le=1000)
@@ -92,8 +119,11 @@ Handler = Callable[[RpcContext, Any], Awaitable[Any]]
 
 
 class RpcAdapter:
-    def __init__(self, sessions: SessionManager, default_agent: str, info: dict[str, Any] | None = None) -> None:
+    def __init__(self, sessions: SessionManager, bus: EventBus, default_agent: str,
+                 info: dict[str, Any] | None = None) -> None:
         self.sessions = sessions
+        self.bus = bus
+        self._replays: set[asyncio.Task[None]] = set()
         self.default_agent = default_agent
         self.info = info or {}
         self.table: dict[str, tuple[type[Params], Handler]] = {
@@ -113,6 +143,11 @@ class RpcAdapter:
                                      lambda c, p: sessions.history(c.owner, p.session_id, p.after, p.limit)),
             "task.session.set_title": (TitleParams, lambda c, p: sessions.set_title(c.owner, p.session_id, p.title)),
             "task.session.delete": (SessionParams, self._delete),
+            "task.session.cancel": (SessionParams, lambda c, p: sessions.cancel(c.owner, p.session_id)),
+            "task.session.subscribe": (SubscribeParams, self._subscribe),
+            "task.session.unsubscribe": (UnsubscribeParams, self._unsubscribe),
+            "task.session.permission.respond": (PermissionParams, lambda c, p: sessions.respond_permission(
+                c.owner, p.session_id, p.request_id, p.option_id, p.cancelled)),
         }
         self.methods = {name: self._wrap(name, model, handler) for name, (model, handler) in self.table.items()}
 
@@ -145,6 +180,36 @@ class RpcAdapter:
 
     async def _delete(self, ctx: RpcContext, p: SessionParams) -> None:
         await self.sessions.delete(ctx.owner, p.session_id)
+
+    async def _subscribe(self, ctx: RpcContext, p: SubscribeParams) -> dict[str, Any]:
+        if ctx.sink is None:
+            raise GatewayError(INVALID_REQUEST, "this transport cannot carry events")
+        if len(ctx.subscriptions) >= MAX_SUBSCRIPTIONS_PER_CONNECTION:
+            raise GatewayError(LIMIT_EXCEEDED, f"at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions per "
+                               "connection: unsubscribe one first", {"limit": MAX_SUBSCRIPTIONS_PER_CONNECTION})
+        if p.session_id is not None:
+            await self.sessions.row(ctx.owner, p.session_id)
+        sub = await self.bus.subscribe(ctx.owner, ctx.sink, p.since, p.session_id)
+        ctx.subscriptions[sub.id] = sub
+        # The answer goes out first; the replay follows it on the same connection.
+        ctx.after_response.append(lambda: self._start_replay(sub))
+        return {"subscription_id": sub.id, "cursor": sub.until}
+
+    def _start_replay(self, sub: Subscription) -> None:
+        task = asyncio.ensure_future(self.bus.start_replay(sub))
+        self._replays.add(task)
+        task.add_done_callback(self._replays.discard)
+
+    async def _unsubscribe(self, ctx: RpcContext, p: UnsubscribeParams) -> None:
+        if ctx.subscriptions.pop(p.subscription_id, None) is None:
+            raise GatewayError(NOT_FOUND, f"subscription {p.subscription_id} not found",
+                               {"subscription_id": p.subscription_id})
+        self.bus.unsubscribe(p.subscription_id)
+
+    def connection_closed(self, ctx: RpcContext) -> None:
+        for sub_id in list(ctx.subscriptions):
+            self.bus.unsubscribe(sub_id)
+        ctx.subscriptions.clear()
 
     # -- dispatch ----------------------------------------------------------------------
     def _wrap(self, name: str, model: type[Params], handler: Handler) -> Callable[..., Awaitable[Any]]:

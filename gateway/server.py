@@ -63,7 +63,9 @@ def origin_allowed(origin: str | None, host_header: str | None, allowed: list[st
 
 class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
-                 max_frame_bytes: int, allowed_origins: list[str], ui: Any = None) -> None:
+                 max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
+                 outbox_limit: int = 10_000) -> None:
+        self.outbox_limit = outbox_limit
         self.adapter = adapter
         self.tokens = dict(tokens)
         self.host = host
@@ -112,29 +114,69 @@ class GatewayServer:
         if owner is None:
             await connection.close(1008, "unauthorized")
             return
-        ctx = RpcContext(owner=owner, connection=connection)
+        outbox = Outbox(connection, self.outbox_limit)
+        ctx = RpcContext(owner=owner, sink=outbox)
         self.connections.add(connection)
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for frame in connection:
-                task = asyncio.ensure_future(self._answer(connection, ctx, frame))
+                task = asyncio.ensure_future(self._answer(outbox, ctx, frame))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         except Exception as exc:  # a broken connection is that client's problem only
             log.debug("connection closed: %s", exc)
         finally:
             self.connections.discard(connection)
+            self.adapter.connection_closed(ctx)
+            outbox.close()
             for task in tasks:
                 task.cancel()
-            closer = getattr(ctx, "on_close", None)
-            if callable(closer):
-                closer()
 
-    async def _answer(self, connection: ServerConnection, ctx: RpcContext, frame: str | bytes) -> None:
+    async def _answer(self, outbox: Outbox, ctx: RpcContext, frame: str | bytes) -> None:
         answer = await self.adapter.handle_frame(frame, ctx)
         if answer is not None:
-            with contextlib.suppress(Exception):
-                await connection.send(answer, text=True)
+            outbox.send(answer)
+        hooks, ctx.after_response = ctx.after_response, []
+        for hook in hooks:
+            hook()
+
+
+class Outbox:
+    """Everything a connection is sent, in order, through one bounded queue.
+
+    A consumer that stops reading is cut off (close code 4429) once `limit` frames wait: memory stays
+    bounded and the client knows to reconnect and resubscribe from its cursor.
+    """
+
+    CLOSE_CODE = 4429
+
+    def __init__(self, connection: ServerConnection, limit: int) -> None:
+        self.connection = connection
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=limit)
+        self.closed = False
+        self._closer: asyncio.Future[None] | None = None
+        self._task = asyncio.ensure_future(self._run())
+
+    def send(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.closed = True
+            log.warning("closing a connection whose consumer fell %d frames behind", self.queue.maxsize)
+            self._closer = asyncio.ensure_future(
+                self.connection.close(self.CLOSE_CODE, "too slow: reconnect and resubscribe"))
+
+    async def _run(self) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                frame = await self.queue.get()
+                await self.connection.send(frame, text=True)
+
+    def close(self) -> None:
+        self.closed = True
+        self._task.cancel()
 
 
 def _plain(connection: ServerConnection, status: HTTPStatus, body: str) -> Response:

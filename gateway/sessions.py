@@ -26,16 +26,19 @@ from acp.session_setup import RestoreResult, establish_session
 from agents.profiles import AgentProfile
 
 from .errors import (
+    ALREADY_TERMINAL,
     BUSY,
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    NOT_FOUND,
     NOT_RESUMABLE,
     WORKSPACE_MISSING,
     GatewayError,
     not_found,
 )
-from .events import EventBus
+from .events import EventBus, Subscription, synthetic_frame
 from .history import HistoryCoalescer
+from .permissions import CANCELLED, decide_permission, option_ids, refusal, selected
 from .resume_context import HistoryEntry, render_resume_context
 from .states import (
     TERMINAL_SESSION_STATES,
@@ -112,12 +115,17 @@ class SessionManager:
         self.instance_id = instance_id
         self.live: dict[str, LiveSession] = {}
         self._launches: dict[str, asyncio.Future[LaunchResult]] = {}
+        self._launch_cancels: dict[str, asyncio.Event] = {}
+        self._cancels: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._permission_waiters: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
         self._state_locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- life of the manager ---------------------------------------------------------
     async def open(self) -> None:
         await self.store.instances.register(self.instance_id)
+        await self.store.permissions.expire_all()
+        self.bus.reoffer = self._reoffer_permissions
         # A cancel that was requested but not finished before a crash still ends the session.
         for session_id in await self.store.cancels.pending():
             row = await self.store.sessions.get(session_id)
@@ -286,14 +294,21 @@ class SessionManager:
         existing = self._launches.get(row.id)
         if existing is not None:
             return existing
-        future = asyncio.ensure_future(self._launch(row, fresh_start=fresh_start))
+        cancel = asyncio.Event()
+        self._launch_cancels[row.id] = cancel
+        future = asyncio.ensure_future(self._launch(row, fresh_start=fresh_start, cancel=cancel))
         self._launches[row.id] = future
-        future.add_done_callback(lambda _: self._launches.pop(row.id, None))
+
+        def done(_: Any) -> None:
+            self._launches.pop(row.id, None)
+            self._launch_cancels.pop(row.id, None)
+
+        future.add_done_callback(done)
         return future
 
-    async def _launch(self, row: SessionRow, *, fresh_start: bool) -> LaunchResult:
+    async def _launch(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
         try:
-            return await self._launch_inner(row, fresh_start=fresh_start)
+            return await self._launch_inner(row, fresh_start=fresh_start, cancel=cancel)
         except Exception as exc:  # a bug must not leave the session STARTING forever
             log.exception("launch of session %s failed", row.id)
             with contextlib.suppress(Exception):
@@ -302,7 +317,7 @@ class SessionManager:
                     await self._preserve(current, f"internal error while starting the agent: {type(exc).__name__}")
             return LaunchResult(False, error=str(exc))
 
-    async def _launch_inner(self, row: SessionRow, *, fresh_start: bool) -> LaunchResult:
+    async def _launch_inner(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
         profile = self.profiles.get(row.agent)
         if profile is None:
             await self._apply(row, SessionEvent.FAIL, TaskEvent.FAIL,
@@ -330,7 +345,7 @@ class SessionManager:
             client = await AcpClient.launch(
                 profile.argv(token, str(self.settings.state_dir)), cwd=row.cwd, env=env,
                 on_update=lambda params, replay: updates.put_nowait((params, replay)),
-                on_permission=self._on_permission,
+                on_permission=lambda params: self._on_permission(row.id, params),
                 options=ClientOptions(request_timeout=self.settings.request_timeout,
                                       initialize_timeout=self.settings.initialize_timeout,
                                       stop_grace=self.settings.stop_grace),
@@ -351,7 +366,7 @@ class SessionManager:
                               if profile.auth_method else "restoring")
             result = await establish_session(
                 client, native_session_resume=profile.native_session_resume, resume_token=token,
-                cwd=row.cwd, auth_method=profile.auth_method, environ=env)
+                cwd=row.cwd, auth_method=profile.auth_method, environ=env, cancel=cancel)
         except (AcpError, TimeoutError) as exc:
             await client.stop()
             await abandon()
@@ -468,27 +483,30 @@ class SessionManager:
         await self._publish(row, "turn_started", {"prompt": blocks})
         try:
             response = await live.client.prompt(live.acp_session_id, sent)
-        except RpcError as err:
+        except (RpcError, TransportError) as exc:
             await self._end_turn(live)
-            message = f"agent {live.profile.id!r} failed the turn: {err.message}"
-            await self._publish(row, "turn_ended", {"stop_reason": None, "error": err.to_dict()})
-            await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=message)
-            code = err.code if err.code in _STANDARD_CODES else INTERNAL_ERROR
-            raise GatewayError(code, message, {"session_id": row.id, "agent_error": err.to_dict()}) from None
-        except TransportError as exc:
-            await self._end_turn(live)
+            if live.stopping:
+                # The session is being cancelled or stopped: whoever stops it owns its state.
+                await self._publish(row, "turn_ended", {"stop_reason": "cancelled", "error": str(exc)})
+                return {"stop_reason": "cancelled"}
+            if isinstance(exc, RpcError):
+                message = f"agent {live.profile.id!r} failed the turn: {exc.message}"
+                await self._publish(row, "turn_ended", {"stop_reason": None, "error": exc.to_dict()})
+                await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=message)
+                code = exc.code if exc.code in _STANDARD_CODES else INTERNAL_ERROR
+                raise GatewayError(code, message, {"session_id": row.id, "agent_error": exc.to_dict()}) from None
             await self._forget(live, "exited")
             message = (f"agent {live.profile.id!r} exited during the turn ({exc}); the session is kept: "
                        "resume it to continue")
             await self._publish(row, "turn_ended", {"stop_reason": None, "error": {"message": message}})
             await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=message)
             raise GatewayError(INTERNAL_ERROR, message, {"session_id": row.id, "needs_resume": True}) from None
-        if live.needs_resume_context:
-            live.needs_resume_context = False
+        live.needs_resume_context = False
         await self._end_turn(live)
         await self._publish(row, "turn_ended", {"stop_reason": response.stopReason})
-        await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=None,
-                          needs_resume_context=False)
+        if not live.stopping:
+            await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=None,
+                              needs_resume_context=False)
         return {"stop_reason": response.stopReason}
 
     async def _end_turn(self, live: LiveSession) -> None:
@@ -516,9 +534,97 @@ class SessionManager:
             finally:
                 updates.task_done()
 
-    async def _on_permission(self, params: dict[str, Any]) -> dict[str, Any]:
-        # Routed to frontends with the event stream (issue 4); until then nobody can answer.
-        return {"outcome": "cancelled"}
+    async def _on_permission(self, session_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        """An agent asks: the profile's policy may answer; otherwise frontends do, first answer wins."""
+        live = self.live.get(session_id)
+        row = await self.store.sessions.get(session_id)
+        if row is None:
+            return dict(CANCELLED)
+        profile = self.profiles.get(row.agent)
+        policy = profile.permission_policy if profile else "ask"
+        request_id = f"perm-{uuid.uuid4().hex[:12]}"
+        tool_call = params.get("toolCall")
+        decided = decide_permission(policy, params)
+        if decided is not None:
+            await self._publish(row, "permission_resolved", {"request_id": request_id, "outcome": decided,
+                                                             "by": "policy", "policy": policy, "tool_call": tool_call})
+            return decided
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._permission_waiters[request_id] = (session_id, waiter)
+        await self.store.permissions.add(request_id, session_id, row.owner, params)
+        event = await self.bus.publish("permission_requested", row.owner, row.id, row.task_id, {
+            "request_id": request_id, "tool_call": tool_call, "options": params.get("options"),
+            "acp_session_id": params.get("sessionId")})
+        await self.store.permissions.set_event(request_id, event.id)
+        timeout = profile.permission_timeout if profile else None
+        try:
+            if timeout is not None:
+                try:
+                    return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+                except TimeoutError:
+                    answer = refusal(params)
+                    if await self._resolve_permission(row, request_id, answer, "timeout"):
+                        return answer
+                    return await waiter
+            return await waiter
+        except asyncio.CancelledError:
+            # The client cancelled the request (session/cancel): record it, answer cancelled.
+            if live is not None and not waiter.done():
+                self._spawn(self._resolve_permission(row, request_id, dict(CANCELLED), "cancel"))
+            raise
+        finally:
+            self._permission_waiters.pop(request_id, None)
+
+    async def _resolve_permission(self, row: SessionRow, request_id: str, answer: dict[str, Any], by: str) -> bool:
+        if not await self.store.permissions.resolve(request_id, answer):
+            return False
+        entry = self._permission_waiters.get(request_id)
+        if entry is not None and not entry[1].done():
+            entry[1].set_result(answer)
+        await self._publish(row, "permission_resolved", {"request_id": request_id, "outcome": answer, "by": by})
+        return True
+
+    async def respond_permission(self, owner: str, session_id: Any, request_id: str, option_id: str | None,
+                                 cancelled: bool) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        stored = await self.store.permissions.get(request_id)
+        if stored is None or stored[0] != row.id:
+            raise GatewayError(NOT_FOUND, f"permission request {request_id} not found in session {row.id}",
+                               {"request_id": request_id})
+        _, _, state, params = stored
+        if state != "pending":
+            raise GatewayError(ALREADY_TERMINAL, f"permission request {request_id} was already answered "
+                               "(first answer wins)", {"request_id": request_id, "state": state})
+        if cancelled == (option_id is not None):
+            raise GatewayError(INVALID_PARAMS, "give exactly one of option_id or cancelled: true",
+                               {"field": "option_id"})
+        if option_id is not None and option_id not in option_ids(params):
+            raise GatewayError(INVALID_PARAMS, f"option_id {option_id!r} is not one of {option_ids(params)}",
+                               {"field": "option_id"})
+        answer = dict(CANCELLED) if cancelled else selected(option_id or "")
+        if not await self._resolve_permission(row, request_id, answer, "user"):
+            raise GatewayError(ALREADY_TERMINAL, f"permission request {request_id} was already answered "
+                               "(first answer wins)", {"request_id": request_id, "state": "resolved"})
+        return {"request_id": request_id, "outcome": answer}
+
+    async def _cancel_permissions(self, row: SessionRow) -> None:
+        for request_id, (session_id, _) in list(self._permission_waiters.items()):
+            if session_id == row.id:
+                await self._resolve_permission(row, request_id, dict(CANCELLED), "cancel")
+
+    async def _reoffer_permissions(self, sub: Subscription, cursor: int) -> None:
+        """Pending requests whose offer the subscriber did not just replay are offered again."""
+        for request_id, session_id, event_id, params in await self.store.permissions.pending(sub.owner,
+                                                                                             sub.session_id):
+            if request_id not in self._permission_waiters:
+                continue
+            if event_id is not None and event_id > cursor:
+                continue  # still to come live, or just replayed
+            row = await self.store.sessions.get(session_id)
+            sub.sink.send(synthetic_frame("permission_requested", {
+                "request_id": request_id, "tool_call": params.get("toolCall"), "options": params.get("options"),
+                "acp_session_id": params.get("sessionId"), "reoffered": True, "event_id": event_id,
+            }, session_id, row.task_id if row else None))
 
     async def _watch_exit(self, live: LiveSession) -> None:
         await live.client.process.wait()
@@ -560,12 +666,58 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None and live.turn_lock.locked():
             await self._stage(row, "cancelling")
+            await self._cancel_permissions(row)
             await live.client.cancel(live.acp_session_id)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.cancel_grace):
                     async with live.turn_lock:
                         pass
         return await self.view(await self.row(owner, row.id))
+
+    async def cancel(self, owner: str, session_id: Any) -> dict[str, Any]:
+        """End the session for good (DESIGN §4.5); concurrent calls share one cancellation."""
+        row = await self.row(owner, session_id)
+        pending = self._cancels.get(row.id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if SessionState(row.state) in TERMINAL_SESSION_STATES:
+            raise GatewayError(ALREADY_TERMINAL, f"session {row.id} is already {row.state}",
+                               {"session_id": row.id, "state": row.state})
+        future = asyncio.ensure_future(self._cancel(row))
+        self._cancels[row.id] = future
+        future.add_done_callback(lambda _: self._cancels.pop(row.id, None))
+        return await asyncio.shield(future)
+
+    async def _cancel(self, row: SessionRow) -> dict[str, Any]:
+        await self.store.cancels.request(row.id)  # durable first: a crash from here on still ends CANCELLED
+        await self._publish(row, "session_cancel_requested", {})
+        await self._stage(row, "cancelling")
+        launch = self._launches.get(row.id)
+        if launch is not None:
+            self._launch_cancels[row.id].set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(launch), self.settings.cancel_grace)
+        live = self.live.get(row.id)
+        if live is not None:
+            live.stopping = True
+            await self._cancel_permissions(row)
+            if live.turn_lock.locked():
+                await live.client.cancel(live.acp_session_id)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.cancel_grace):
+                        async with live.turn_lock:
+                            pass
+            init = live.client.init
+            if init is not None and init.agentCapabilities.can_close and live.client.alive:
+                with contextlib.suppress(AcpError, TimeoutError):
+                    await asyncio.wait_for(live.client.close_session(live.acp_session_id), self.settings.stop_grace)
+            await self._stage(row, "stopping")
+            await self._forget(live, "cancelled")
+        current = await self.store.sessions.get(row.id) or row
+        if SessionState(current.state) not in TERMINAL_SESSION_STATES:
+            current = await self._apply(current, SessionEvent.CANCEL, TaskEvent.CANCEL)
+        await self.store.cancels.clear(row.id)
+        return await self.view(current)
 
     async def set_title(self, owner: str, session_id: Any, title: str) -> dict[str, Any]:
         row = await self.row(owner, session_id)

@@ -102,6 +102,12 @@ MIGRATIONS: list[str] = [
         created_at REAL NOT NULL
     );
     """,
+    # 2: replay by owner reads the journal in id order; permissions remember the event that offered them
+    """
+    CREATE INDEX events_by_owner ON events(owner, id);
+    ALTER TABLE permissions ADD COLUMN event_id INTEGER;
+    ALTER TABLE permissions ADD COLUMN request_id TEXT
+    """,
 ]
 
 
@@ -158,7 +164,7 @@ class StoredHistory:
         return HistoryEntry(self.kind, self.content, self.name)
 
 
-@dataclass(frozen=True)
+@dataclass
 class EventRow:
     id: int
     type: str
@@ -167,6 +173,7 @@ class EventRow:
     task_id: str | None
     ts: float
     data: dict[str, Any]
+    frame: bytes | None = None  # the notification, encoded once for every subscriber
 
 
 _SESSION_COLUMNS = (
@@ -191,6 +198,7 @@ class Store:
         self.history = HistoryRepo(self)
         self.cancels = CancelRepo(self)
         self.events = EventRepo(self)
+        self.permissions = PermissionRepo(self)
         self.instances = InstanceRepo(self)
 
     @classmethod
@@ -422,21 +430,82 @@ class CancelRepo(_Repo):
 
 
 class EventRepo(_Repo):
-    async def append(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
-                     data: dict[str, Any]) -> EventRow:
-        now = time.time()
-        async with self.store._lock:
-            cur = await self.store.db.execute(
-                "INSERT INTO events (type, owner, session_id, task_id, ts, data) VALUES (?, ?, ?, ?, ?, ?)",
-                (type_, owner, session_id, task_id, now, orjson.dumps(data).decode()))
-            event_id = cur.lastrowid
-            await cur.close()
-        assert event_id is not None
-        return EventRow(event_id, type_, owner, session_id, task_id, now, data)
+    async def append_batch(self, rows: Sequence[EventRow]) -> None:
+        """One transaction for a whole batch (group commit); ids are assigned by the caller, in order."""
+        async with self.store.transaction() as db:
+            await db.executemany(
+                "INSERT INTO events (id, type, owner, session_id, task_id, ts, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(r.id, r.type, r.owner, r.session_id, r.task_id, r.ts, orjson.dumps(r.data).decode())
+                 for r in rows])
 
     async def head(self) -> int:
         row = await self.store.fetchone("SELECT MAX(id) FROM events")
         return int(row[0] or 0)
+
+    async def next_id(self) -> int:
+        """Past both the journal and anything ever pruned from it: ids never repeat."""
+        row = await self.store.fetchone("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+        return max(int(row[0]) if row else 0, await self.head()) + 1
+
+    async def oldest(self) -> int | None:
+        row = await self.store.fetchone("SELECT MIN(id) FROM events")
+        return int(row[0]) if row and row[0] is not None else None
+
+    async def after(self, owner: str, since: int, until: int, session_id: str | None = None,
+                    limit: int = 1000) -> list[EventRow]:
+        sql = ("SELECT id, type, owner, session_id, task_id, ts, data FROM events "
+               "WHERE owner = ? AND id > ? AND id <= ?")
+        params: list[Any] = [owner, since, until]
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            params.append(session_id)
+        sql += " ORDER BY id LIMIT ?"
+        params.append(limit)
+        return [EventRow(r[0], r[1], r[2], r[3], r[4], r[5], orjson.loads(r[6]))
+                for r in await self.store.fetchall(sql, params)]
+
+    async def prune(self, keep: int) -> int:
+        """Keep the newest `keep` events: the retention horizon."""
+        head = await self.head()
+        return await self.store.write("DELETE FROM events WHERE id <= ?", (head - keep,))
+
+
+class PermissionRepo(_Repo):
+    async def add(self, request_id: str, session_id: str, owner: str, params: dict[str, Any],
+                  event_id: int | None = None) -> None:
+        await self.store.write(
+            "INSERT INTO permissions (id, session_id, owner, params, state, created_at, event_id) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+            (request_id, session_id, owner, orjson.dumps(params).decode(), time.time(), event_id))
+
+    async def set_event(self, request_id: str, event_id: int) -> None:
+        await self.store.write("UPDATE permissions SET event_id = ? WHERE id = ?", (event_id, request_id))
+
+    async def resolve(self, request_id: str, answer: dict[str, Any]) -> bool:
+        """First answer wins: True only for the call that moved it from pending."""
+        changed = await self.store.write(
+            "UPDATE permissions SET state = 'resolved', answer = ? WHERE id = ? AND state = 'pending'",
+            (orjson.dumps(answer).decode(), request_id))
+        return changed == 1
+
+    async def get(self, request_id: str) -> tuple[str, str, str, dict[str, Any]] | None:
+        row = await self.store.fetchone("SELECT session_id, owner, state, params FROM permissions WHERE id = ?",
+                                        (request_id,))
+        return (row[0], row[1], row[2], orjson.loads(row[3])) if row else None
+
+    async def pending(self, owner: str, session_id: str | None = None) -> list[tuple[str, str, int | None,
+                                                                                        dict[str, Any]]]:
+        sql = "SELECT id, session_id, event_id, params FROM permissions WHERE owner = ? AND state = 'pending'"
+        params: list[Any] = [owner]
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            params.append(session_id)
+        rows = await self.store.fetchall(sql + " ORDER BY created_at", params)
+        return [(r[0], r[1], r[2], orjson.loads(r[3])) for r in rows]
+
+    async def expire_all(self) -> int:
+        """After a restart no agent waits for an answer any more."""
+        return await self.store.write("UPDATE permissions SET state = 'expired' WHERE state = 'pending'")
 
 
 class InstanceRepo(_Repo):
