@@ -198,6 +198,7 @@ class SessionManager:
             "needs_resume": decision.needs_resume,
             "is_resumable": decision.is_resumable,
             "resume_reason": decision.resume_reason.value,
+            "pending_permissions": await self.store.permissions.count_pending(row.id),
         }
 
     # -- state changes -------------------------------------------------------------------

@@ -503,6 +503,11 @@ class PermissionRepo(_Repo):
         rows = await self.store.fetchall(sql + " ORDER BY created_at", params)
         return [(r[0], r[1], r[2], orjson.loads(r[3])) for r in rows]
 
+    async def count_pending(self, session_id: str) -> int:
+        row = await self.store.fetchone("SELECT COUNT(*) FROM permissions WHERE session_id = ? AND state = 'pending'",
+                                        (session_id,))
+        return int(row[0])
+
     async def expire_all(self) -> int:
         """After a restart no agent waits for an answer any more."""
         return await self.store.write("UPDATE permissions SET state = 'expired' WHERE state = 'pending'")

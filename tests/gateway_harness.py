@@ -108,3 +108,30 @@ def agent_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+class EventLog:
+    """Every `task.session.event` a client received, and a way to wait for the next that matches."""
+
+    def __init__(self, client: GatewayClient) -> None:
+        self.client = client
+        self.events: list[dict[str, Any]] = []
+
+    async def wait(self, predicate: Any, timeout: float = 15.0) -> dict[str, Any]:
+        for event in self.events:
+            if predicate(event):
+                return event
+        while True:
+            note = await self.client.next_notification(timeout)
+            if note.get("method") != "task.session.event":
+                continue
+            event = note["params"]
+            self.events.append(event)
+            if predicate(event):
+                return event
+
+    def of_type(self, type_: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == type_]
+
+    def ids(self) -> list[int]:
+        return [e["id"] for e in self.events if e["id"] is not None]

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.client import GatewayClient, RpcCallError
 from gateway.resume_context import HistoryEntry, render_resume_context
-from tests.gateway_harness import GatewayProcess, agent_log, reference_profile
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
 
 
 @pytest.fixture
@@ -268,10 +268,12 @@ async def test_agent_dies_mid_turn_keeps_token(client: GatewayClient, env: dict[
 
 
 async def test_busy_while_a_turn_runs(client: GatewayClient, env: dict[str, Path]) -> None:
+    events = EventLog(client)
+    await client.call("task.session.subscribe")
     view = await start(client, env["work"])
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/hang"}))
-    await wait_state(client, view["session_id"], "RUNNING")
+    await events.wait(lambda e: e["type"] == "session_status" and e["data"]["state"] == "RUNNING")
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "again"})
     assert info.value.code == -32010
@@ -280,19 +282,13 @@ async def test_busy_while_a_turn_runs(client: GatewayClient, env: dict[str, Path
     assert (await client.call("task.session.get", {"session_id": view["session_id"]}))["state"] == "WAITING_FOR_INPUT"
 
 
-async def wait_state(c: GatewayClient, session_id: str, state: str, timeout: float = 10) -> None:
-    async def loop() -> None:
-        while (await c.call("task.session.get", {"session_id": session_id}))["state"] != state:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(loop(), timeout)
-
-
 async def test_initial_prompt_on_first_launch_only(gateway: GatewayProcess, client: GatewayClient,
                                                   env: dict[str, Path]) -> None:
+    events = EventLog(client)
+    await client.call("task.session.subscribe")
     view = await client.call("task.session.start", {"agent": "ref", "cwd": str(env["work"]),
                                                     "description": "do the task", "wait_ready": True})
-    await wait_state(client, view["session_id"], "WAITING_FOR_INPUT")
+    await events.wait(lambda e: e["type"] == "turn_ended" and e["session_id"] == view["session_id"])
     assert [p["params"]["prompt"][0]["text"] for p in sent_methods(env["log"], "session/prompt")] == ["do the task"]
     c2 = await restart(gateway)
     await c2.call("task.session.resume", {"session_id": view["session_id"]})

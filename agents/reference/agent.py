@@ -350,7 +350,7 @@ class ReferenceAgent:
             await self._tool_call(session, "ls", "README.md")
         if cfg.permission:
             outcome = await self._ask_permission(session)
-            if session.cancel.is_set():
+            if session.cancel.is_set() or outcome == {"outcome": "cancelled"}:
                 return "cancelled"
             await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
         if cfg.huge_line:
@@ -412,7 +412,7 @@ class ReferenceAgent:
             await self._report(session, args[0] if args else "", {"sessionId": session.session_id})
         elif word == "/permission":
             outcome = await self._ask_permission(session)
-            if session.cancel.is_set():
+            if session.cancel.is_set() or outcome == {"outcome": "cancelled"}:
                 return "cancelled"
             await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
         elif word == "/tool":

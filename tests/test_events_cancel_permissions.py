@@ -1,0 +1,304 @@
+"""Issue 4 acceptance, against a real gateway: event replay and resync, cancellation, permissions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.client import GatewayClient, RpcCallError
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> dict[str, Path]:
+    p = {"state": tmp_path / "state", "agents": tmp_path / "agents", "work": tmp_path / "work",
+         "agent_state": tmp_path / "agent-state", "log": tmp_path / "agent.log"}
+    p["agents"].mkdir()
+    p["work"].mkdir()
+    reference_profile(p["agents"], p["agent_state"], "ref", log=p["log"])
+    reference_profile(p["agents"], p["agent_state"], "ref-load", "--no-resume", log=p["log"])
+    reference_profile(p["agents"], p["agent_state"], "stubborn", "--ignore-cancel", log=p["log"])
+    with (p["agents"] / "ref.toml").open("a") as fh:
+        fh.write("")
+    for policy in ("allow_all", "deny_all"):
+        reference_profile(p["agents"], p["agent_state"], f"ref-{policy}", log=p["log"])
+        with (p["agents"] / f"ref-{policy}.toml").open("a") as fh:
+            fh.write(f'permission_policy = "{policy}"\n')
+    reference_profile(p["agents"], p["agent_state"], "ref-timeout", log=p["log"])
+    with (p["agents"] / "ref-timeout.toml").open("a") as fh:
+        fh.write("permission_timeout = 0.2\n")
+    return p
+
+
+@pytest.fixture
+async def gateway(paths: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
+    config = paths["state"].parent / "gw.toml"
+    config.write_text("event_retention = 10\ncancel_grace = 1.0\n")
+    gw = GatewayProcess(paths["state"], paths["agents"], config=config)
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+async def subscribed(gw: GatewayProcess, since: int | None = None, **extra: Any) -> tuple[GatewayClient, EventLog]:
+    client = await gw.client()
+    log = EventLog(client)
+    params: dict[str, Any] = dict(extra)
+    if since is not None:
+        params["since"] = since
+    result = await client.call("task.session.subscribe", params)
+    await log.wait(lambda e: e["type"] == "caught_up" and e["data"]["subscription_id"] == result["subscription_id"])
+    return client, log
+
+
+async def eventually(fetch: Any, ok: Any, timeout: float = 15.0) -> Any:
+    """Re-read a state nobody announces to a client that is not subscribed; fails after `timeout`."""
+    async def loop() -> Any:
+        while not ok(value := await fetch()):  # noqa: ASYNC110 - nothing announces it to this client
+            await asyncio.sleep(0.05)
+        return value
+
+    return await asyncio.wait_for(loop(), timeout)
+
+
+async def start(client: GatewayClient, cwd: Path, agent: str = "ref") -> dict[str, Any]:
+    view: dict[str, Any] = await client.call("task.session.start", {"agent": agent, "cwd": str(cwd),
+                                                                    "wait_ready": True})
+    return view
+
+
+async def test_replay_from_cursor_after_disconnect_loses_and_repeats_nothing(gateway: GatewayProcess,
+                                                                            paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"])
+    await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "one"})
+    await log.wait(lambda e: e["type"] == "turn_ended")
+    cursor = log.ids()[-1]
+    await client.close()
+    # While nobody listens, more happens.
+    other = await gateway.client()
+    await other.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "two"})
+    await other.close()
+    again, log2 = await subscribed(gateway, since=cursor)
+    replayed = log2.ids()
+    await again.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "three"})
+    await log2.wait(lambda e: e["type"] == "turn_ended" and e["id"] not in replayed)
+    ids = log2.ids()
+    assert ids == sorted(ids) and len(ids) == len(set(ids)) and ids[0] == cursor + 1
+    assert ids == list(range(cursor + 1, ids[-1] + 1))  # nothing lost: ids are contiguous for one owner
+    texts = [e["data"]["update"]["content"]["text"] for e in log2.of_type("session_update")]
+    assert texts == ["echo: two", "echo: three"]
+    listed = await again.call("task.session.list")
+    assert listed["event_cursor"] >= ids[-1]
+    await again.close()
+
+
+async def test_resync_required(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client = await gateway.client()
+    view = await start(client, paths["work"])
+    for i in range(6):  # well past a retention of 10 events, and past the prune interval of the journal
+        await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"p{i}"})
+    head = (await client.call("task.session.list"))["event_cursor"]
+    with pytest.raises(RpcCallError) as ahead:
+        await client.call("task.session.subscribe", {"since": head + 100})
+    assert ahead.value.code == -32012 and ahead.value.data["reason"] == "cursor_ahead"
+    await gateway.stop()  # the journal is pruned to its horizon when a gateway opens it
+    await gateway.start()
+    client2 = await gateway.client()
+    with pytest.raises(RpcCallError) as behind:
+        await client2.call("task.session.subscribe", {"since": 1})
+    assert behind.value.code == -32012 and behind.value.data["reason"] == "too_far_behind"
+    cursor = (await client2.call("task.session.list"))["event_cursor"]
+    assert (await client2.call("task.session.subscribe", {"since": cursor}))["cursor"] == cursor
+    await client.close()
+    await client2.close()
+
+
+async def test_load_replay_is_marked_and_not_recorded(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client = await gateway.client()
+    view = await start(client, paths["work"], "ref-load")
+    await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "remember"})
+    await gateway.kill9()
+    await gateway.start()
+    c2, log = await subscribed(gateway)
+    await c2.call("task.session.resume", {"session_id": view["session_id"]})
+    await log.wait(lambda e: e["type"] == "session_update"
+                   and e["data"]["update"]["content"]["text"] == "echo: remember")
+    updates = log.of_type("session_update")
+    assert [(u["data"]["replay"], u["data"]["update"]["content"]["text"]) for u in updates] == \
+        [(True, "remember"), (True, "echo: remember")]
+    history = await c2.call("task.session.history", {"session_id": view["session_id"]})
+    assert [e["content"] for e in history["entries"]] == ["remember", "echo: remember"]
+    await client.close()
+    await c2.close()
+
+
+async def test_events_are_owner_scoped_and_session_filtered(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, _ = await subscribed(gateway)
+    a = await start(client, paths["work"])
+    b = await start(client, paths["work"])
+    filt, flog = await subscribed(gateway, session_id=b["session_id"])
+    await client.call("task.session.prompt", {"session_id": a["session_id"], "prompt": "to a"})
+    await client.call("task.session.prompt", {"session_id": b["session_id"], "prompt": "to b"})
+    await flog.wait(lambda e: e["type"] == "turn_ended")
+    assert {e["session_id"] for e in flog.events if e["id"] is not None} == {b["session_id"]}
+    with pytest.raises(RpcCallError) as info:
+        await client.call("task.session.subscribe", {"session_id": "s-not-mine"})
+    assert info.value.code == -32002
+    await client.close()
+    await filt.close()
+
+
+async def test_cancel_twice_second_is_already_terminal(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"])
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                     "prompt": "/hang"}))
+    await log.wait(lambda e: e["type"] == "turn_started")
+    cancelled = await client.call("task.session.cancel", {"session_id": view["session_id"]})
+    assert cancelled["state"] == "CANCELLED" and cancelled["task_state"] == "CANCELLED"
+    assert cancelled["is_agent_running"] is False
+    assert await asyncio.wait_for(turn, 10) == {"stop_reason": "cancelled"}
+    with pytest.raises(RpcCallError) as info:
+        await client.call("task.session.cancel", {"session_id": view["session_id"]})
+    assert info.value.code == -32009 and info.value.data["state"] == "CANCELLED"
+    await log.wait(lambda e: e["type"] == "session_status" and e["data"]["state"] == "CANCELLED")
+    types = [e["type"] for e in log.events]
+    assert types.index("session_cancel_requested") < max(i for i, t in enumerate(types) if t == "session_status")
+    methods = [e["method"] for e in agent_log(paths["log"])]
+    assert "session/cancel" in methods and "session/close" in methods
+    with pytest.raises(RpcCallError) as resume:
+        await client.call("task.session.resume", {"session_id": view["session_id"]})
+    assert resume.value.code == -32013
+    await client.close()
+
+
+async def test_cancel_an_agent_that_ignores_cancel(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"], "stubborn")
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                     "prompt": "/hang"}))
+    await log.wait(lambda e: e["type"] == "turn_started")
+    assert (await client.call("task.session.cancel", {"session_id": view["session_id"]}))["state"] == "CANCELLED"
+    assert (await asyncio.wait_for(turn, 10))["stop_reason"] == "cancelled"
+    await client.close()
+
+
+async def test_crash_between_cancel_request_and_agent_stop(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"], "stubborn")
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                     "prompt": "/hang"}))
+    await log.wait(lambda e: e["type"] == "turn_started")
+    cancel = asyncio.ensure_future(client.call("task.session.cancel", {"session_id": view["session_id"]}))
+    # The request is durable once its event is out; the agent ignores cancel, so the gateway is still waiting.
+    await log.wait(lambda e: e["type"] == "session_cancel_requested")
+    await gateway.kill9()
+    await client.close()
+    for pending in (turn, cancel):
+        with pytest.raises(ConnectionError):
+            await pending
+    await gateway.start()
+    c2 = await gateway.client()
+    status = await c2.call("task.session.status", {"session_id": view["session_id"]})
+    assert (status["state"], status["task_state"], status["needs_resume"]) == ("CANCELLED", "CANCELLED", False)
+    with pytest.raises(RpcCallError) as info:
+        await c2.call("task.session.resume", {"session_id": view["session_id"]})
+    assert info.value.code == -32013
+    await c2.close()
+
+
+async def test_permission_asked_while_nobody_listens_is_reoffered(gateway: GatewayProcess,
+                                                                  paths: dict[str, Path]) -> None:
+    client = await gateway.client()
+    view = await start(client, paths["work"])
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                     "prompt": "/permission"}))
+    # Nobody is subscribed. A frontend connects later, with no cursor at all.
+    await eventually(lambda: client.call("task.session.status", {"session_id": view["session_id"]}),
+                     lambda s: s["pending_permissions"] == 1)
+    late, log = await subscribed(gateway)
+    offer = next(e for e in log.of_type("permission_requested"))
+    assert offer["data"]["reoffered"] is True and offer["session_id"] == view["session_id"]
+    assert [o["optionId"] for o in offer["data"]["options"]] == ["allow-once", "reject-once"]
+    answer = await late.call("task.session.permission.respond", {
+        "session_id": view["session_id"], "request_id": offer["data"]["request_id"], "option_id": "allow-once"})
+    assert answer["outcome"] == {"outcome": "selected", "optionId": "allow-once"}
+    assert await asyncio.wait_for(turn, 10) == {"stop_reason": "end_turn"}
+    resolved = await log.wait(lambda e: e["type"] == "permission_resolved")
+    assert resolved["data"]["by"] == "user"
+    await log.wait(lambda e: e["type"] == "session_update" and "permission" in e["data"]["update"]["content"]["text"])
+    await client.close()
+    await late.close()
+
+
+async def test_two_frontends_answer_the_same_permission(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    one, log1 = await subscribed(gateway)
+    two, log2 = await subscribed(gateway)
+    view = await start(one, paths["work"])
+    turn = asyncio.ensure_future(one.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                  "prompt": "/permission"}))
+    req1 = await log1.wait(lambda e: e["type"] == "permission_requested")
+    req2 = await log2.wait(lambda e: e["type"] == "permission_requested")
+    assert req1["id"] == req2["id"] and req1["id"] is not None
+    request_id = req1["data"]["request_id"]
+    results = await asyncio.gather(
+        one.call("task.session.permission.respond", {"session_id": view["session_id"], "request_id": request_id,
+                                                     "option_id": "allow-once"}),
+        two.call("task.session.permission.respond", {"session_id": view["session_id"], "request_id": request_id,
+                                                     "option_id": "reject-once"}),
+        return_exceptions=True)
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    losers = [r for r in results if isinstance(r, RpcCallError)]
+    assert len(winners) == 1 and len(losers) == 1
+    assert losers[0].code == -32009 and "first answer wins" in losers[0].message
+    assert await asyncio.wait_for(turn, 10) == {"stop_reason": "end_turn"}
+    chosen = winners[0]["outcome"]["optionId"]
+    said = await log1.wait(lambda e: e["type"] == "session_update" and "permission:" in
+                           e["data"]["update"]["content"].get("text", ""))
+    assert chosen in said["data"]["update"]["content"]["text"]
+    await one.close()
+    await two.close()
+
+
+async def test_permission_answered_cancelled_by_cancel_turn(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"])
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                     "prompt": "/permission"}))
+    await log.wait(lambda e: e["type"] == "permission_requested")
+    back = await client.call("task.session.cancel_turn", {"session_id": view["session_id"]})
+    assert await asyncio.wait_for(turn, 10) == {"stop_reason": "cancelled"}
+    assert back["state"] == "WAITING_FOR_INPUT"
+    resolved = await log.wait(lambda e: e["type"] == "permission_resolved")
+    assert resolved["data"]["outcome"] == {"outcome": "cancelled"} and resolved["data"]["by"] == "cancel"
+    await client.close()
+
+
+@pytest.mark.parametrize(("agent", "expected", "by"), [
+    ("ref-allow_all", {"outcome": "selected", "optionId": "allow-once"}, "policy"),
+    ("ref-deny_all", {"outcome": "selected", "optionId": "reject-once"}, "policy"),
+    ("ref-timeout", {"outcome": "selected", "optionId": "reject-once"}, "timeout"),
+])
+async def test_permission_policies(gateway: GatewayProcess, paths: dict[str, Path], agent: str,
+                                   expected: dict[str, Any], by: str) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"], agent)
+    assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/permission"}) == \
+        {"stop_reason": "end_turn"}
+    resolved = await log.wait(lambda e: e["type"] == "permission_resolved")
+    assert resolved["data"]["outcome"] == expected and resolved["data"]["by"] == by
+    await client.close()
+
+
+async def test_unknown_update_kind_reaches_the_frontend(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"])
+    await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/unknown-update"})
+    event = await log.wait(lambda e: e["type"] == "session_update")
+    assert event["data"]["update"] == {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}}
+    await client.close()
