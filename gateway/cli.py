@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
     serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
+    from .frontend_cli import add_parsers
+
+    add_parsers(sub)
     agents = sub.add_parser("agents", help="list agent profiles and whether each command is found")
     agents.add_argument("--agents-dir", action="append", default=[], type=Path)
     return parser
@@ -49,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(parser, args, command)
+        from .frontend_cli import COMMANDS, run_frontend
+
+        if args.command in COMMANDS:
+            import asyncio
+
+            try:
+                return asyncio.run(run_frontend(args))
+            except KeyboardInterrupt:
+                return 0
         if args.command == "serve":
             return _serve(args)
         if args.command == "agents":

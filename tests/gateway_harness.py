@@ -31,7 +31,8 @@ def reference_profile(agents_dir: Path, agent_state: Path, agent_id: str, *flags
 
 class GatewayProcess:
     def __init__(self, state_dir: Path, agents_dir: Path, *extra: str, token: str | None = TOKEN,
-                 config: Path | None = None) -> None:
+                 config: Path | None = None, port: int = 0) -> None:
+        self.fixed_port = port
         self.state_dir = state_dir
         self.agents_dir = agents_dir
         self.extra = list(extra)
@@ -46,7 +47,8 @@ class GatewayProcess:
         return f"ws://127.0.0.1:{self.port}/rpc"
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--state-dir", str(self.state_dir),
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.fixed_port),
+                "--state-dir", str(self.state_dir),
                 "--agents-dir", str(self.agents_dir), *self.extra]
         if self.token:
             argv += ["--token", self.token]
@@ -135,3 +137,45 @@ class EventLog:
 
     def ids(self) -> list[int]:
         return [e["id"] for e in self.events if e["id"] is not None]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class FakeClock:
+    """Time that moves only when a test says so; sleepers wake in deadline order."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.t + seconds, fut))
+        await fut
+
+    @property
+    def sleeping(self) -> int:
+        return sum(1 for _, f in self._sleepers if not f.done())
+
+    async def advance(self, seconds: float) -> None:
+        target = self.t + seconds
+        while True:
+            due = sorted(((d, f) for d, f in self._sleepers if d <= target and not f.done()), key=lambda x: x[0])
+            if not due:
+                break
+            deadline, fut = due[0]
+            self.t = max(self.t, deadline)
+            fut.set_result(None)
+            for _ in range(5):  # let the woken task run up to its next sleep
+                await asyncio.sleep(0)
+        self._sleepers = [(d, f) for d, f in self._sleepers if not f.done()]
+        self.t = target

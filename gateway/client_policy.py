@@ -1,0 +1,84 @@
+"""The owner-session client's timing rules (DESIGN §6) as pure pieces: time and randomness are inputs.
+
+Both clients (the Python library in `gateway.client` and the web UI) follow these numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+RECONCILE_INTERVAL = 60.0  # a full task.session.list this often...
+RECONCILE_JITTER = 15.0  # ...plus up to this much, so clients do not stampede
+HEALTH_SAMPLE_INTERVAL = 5.0
+DEGRADED_AFTER_SAMPLES = 9  # samples in a row without a live stream
+MALFORMED_LIMIT = 5  # malformed events before an immediate reconciliation
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+
+
+def next_reconcile_delay(rand: float) -> float:
+    """`rand` in [0, 1): 60 s plus up to 15 s of jitter."""
+    return RECONCILE_INTERVAL + RECONCILE_JITTER * rand
+
+
+def backoff_delay(attempt: int, rand: float) -> float:
+    """Exponential backoff with jitter: attempt 0 waits 0.25–0.5 s, doubling up to a 15–30 s cap."""
+    ceiling: float = min(BACKOFF_CAP, BACKOFF_BASE * (2.0 ** min(max(attempt, 0), 30)))
+    return ceiling * (0.5 + rand / 2)
+
+
+@dataclass
+class StreamHealth:
+    misses: int = 0
+
+    def sample(self, live: bool) -> bool:
+        """Record one sample; returns whether the stream is now degraded."""
+        self.misses = 0 if live else self.misses + 1
+        return self.degraded
+
+    @property
+    def degraded(self) -> bool:
+        return self.misses >= DEGRADED_AFTER_SAMPLES
+
+
+@dataclass
+class MalformedCounter:
+    count: int = 0
+
+    def note(self) -> bool:
+        """One more malformed event; True when it is time to reconcile (and the count starts over)."""
+        self.count += 1
+        if self.count >= MALFORMED_LIMIT:
+            self.count = 0
+            return True
+        return False
+
+
+@dataclass
+class AutoResumeGuard:
+    """Auto-resume a viewed session at most once per view."""
+
+    attempted: set[str] = field(default_factory=set)
+    view: str | None = None
+
+    def open_view(self, session_id: str) -> None:
+        if self.view != session_id:
+            self.view = session_id
+            self.attempted.discard(session_id)
+
+    def should_resume(self, session_id: str, status: dict[str, Any]) -> bool:
+        if session_id != self.view or session_id in self.attempted:
+            return False
+        if status.get("needs_resume") and status.get("is_resumable"):
+            self.attempted.add(session_id)
+            return True
+        return False
+
+
+def is_valid_event(params: Any) -> bool:
+    """The shape of `task.session.event` params; anything else counts as malformed."""
+    return (isinstance(params, dict) and isinstance(params.get("type"), str)
+            and (params.get("id") is None or (isinstance(params.get("id"), int)
+                                              and not isinstance(params.get("id"), bool)))
+            and isinstance(params.get("data"), dict))
