@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint
+.PHONY: run test lint browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,5 +19,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check acp agents gateway tests
 	$(VENV)/bin/mypy --strict acp gateway
 
-test: lint
+# The browser test drives Debian's chromium (Playwright never downloads a browser here).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
+	  else echo "make test: install Debian's chromium (apt-get install chromium) for the browser test" >&2; exit 1; fi; }
+
+test: lint browser
 	$(VENV)/bin/pytest -q

@@ -16,6 +16,7 @@ import secrets
 import signal
 import sys
 import uuid
+from importlib import resources
 from pathlib import Path
 from typing import IO
 
@@ -24,7 +25,7 @@ from agents.profiles import default_state_dir, load_profiles
 from .config import ServeConfig
 from .events import EventBus
 from .rpc import RpcAdapter
-from .server import GatewayServer
+from .server import GatewayServer, ui_pages
 from .sessions import SessionManager, Settings
 from .store import Store
 
@@ -116,8 +117,10 @@ class Gateway:
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
             await sessions.open()
             adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id})
+            index_html = (resources.files("gateway") / "ui" / "index.html").read_bytes()
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
-                                   max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins)
+                                   max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
+                                   ui=ui_pages(index_html, lambda: self.metrics()))
             self.sessions, self.server, self.store = sessions, server, store
             await server.start()
             self._announce(state_dir, generated, server.port)
@@ -132,6 +135,16 @@ class Gateway:
             await store.close()
         finally:
             lock.release()
+
+    def metrics(self) -> str:
+        lines = [
+            "# TYPE acp_gateway_live_sessions gauge", f"acp_gateway_live_sessions {len(self.sessions.live)}",
+            "# TYPE acp_gateway_connections gauge", f"acp_gateway_connections {len(self.server.connections)}",
+            "# TYPE acp_gateway_events_committed_total counter",
+            f"acp_gateway_events_committed_total {self.sessions.bus.committed}",
+            "# TYPE acp_gateway_event_head gauge", f"acp_gateway_event_head {self.sessions.bus.head}",
+        ]
+        return "\n".join(lines) + "\n"
 
     def _announce(self, state_dir: Path, generated: str | None, port: int) -> None:
         host = self.config.host

@@ -12,12 +12,11 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import orjson
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
@@ -184,7 +183,31 @@ def _plain(connection: ServerConnection, status: HTTPStatus, body: str) -> Respo
     return response
 
 
-def json_response(connection: ServerConnection, body: Any) -> Response:
-    response = connection.respond(HTTPStatus.OK, "")
-    return Response(response.status_code, response.reason_phrase,
-                    Headers([("Content-Type", "application/json")]), orjson.dumps(body))
+def typed_response(connection: ServerConnection, content_type: str, body: bytes,
+                   extra: Sequence[tuple[str, str]] = ()) -> Response:
+    base = connection.respond(HTTPStatus.OK, "")
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
+                       ("Cache-Control", "no-store"), *extra])
+    return Response(base.status_code, base.reason_phrase, headers, body)
+
+
+UI_HEADERS = [
+    # Everything the page needs is inline or on this origin: nothing else may load.
+    ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+]
+
+
+def ui_pages(index_html: bytes, metrics: Any) -> Any:
+    """The HTTP side besides /rpc and /healthz: the web UI at `/`, Prometheus text at `/metrics`."""
+
+    def route(connection: ServerConnection, request: Request, path: str) -> Response | None:
+        if path in ("/", "/index.html"):
+            return typed_response(connection, "text/html; charset=utf-8", index_html, UI_HEADERS)
+        if path == "/metrics":
+            return typed_response(connection, "text/plain; version=0.0.4", metrics().encode())
+        return None
+
+    return route
