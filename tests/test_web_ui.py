@@ -6,11 +6,11 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import playwright.async_api as playwright_api
 import pytest
 
 from tests.gateway_harness import GatewayProcess, free_port, reference_profile
 
-playwright_api = pytest.importorskip("playwright.async_api", reason="make test installs playwright")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
