@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
     serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
+    check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
+                           usage="acp-gateway check [--json] [--only ID ...] -- CMD ARGS...")
+    check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
+    check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
+    check.add_argument("--list", action="store_true", help="list the checks and exit")
     from .frontend_cli import add_parsers
 
     add_parsers(sub)
@@ -63,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
         if args.command == "serve":
             return _serve(args)
+        if args.command == "check":
+            return _check(args, command)
         if args.command == "agents":
             for profile in load_profiles(args.agents_dir).values():
                 found = "found" if profile.command_found() else "not found"
@@ -73,6 +80,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser.error(f"unknown command {args.command!r}")
     return 2
+
+
+def _check(args: argparse.Namespace, command: list[str]) -> int:
+    import asyncio
+
+    import orjson
+
+    from acp.conformance import all_checks, render_table, report_json, run_checks
+
+    if args.list:
+        for c in all_checks():
+            print(f"{c.id:16} {c.tier.value:13} {c.title}")
+        return 0
+    if not command:
+        print("acp-gateway check: give the agent's command after --", file=sys.stderr)
+        return 2
+    known = {c.id for c in all_checks()}
+    unknown = [i for i in args.only if i not in known]
+    if unknown:
+        print(f"acp-gateway check: unknown check id(s) {', '.join(unknown)}; see --list", file=sys.stderr)
+        return 2
+    results = asyncio.run(run_checks(command, only=args.only))
+    if args.json:
+        print(orjson.dumps(report_json(command, results)).decode())
+    else:
+        print(render_table(results))
+    return 1 if any(r.fatal for r in results) else 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -75,6 +75,10 @@ class Config:
     ignore_cancel: bool = False
     grandchild_pidfile: str | None = None
     faults_once: dict[str, str] = field(default_factory=dict)
+    replay_on_resume: bool = False
+    bad_stop_reason: bool = False
+    bad_update: bool = False
+    linger: bool = False
     log: str | None = None
 
 
@@ -299,6 +303,8 @@ class ReferenceAgent:
         self._check_cwd(params)
         session = self._existing(params)
         self.sessions[session.session_id] = session
+        if self.config.replay_on_resume:  # a fault: resume must not replay
+            await self._replay(session)
         return {}
 
     async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -337,6 +343,8 @@ class ReferenceAgent:
             if session.title is None and text:
                 session.title = text[:60]
             stop = await self._turn(session, text.strip())
+            if stop == "end_turn" and self.config.bad_stop_reason:
+                stop = "done"  # a fault: not a StopReason of ACP v1
             return {"stopReason": stop}
         finally:
             session.turn_running = False
@@ -353,6 +361,8 @@ class ReferenceAgent:
             if session.cancel.is_set() or outcome == {"outcome": "cancelled"}:
                 return "cancelled"
             await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
+        if cfg.bad_update:  # a fault: a content block without its type
+            await self._update(session, {"sessionUpdate": "agent_message_chunk", "content": {"text": "untyped"}})
         if cfg.huge_line:
             await self._message(session, "x" * cfg.huge_line)
         for i in range(cfg.stream):
@@ -481,6 +491,10 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--require-auth", action="store_true", help="session methods answer -32000 until authenticate")
     p.add_argument("--auth-env", metavar="VAR", help="advertise an env_var auth method needing VAR")
     p.add_argument("--auth-fails", action="store_true", help="authenticate always fails (-32000)")
+    p.add_argument("--replay-on-resume", action="store_true", help="fault: replay history on session/resume")
+    p.add_argument("--bad-stop-reason", action="store_true", help="fault: end turns with stopReason 'done'")
+    p.add_argument("--bad-update", action="store_true", help="fault: send a malformed session/update per prompt")
+    p.add_argument("--linger", action="store_true", help="fault: keep running after stdin closes")
     p.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel")
     p.add_argument("--grandchild-pidfile", metavar="FILE", help="spawn a long-lived grandchild, write its pid")
     ns = p.parse_args(argv)
@@ -516,6 +530,10 @@ def _parse_args(argv: list[str] | None) -> Config:
         ignore_cancel=ns.ignore_cancel,
         grandchild_pidfile=ns.grandchild_pidfile,
         faults_once=faults_of(ns.fault_once, "--fault-once"),
+        replay_on_resume=ns.replay_on_resume,
+        bad_stop_reason=ns.bad_stop_reason,
+        bad_update=ns.bad_update,
+        linger=ns.linger,
         log=ns.log,
     )
 
@@ -545,6 +563,8 @@ async def serve(config: Config) -> None:
     agent.conn = conn
     conn.start()
     await conn.wait_closed()
+    if config.linger:
+        await asyncio.sleep(3600)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
