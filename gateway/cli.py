@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
     check.add_argument("--list", action="store_true", help="list the checks and exit")
+    rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
+                         usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
+    rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
+    rep = sub.add_parser("replay", help="an ACP agent that plays a recorded fixture back")
+    rep.add_argument("fixture")
+    rep.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
     from .frontend_cli import add_parsers
 
     add_parsers(sub)
@@ -70,6 +76,17 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "check":
             return _check(args, command)
+        if args.command == "record":
+            from acp.record import record_command
+
+            if not command:
+                print("acp-gateway record: give the agent's command after --", file=sys.stderr)
+                return 2
+            return record_command(command, args.out)
+        if args.command == "replay":
+            from agents.replay import main as replay_main
+
+            return replay_main([args.fixture, *(["--realtime"] if args.realtime else [])])
         if args.command == "agents":
             for profile in load_profiles(args.agents_dir).values():
                 found = "found" if profile.command_found() else "not found"

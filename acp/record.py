@@ -1,0 +1,98 @@
+"""`acp-gateway record`: a transparent stdio proxy that writes both directions of ACP traffic to JSONL.
+
+An editor launches it in place of the agent. Bytes are forwarded exactly as read, chunk by chunk, in
+both directions; only the copy written to the fixture is split into lines and parsed. Each fixture
+line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to_client), `{"seq", "ts", "dir",
+"raw"}` for a line that is not JSON, and `{"seq", "ts", "dir": "agent_stderr", "line"}` for stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+import orjson
+
+from .framing import DEFAULT_MAX_LINE, LineSplitter
+
+_CHUNK = 256 * 1024
+
+
+class Recorder:
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.seq = 0
+
+    def write(self, direction: str, line: bytes) -> None:
+        self.seq += 1
+        entry: dict[str, Any] = {"seq": self.seq, "ts": time.time(), "dir": direction}
+        text = line.decode("utf-8", "replace")
+        if direction == "agent_stderr":
+            entry["line"] = text
+        else:
+            try:
+                entry["msg"] = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                entry["raw"] = text
+        self.out.write(orjson.dumps(entry) + b"\n")
+        self.out.flush()
+
+
+async def _pump(source: asyncio.StreamReader, sink: Any, direction: str, recorder: Recorder,
+                close_sink: bool) -> None:
+    splitter = LineSplitter(DEFAULT_MAX_LINE)
+    try:
+        while True:
+            chunk = await source.read(_CHUNK)
+            if not chunk:
+                break
+            sink.write(chunk)
+            drain = getattr(sink, "drain", None)
+            if drain is not None:
+                with contextlib.suppress(ConnectionError):
+                    await drain()
+            else:
+                sink.flush()
+            for line in splitter.feed(chunk):
+                if line.strip():
+                    recorder.write(direction, line)
+        tail = splitter.tail()
+        if tail is not None and tail.strip():
+            recorder.write(direction, tail)
+    finally:
+        if close_sink:
+            with contextlib.suppress(Exception):
+                sink.close()
+
+
+async def record(argv: Sequence[str], out_path: str) -> int:
+    loop = asyncio.get_running_loop()
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, functools.partial(proc.send_signal, sig))
+    stdin = asyncio.StreamReader(limit=_CHUNK)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin.buffer)
+    stdout = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    stderr = os.fdopen(os.dup(sys.stderr.fileno()), "wb", buffering=0)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    with open(out_path, "ab") as fixture:
+        recorder = Recorder(fixture)
+        to_agent = asyncio.ensure_future(_pump(stdin, proc.stdin, "client_to_agent", recorder, True))
+        from_agent = asyncio.ensure_future(_pump(proc.stdout, stdout, "agent_to_client", recorder, False))
+        from_stderr = asyncio.ensure_future(_pump(proc.stderr, stderr, "agent_stderr", recorder, False))
+        rc = await proc.wait()
+        await asyncio.gather(from_agent, from_stderr, return_exceptions=True)
+        to_agent.cancel()
+    return rc
+
+
+def record_command(argv: Sequence[str], out_path: str) -> int:
+    return asyncio.run(record(argv, out_path))
