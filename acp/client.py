@@ -52,7 +52,8 @@ def _ignore_update(params: dict[str, Any], replay: bool) -> None:
 
 @dataclass
 class ClientOptions:
-    request_timeout: float | None = None  # per request; None waits until the process dies
+    request_timeout: float | None = None  # every request but prompts; None waits until the process dies
+    prompt_timeout: float | None = None  # a turn may legitimately run for hours: no limit by default
     initialize_timeout: float = 60.0
     max_line: int = DEFAULT_MAX_LINE
     stop_grace: float = 2.0
@@ -148,7 +149,8 @@ class AcpClient:
 
     async def prompt(self, session_id: str, prompt: list[dict[str, Any]]) -> PromptResponse:
         self.replaying = False  # a turn starts: anything after this is live
-        raw = await self.request("session/prompt", {"sessionId": session_id, "prompt": prompt})
+        raw = await self.conn.request("session/prompt", {"sessionId": session_id, "prompt": prompt},
+                                      timeout=self.options.prompt_timeout)
         return PromptResponse.model_validate(raw)
 
     async def cancel(self, session_id: str) -> None:

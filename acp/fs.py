@@ -41,10 +41,34 @@ def select_lines(text: str, line: int | None, limit: int | None) -> str:
     return "".join(lines[start:end])
 
 
+def open_beneath(root: str | os.PathLike[str], target: Path, flags: int, *, create_dirs: bool = False) -> int:
+    """Open `target` (already confined) walking from `root` one component at a time, never following a
+    symlink: a directory swapped for a link after `confine` checked the path is refused, not followed."""
+    real_root = os.path.realpath(root)
+    parts = target.relative_to(real_root).parts
+    if not parts:
+        raise RpcError(INVALID_PARAMS, "the session directory itself is not a file", {"path": str(target)})
+    fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create_dirs:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return os.open(parts[-1], flags | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def read_text_file(root: str, path: str, line: int | None = None, limit: int | None = None) -> str:
     target = confine(root, path)
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_beneath(root, target, os.O_RDONLY)
     except FileNotFoundError as exc:
         raise RpcError(RESOURCE_NOT_FOUND, f"file not found: {path}", {"path": path}) from exc
     except OSError as exc:
@@ -58,12 +82,8 @@ def read_text_file(root: str, path: str, line: int | None = None, limit: int | N
 
 def write_text_file(root: str, path: str, content: str) -> None:
     target = confine(root, path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Re-check after creating parents: a directory could have been swapped for a symlink.
-    target = confine(root, str(target))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
     try:
-        fd = os.open(target, flags, 0o644)
+        fd = open_beneath(root, target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
     except OSError as exc:
         raise RpcError(INVALID_PARAMS, f"cannot write {path}: {exc.strerror}", {"path": path}) from exc
     with os.fdopen(fd, "wb") as fh:

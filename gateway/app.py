@@ -112,7 +112,9 @@ class Gateway:
             await bus.open()
             settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
                                 ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,
-                                cancel_grace=config.cancel_grace,
+                                cancel_grace=config.cancel_grace, request_timeout=config.request_timeout,
+                                initialize_timeout=config.initialize_timeout,
+                                max_live_sessions_per_owner=config.max_live_sessions_per_owner,
                                 environ={k: v for k, v in os.environ.items()})
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
             await sessions.open()
@@ -120,7 +122,8 @@ class Gateway:
             index_html = (resources.files("gateway") / "ui" / "index.html").read_bytes()
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
-                                   ui=ui_pages(index_html, lambda: self.metrics()))
+                                   ui=ui_pages(index_html, lambda: self.metrics()), outbox_limit=config.outbox_limit,
+                                   max_connections_per_owner=config.max_connections_per_owner)
             self.sessions, self.server, self.store = sessions, server, store
             await server.start()
             self._announce(state_dir, generated, server.port)

@@ -63,8 +63,10 @@ def origin_allowed(origin: str | None, host_header: str | None, allowed: list[st
 class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
-                 outbox_limit: int = 10_000) -> None:
+                 outbox_limit: int = 10_000, max_connections_per_owner: int = 64) -> None:
         self.outbox_limit = outbox_limit
+        self.max_connections_per_owner = max_connections_per_owner
+        self.per_owner: dict[str, int] = {}
         self.adapter = adapter
         self.tokens = dict(tokens)
         self.host = host
@@ -100,6 +102,9 @@ class GatewayServer:
             if owner is None:
                 return _plain(connection, HTTPStatus.UNAUTHORIZED,
                               "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
+            if self.per_owner.get(owner, 0) >= self.max_connections_per_owner:
+                return _plain(connection, HTTPStatus.TOO_MANY_REQUESTS,
+                              f"at most {self.max_connections_per_owner} connections per owner: close one first\n")
             self.owners[id(connection)] = owner
             return None
         if self.ui is not None:
@@ -113,6 +118,13 @@ class GatewayServer:
         if owner is None:
             await connection.close(1008, "unauthorized")
             return
+        self.per_owner[owner] = self.per_owner.get(owner, 0) + 1
+        try:
+            await self._serve_connection(connection, owner)
+        finally:
+            self.per_owner[owner] -= 1
+
+    async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
         outbox = Outbox(connection, self.outbox_limit)
         ctx = RpcContext(owner=owner, sink=outbox)
         self.connections.add(connection)

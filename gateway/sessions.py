@@ -30,6 +30,7 @@ from .errors import (
     BUSY,
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    LIMIT_EXCEEDED,
     NOT_FOUND,
     NOT_RESUMABLE,
     WORKSPACE_MISSING,
@@ -65,8 +66,9 @@ class Settings:
     ready_timeout: float = 90.0
     stop_grace: float = 2.0
     cancel_grace: float = 5.0
-    request_timeout: float | None = None
+    request_timeout: float | None = 120.0  # session setup and other non-prompt requests to an agent
     initialize_timeout: float = 60.0
+    max_live_sessions_per_owner: int = 32
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -248,6 +250,7 @@ class SessionManager:
             task = await self.store.tasks.get(task_id)
             if task is not None and task.owner != owner:
                 raise GatewayError(INVALID_PARAMS, f"task {task_id} not found", {"field": "task_id"})
+        self._check_live_limit(owner)
         row = await self.store.sessions.create(
             owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
             task_state=TaskState.TODO, session_state=SessionState.CREATED)
@@ -263,10 +266,20 @@ class SessionManager:
         if row.id in self.live:
             return {**await self.view(row), "already_running": True}
         self._check_resumable(row)
+        if row.id not in self._launches:
+            self._check_live_limit(owner)
         future = self._launch_once(row, fresh_start=False)
         if wait_ready:
             await asyncio.shield(future)
         return {**await self.view(await self.row(owner, row.id)), "already_running": False}
+
+    def _check_live_limit(self, owner: str) -> None:
+        live = sum(1 for s in self.live.values() if s.owner == owner) + sum(
+            1 for sid in self._launches if sid not in self.live)
+        if live >= self.settings.max_live_sessions_per_owner:
+            raise GatewayError(LIMIT_EXCEEDED, f"{live} live sessions already (limit "
+                               f"{self.settings.max_live_sessions_per_owner}): cancel or stop one first",
+                               {"limit": self.settings.max_live_sessions_per_owner})
 
     def _check_resumable(self, row: SessionRow) -> None:
         if SessionState(row.state) in TERMINAL_SESSION_STATES:

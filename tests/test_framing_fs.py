@@ -73,3 +73,32 @@ def test_confine(tmp_path: Path) -> None:
         assert info.value.code == -32602 and "outside the session directory" in info.value.message
     with pytest.raises(RpcError):
         confine(root, "")
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_refused(tmp_path: Path) -> None:
+    from acp.fs import open_beneath
+
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f.txt").write_text("secret")
+    (root / "sub" / "f.txt").write_text("mine")
+    target = confine(root, "sub/f.txt")  # checked while `sub` is a real directory...
+    (root / "sub" / "f.txt").unlink()
+    (root / "sub").rmdir()
+    os.symlink(tmp_path / "outside", root / "sub")  # ...then swapped for a link out of the root
+    with pytest.raises(OSError):
+        open_beneath(root, target, os.O_RDONLY)
+    with pytest.raises(OSError):
+        open_beneath(root, target, os.O_WRONLY | os.O_CREAT, create_dirs=True)
+    assert (tmp_path / "outside" / "f.txt").read_text() == "secret"
+
+
+def test_read_write_round_trip_with_new_directories(tmp_path: Path) -> None:
+    from acp.fs import read_text_file, write_text_file
+
+    write_text_file(str(tmp_path), "a/b/c.txt", "x\ny\n")
+    assert read_text_file(str(tmp_path), str(tmp_path / "a" / "b" / "c.txt"), 2, None) == "y\n"
+    with pytest.raises(RpcError) as info:
+        read_text_file(str(tmp_path), "a/missing.txt")
+    assert info.value.code == -32002
