@@ -36,7 +36,8 @@ class GatewayProcess:
         self.state_dir = state_dir
         self.agents_dir = agents_dir
         self.extra = list(extra)
-        self.token = token
+        self.token = token  # what clients present
+        self.cli_token = token  # what `serve --token` is given
         self.config = config
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
@@ -50,8 +51,8 @@ class GatewayProcess:
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.fixed_port),
                 "--state-dir", str(self.state_dir),
                 "--agents-dir", str(self.agents_dir), *self.extra]
-        if self.token:
-            argv += ["--token", self.token]
+        if self.cli_token:
+            argv += ["--token", self.cli_token]
         if self.config:
             argv += ["--config", str(self.config)]
         return argv

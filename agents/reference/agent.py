@@ -102,6 +102,7 @@ class ReferenceAgent:
         self.config = config
         self.sessions: dict[str, Session] = {}
         self.authenticated = not config.require_auth
+        self.exit_mid_replay = False
         self.conn: Connection | None = None
         self.stdout: Any = None
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +175,8 @@ class ReferenceAgent:
     async def handle(self, method: str, params: Any) -> Any:
         self._log(method, params)
         fault = self._fault_for(method)
+        if method == "session/load":
+            self.exit_mid_replay = fault == "exit_mid_replay"
         if fault is not None:
             await self._apply_fault(fault, params)
         if not isinstance(params, dict):
@@ -293,7 +296,7 @@ class ReferenceAgent:
 
     async def _replay(self, session: Session) -> None:
         for index, update in enumerate(list(session.history)):
-            if self.config.faults.get("session/load") == "exit_mid_replay" and index >= len(session.history) // 2:
+            if self.exit_mid_replay and index >= len(session.history) // 2:
                 os._exit(4)
             if self.config.replay_delay:
                 await asyncio.sleep(self.config.replay_delay)
@@ -432,6 +435,13 @@ class ReferenceAgent:
                 await self._message(session, f"chunk {i} ")
                 if session.cancel.is_set():
                     return "cancelled"
+        elif word == "/flood":
+            count = int(args[0]) if args else 100
+            size = int(args[1]) if len(args) > 1 else 1000
+            chunk = "z" * size
+            for _ in range(count):
+                await self._update(session, {"sessionUpdate": "agent_message_chunk",
+                                             "content": {"type": "text", "text": chunk}}, record=False)
         elif word == "/huge":
             await self._message(session, "y" * (int(args[0]) if args else 1 << 20))
         elif word == "/crash":

@@ -1,0 +1,216 @@
+"""Issue 6: agent faults, slow consumers, limits and isolation — each against a real gateway process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from gateway.client import GatewayClient, RpcCallError
+from tests.gateway_harness import EventLog, GatewayProcess, reference_profile
+
+ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, Path]:
+    p = {"state": tmp_path / "state", "agents": tmp_path / "agents", "work": tmp_path / "work",
+         "agent_state": tmp_path / "agent-state"}
+    p["agents"].mkdir()
+    p["work"].mkdir()
+    a, s = p["agents"], p["agent_state"]
+    reference_profile(a, s, "ref")
+    reference_profile(a, s, "hang-resume", "--fault-once", "session/resume=hang")
+    reference_profile(a, s, "hang-init", "--fault", "initialize=hang")
+    reference_profile(a, s, "noisy", "--noise", "50", "--stderr-flood", str(10 * 1000 * 1000))
+    reference_profile(a, s, "load-exit", "--no-resume", "--fault-once", "session/load=exit_mid_replay")
+    config = tmp_path / "gw.toml"
+    config.write_text(f'request_timeout = 1.0\ninitialize_timeout = 1.0\nmax_live_sessions_per_owner = 3\n'
+                      f'max_connections_per_owner = 6\noutbox_limit = 20\n'
+                      f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
+    p["config"] = config
+    return p
+
+
+@pytest.fixture
+async def gateway(env: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
+    gw = GatewayProcess(env["state"], env["agents"], token=None, config=env["config"])
+    gw.token = ALICE
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+async def start(c: GatewayClient, cwd: Path, agent: str = "ref") -> dict[str, Any]:
+    view: dict[str, Any] = await c.call("task.session.start", {"agent": agent, "cwd": str(cwd), "wait_ready": True})
+    return view
+
+
+async def test_agent_hangs_on_resume_then_stops_cleanly(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    c = await gateway.client()
+    view = await start(c, env["work"], "hang-resume")
+    await gateway.kill9()
+    await gateway.start()
+    c = await gateway.client()
+    resumed = await c.call("task.session.resume", {"session_id": view["session_id"]})
+    assert resumed["is_agent_running"] is False and "transport" in resumed["error_message"]
+    status = await c.call("task.session.status", {"session_id": view["session_id"]})
+    assert (status["resume_reason"], status["has_resume_token"]) == ("error_recovery", True)
+    retried = await c.call("task.session.recover", {"session_id": view["session_id"], "action": "retry"})
+    assert retried["is_agent_running"] is True and retried["acp_session_id"] == view["acp_session_id"]
+    await c.close()
+
+
+async def test_agent_never_answers_initialize(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    c = await gateway.client()
+    view = await start(c, env["work"], "hang-init")
+    assert view["state"] == "WAITING_FOR_INPUT" and view["is_agent_running"] is False
+    assert "failed to start" in view["error_message"] and "initialize" in view["error_message"]
+    status = await c.call("task.session.status", {"session_id": view["session_id"]})
+    assert status["resume_reason"] == "error_recovery"
+    assert (await c.call("gateway.info"))["owner"] == "alice"  # still serving
+    await c.close()
+
+
+async def test_garbage_huge_lines_and_stderr_flood(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    c = await gateway.client()
+    log = EventLog(c)
+    await c.call("task.session.subscribe")
+    view = await start(c, env["work"], "noisy")
+    size = 10 * 1024 * 1024
+    assert await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"/huge {size}"}) == \
+        {"stop_reason": "end_turn"}
+    event = await log.wait(lambda e: e["type"] == "session_update")
+    assert len(event["data"]["update"]["content"]["text"]) == size
+    assert await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "still fine"}) == \
+        {"stop_reason": "end_turn"}
+    await c.close()
+
+
+async def test_exit_during_load_replay(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    c = await gateway.client()
+    view = await start(c, env["work"], "load-exit")
+    for text in ("one", "two"):
+        await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": text})
+    await gateway.kill9()
+    await gateway.start()
+    c = await gateway.client()
+    resumed = await c.call("task.session.resume", {"session_id": view["session_id"]})
+    assert resumed["is_agent_running"] is False and "transport" in resumed["error_message"]
+    assert resumed["acp_session_id"] == view["acp_session_id"]
+    again = await c.call("task.session.recover", {"session_id": view["session_id"], "action": "retry"})
+    assert again["is_agent_running"] is True
+    history = await c.call("task.session.history", {"session_id": view["session_id"]})
+    assert len(history["entries"]) == 4  # the partial replay recorded nothing twice
+    await c.close()
+
+
+def raw_subscriber(port: int, token: str) -> socket.socket:
+    """A WebSocket client that subscribes and then reads nothing at all (a frozen browser tab)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                 f"Authorization: Bearer {token}\r\n\r\n".encode())
+    payload = b'{"jsonrpc":"2.0","id":1,"method":"task.session.subscribe","params":{}}'
+    mask = os.urandom(4)
+    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    return sock
+
+
+async def test_slow_consumer_is_cut_off_others_keep_going(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    c = await gateway.client()
+    view = await start(c, env["work"])
+    frozen = raw_subscriber(gateway.port, ALICE)
+    # Far more than the kernel's socket buffers hold for a reader that reads nothing.
+    await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/flood 300 20000"})
+    cut = [line for line in gateway.stderr_lines if "consumer fell 20 frames behind" in line]
+    deadline = asyncio.get_running_loop().time() + 15
+    while not cut and asyncio.get_running_loop().time() < deadline:
+        await c.call("gateway.info")  # the gateway keeps serving others meanwhile
+        cut = [line for line in gateway.stderr_lines if "consumer fell 20 frames behind" in line]
+    assert cut, "the frozen subscriber was never cut off"
+    received = await asyncio.to_thread(_read_until_close_frame, frozen)
+    assert CLOSE_4429 in received  # close frame: code 4429 and a reason that says what to do
+    assert await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "ok"}) == \
+        {"stop_reason": "end_turn"}
+    await c.close()
+
+
+CLOSE_4429 = b"\x11\x4dtoo slow: reconnect and resubscribe"
+
+
+def _read_until_close_frame(sock: socket.socket) -> bytes:
+    sock.settimeout(15)
+    data = b""
+    try:
+        while CLOSE_4429 not in data:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    return data
+
+
+async def test_limits_answer_clear_errors(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    c = await gateway.client()
+    for _ in range(3):
+        await start(c, env["work"])
+    with pytest.raises(RpcCallError) as info:
+        await start(c, env["work"])
+    assert info.value.code == -32014 and "limit 3" in info.value.message
+    bob = await gateway.client(BOB)  # limits are per owner
+    assert (await start(bob, env["work"]))["is_agent_running"] is True
+    for _ in range(16):
+        await c.call("task.session.subscribe")
+    with pytest.raises(RpcCallError) as subs:
+        await c.call("task.session.subscribe")
+    assert subs.value.code == -32014
+    extra = [await gateway.client() for _ in range(4)]  # 6 per owner: c and these 4 make 5, one more fits
+    last = await gateway.client()
+    with pytest.raises(InvalidStatus) as refused:
+        await gateway.client()
+    assert refused.value.response.status_code == 429
+    for client in (*extra, last, c, bob):
+        await client.close()
+
+
+async def test_events_never_cross_owners(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    alice = await gateway.client(ALICE)
+    bob = await gateway.client(BOB)
+    bob_log = EventLog(bob)
+    await bob.call("task.session.subscribe", {"since": 0})
+    await bob_log.wait(lambda e: e["type"] == "caught_up")
+    view = await start(alice, env["work"])
+    await alice.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "private"})
+    mine = await start(bob, env["work"])
+    await bob_log.wait(lambda e: e["type"] == "session_status" and e["session_id"] == mine["session_id"]
+                       and e["data"]["state"] == "WAITING_FOR_INPUT")
+    assert {e["session_id"] for e in bob_log.events if e["session_id"]} == {mine["session_id"]}
+    with pytest.raises(RpcCallError):
+        await bob.call("task.session.subscribe", {"session_id": view["session_id"]})
+    await alice.close()
+    await bob.close()
+
+
+async def test_tokens_never_reach_logs(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    async with connect(f"{gateway.url}?token={ALICE}") as ws:
+        await ws.send('{"jsonrpc":"2.0","id":1,"method":"gateway.info"}')
+        await ws.recv()
+    c = await gateway.client()
+    await start(c, env["work"])
+    await c.close()
+    await gateway.stop()
+    logs = "".join(gateway.stderr_lines)
+    assert ALICE not in logs and BOB not in logs
