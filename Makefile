@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser
+.PHONY: run test lint browser bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,3 +28,7 @@ browser:
 
 test: lint browser
 	$(VENV)/bin/pytest -q
+
+# Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
+bench: $(STAMP)
+	env -u PYTHONUNBUFFERED $(PY) bench/run.py

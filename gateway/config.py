@@ -43,7 +43,7 @@ class ServeConfig(BaseModel):
     initialize_timeout: float = Field(default=60.0, gt=0)
     max_live_sessions_per_owner: int = Field(default=32, ge=1)
     max_connections_per_owner: int = Field(default=64, ge=1)
-    outbox_limit: int = Field(default=10_000, ge=10)
+    outbox_limit: int = Field(default=100_000, ge=10)
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"
     auth: AuthConfig = Field(default_factory=AuthConfig)

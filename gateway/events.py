@@ -28,11 +28,15 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 25.0
 
 
+_FRAME_HEAD = b'{"jsonrpc":"2.0","method":"task.session.event","params":'
+
+
 def event_frame(event: EventRow) -> bytes:
+    """The notification for `event`, built around the already-encoded data (encoded once, ever)."""
     if event.frame is None:
-        event.frame = orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
-            "id": event.id, "type": event.type, "session_id": event.session_id, "task_id": event.task_id,
-            "ts": event.ts, "data": event.data}})
+        head = orjson.dumps({"id": event.id, "type": event.type, "session_id": event.session_id,
+                             "task_id": event.task_id, "ts": event.ts})
+        event.frame = _FRAME_HEAD + head[:-1] + b',"data":' + event.encoded_data() + b"}}"
     return event.frame
 
 
@@ -41,6 +45,11 @@ def synthetic_frame(type_: str, data: dict[str, Any], session_id: str | None = N
     """A notification that is not in the journal (caught_up, heartbeat, re-offers): its id is null."""
     return orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
         "id": None, "type": type_, "session_id": session_id, "task_id": task_id, "ts": time.time(), "data": data}})
+
+
+def _consume_exception(fut: asyncio.Future[EventRow]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # logged by the committer; retrieved here so asyncio does not warn again
 
 
 class Sink(Protocol):
@@ -80,7 +89,7 @@ class EventBus:
         self.store = store
         self.retention = retention
         self._subs: dict[str, Subscription] = {}
-        self._queue: list[tuple[EventRow, asyncio.Future[EventRow]]] = []
+        self._queue: list[tuple[EventRow, asyncio.Future[EventRow] | None]] = []
         self._wake = asyncio.Event()
         self._next_id = 1
         self._committer: asyncio.Task[None] | None = None
@@ -104,8 +113,11 @@ class EventBus:
     async def flush(self) -> None:
         while self._queue:
             await asyncio.sleep(0)
-            if self._queue:
-                await asyncio.gather(*(f for _, f in list(self._queue)), return_exceptions=True)
+            pending = [f for _, f in list(self._queue) if f is not None]
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            elif self._queue:
+                await asyncio.sleep(0.01)
 
     async def prune(self) -> None:
         await self.store.events.prune(self.retention)
@@ -113,12 +125,27 @@ class EventBus:
     # -- publishing --------------------------------------------------------------------
     async def publish(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
                       data: dict[str, Any]) -> EventRow:
-        event = EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data)
-        self._next_id += 1
+        """Queue an event and wait until it is committed (and handed to subscribers)."""
+        return await asyncio.shield(self.publish_nowait(type_, owner, session_id, task_id, data))
+
+    def publish_nowait(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
+                       data: dict[str, Any]) -> asyncio.Future[EventRow]:
+        """Queue an event; its id and order are fixed now, its commit comes with the next group.
+
+        For streams (session updates) that must not wait one commit per event; subscribers still see
+        nothing before the commit."""
         fut: asyncio.Future[EventRow] = asyncio.get_running_loop().create_future()
-        self._queue.append((event, fut))
-        self._wake.set()
-        return await asyncio.shield(fut)
+        fut.add_done_callback(_consume_exception)
+        self.enqueue(type_, owner, session_id, task_id, data, fut)
+        return fut
+
+    def enqueue(self, type_: str, owner: str, session_id: str | None, task_id: str | None, data: dict[str, Any],
+                fut: asyncio.Future[EventRow] | None = None) -> None:
+        """The cheapest publish: nobody waits for this event's commit (a failed write is logged)."""
+        self._queue.append((EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data), fut))
+        self._next_id += 1
+        if not self._wake.is_set():
+            self._wake.set()
 
     async def _commit_loop(self) -> None:
         while True:
@@ -132,19 +159,20 @@ class EventBus:
             except Exception as exc:
                 log.exception("event journal write failed")
                 for _, fut in batch:
-                    if not fut.done():
+                    if fut is not None and not fut.done():
                         fut.set_exception(exc)
                 continue
             self.committed += len(batch)
+            subs = list(self._subs.values())
             for event, fut in batch:
                 self.head = event.id
-                for sub in list(self._subs.values()):
+                for sub in subs:
                     if sub.wants(event):
                         try:
                             sub.deliver(event)
                         except Exception:
                             log.exception("subscription %s failed", sub.id)
-                if not fut.done():
+                if fut is not None and not fut.done():
                     fut.set_result(event)
             if self.committed % 10_000 < len(batch):
                 await self.prune()

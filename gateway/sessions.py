@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,35 @@ class Settings:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
+class HistoryWriter:
+    """Appends a session's history entries in order, off the update path; `idle()` waits for the writes."""
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        self._pending: list[HistoryEntry] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, entries: list[HistoryEntry]) -> None:
+        if not entries:
+            return
+        self._pending.extend(entries)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self.store.history.append(self.session_id, batch)
+            except Exception:
+                log.exception("session %s: history not written", self.session_id)
+
+    async def idle(self) -> None:
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+
 @dataclass
 class LiveSession:
     session_id: str
@@ -84,7 +113,7 @@ class LiveSession:
     needs_resume_context: bool = False
     turn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     coalescer: HistoryCoalescer = field(default_factory=HistoryCoalescer)
-    updates: asyncio.Queue[tuple[dict[str, Any], bool]] = field(default_factory=asyncio.Queue)
+    history: HistoryWriter | None = None
     stopping: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -345,27 +374,23 @@ class SessionManager:
         await self._stage(row, "launching")
         env = profile.launch_env(self.settings.environ)
         # Updates flow from the first byte: a session/load replays history before it answers.
-        updates: asyncio.Queue[tuple[dict[str, Any], bool]] = asyncio.Queue()
         coalescer = HistoryCoalescer()
-        pump = asyncio.ensure_future(self._pump_updates(row.id, updates, coalescer))
+        history = HistoryWriter(self.store, row.id)
+        on_update = self._update_intake(row, coalescer, history)
 
         async def abandon() -> None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await updates.join()
-            pump.cancel()
+            await history.idle()
 
         try:
             client = await AcpClient.launch(
                 profile.argv(token, str(self.settings.state_dir)), cwd=row.cwd, env=env,
-                on_update=lambda params, replay: updates.put_nowait((params, replay)),
+                on_update=on_update,
                 on_permission=lambda params: self._on_permission(row.id, params),
                 options=ClientOptions(request_timeout=self.settings.request_timeout,
                                       initialize_timeout=self.settings.initialize_timeout,
                                       stop_grace=self.settings.stop_grace),
             )
         except AcpError as exc:
-            pump.cancel()
             reason = f"could not launch agent {profile.id!r} for session {row.id}: {exc}"
             await self._apply(row, SessionEvent.FAIL, TaskEvent.FAIL, error_message=reason)
             await self._message(row, "error", reason)
@@ -416,9 +441,8 @@ class SessionManager:
             has_history=has_history))
         live = LiveSession(row.id, row.owner, row.task_id, profile, client, result.session_id, execution_id,
                            needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT, coalescer=coalescer,
-                           updates=updates)
+                           history=history)
         self.live[row.id] = live
-        live.tasks.add(pump)
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
         row = await self._apply(row, None, None, launched=True, recovery_pending=False, error_message=None,
                                 needs_resume_context=live.needs_resume_context)
@@ -524,29 +548,27 @@ class SessionManager:
         return {"stop_reason": response.stopReason}
 
     async def _end_turn(self, live: LiveSession) -> None:
-        """Every update of the turn is published and its history committed before the turn ends."""
-        await live.updates.join()
-        await self.store.history.append(live.session_id, live.coalescer.flush())
+        """Every update of the turn is queued for the journal and its history committed before the turn ends."""
+        assert live.history is not None
+        live.history.add(live.coalescer.flush())
+        await live.history.idle()
 
     # -- agent output ----------------------------------------------------------------
-    async def _pump_updates(self, session_id: str, updates: asyncio.Queue[tuple[dict[str, Any], bool]],
-                            coalescer: HistoryCoalescer) -> None:
-        """Publish each update in arrival order; live ones (not replayed history) also become history."""
-        row = await self.store.sessions.get(session_id)
-        assert row is not None
-        while True:
-            params, replay = await updates.get()
-            try:
-                update = params.get("update")
-                await self._publish(row, "session_update", {"update": update, "replay": replay})
-                if not replay and isinstance(update, dict):
-                    entries = coalescer.feed(update)
-                    if entries:
-                        await self.store.history.append(session_id, entries)
-            except Exception:
-                log.exception("session %s: update not processed", session_id)
-            finally:
-                updates.task_done()
+    def _update_intake(self, row: SessionRow, coalescer: HistoryCoalescer,
+                       history: HistoryWriter) -> Callable[[dict[str, Any], bool], None]:
+        """Called by the ACP client for each update, in arrival order, on the read loop: no task hop,
+        no await. The event's id and order are fixed here; its commit comes with the next group."""
+        enqueue, owner, sid, task_id = self.bus.enqueue, row.owner, row.id, row.task_id
+
+        def on_update(params: dict[str, Any], replay: bool) -> None:
+            update = params.get("update")
+            enqueue("session_update", owner, sid, task_id, {"update": update, "replay": replay})
+            if not replay and isinstance(update, dict):
+                entries = coalescer.feed(update)
+                if entries:
+                    history.add(entries)
+
+        return on_update
 
     async def _on_permission(self, session_id: str, params: dict[str, Any]) -> dict[str, Any]:
         """An agent asks: the profile's policy may answer; otherwise frontends do, first answer wins."""

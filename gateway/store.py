@@ -174,6 +174,12 @@ class EventRow:
     ts: float
     data: dict[str, Any]
     frame: bytes | None = None  # the notification, encoded once for every subscriber
+    data_json: bytes | None = None  # `data`, encoded once for the journal and the frame
+
+    def encoded_data(self) -> bytes:
+        if self.data_json is None:
+            self.data_json = orjson.dumps(self.data)
+        return self.data_json
 
 
 _SESSION_COLUMNS = (
@@ -435,7 +441,7 @@ class EventRepo(_Repo):
         async with self.store.transaction() as db:
             await db.executemany(
                 "INSERT INTO events (id, type, owner, session_id, task_id, ts, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(r.id, r.type, r.owner, r.session_id, r.task_id, r.ts, orjson.dumps(r.data).decode())
+                [(r.id, r.type, r.owner, r.session_id, r.task_id, r.ts, r.encoded_data().decode())
                  for r in rows])
 
     async def head(self) -> int:
