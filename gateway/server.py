@@ -149,7 +149,7 @@ class GatewayServer:
     async def _answer(self, outbox: Outbox, ctx: RpcContext, frame: str | bytes) -> None:
         answer = await self.adapter.handle_frame(frame, ctx)
         if answer is not None:
-            outbox.send(answer)
+            outbox.send(answer, batchable=False)
         hooks, ctx.after_response = ctx.after_response, []
         for hook in hooks:
             hook()
@@ -168,16 +168,16 @@ class Outbox:
 
     def __init__(self, connection: ServerConnection, limit: int) -> None:
         self.connection = connection
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=limit)
+        self.queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue(maxsize=limit)
         self.closed = False
         self._closer: asyncio.Future[None] | None = None
         self._task = asyncio.ensure_future(self._run())
 
-    def send(self, frame: bytes) -> None:
+    def send(self, frame: bytes, batchable: bool = True) -> None:
         if self.closed:
             return
         try:
-            self.queue.put_nowait(frame)
+            self.queue.put_nowait((frame, batchable))
         except asyncio.QueueFull:
             self.closed = True
             log.warning("closing a connection whose consumer fell %d frames behind", self.queue.maxsize)
@@ -185,21 +185,28 @@ class Outbox:
                 self.connection.close(self.CLOSE_CODE, "too slow: reconnect and resubscribe"))
 
     async def _run(self) -> None:
-        # A backlog goes out as one JSON array (a JSON-RPC batch of notifications): one WebSocket
-        # message instead of hundreds, so a burst drains at the speed of the socket, not of send().
+        # A backlog of event notifications goes out as one JSON array (a JSON-RPC batch of
+        # notifications): one WebSocket message instead of hundreds, so a burst drains at the speed
+        # of the socket. Answers to requests are never batched: each goes out alone, in order.
         with contextlib.suppress(Exception):
+            carry: tuple[bytes, bool] | None = None
             while True:
-                frame = await self.queue.get()
-                if self.queue.empty():
+                frame, batchable = carry if carry is not None else await self.queue.get()
+                carry = None
+                if not batchable or self.queue.empty():
                     await self.connection.send(frame, text=True)
                     continue
                 batch = [frame]
                 size = len(frame)
                 while not self.queue.empty() and len(batch) < self.MAX_BATCH and size < self.MAX_BATCH_BYTES:
-                    nxt = self.queue.get_nowait()
-                    batch.append(nxt)
-                    size += len(nxt)
-                await self.connection.send(b"[" + b",".join(batch) + b"]", text=True)
+                    item = self.queue.get_nowait()
+                    if not item[1]:
+                        carry = item
+                        break
+                    batch.append(item[0])
+                    size += len(item[0])
+                await self.connection.send(batch[0] if len(batch) == 1 else b"[" + b",".join(batch) + b"]",
+                                           text=True)
 
     def close(self) -> None:
         self.closed = True
