@@ -323,6 +323,43 @@ async def dispatch_cost(calls: int = 20000) -> tuple[float, float]:
     return ours, plain
 
 
+async def resume_overhead(tmp: Path, agents: Path, runs: int = 15) -> tuple[list[float], list[float]]:
+    """`task.session.resume` to ready through the gateway, and the bare agent's spawn + initialize + resume."""
+    from acp.client import AcpClient
+
+    work = tmp / "resume-work"
+    work.mkdir(exist_ok=True)
+    state = tmp / "resume-state"
+    g = Gateway(state, agents).start()
+    c = await GatewayClient.connect(g.url, TOKEN)
+    ids = [(await c.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True}))
+           for _ in range(runs)]
+    await c.close()
+    g.stop()  # every session now needs a resume
+    g = Gateway(state, agents).start()
+    c = await GatewayClient.connect(g.url, TOKEN)
+    gateway_ms = []
+    for view in ids:
+        t0 = time.perf_counter()
+        resumed = await c.call("task.session.resume", {"session_id": view["session_id"]})
+        gateway_ms.append((time.perf_counter() - t0) * 1000)
+        assert resumed["is_agent_running"], resumed
+        await c.call("task.session.cancel", {"session_id": view["session_id"]})
+    await c.close()
+    g.stop()
+    bare_ms = []
+    ref = [PY, "-m", "agents.reference", "--state-dir", str(agents.parent / "ref-state")]
+    for view in ids:
+        t0 = time.perf_counter()
+        client = await AcpClient.launch(ref, cwd=str(work), env=CLEAN_ENV)
+        await client.initialize()
+        await client.request("session/resume", {"sessionId": view["acp_session_id"], "cwd": str(work),
+                                                "mcpServers": []})
+        bare_ms.append((time.perf_counter() - t0) * 1000)
+        await client.stop()
+    return gateway_ms, bare_ms
+
+
 def row(name: str, ours: list[float], base: list[float], unit: str, target: str, ok: bool, base_name: str) -> str:
     o, b = stats(ours), stats(base)
     ratio = o[1] / b[1] if b[1] else float("nan")
@@ -408,6 +445,14 @@ async def main() -> None:
     ours_j, raw_j = [j[0] for j in journal], [j[1] for j in journal]
     rows.append(row("journal throughput (group commit)", ours_j, raw_j, "events/s", "≥ 0.3× raw sqlite3",
                     statistics.median(ours_j) >= 0.3 * statistics.median(raw_j), "raw sqlite3, one transaction"))
+
+    gateway_ms, bare_ms = await resume_overhead(tmp, agents)
+    added = statistics.median(gateway_ms) - statistics.median(bare_ms)
+    rows.append(f"| resume overhead (resume → ready, minus the bare agent) | {added:.1f} ms added at p50 (gateway "
+                f"{statistics.median(gateway_ms):.1f} ms, min {min(gateway_ms):.1f}, max {max(gateway_ms):.1f}) | "
+                f"bare spawn + initialize + session/resume: {statistics.median(bare_ms):.1f} ms "
+                f"(min {min(bare_ms):.1f}, max {max(bare_ms):.1f}) | – | ≤ 30 ms added at p50 | "
+                f"{'met' if added <= 30 else 'NOT met'} |")
 
     dispatch = [await dispatch_cost() for _ in range(RUNS)]
     rows.append(row("JSON-RPC dispatch via jsonrpcserver", [d[0] for d in dispatch], [d[1] for d in dispatch],
