@@ -109,6 +109,27 @@ MIGRATIONS: list[str] = [
     ALTER TABLE permissions ADD COLUMN event_id INTEGER;
     ALTER TABLE permissions ADD COLUMN request_id TEXT
     """,
+    # 3: the journal is read by id range (a reconnecting client asks for what came after its cursor),
+    # which the primary key serves; an (owner, id) index only doubled the cost of every event written.
+    """
+    DROP INDEX events_by_owner
+    """,
+    # 4: event ids are assigned by the bus (in memory, past the journal's head), so AUTOINCREMENT's
+    # per-row sqlite_sequence update is pure cost. Pruning keeps the newest events, so the head stays.
+    """
+    CREATE TABLE events_new (
+        id INTEGER PRIMARY KEY,
+        type TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        session_id TEXT,
+        task_id TEXT,
+        ts REAL NOT NULL,
+        data TEXT NOT NULL
+    );
+    INSERT INTO events_new SELECT id, type, owner, session_id, task_id, ts, data FROM events;
+    DROP TABLE events;
+    ALTER TABLE events_new RENAME TO events
+    """,
 ]
 
 
@@ -165,7 +186,7 @@ class StoredHistory:
         return HistoryEntry(self.kind, self.content, self.name)
 
 
-@dataclass
+@dataclass(slots=True)
 class EventRow:
     id: int
     type: str
@@ -271,12 +292,15 @@ class Store:
             await cur.close()
             return rowcount
 
+    # Reads take the lock too: a cursor left open across an await holds an old snapshot, and a write
+    # begun on this connection meanwhile would have to upgrade that snapshot after the journal
+    # connection committed, which SQLite refuses at once (SQLITE_BUSY_SNAPSHOT, no busy wait).
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self.db.execute(sql, params) as cur:
+        async with self._lock, self.db.execute(sql, params) as cur:
             return await cur.fetchone()
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        async with self.db.execute(sql, params) as cur:
+        async with self._lock, self.db.execute(sql, params) as cur:
             return list(await cur.fetchall())
 
     async def integrity_check(self) -> str:
@@ -451,7 +475,8 @@ class CancelRepo(_Repo):
 class EventRepo(_Repo):
     async def append_batch(self, rows: Sequence[EventRow]) -> None:
         """One transaction for a whole batch (group commit); ids are assigned by the caller, in order."""
-        values = [(r.id, r.type, r.owner, r.session_id, r.task_id, r.ts, r.encoded_data().decode()) for r in rows]
+        # `data` is stored as the UTF-8 JSON bytes already encoded for subscribers (no second copy).
+        values = [(r.id, r.type, r.owner, r.session_id, r.task_id, r.ts, r.encoded_data()) for r in rows]
         journal = self.store.journal
         async with self.store._lock:
             if journal is None:
@@ -471,9 +496,8 @@ class EventRepo(_Repo):
         return int(row[0] or 0)
 
     async def next_id(self) -> int:
-        """Past both the journal and anything ever pruned from it: ids never repeat."""
-        row = await self.store.fetchone("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-        return max(int(row[0]) if row else 0, await self.head()) + 1
+        """Past the journal's head: pruning always keeps the newest events, so ids never repeat."""
+        return await self.head() + 1
 
     async def oldest(self) -> int | None:
         row = await self.store.fetchone("SELECT MIN(id) FROM events")

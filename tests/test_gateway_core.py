@@ -160,7 +160,7 @@ async def test_forgotten_session_falls_back_to_new(gateway: GatewayProcess, clie
     status = await c2.call("task.session.status", {"session_id": view["session_id"]})
     assert status["resume_reason"] == "agent_running"
     db = sqlite3.connect(env["state"] / "gateway.db")
-    messages = [r[0] for r in db.execute("SELECT data FROM events WHERE type = 'session_message'")]
+    messages = [bytes(r[0]).decode() for r in db.execute("SELECT data FROM events WHERE type = 'session_message'")]
     assert any("no longer knew session" in m and old in m for m in messages), (messages, sub_events)
     await c2.close()
 
