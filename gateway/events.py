@@ -89,7 +89,8 @@ class EventBus:
         self.store = store
         self.retention = retention
         self._subs: dict[str, Subscription] = {}
-        self._queue: list[tuple[EventRow, asyncio.Future[EventRow] | None]] = []
+        self._queue: list[EventRow] = []  # queued in id order, committed as one group
+        self._waiters: list[tuple[EventRow, asyncio.Future[EventRow]]] = []
         self._wake = asyncio.Event()
         self._next_id = 1
         self._committer: asyncio.Task[None] | None = None
@@ -113,7 +114,7 @@ class EventBus:
     async def flush(self) -> None:
         while self._queue:
             await asyncio.sleep(0)
-            pending = [f for _, f in list(self._queue) if f is not None]
+            pending = [f for _, f in list(self._waiters)]
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             elif self._queue:
@@ -142,7 +143,10 @@ class EventBus:
     def enqueue(self, type_: str, owner: str, session_id: str | None, task_id: str | None, data: dict[str, Any],
                 fut: asyncio.Future[EventRow] | None = None) -> None:
         """The cheapest publish: nobody waits for this event's commit (a failed write is logged)."""
-        self._queue.append((EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data), fut))
+        event = EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data)
+        self._queue.append(event)
+        if fut is not None:
+            self._waiters.append((event, fut))
         self._next_id += 1
         if not self._wake.is_set():
             self._wake.set()
@@ -152,27 +156,32 @@ class EventBus:
             await self._wake.wait()
             self._wake.clear()
             batch, self._queue = self._queue, []
+            waiters, self._waiters = self._waiters, []
             if not batch:
                 continue
             try:
-                await self.store.events.append_batch([e for e, _ in batch])
+                await self.store.events.append_batch(batch)
             except Exception as exc:
                 log.exception("event journal write failed")
-                for _, fut in batch:
-                    if fut is not None and not fut.done():
+                for _, fut in waiters:
+                    if not fut.done():
                         fut.set_exception(exc)
                 continue
             self.committed += len(batch)
+            # No await from here to the end of the fan-out: a subscribe cannot fall between two events
+            # of the batch, so `head` may move once, after the whole batch was handed out.
             subs = list(self._subs.values())
-            for event, fut in batch:
-                self.head = event.id
-                for sub in subs:
-                    if sub.wants(event):
-                        try:
-                            sub.deliver(event)
-                        except Exception:
-                            log.exception("subscription %s failed", sub.id)
-                if fut is not None and not fut.done():
+            if subs:
+                for event in batch:
+                    for sub in subs:
+                        if sub.wants(event):
+                            try:
+                                sub.deliver(event)
+                            except Exception:
+                                log.exception("subscription %s failed", sub.id)
+            self.head = batch[-1].id
+            for event, fut in waiters:
+                if not fut.done():
                     fut.set_result(event)
             if self.committed % 10_000 < len(batch):
                 await self.prune()
