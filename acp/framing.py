@@ -1,22 +1,20 @@
 """NDJSON framing: split a byte stream into lines, parse each as JSON, count what is not JSON-RPC.
 
-Everything here is sans-I/O except `read_lines`, which only pulls chunks from a StreamReader.
+Everything here is sans-I/O: the caller reads chunks (`READ_CHUNK` at a time) and feeds them in.
 asyncio's default 64 KiB line limit is a known trap for agents that send whole files in one
 update, so the limit is ours (64 MiB by default) and an over-long line is skipped, never fatal.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
-_CHUNK = 256 * 1024
+READ_CHUNK = 256 * 1024
 
 
 @dataclass
@@ -92,18 +90,6 @@ class LineSplitter:
         if self._discarding or not self._buf:
             return None
         return bytes(self._buf)
-
-
-async def read_lines(reader: asyncio.StreamReader, splitter: LineSplitter) -> AsyncIterator[bytes]:
-    while True:
-        chunk = await reader.read(_CHUNK)
-        if not chunk:
-            tail = splitter.tail()
-            if tail is not None and tail.strip():
-                yield tail
-            return
-        for line in splitter.feed(chunk):
-            yield line
 
 
 def parse_frame(line: bytes, stats: FrameStats) -> dict[str, Any] | None:

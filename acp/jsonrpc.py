@@ -23,7 +23,7 @@ from .errors import (
     RpcError,
     TransportError,
 )
-from .framing import DEFAULT_MAX_LINE, FrameStats, LineSplitter, encode_frame, parse_frame, read_lines
+from .framing import DEFAULT_MAX_LINE, READ_CHUNK, FrameStats, LineSplitter, encode_frame, parse_frame
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +159,20 @@ class Connection:
     # -- incoming ------------------------------------------------------------------
     async def _read_loop(self) -> None:
         reason = "peer closed its output"
+        reader, splitter, stats, dispatch = self._reader, self._splitter, self.stats, self._dispatch
         try:
-            async for line in read_lines(self._reader, self._splitter):
-                msg = parse_frame(line, self.stats)
-                if msg is None:
-                    continue
-                self._dispatch(msg)
+            # A plain loop over chunks, not an async generator of lines: a flooding agent sends
+            # hundreds of thousands of lines a second, and each `async for` step costs a coroutine.
+            while chunk := await reader.read(READ_CHUNK):
+                for line in splitter.feed(chunk):
+                    msg = parse_frame(line, stats)
+                    if msg is not None:
+                        dispatch(msg)
+            tail = splitter.tail()
+            if tail is not None and tail.strip():
+                msg = parse_frame(tail, stats)
+                if msg is not None:
+                    dispatch(msg)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a broken pipe or reader must never hang callers
@@ -172,8 +180,9 @@ class Connection:
         self.close(reason)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
-        for observe in self.observers:
-            observe("in", msg)
+        if self.observers:
+            for observe in self.observers:
+                observe("in", msg)
         method = msg.get("method")
         if isinstance(method, str):
             params = msg.get("params")
