@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -57,7 +57,6 @@ class ClientOptions:
     initialize_timeout: float = 60.0
     max_line: int = DEFAULT_MAX_LINE
     stop_grace: float = 2.0
-    extra_notification_methods: set[str] = field(default_factory=set)
 
 
 class AcpClient:

@@ -24,11 +24,11 @@ from typing import Any
 
 from .client import AcpClient, ClientOptions
 from .errors import RESOURCE_NOT_FOUND, AcpError, RpcError
+from .models import STOP_REASONS
 from .schema_check import Violation, acp_v1_schema
 
 SPEC = "https://agentclientprotocol.com/protocol"
 CANCEL_GRACE = 5.0
-STOP_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"}
 
 
 class Tier(StrEnum):

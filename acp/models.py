@@ -6,7 +6,7 @@ message validated here can be forwarded without loss. Field names follow the wir
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -89,6 +89,7 @@ class NewSessionResponse(_Wire):
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 
 
 class PromptResponse(_Wire):

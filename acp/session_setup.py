@@ -73,7 +73,8 @@ class RestoreResult:
                     "method": a.method.value,
                     "error": None
                     if a.failure is None
-                    else {"code": a.failure.code if a.failure.code is not None else _pseudo_code(a.failure),
+                    # A transport failure has no JSON-RPC code: it is reported as an internal error.
+                    else {"code": a.failure.code if a.failure.code is not None else INTERNAL_ERROR,
                           "message": a.failure.message},
                 }
                 for a in self.attempts
@@ -81,11 +82,6 @@ class RestoreResult:
             "outcome": self.outcome.value,
             "failure_class": self.failure_class.value if self.failure_class else None,
         }
-
-
-def _pseudo_code(failure: Failure) -> int:
-    # Transport-level failures have no JSON-RPC code; report them as internal errors.
-    return INTERNAL_ERROR
 
 
 async def establish_session(

@@ -72,7 +72,7 @@ def prepare_state_dir(config: ServeConfig) -> Path:
     return state_dir.resolve()
 
 
-def resolve_tokens(config: ServeConfig, state_dir: Path, out: IO[str]) -> tuple[dict[str, str], str | None]:
+def resolve_tokens(config: ServeConfig, state_dir: Path) -> tuple[dict[str, str], str | None]:
     """token -> owner. Returns the generated token when one was created now (to be printed once)."""
     tokens = {entry.token: entry.owner for entry in config.auth.tokens}
     if config.token:
@@ -106,7 +106,7 @@ class Gateway:
         lock = StateDirLock(state_dir)
         lock.acquire()
         try:
-            tokens, generated = resolve_tokens(config, state_dir, self.out)
+            tokens, generated = resolve_tokens(config, state_dir)
             store = await Store.open(state_dir / "gateway.db")
             bus = EventBus(store, retention=config.event_retention)
             await bus.open()

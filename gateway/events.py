@@ -247,6 +247,3 @@ class EventBus:
                 sub.heartbeat.cancel()
         return True
 
-    def owned(self, sub_id: str, owner: str) -> bool:
-        sub = self._subs.get(sub_id)
-        return sub is not None and sub.owner == owner

@@ -151,10 +151,6 @@ class RpcAdapter:
         }
         self.methods = {name: self._wrap(name, model, handler) for name, (model, handler) in self.table.items()}
 
-    def register(self, name: str, model: type[Params], handler: Handler) -> None:
-        self.table[name] = (model, handler)
-        self.methods[name] = self._wrap(name, model, handler)
-
     # -- handlers that are more than one call --------------------------------------------
     async def _info(self, ctx: RpcContext, p: NoParams) -> dict[str, Any]:
         return {

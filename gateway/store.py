@@ -303,10 +303,6 @@ class Store:
         async with self._lock, self.db.execute(sql, params) as cur:
             return list(await cur.fetchall())
 
-    async def integrity_check(self) -> str:
-        row = await self.fetchone("PRAGMA integrity_check")
-        return str(row[0])
-
 
 class _Repo:
     def __init__(self, store: Store) -> None:
@@ -401,10 +397,6 @@ class SessionRepo(_Repo):
             if row:
                 await db.execute("DELETE FROM tasks WHERE id = ? AND NOT EXISTS "
                                  "(SELECT 1 FROM sessions WHERE task_id = ?)", (row[0], row[0]))
-
-    async def count(self) -> int:
-        row = await self.store.fetchone("SELECT COUNT(*) FROM sessions")
-        return int(row[0])
 
 
 class ExecutorRepo(_Repo):
