@@ -127,22 +127,16 @@ class EventBus:
     async def publish(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
                       data: dict[str, Any]) -> EventRow:
         """Queue an event and wait until it is committed (and handed to subscribers)."""
-        return await asyncio.shield(self.publish_nowait(type_, owner, session_id, task_id, data))
-
-    def publish_nowait(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
-                       data: dict[str, Any]) -> asyncio.Future[EventRow]:
-        """Queue an event; its id and order are fixed now, its commit comes with the next group.
-
-        For streams (session updates) that must not wait one commit per event; subscribers still see
-        nothing before the commit."""
         fut: asyncio.Future[EventRow] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_consume_exception)
+        fut.add_done_callback(_consume_exception)  # a caller cancelled while waiting leaves no warning
         self.enqueue(type_, owner, session_id, task_id, data, fut)
-        return fut
+        return await asyncio.shield(fut)
 
     def enqueue(self, type_: str, owner: str, session_id: str | None, task_id: str | None, data: dict[str, Any],
                 fut: asyncio.Future[EventRow] | None = None) -> None:
-        """The cheapest publish: nobody waits for this event's commit (a failed write is logged)."""
+        """Queue an event without waiting: its id and order are fixed now, its commit comes with the next
+        group, and subscribers see nothing before it. For streams (session updates) that must not wait one
+        commit per event; a failed write is logged."""
         event = EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data)
         self._queue.append(event)
         if fut is not None:

@@ -689,12 +689,22 @@ class SessionManager:
     async def _stop_live(self, live: LiveSession, *, cancel_turn: bool) -> None:
         live.stopping = True
         if cancel_turn and live.turn_lock.locked():
-            await live.client.cancel(live.acp_session_id)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.cancel_grace):
-                    async with live.turn_lock:
-                        pass
+            row = await self.store.sessions.get(live.session_id)
+            if row is not None:
+                await self._interrupt_turn(row, live)
         await self._forget(live, "stopped")
+
+    async def _interrupt_turn(self, row: SessionRow, live: LiveSession) -> None:
+        """Answer pending permission requests `cancelled`, send ACP `session/cancel` if a turn runs, and give
+        that turn the cancel grace to end (DESIGN §4.5). The turn's caller sees how it ended."""
+        await self._cancel_permissions(row)
+        if not live.turn_lock.locked():
+            return
+        await live.client.cancel(live.acp_session_id)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.cancel_grace):
+                async with live.turn_lock:
+                    pass
 
     # -- small methods -------------------------------------------------------------------
     async def cancel_turn(self, owner: str, session_id: Any) -> dict[str, Any]:
@@ -702,12 +712,7 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None and live.turn_lock.locked():
             await self._stage(row, "cancelling")
-            await self._cancel_permissions(row)
-            await live.client.cancel(live.acp_session_id)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.cancel_grace):
-                    async with live.turn_lock:
-                        pass
+            await self._interrupt_turn(row, live)
         return await self.view(await self.row(owner, row.id))
 
     async def cancel(self, owner: str, session_id: Any) -> dict[str, Any]:
@@ -736,13 +741,7 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None:
             live.stopping = True
-            await self._cancel_permissions(row)
-            if live.turn_lock.locked():
-                await live.client.cancel(live.acp_session_id)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.settings.cancel_grace):
-                        async with live.turn_lock:
-                            pass
+            await self._interrupt_turn(row, live)
             init = live.client.init
             if init is not None and init.agentCapabilities.can_close and live.client.alive:
                 with contextlib.suppress(AcpError, TimeoutError):
