@@ -94,6 +94,15 @@ async def launch(workdir: Path, reference_argv: Callable[..., list[str]]) -> Asy
         await client.stop()
 
 
+def process_alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll a condition the OS does not signal (a process gone); fails after `timeout`."""
     deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ from acp.client import AcpClient, ClientOptions
 from acp.errors import ProtocolVersionError, TransportError
 from acp.models import text_block
 from acp.session_setup import establish_session
-from tests.conftest import Recorder, wait_until
+from tests.conftest import Recorder, process_alive, wait_until
 
 Launch = Callable[..., Any]
 
@@ -105,17 +105,11 @@ async def test_no_orphaned_grandchild_after_stop(launch: Launch, workdir: Path, 
     client = await launch("--grandchild-pidfile", str(pidfile))
     await client.initialize()
     pid = int(pidfile.read_text())
-    assert _alive(pid)
+    assert process_alive(pid)
     await client.stop()
-    await wait_until(lambda: not _alive(pid), what=f"grandchild {pid} to exit")
+    await wait_until(lambda: not process_alive(pid), what=f"grandchild {pid} to exit")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_stop_kills_an_agent_that_ignores_stdin_close(workdir: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.client import RpcCallError
-from tests.conftest import wait_until
+from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import GatewayProcess, reference_profile
 
 ITERATIONS = 30
@@ -39,8 +39,7 @@ def agents_of(agent_state: Path) -> list[int]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 cmdline = (entry / "cmdline").read_bytes()
-                stat = (entry / "stat").read_text()
-                if str(agent_state).encode() in cmdline and stat.split(")")[-1].split()[0] != "Z":
+                if str(agent_state).encode() in cmdline and process_alive(int(entry.name)):
                     pids.append(int(entry.name))
     return pids
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.client import GatewayClient
-from tests.conftest import wait_until
+from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import GatewayProcess, agent_log, reference_profile
 
 
@@ -60,7 +60,7 @@ async def test_sigterm_stops_agents_and_sessions_stay_resumable(tmp_path: Path) 
     await client.close()
     assert await gw.stop() == 0
     for pid in (agent_pid, grandchild):
-        await wait_until(lambda p=pid: not _alive(p), what=f"process {pid} to exit")
+        await wait_until(lambda p=pid: not process_alive(p), what=f"process {pid} to exit")
     await gw.start()
     client = await gw.client()
     status = await client.call("task.session.status", {"session_id": view["session_id"]})
@@ -69,12 +69,6 @@ async def test_sigterm_stops_agents_and_sessions_stay_resumable(tmp_path: Path) 
     await gw.stop()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize(("text", "message"), [
