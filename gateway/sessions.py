@@ -401,8 +401,8 @@ class SessionManager:
         try:
             await self._stage(row, "initializing")
             await client.initialize()
-            await self._stage(row, "restoring" if token and profile.native_session_resume else "authenticating"
-                              if profile.auth_method else "restoring")
+            restoring = bool(token) and profile.native_session_resume
+            await self._stage(row, "authenticating" if profile.auth_method and not restoring else "restoring")
             result = await establish_session(
                 client, native_session_resume=profile.native_session_resume, resume_token=token,
                 cwd=row.cwd, auth_method=profile.auth_method, environ=env, cancel=cancel)
