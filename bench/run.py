@@ -20,7 +20,6 @@ from typing import Any
 
 import orjson
 import websockets
-from websockets.asyncio.server import serve as ws_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,8 +31,15 @@ FLOOD = [PY, str(ROOT / "bench" / "flood_agent.py")]
 TOKEN = "bench-token-0123456789abcdef"
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 N_UPDATES = int(os.environ.get("BENCH_UPDATES", "100000"))
+LATENCY_SAMPLES = 3000
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED",) and not k.startswith("ACP_")}
 SDK_VENV = ROOT / "bench" / ".sdk-venv"
+
+
+# Every gateway started, so a figure that raises midway leaves no process behind (see main).
+STARTED: list[Gateway] = []
+# BENCH_ONLY=relay,journal runs only those sections (names in SECTIONS); empty runs them all.
+ONLY = {name for name in os.environ.get("BENCH_ONLY", "").split(",") if name}
 
 
 def stats(values: list[float]) -> tuple[float, float, float]:
@@ -58,6 +64,7 @@ class Gateway:
         match = re.search(r":(\d+)/rpc", line)
         assert match, line
         self.port = int(match.group(1))
+        STARTED.append(self)
         return self
 
     @property
@@ -72,7 +79,7 @@ class Gateway:
         return 0
 
     def stop(self) -> None:
-        if self.proc is not None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
 
@@ -117,48 +124,33 @@ async def relay(gw: Gateway, subscribers: int, count: int) -> list[float]:
     return [count / (t - t0) for t in done_at]
 
 
+class BareRelay:
+    """The baseline relay (bench/bare_relay.py) in its own process, like the gateway, with one subscriber."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([PY, str(ROOT / "bench" / "bare_relay.py"), *FLOOD], stdout=subprocess.PIPE,
+                                     env=CLEAN_ENV, cwd="/tmp")
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    async def __aenter__(self) -> Any:
+        self.client = await websockets.connect(f"ws://127.0.0.1:{self.port}", max_size=None, compression=None)
+        return self.client
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.close()
+        self.proc.kill()
+        self.proc.wait()
+
+
 async def bare_relay(count: int) -> float:
     """Baseline: an asyncio NDJSON reader feeding a websockets broadcast, no gateway logic."""
-    clients: set[Any] = set()
-    ready = asyncio.Event()
-
-    async def handler(ws: Any) -> None:
-        clients.add(ws)
-        ready.set()
-        await ws.wait_closed()
-
-    async with ws_serve(handler, "127.0.0.1", 0, max_size=None) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        async with websockets.connect(f"ws://127.0.0.1:{port}", max_size=None) as client:
-            await ready.wait()
-            proc = await asyncio.create_subprocess_exec(*FLOOD, stdin=asyncio.subprocess.PIPE,
-                                                        stdout=asyncio.subprocess.PIPE, env=CLEAN_ENV, limit=1 << 24)
-            assert proc.stdin and proc.stdout
-            for i, m in enumerate(("initialize", "session/new")):
-                proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": i, "method": m, "params": {}}) + b"\n")
-                await proc.stdout.readline()
-            got = 0
-
-            async def receive() -> None:
-                nonlocal got
-                while got < count:
-                    await client.recv()
-                    got += 1
-
-            receiver = asyncio.ensure_future(receive())
-            t0 = time.perf_counter()
-            proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {
-                "prompt": [{"type": "text", "text": str(count)}]}}) + b"\n")
-            sent = 0
-            while sent < count:
-                line = await proc.stdout.readline()
-                websockets.broadcast(clients, line.decode())
-                sent += 1
-            await asyncio.wait_for(receiver, 120)
-            elapsed = time.perf_counter() - t0
-            proc.kill()
-            await proc.wait()
-    return count / elapsed
+    async with BareRelay() as client:
+        t0 = time.perf_counter()
+        await client.send(str(count))
+        for _ in range(count):
+            await client.recv()
+        return count / (time.perf_counter() - t0)
 
 
 def sdk_rate(count: int) -> float | None:
@@ -180,17 +172,21 @@ def sdk_rate(count: int) -> float | None:
 async def latency_gateway(gw: Gateway, count: int) -> list[float]:
     admin = await GatewayClient.connect(gw.url, TOKEN)
     view = await admin.call("task.session.start", {"agent": "flood", "cwd": "/tmp", "wait_ready": True})
-    sub = await GatewayClient.connect(gw.url, TOKEN)
-    await sub.call("task.session.subscribe", {"session_id": view["session_id"]})
+    # The same lean subscriber as the bare relay's (recv + orjson.loads): only the relay differs.
+    sub = await websockets.connect(f"{gw.url}?token={TOKEN}", max_size=None)
+    await sub.send(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "task.session.subscribe",
+                                 "params": {"session_id": view["session_id"]}}).decode())
+    await sub.recv()
     lat: list[float] = []
 
     async def collect() -> None:
         while len(lat) < count:
-            note = await sub.notifications.get()
-            if note["params"]["type"] == "session_update":
-                now = time.perf_counter_ns()
-                stamp = int(note["params"]["data"]["update"]["content"]["text"][:20].rstrip("x"))
-                lat.append((now - stamp) / 1e6)
+            msg = orjson.loads(await sub.recv())
+            now = time.perf_counter_ns()
+            for note in msg if isinstance(msg, list) else [msg]:
+                if note.get("params", {}).get("type") == "session_update":
+                    stamp = int(note["params"]["data"]["update"]["content"]["text"][:20].rstrip("x"))
+                    lat.append((now - stamp) / 1e6)
 
     task = asyncio.ensure_future(collect())
     await admin.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"lat:{count}"})
@@ -202,40 +198,13 @@ async def latency_gateway(gw: Gateway, count: int) -> list[float]:
 
 
 async def latency_bare(count: int) -> list[float]:
-    clients: set[Any] = set()
-    ready = asyncio.Event()
     lat: list[float] = []
-
-    async def handler(ws: Any) -> None:
-        clients.add(ws)
-        ready.set()
-        await ws.wait_closed()
-
-    async with ws_serve(handler, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        async with websockets.connect(f"ws://127.0.0.1:{port}") as client:
-            await ready.wait()
-            proc = await asyncio.create_subprocess_exec(*FLOOD, stdin=asyncio.subprocess.PIPE,
-                                                        stdout=asyncio.subprocess.PIPE, env=CLEAN_ENV)
-            assert proc.stdin and proc.stdout
-            for i, m in enumerate(("initialize", "session/new")):
-                proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": i, "method": m, "params": {}}) + b"\n")
-                await proc.stdout.readline()
-
-            async def receive() -> None:
-                while len(lat) < count:
-                    msg = orjson.loads(await client.recv())
-                    now = time.perf_counter_ns()
-                    lat.append((now - int(msg["params"]["update"]["content"]["text"][:20].rstrip("x"))) / 1e6)
-
-            receiver = asyncio.ensure_future(receive())
-            proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {
-                "prompt": [{"type": "text", "text": f"lat:{count}"}]}}) + b"\n")
-            for _ in range(count):
-                websockets.broadcast(clients, (await proc.stdout.readline()).decode())
-            await asyncio.wait_for(receiver, 60)
-            proc.kill()
-            await proc.wait()
+    async with BareRelay() as client:
+        await client.send(f"lat:{count}")
+        while len(lat) < count:
+            msg = orjson.loads(await client.recv())
+            now = time.perf_counter_ns()
+            lat.append((now - int(msg["params"]["update"]["content"]["text"][:20].rstrip("x"))) / 1e6)
     return lat
 
 
@@ -367,25 +336,14 @@ def row(name: str, ours: list[float], base: list[float], unit: str, target: str,
             f"(min {b[0]:,.1f}, max {b[2]:,.1f}) | {ratio:.2f}× | {target} | {'met' if ok else 'NOT met'} |")
 
 
-async def main() -> None:
-    started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="acp-bench-"))
-    agents = tmp / "agents"
-    agents.mkdir()
-    flood_profile(agents)
-    rows: list[str] = []
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{platform.system()} {platform.release()}; runs per figure: {RUNS}; flood: {N_UPDATES:,} updates")
-
-    # Relay throughput, 1 and 10 subscribers, against the bare relay and the official SDK client.
+async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """Relay throughput, 1 and 10 subscribers, against the bare relay and the official SDK client; latency."""
     gw = Gateway(tmp / "relay", agents).start()
     one = [(await relay(gw, 1, N_UPDATES))[0] for _ in range(RUNS)]
     ten_each = [min(await relay(gw, 10, N_UPDATES // 4)) for _ in range(RUNS)]
-    lat = await latency_gateway(gw, 2000)
     gw.stop()
     bare = [await bare_relay(N_UPDATES) for _ in range(RUNS)]
     sdk = [r for r in (sdk_rate(N_UPDATES) for _ in range(RUNS)) if r is not None]
-    lat_bare = await latency_bare(2000)
     if sdk:
         rows.append(row("relay throughput, 1 subscriber", one, sdk, "upd/s", "≥ 2× SDK",
                         statistics.median(one) >= 2 * statistics.median(sdk), "official Python SDK client"))
@@ -395,12 +353,26 @@ async def main() -> None:
                     statistics.median(ten_each) >= 0.5 * statistics.median(one), "1 subscriber"))
     rows.append(row("relay throughput, 1 subscriber", one, bare, "upd/s", "≥ 0.7× bare relay",
                     statistics.median(one) >= 0.7 * statistics.median(bare), "bare asyncio→websockets relay"))
-    p50, p99 = statistics.median(lat), statistics.quantiles(lat, n=100)[98]
-    b50, b99 = statistics.median(lat_bare), statistics.quantiles(lat_bare, n=100)[98]
-    rows.append(row("relay latency p50", [p50], [b50], "ms", "p50 ≤ 2× bare", p50 <= 2 * b50, "bare relay"))
-    rows.append(row("relay latency p99", [p99], [b99], "ms", "reported", True, "bare relay"))
 
-    # Status calls with 100,000 vs 1,000 stored sessions; cold start with 100,000 vs empty.
+
+async def latency_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """Time from an agent writing an update to a subscriber having it, through the gateway and the bare relay."""
+    def percentiles(samples: list[float]) -> tuple[float, float]:
+        return statistics.median(samples) * 1000, statistics.quantiles(samples, n=100)[98] * 1000
+
+    gw = Gateway(tmp / "latency", agents).start()
+    ours = [percentiles(await latency_gateway(gw, LATENCY_SAMPLES)) for _ in range(RUNS)]
+    gw.stop()
+    bare = [percentiles(await latency_bare(LATENCY_SAMPLES)) for _ in range(RUNS)]
+    p50, b50 = [o[0] for o in ours], [b[0] for b in bare]
+    rows.append(row("relay latency p50", p50, b50, "µs", "p50 ≤ 2× bare",
+                    statistics.median(p50) <= 2 * statistics.median(b50), "bare relay"))
+    rows.append(row("relay latency p99", [o[1] for o in ours], [b[1] for b in bare], "µs", "reported", True,
+                    "bare relay"))
+
+
+async def store_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """Status calls with 100,000 vs 1,000 stored sessions; cold start and memory with 100,000 vs empty."""
     results: dict[int, tuple[list[float], list[float], int]] = {}
     for size in (0, 1000, 100_000):
         state = tmp / f"store-{size}"
@@ -428,7 +400,9 @@ async def main() -> None:
                 f"/ 100k) | empty store: {results[0][2]:,} KiB RSS | – | ≈ 0 | "
                 f"{'met' if idle_kib < 1.0 else 'NOT met'} |")
 
-    # Memory per live session.
+
+async def memory_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """Memory per live session."""
     g = Gateway(tmp / "live", agents).start()
     base_rss = g.rss_kib()
     c = await GatewayClient.connect(g.url, TOKEN)
@@ -440,12 +414,16 @@ async def main() -> None:
     rows.append(f"| gateway memory per live session | {live_kib:,.1f} KiB (20 live, RSS difference / 20) | "
                 f"no sessions: {base_rss:,} KiB RSS | – | ≤ 1 MiB | {'met' if live_kib <= 1024 else 'NOT met'} |")
 
-    # Journal throughput with commit-before-publish, against raw sqlite3 inserts in one transaction.
+
+async def journal_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """Journal throughput with commit-before-publish, against raw sqlite3 inserts in one transaction."""
     journal = [await journal_rate(tmp / f"j{i}") for i in range(RUNS)]
     ours_j, raw_j = [j[0] for j in journal], [j[1] for j in journal]
     rows.append(row("journal throughput (group commit)", ours_j, raw_j, "events/s", "≥ 0.3× raw sqlite3",
                     statistics.median(ours_j) >= 0.3 * statistics.median(raw_j), "raw sqlite3, one transaction"))
 
+
+async def resume_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     gateway_ms, bare_ms = await resume_overhead(tmp, agents)
     added = statistics.median(gateway_ms) - statistics.median(bare_ms)
     rows.append(f"| resume overhead (resume → ready, minus the bare agent) | {added:.1f} ms added at p50 (gateway "
@@ -454,9 +432,38 @@ async def main() -> None:
                 f"(min {min(bare_ms):.1f}, max {max(bare_ms):.1f}) | – | ≤ 30 ms added at p50 | "
                 f"{'met' if added <= 30 else 'NOT met'} |")
 
+
+async def dispatch_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     dispatch = [await dispatch_cost() for _ in range(RUNS)]
     rows.append(row("JSON-RPC dispatch via jsonrpcserver", [d[0] for d in dispatch], [d[1] for d in dispatch],
                     "µs/call", "reported", True, "plain dict-lookup dispatch"))
+
+
+SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
+    "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
+    "journal": journal_section, "resume": resume_section, "dispatch": dispatch_section,
+}
+
+
+async def main() -> None:
+    unknown = ONLY - SECTIONS.keys()
+    if unknown:
+        raise SystemExit(f"BENCH_ONLY: unknown section(s) {sorted(unknown)}; choose from {list(SECTIONS)}")
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="acp-bench-"))
+    agents = tmp / "agents"
+    agents.mkdir()
+    flood_profile(agents)
+    rows: list[str] = []
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{platform.system()} {platform.release()}; runs per figure: {RUNS}; flood: {N_UPDATES:,} updates")
+    try:
+        for name, section in SECTIONS.items():
+            if not ONLY or name in ONLY:
+                await section(tmp, agents, rows)
+    finally:
+        for gw in STARTED:
+            gw.stop()
 
     print()
     print("| figure | this gateway (median of runs) | baseline, same run | ratio | target | |")
