@@ -28,18 +28,6 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 25.0
 
 
-_FRAME_HEAD = b'{"jsonrpc":"2.0","method":"task.session.event","params":'
-
-
-def event_frame(event: EventRow) -> bytes:
-    """The notification for `event`, built around the already-encoded data (encoded once, ever)."""
-    if event.frame is None:
-        head = orjson.dumps({"id": event.id, "type": event.type, "session_id": event.session_id,
-                             "task_id": event.task_id, "ts": event.ts})
-        event.frame = _FRAME_HEAD + head[:-1] + b',"data":' + event.encoded_data() + b"}}"
-    return event.frame
-
-
 def synthetic_frame(type_: str, data: dict[str, Any], session_id: str | None = None,
                     task_id: str | None = None) -> bytes:
     """A notification that is not in the journal (caught_up, heartbeat, re-offers): its id is null."""
@@ -54,6 +42,8 @@ def _consume_exception(fut: asyncio.Future[EventRow]) -> None:
 
 class Sink(Protocol):
     def send(self, frame: bytes) -> None: ...
+
+    def send_many(self, frames: list[bytes]) -> None: ...
 
 
 @dataclass
@@ -71,13 +61,16 @@ class Subscription:
     def wants(self, event: EventRow) -> bool:
         return event.owner == self.owner and (self.session_id is None or event.session_id == self.session_id)
 
-    def deliver(self, event: EventRow) -> None:
+    def deliver(self, events: list[EventRow]) -> None:
+        """Hand over committed events (in id order) as one group, so a sink can write them as one message."""
         if not self.live:
-            self.held.append(event)
+            self.held.extend(events)
             return
-        if event.id > self.last_id:
-            self.last_id = event.id
-            self.sink.send(event_frame(event))
+        last = self.last_id
+        frames = [e.frame() for e in events if e.id > last]
+        if frames:
+            self.last_id = events[-1].id
+            self.sink.send_many(frames)
 
 
 # Called after the journal replay, before `caught_up`: re-offers what is still pending (permissions).
@@ -85,15 +78,18 @@ Reoffer = Callable[[Subscription, int], Awaitable[None]]
 
 
 class EventBus:
+    PRUNE_EVERY = 1000  # events between retention deletes (each rides along with a group commit)
+
     def __init__(self, store: Store, retention: int = 100_000) -> None:
         self.store = store
         self.retention = retention
         self._subs: dict[str, Subscription] = {}
         self._queue: list[EventRow] = []  # queued in id order, committed as one group
         self._waiters: list[tuple[EventRow, asyncio.Future[EventRow]]] = []
-        self._wake = asyncio.Event()
+        self._scheduled = False  # a commit callback is due on the loop
+        self._in_flight: asyncio.Task[None] | None = None  # a group waiting for the store to be free
         self._next_id = 1
-        self._committer: asyncio.Task[None] | None = None
+        self._pruned_at = 0
         self.head = 0
         self.reoffer: Reoffer | None = None
         self.committed = 0
@@ -101,27 +97,20 @@ class EventBus:
     async def open(self) -> None:
         self._next_id = await self.store.events.next_id()
         self.head = self._next_id - 1
-        await self.prune()
-        self._committer = asyncio.ensure_future(self._commit_loop())
+        await self.store.events.prune(self.retention)
 
     async def close(self) -> None:
         await self.flush()
-        if self._committer is not None:
-            self._committer.cancel()
         for sub in list(self._subs.values()):
             self.unsubscribe(sub.id)
 
     async def flush(self) -> None:
-        while self._queue:
-            await asyncio.sleep(0)
-            pending = [f for _, f in list(self._waiters)]
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            elif self._queue:
-                await asyncio.sleep(0.01)
-
-    async def prune(self) -> None:
-        await self.store.events.prune(self.retention)
+        """Wait until everything queued so far is committed (or failed) and handed out."""
+        while self._queue or self._in_flight is not None:
+            if self._in_flight is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._in_flight)
+            await asyncio.sleep(0)  # the done-callback fans out and hands in the next group
 
     # -- publishing --------------------------------------------------------------------
     async def publish(self, type_: str, owner: str, session_id: str | None, task_id: str | None,
@@ -142,43 +131,70 @@ class EventBus:
         if fut is not None:
             self._waiters.append((event, fut))
         self._next_id += 1
-        if not self._wake.is_set():
-            self._wake.set()
+        if not self._scheduled and self._in_flight is None:
+            # A callback, not a task: it runs as soon as the current step (say, the ACP read loop working
+            # through one chunk of lines) yields, so a whole chunk is one group and nobody waits a task hop.
+            # While a group is being committed, events wait here and go as the next group when it is done.
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._commit_ready)
 
-    async def _commit_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batch, self._queue = self._queue, []
-            waiters, self._waiters = self._waiters, []
-            if not batch:
-                continue
-            try:
-                await self.store.events.append_batch(batch)
-            except Exception as exc:
-                log.exception("event journal write failed")
-                for _, fut in waiters:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            self.committed += len(batch)
-            # No await from here to the end of the fan-out: a subscribe cannot fall between two events
-            # of the batch, so `head` may move once, after the whole batch was handed out.
-            subs = list(self._subs.values())
-            if subs:
-                for event in batch:
-                    for sub in subs:
-                        if sub.wants(event):
-                            try:
-                                sub.deliver(event)
-                            except Exception:
-                                log.exception("subscription %s failed", sub.id)
-            self.head = batch[-1].id
-            for event, fut in waiters:
-                if not fut.done():
-                    fut.set_result(event)
-            if self.committed % 10_000 < len(batch):
-                await self.prune()
+    def _commit_ready(self) -> None:
+        self._scheduled = False
+        if self._in_flight is None and self._queue:
+            self._hand_in()
+
+    def _hand_in(self) -> None:
+        batch, self._queue = self._queue, []
+        waiters, self._waiters = self._waiters, []
+        prune_through = None
+        if self.committed + len(batch) - self._pruned_at >= self.PRUNE_EVERY:
+            self._pruned_at = self.committed + len(batch)
+            prune_through = batch[-1].id - self.retention
+        if not self.store.events.can_append_now():
+            self._in_flight = asyncio.ensure_future(self._commit_when_free(batch, waiters, prune_through))
+            return
+        try:
+            self.store.events.append_batch_now(batch, prune_through)
+        except Exception as exc:
+            self._failed(waiters, exc)
+            return
+        self._committed(batch, waiters)
+
+    async def _commit_when_free(self, batch: list[EventRow], waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
+                                prune_through: int | None) -> None:
+        try:
+            await self.store.events.append_batch(batch, prune_through)
+        except Exception as exc:
+            self._failed(waiters, exc)
+        else:
+            self._committed(batch, waiters)
+        finally:
+            self._in_flight = None
+        if self._queue:
+            self._hand_in()  # what queued meanwhile, as the next group
+
+    @staticmethod
+    def _failed(waiters: list[tuple[EventRow, asyncio.Future[EventRow]]], exc: Exception) -> None:
+        log.exception("event journal write failed", exc_info=exc)
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def _committed(self, batch: list[EventRow], waiters: list[tuple[EventRow, asyncio.Future[EventRow]]]) -> None:
+        """Fan a committed batch out, in id order. Synchronous: a subscribe cannot fall between two events of
+        the batch, so `head` moves once, after the whole batch was handed out."""
+        self.committed += len(batch)
+        for sub in list(self._subs.values()):
+            wanted = [event for event in batch if sub.wants(event)]
+            if wanted:
+                try:
+                    sub.deliver(wanted)
+                except Exception:
+                    log.exception("subscription %s failed", sub.id)
+        self.head = batch[-1].id
+        for event, fut in waiters:
+            if not fut.done():
+                fut.set_result(event)
 
     # -- subscriptions -----------------------------------------------------------------
     async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None) -> Subscription:
@@ -189,8 +205,7 @@ class EventBus:
                 raise GatewayError(RESYNC_REQUIRED, f"cursor {since} is ahead of this gateway's journal ({head}): "
                                    "refetch task.session.list and subscribe from its event_cursor",
                                    {"reason": "cursor_ahead", "head": head})
-            oldest = await self.store.events.oldest()
-            floor = (oldest - 1) if oldest is not None else head
+            floor = await self.store.events.horizon()
             if since < floor:
                 raise GatewayError(RESYNC_REQUIRED, f"cursor {since} is older than the retained journal "
                                    f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
@@ -206,22 +221,19 @@ class EventBus:
         """Send what came after the cursor up to `until`, re-offers, `caught_up`, then held live events."""
         until = sub.until
         try:
-            cursor = sub.last_id
-            while cursor < until:
-                page = await self.store.events.after(sub.owner, cursor, until, sub.session_id)
-                if not page:
-                    break
-                for event in page:
-                    sub.sink.send(event_frame(event))
-                cursor = page[-1].id if len(page) == 1000 else until
+            cursor: int | None = sub.last_id
+            while cursor is not None and cursor < until:
+                frames, cursor = await self.store.events.after(sub.owner, cursor, until, sub.session_id)
+                if frames:
+                    sub.sink.send_many(frames)
             sub.last_id = max(sub.last_id, until)
             if self.reoffer is not None:
                 await self.reoffer(sub, sub.last_id)
             sub.sink.send(synthetic_frame("caught_up", {"subscription_id": sub.id, "cursor": sub.last_id}))
             sub.live = True
             held, sub.held = sub.held, []
-            for event in held:
-                sub.deliver(event)
+            if held:
+                sub.deliver(held)
             sub.heartbeat = asyncio.ensure_future(self._heartbeat(sub))
         except Exception:
             log.exception("replay for %s failed", sub.id)

@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import hmac
 import logging
+from collections import deque
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
@@ -156,8 +157,11 @@ class GatewayServer:
 
 
 class Outbox:
-    """Everything a connection is sent, in order, through one bounded queue.
+    """Everything a connection is sent, in order: written at once while the socket keeps up, queued when not.
 
+    While nothing waits and the socket's write buffer is under its high-water mark, a frame (or a group of
+    event frames, as one message) is written straight to the socket: no task wakes for it, which is most
+    of the latency a relay adds. Otherwise frames queue and one writer task sends them with flow control.
     A consumer that stops reading is cut off (close code 4429) once `limit` frames wait: memory stays
     bounded and the client knows to reconnect and resubscribe from its cursor.
     """
@@ -168,45 +172,89 @@ class Outbox:
 
     def __init__(self, connection: ServerConnection, limit: int) -> None:
         self.connection = connection
-        self.queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue(maxsize=limit)
+        self.limit = limit
+        self.queue: deque[tuple[bytes, bool]] = deque()
         self.closed = False
+        self._busy = False  # the writer task holds frames it has not finished sending
+        self._ready = asyncio.Event()
         self._closer: asyncio.Future[None] | None = None
         self._task = asyncio.ensure_future(self._run())
 
     def send(self, frame: bytes, batchable: bool = True) -> None:
+        """One frame. Answers to requests are not batchable: they always go out as their own message."""
         if self.closed:
             return
+        if self._can_write_now():
+            self._write(frame)
+        else:
+            self._enqueue(frame, batchable)
+
+    def send_many(self, frames: list[bytes]) -> None:
+        """Event notifications in order; more than one go out as one JSON array (a JSON-RPC batch of
+        notifications): one WebSocket message instead of hundreds, so a burst costs the reader one receive."""
+        start = 0
+        while start < len(frames) and not self.closed and self._can_write_now():
+            end = self._group_end(frames, start)
+            self._write(frames[start] if end == start + 1 else b"[" + b",".join(frames[start:end]) + b"]")
+            start = end
+        for frame in frames[start:]:
+            self._enqueue(frame, True)
+
+    def _group_end(self, frames: list[bytes], start: int) -> int:
+        end, size = start, 0
+        while end < len(frames) and end - start < self.MAX_BATCH and size < self.MAX_BATCH_BYTES:
+            size += len(frames[end])
+            end += 1
+        return end
+
+    def _can_write_now(self) -> bool:
+        if self.queue or self._busy:
+            return False  # order: whatever waits goes first
+        transport = self.connection.transport
+        return transport is not None and transport.get_write_buffer_size() < transport.get_write_buffer_limits()[1]
+
+    def _write(self, data: bytes) -> None:
         try:
-            self.queue.put_nowait((frame, batchable))
-        except asyncio.QueueFull:
-            self.closed = True
-            log.warning("closing a connection whose consumer fell %d frames behind", self.queue.maxsize)
-            self._closer = asyncio.ensure_future(
-                self.connection.close(self.CLOSE_CODE, "too slow: reconnect and resubscribe"))
+            # websockets' public synchronous write (it skips a connection that is not open any more).
+            broadcast((self.connection,), data, text=True, raise_exceptions=True)
+        except Exception as exc:
+            log.debug("write failed, closing the connection: %s", exc)
+            self._cut("write failed")
+
+    def _enqueue(self, frame: bytes, batchable: bool) -> None:
+        if self.closed:
+            return
+        if len(self.queue) >= self.limit:
+            log.warning("closing a connection whose consumer fell %d frames behind", self.limit)
+            self._cut("too slow: reconnect and resubscribe")
+            return
+        self.queue.append((frame, batchable))
+        self._ready.set()
+
+    def _cut(self, reason: str) -> None:
+        self.closed = True
+        self.queue.clear()
+        self._closer = asyncio.ensure_future(self.connection.close(self.CLOSE_CODE, reason))
 
     async def _run(self) -> None:
-        # A backlog of event notifications goes out as one JSON array (a JSON-RPC batch of
-        # notifications): one WebSocket message instead of hundreds, so a burst drains at the speed
-        # of the socket. Answers to requests are never batched: each goes out alone, in order.
         with contextlib.suppress(Exception):
-            carry: tuple[bytes, bool] | None = None
             while True:
-                frame, batchable = carry if carry is not None else await self.queue.get()
-                carry = None
-                if not batchable or self.queue.empty():
-                    await self.connection.send(frame, text=True)
-                    continue
-                batch = [frame]
-                size = len(frame)
-                while not self.queue.empty() and len(batch) < self.MAX_BATCH and size < self.MAX_BATCH_BYTES:
-                    item = self.queue.get_nowait()
-                    if not item[1]:
-                        carry = item
-                        break
-                    batch.append(item[0])
-                    size += len(item[0])
-                await self.connection.send(batch[0] if len(batch) == 1 else b"[" + b",".join(batch) + b"]",
-                                           text=True)
+                await self._ready.wait()
+                self._ready.clear()
+                while self.queue and not self.closed:
+                    self._busy = True
+                    frame, batchable = self.queue.popleft()
+                    if not batchable or not self.queue or not self.queue[0][1]:
+                        await self.connection.send(frame, text=True)
+                        continue
+                    batch, size = [frame], len(frame)
+                    while (self.queue and self.queue[0][1] and len(batch) < self.MAX_BATCH
+                           and size < self.MAX_BATCH_BYTES):
+                        item = self.queue.popleft()[0]
+                        batch.append(item)
+                        size += len(item)
+                    await self.connection.send(b"[" + b",".join(batch) + b"]", text=True)
+                self._busy = False
 
     def close(self) -> None:
         self.closed = True

@@ -776,7 +776,7 @@ class SessionManager:
             except ValueError:
                 raise GatewayError(INVALID_PARAMS, "cursor is not one this gateway issued",
                                    {"field": "cursor"}) from None
-        event_cursor = await self.store.events.head()
+        event_cursor = self.bus.head  # committed and handed out: subscribing from it misses nothing
         rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]

@@ -130,6 +130,27 @@ MIGRATIONS: list[str] = [
     DROP TABLE events;
     ALTER TABLE events_new RENAME TO events
     """,
+    # 5: the journal keeps one row per owner per group commit, holding the events' notifications as
+    # sent: a row per event cost ~2.5 µs of SQLite each (insert, then the retention delete), the largest
+    # share of relaying an update. `spans` lists [first_id, count, session_id] runs in id order; frames
+    # are joined by newlines (JSON text never holds a raw one). Old events become one-event rows.
+    """
+    CREATE TABLE journal (
+        first_id INTEGER PRIMARY KEY,
+        last_id INTEGER NOT NULL,
+        owner TEXT NOT NULL,
+        spans TEXT NOT NULL,
+        frames BLOB NOT NULL
+    );
+    CREATE INDEX journal_by_last ON journal(last_id);
+    CREATE TABLE journal_horizon (through INTEGER NOT NULL);
+    INSERT INTO journal_horizon SELECT COALESCE(MIN(id) - 1, 0) FROM events;
+    INSERT INTO journal SELECT id, id, owner, json_array(json_array(id, 1, session_id)),
+        CAST(json_object('jsonrpc', '2.0', 'method', 'task.session.event', 'params', json_object(
+            'id', id, 'type', type, 'session_id', session_id, 'task_id', task_id, 'ts', ts,
+            'data', json(CAST(data AS TEXT)))) AS BLOB) FROM events;
+    DROP TABLE events
+    """,
 ]
 
 
@@ -195,13 +216,16 @@ class EventRow:
     task_id: str | None
     ts: float
     data: dict[str, Any]
-    frame: bytes | None = None  # the notification, encoded once for every subscriber
-    data_json: bytes | None = None  # `data`, encoded once for the journal and the frame
+    _frame: bytes | None = None
 
-    def encoded_data(self) -> bytes:
-        if self.data_json is None:
-            self.data_json = orjson.dumps(self.data)
-        return self.data_json
+    def frame(self) -> bytes:
+        """The `task.session.event` notification: what every subscriber receives and what the journal
+        keeps. Encoded once, whoever needs it."""
+        if self._frame is None:
+            self._frame = orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
+                "id": self.id, "type": self.type, "session_id": self.session_id, "task_id": self.task_id,
+                "ts": self.ts, "data": self.data}})
+        return self._frame
 
 
 _SESSION_COLUMNS = (
@@ -215,15 +239,86 @@ def _session(row: Sequence[Any]) -> SessionRow:
                       bool(row[10]), bool(row[11]), row[12], row[13], row[14])
 
 
+def journal_rows(rows: Sequence[EventRow]) -> list[tuple[int, int, str, bytes, bytes]]:
+    """One journal row per owner: (first_id, last_id, owner, spans, frames). An owner's rows never
+    overlap in ids (a group commit holds all of its events of that moment), so reading them in
+    `last_id` order reads its events in id order."""
+    by_owner: dict[str, list[EventRow]] = {}
+    for row in rows:
+        by_owner.setdefault(row.owner, []).append(row)
+    out = []
+    for owner, events in by_owner.items():
+        spans: list[list[Any]] = []
+        for event in events:
+            last = spans[-1] if spans else None
+            if last is not None and last[2] == event.session_id and last[0] + last[1] == event.id:
+                last[1] += 1
+            else:
+                spans.append([event.id, 1, event.session_id])
+        out.append((events[0].id, events[-1].id, owner, orjson.dumps(spans), b"\n".join([e.frame() for e in events])))
+    return out
+
+
+def journal_frames(spans: str | bytes, frames: bytes, since: int, until: int,
+                   session_id: str | None) -> list[bytes]:
+    """The frames of one journal row with since < id <= until (and of `session_id`, when given)."""
+    parts = bytes(frames).split(b"\n")
+    out: list[bytes] = []
+    index = 0
+    for first, count, sid in orjson.loads(spans):
+        if session_id is None or sid == session_id:
+            lo, hi = max(first, since + 1), min(first + count - 1, until)
+            if lo <= hi:
+                out.extend(parts[index + lo - first: index + hi - first + 1])
+        index += count
+    return out
+
+
+class JournalWriter:
+    """Writes the event journal: group commits on its own connection, on the event loop's thread.
+
+    A group commit is a few microseconds of SQLite per event, far less than hops through a worker
+    thread (a writer thread was tried: SQLite releases the GIL on every row, and the two threads
+    fought over it, costing more than it saved). It may only write while no other statement holds
+    the store (`Store._lock`), so it never busy-waits on SQLite's write lock with the loop blocked.
+    Retention deletes ride in the same transaction as the inserts.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._conn: sqlite3.Connection | None = sqlite3.connect(str(path), isolation_level=None)
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA busy_timeout=5000")
+
+    def append(self, rows: Sequence[EventRow], prune_through: int | None = None) -> None:
+        """Commit `rows` (ids assigned by the caller, ascending) as one row per owner, and delete the rows
+        that end at or before `prune_through`, in one transaction."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("the store is closed")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames) VALUES (?, ?, ?, ?, ?)",
+                             journal_rows(rows))
+            if prune_through is not None and prune_through > 0:
+                conn.execute("DELETE FROM journal WHERE last_id <= ?", (prune_through,))
+                conn.execute("UPDATE journal_horizon SET through = max(through, ?)", (prune_through,))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 class Store:
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self.db = db
         self.path = path
-        # The journal's own connection, used on the event loop's thread: a group commit is a few tens
-        # of microseconds of SQLite, far less than three hops through aiosqlite's worker thread. It
-        # writes only while holding `_lock`, so it never waits on an aiosqlite transaction (which
-        # would need this very loop to finish).
-        self.journal: sqlite3.Connection | None = None
+        # The event journal is written by its own thread and connection (see JournalWriter).
+        self.journal: JournalWriter | None = None
         self._lock = asyncio.Lock()
         self.tasks = TaskRepo(self)
         self.sessions = SessionRepo(self)
@@ -247,10 +342,7 @@ class Store:
         await db.execute("PRAGMA busy_timeout=5000")
         store = cls(db, path)
         await store._migrate()
-        journal = sqlite3.connect(str(path), isolation_level=None)
-        journal.execute("PRAGMA synchronous=NORMAL")
-        journal.execute("PRAGMA busy_timeout=5000")
-        store.journal = journal
+        store.journal = JournalWriter(path)
         return store
 
     async def _migrate(self) -> None:
@@ -465,53 +557,59 @@ class CancelRepo(_Repo):
 
 
 class EventRepo(_Repo):
-    async def append_batch(self, rows: Sequence[EventRow]) -> None:
-        """One transaction for a whole batch (group commit); ids are assigned by the caller, in order."""
-        # `data` is stored as the UTF-8 JSON bytes already encoded for subscribers (no second copy).
-        values = [(r.id, r.type, r.owner, r.session_id, r.task_id, r.ts, r.encoded_data()) for r in rows]
-        journal = self.store.journal
+    def can_append_now(self) -> bool:
+        """True when no other statement holds the store, so `append_batch_now` may write at once."""
+        return not self.store._lock.locked()
+
+    def append_batch_now(self, rows: Sequence[EventRow], prune_through: int | None = None) -> None:
+        """One transaction for a whole batch (group commit), written synchronously: only when
+        `can_append_now()`, which nothing can change before this returns."""
+        if self.store._lock.locked():
+            raise RuntimeError("append_batch_now while the store is busy: use append_batch")
+        self._journal().append(rows, prune_through)
+
+    async def append_batch(self, rows: Sequence[EventRow], prune_through: int | None = None) -> None:
+        """The same, waiting for the store when another statement holds it."""
         async with self.store._lock:
-            if journal is None:
-                raise RuntimeError("the store is closed")
-            journal.execute("BEGIN IMMEDIATE")
-            try:
-                journal.executemany(
-                    "INSERT INTO events (id, type, owner, session_id, task_id, ts, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    values)
-            except BaseException:
-                journal.execute("ROLLBACK")
-                raise
-            journal.execute("COMMIT")
+            self._journal().append(rows, prune_through)
+
+    def _journal(self) -> JournalWriter:
+        if self.store.journal is None:
+            raise RuntimeError("the store is closed")
+        return self.store.journal
 
     async def head(self) -> int:
-        row = await self.store.fetchone("SELECT MAX(id) FROM events")
+        row = await self.store.fetchone("SELECT MAX(last_id) FROM journal")
         return int(row[0] or 0)
 
     async def next_id(self) -> int:
         """Past the journal's head: pruning always keeps the newest events, so ids never repeat."""
         return await self.head() + 1
 
-    async def oldest(self) -> int | None:
-        row = await self.store.fetchone("SELECT MIN(id) FROM events")
-        return int(row[0]) if row and row[0] is not None else None
+    async def horizon(self) -> int:
+        """Every event with a greater id is in the journal; those up to it may have been pruned."""
+        row = await self.store.fetchone("SELECT through FROM journal_horizon")
+        return int(row[0]) if row else 0
 
     async def after(self, owner: str, since: int, until: int, session_id: str | None = None,
-                    limit: int = 1000) -> list[EventRow]:
-        sql = ("SELECT id, type, owner, session_id, task_id, ts, data FROM events "
-               "WHERE owner = ? AND id > ? AND id <= ?")
-        params: list[Any] = [owner, since, until]
-        if session_id is not None:
-            sql += " AND session_id = ?"
-            params.append(session_id)
-        sql += " ORDER BY id LIMIT ?"
-        params.append(limit)
-        return [EventRow(r[0], r[1], r[2], r[3], r[4], r[5], orjson.loads(r[6]))
-                for r in await self.store.fetchall(sql, params)]
+                    limit: int = 200) -> tuple[list[bytes], int | None]:
+        """The owner's notifications with since < id <= until, in id order, one page of journal rows at
+        a time: (frames, the cursor to ask from next, or None when this was the last page)."""
+        rows = await self.store.fetchall(
+            "SELECT last_id, spans, frames FROM journal WHERE last_id > ? AND first_id <= ? AND owner = ? "
+            "ORDER BY last_id LIMIT ?", (since, until, owner, limit))
+        frames: list[bytes] = []
+        for _last, spans, blob in rows:
+            frames.extend(journal_frames(spans, blob, since, until, session_id))
+        return frames, (int(rows[-1][0]) if len(rows) == limit else None)
 
-    async def prune(self, keep: int) -> int:
-        """Keep the newest `keep` events: the retention horizon."""
-        head = await self.head()
-        return await self.store.write("DELETE FROM events WHERE id <= ?", (head - keep,))
+    async def prune(self, keep: int) -> None:
+        """Keep (at least) the newest `keep` events: the retention horizon, a whole row at a time."""
+        through = await self.head() - keep
+        if through > 0:
+            async with self.store.transaction() as db:
+                await db.execute("DELETE FROM journal WHERE last_id <= ?", (through,))
+                await db.execute("UPDATE journal_horizon SET through = max(through, ?)", (through,))
 
 
 class PermissionRepo(_Repo):

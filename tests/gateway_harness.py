@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.client import GatewayClient
+from gateway.store import journal_frames
 
 TOKEN = "test-token-aaaaaaaaaaaaaaaa"
 
@@ -111,6 +113,13 @@ def agent_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def journal_events(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every event in a gateway's journal (read straight from its database), as notification params."""
+    rows = db.execute("SELECT spans, frames FROM journal ORDER BY last_id").fetchall()
+    return [orjson.loads(frame)["params"] for spans, frames in rows
+            for frame in journal_frames(spans, frames, 0, 1 << 62, None)]
 
 
 class EventLog:

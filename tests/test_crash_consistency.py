@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gateway.client import RpcCallError
 from tests.conftest import process_alive, wait_until
-from tests.gateway_harness import GatewayProcess, reference_profile
+from tests.gateway_harness import GatewayProcess, journal_events, reference_profile
 
 ITERATIONS = 30
 SEED = int(os.environ.get("CRASH_SEED", "20261130"))
@@ -60,7 +60,7 @@ def check_database(db_path: Path, acked: Acked) -> None:
         states = dict(db.execute("SELECT id, state FROM sessions").fetchall())
         for sid in acked.cancelled:
             assert states[sid] == "CANCELLED", f"cancelled session {sid} is {states[sid]}"
-        journal = {r[0] for r in db.execute("SELECT id FROM events")}
+        journal = {e["id"] for e in journal_events(db)}
         missing = acked.events - journal
         assert not missing, f"acknowledged events lost: {sorted(missing)[:10]}"
     finally:

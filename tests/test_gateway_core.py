@@ -13,7 +13,7 @@ import pytest
 
 from gateway.client import GatewayClient, RpcCallError
 from gateway.resume_context import HistoryEntry, render_resume_context
-from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, journal_events, reference_profile
 
 
 @pytest.fixture
@@ -160,7 +160,7 @@ async def test_forgotten_session_falls_back_to_new(gateway: GatewayProcess, clie
     status = await c2.call("task.session.status", {"session_id": view["session_id"]})
     assert status["resume_reason"] == "agent_running"
     db = sqlite3.connect(env["state"] / "gateway.db")
-    messages = [bytes(r[0]).decode() for r in db.execute("SELECT data FROM events WHERE type = 'session_message'")]
+    messages = [str(e["data"]) for e in journal_events(db) if e["type"] == "session_message"]
     assert any("no longer knew session" in m and old in m for m in messages), (messages, sub_events)
     await c2.close()
 

@@ -1,0 +1,179 @@
+"""The event journal's storage: one row per owner per group commit, read back in id order, pruned whole."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.errors import GatewayError
+from gateway.events import EventBus
+from gateway.store import MIGRATIONS, EventRow, Store, journal_frames, journal_rows
+
+
+class Frames:
+    """A sink that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+    def send_many(self, frames: list[bytes]) -> None:
+        self.frames += frames
+
+
+def event(id_: int, owner: str = "o", session_id: str | None = "s1") -> EventRow:
+    return EventRow(id_, "session_update", owner, session_id, "t", 1.5, {"update": {"n": id_}, "replay": False})
+
+
+def ids(frames: list[bytes]) -> list[int]:
+    return [orjson.loads(f)["params"]["id"] for f in frames]
+
+
+def decode(rows: list[tuple[int, int, str, bytes, bytes]], since: int = 0, until: int = 1 << 40,
+           session_id: str | None = None) -> dict[str, list[int]]:
+    return {owner: ids(journal_frames(spans, frames, since, until, session_id))
+            for _first, _last, owner, spans, frames in rows}
+
+
+@pytest.mark.parametrize(("events", "rows"), [
+    # one owner, one session: one row, one span
+    ([event(1), event(2), event(3)], [(1, 3, "o", [[1, 3, "s1"]])]),
+    # sessions interleaved: a span per run of one session
+    ([event(1), event(2, session_id="s2"), event(3, session_id="s2"), event(4)],
+     [(1, 4, "o", [[1, 1, "s1"], [2, 2, "s2"], [4, 1, "s1"]])]),
+    # owners interleaved: a row per owner; an owner's ids are not consecutive, so each is its own span
+    ([event(1, "a"), event(2, "b"), event(3, "a")],
+     [(1, 3, "a", [[1, 1, "s1"], [3, 1, "s1"]]), (2, 2, "b", [[2, 1, "s1"]])]),
+    # events of no session
+    ([event(5, session_id=None), event(6, session_id=None)], [(5, 6, "o", [[5, 2, None]])]),
+])
+def test_journal_rows_group_by_owner(events: list[EventRow], rows: list[tuple[Any, ...]]) -> None:
+    got = journal_rows(events)
+    assert [(r[0], r[1], r[2], orjson.loads(r[3])) for r in got] == rows
+    by_owner: dict[str, list[int]] = {}
+    for e in events:
+        by_owner.setdefault(e.owner, []).append(e.id)
+    assert decode(got) == by_owner
+    for row in got:  # the frames are exactly the notifications subscribers get
+        assert row[4].split(b"\n") == [e.frame() for e in events if e.owner == row[2]]
+
+
+@pytest.mark.parametrize(("since", "until", "session_id", "expected"), [
+    (0, 100, None, [1, 2, 3, 4, 5]),
+    (2, 100, None, [3, 4, 5]),
+    (0, 3, None, [1, 2, 3]),
+    (1, 4, None, [2, 3, 4]),
+    (0, 100, "s2", [2, 3]),
+    (2, 100, "s2", [3]),
+    (0, 100, "s1", [1, 4, 5]),
+    (3, 4, "s1", [4]),
+    (5, 100, None, []),
+])
+def test_journal_frames_cut_a_row_by_range_and_session(since: int, until: int, session_id: str | None,
+                                                      expected: list[int]) -> None:
+    events = [event(1), event(2, session_id="s2"), event(3, session_id="s2"), event(4), event(5)]
+    (row,) = journal_rows(events)
+    assert ids(journal_frames(row[3], row[4], since, until, session_id)) == expected
+
+
+async def test_replay_pages_keep_id_order_across_owners_and_commits(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    try:
+        expected: dict[str, list[int]] = {"a": [], "b": []}
+        next_id = 1
+        for batch in range(30):  # 30 group commits of interleaved owners
+            rows = []
+            for k in range(batch % 4 + 1):
+                owner = "a" if (batch + k) % 3 else "b"
+                rows.append(event(next_id, owner, session_id=f"s{k % 2}"))
+                expected[owner].append(next_id)
+                next_id += 1
+            store.events.append_batch_now(rows)
+        head = await store.events.head()
+        assert head == next_id - 1
+        for owner in ("a", "b"):
+            got: list[int] = []
+            cursor: int | None = 0
+            while cursor is not None:
+                frames, cursor = await store.events.after(owner, cursor, head, limit=4)
+                got += ids(frames)
+            assert got == expected[owner]
+        frames, _ = await store.events.after("a", 10, 20, session_id="s1")
+        assert all(10 < i <= 20 for i in ids(frames)) and ids(frames) == sorted(ids(frames))
+    finally:
+        await store.close()
+
+
+async def test_pruning_moves_the_horizon_and_never_loses_a_newer_event(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    try:
+        # One commit holds owner a's 1, 3, 5 and owner b's 2, 4: pruning through 4 deletes b's row only.
+        store.events.append_batch_now([event(1, "a"), event(2, "b"), event(3, "a"), event(4, "b"), event(5, "a")])
+        store.events.append_batch_now([event(6, "a"), event(7, "b")], prune_through=4)
+        assert await store.events.horizon() == 4
+        assert ids((await store.events.after("a", 4, 7))[0]) == [5, 6]  # every event after the horizon
+        assert ids((await store.events.after("b", 4, 7))[0]) == [7]
+        await store.events.prune(keep=1)  # head 7: through 6
+        assert await store.events.horizon() == 6
+        assert ids((await store.events.after("b", 6, 7))[0]) == [7]
+    finally:
+        await store.close()
+
+
+async def test_subscribe_behind_the_horizon_must_resync(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    bus = EventBus(store, retention=10)
+    bus.PRUNE_EVERY = 10
+    await bus.open()
+    try:
+        for i in range(40):
+            bus.enqueue("session_update", "o", "s", "t", {"n": i})
+            await bus.flush()
+        horizon = await store.events.horizon()
+        assert horizon >= 40 - 10 - bus.PRUNE_EVERY
+        with pytest.raises(GatewayError) as err:
+            await bus.subscribe("o", Frames(), horizon - 1, None)
+        assert err.value.data["reason"] == "too_far_behind"
+        sink = Frames()
+        sub = await bus.subscribe("o", sink, horizon, None)
+        await bus.start_replay(sub)
+        replayed = [orjson.loads(f)["params"]["id"] for f in sink.frames]
+        assert replayed[:-1] == list(range(horizon + 1, 41)) and replayed[-1] is None  # then caught_up
+    finally:
+        await bus.close()
+        await store.close()
+
+
+async def test_migration_5_keeps_the_old_events_and_their_horizon(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    for script in MIGRATIONS[:4]:
+        for statement in filter(str.strip, script.split(";")):
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 4")
+    now = time.time()
+    for i in (7, 8, 9):  # 1..6 were pruned by the old gateway
+        db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (i, "session_message", "o", f"s{i % 2}", "t", now, orjson.dumps({"text": f"m{i}"})))
+    db.close()
+    store = await Store.open(path)
+    try:
+        assert await store.events.head() == 9
+        assert await store.events.horizon() == 6
+        frames, cursor = await store.events.after("o", 6, 9)
+        assert cursor is None
+        params = [orjson.loads(f)["params"] for f in frames]
+        assert [(p["id"], p["type"], p["session_id"], p["data"]) for p in params] == [
+            (7, "session_message", "s1", {"text": "m7"}), (8, "session_message", "s0", {"text": "m8"}),
+            (9, "session_message", "s1", {"text": "m9"})]
+        assert params[0]["ts"] == pytest.approx(now)
+        assert ids((await store.events.after("o", 6, 9, session_id="s1"))[0]) == [7, 9]
+    finally:
+        await store.close()
