@@ -94,16 +94,15 @@ class LineSplitter:
 
 def parse_frame(line: bytes, stats: FrameStats) -> dict[str, Any] | None:
     """Parse one line; return the JSON-RPC message or None (counted in `stats`) when it is not one."""
-    stripped = line.strip()
-    if not stripped:
-        return None
     try:
-        msg = orjson.loads(stripped)
+        msg = orjson.loads(line)  # JSON allows the whitespace around it (a CR before the LF, say)
     except orjson.JSONDecodeError:
-        stats.note_noise("non_json", stripped)
+        stripped = line.strip()
+        if stripped:  # a blank line is no noise
+            stats.note_noise("non_json", stripped)
         return None
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
-        stats.note_noise("non_jsonrpc", stripped)
+        stats.note_noise("non_jsonrpc", line.strip())
         return None
     stats.frames += 1
     return msg

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import orjson
 
 from .errors import RESYNC_REQUIRED, GatewayError
-from .store import EventRow, Store
+from .store import EventGroup, EventRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +61,19 @@ class Subscription:
     def wants(self, event: EventRow) -> bool:
         return event.owner == self.owner and (self.session_id is None or event.session_id == self.session_id)
 
-    def deliver(self, events: list[EventRow]) -> None:
-        """Hand over committed events (in id order) as one group, so a sink can write them as one message."""
+    def deliver(self, events: list[EventRow], frames: list[bytes] | None = None) -> None:
+        """Hand over committed events (in id order) as one group, so a sink can write them as one message.
+        `frames` are theirs, when the caller has them at hand."""
         if not self.live:
             self.held.extend(events)
             return
-        last = self.last_id
-        frames = [e.frame() for e in events if e.id > last]
-        if frames:
-            self.last_id = events[-1].id
-            self.sink.send_many(frames)
+        if events[0].id <= self.last_id:  # some were already sent (held during a replay that covered them)
+            events = [e for e in events if e.id > self.last_id]
+            frames = None
+            if not events:
+                return
+        self.last_id = events[-1].id
+        self.sink.send_many(frames if frames is not None else [e.frame() for e in events])
 
 
 # Called after the journal replay, before `caught_up`: re-offers what is still pending (permissions).
@@ -144,30 +147,31 @@ class EventBus:
             self._hand_in()
 
     def _hand_in(self) -> None:
-        batch, self._queue = self._queue, []
+        group = EventGroup.of(self._queue)
+        self._queue = []
         waiters, self._waiters = self._waiters, []
         prune_through = None
-        if self.committed + len(batch) - self._pruned_at >= self.PRUNE_EVERY:
-            self._pruned_at = self.committed + len(batch)
-            prune_through = batch[-1].id - self.retention
+        if self.committed + len(group.events) - self._pruned_at >= self.PRUNE_EVERY:
+            self._pruned_at = self.committed + len(group.events)
+            prune_through = group.events[-1].id - self.retention
         if not self.store.events.can_append_now():
-            self._in_flight = asyncio.ensure_future(self._commit_when_free(batch, waiters, prune_through))
+            self._in_flight = asyncio.ensure_future(self._commit_when_free(group, waiters, prune_through))
             return
         try:
-            self.store.events.append_batch_now(batch, prune_through)
+            self.store.events.append_batch_now(group, prune_through)
         except Exception as exc:
             self._failed(waiters, exc)
             return
-        self._committed(batch, waiters)
+        self._committed(group, waiters)
 
-    async def _commit_when_free(self, batch: list[EventRow], waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
+    async def _commit_when_free(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
                                 prune_through: int | None) -> None:
         try:
-            await self.store.events.append_batch(batch, prune_through)
+            await self.store.events.append_batch(group, prune_through)
         except Exception as exc:
             self._failed(waiters, exc)
         else:
-            self._committed(batch, waiters)
+            self._committed(group, waiters)
         finally:
             self._in_flight = None
         if self._queue:
@@ -180,18 +184,23 @@ class EventBus:
             if not fut.done():
                 fut.set_exception(exc)
 
-    def _committed(self, batch: list[EventRow], waiters: list[tuple[EventRow, asyncio.Future[EventRow]]]) -> None:
-        """Fan a committed batch out, in id order. Synchronous: a subscribe cannot fall between two events of
-        the batch, so `head` moves once, after the whole batch was handed out."""
-        self.committed += len(batch)
+    def _committed(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]]) -> None:
+        """Fan a committed group out, in id order. Synchronous: a subscribe cannot fall between two events of
+        the group, so `head` moves once, after the whole group was handed out."""
+        events = group.events
+        self.committed += len(events)
         for sub in list(self._subs.values()):
-            wanted = [event for event in batch if sub.wants(event)]
-            if wanted:
-                try:
-                    sub.deliver(wanted)
-                except Exception:
-                    log.exception("subscription %s failed", sub.id)
-        self.head = batch[-1].id
+            try:
+                if group.stream is not None:  # one owner, one session: all or nothing
+                    if sub.wants(events[0]):
+                        sub.deliver(events, group.frames)
+                else:
+                    wanted = [event for event in events if sub.wants(event)]
+                    if wanted:
+                        sub.deliver(wanted)
+            except Exception:
+                log.exception("subscription %s failed", sub.id)
+        self.head = events[-1].id
         for event, fut in waiters:
             if not fut.done():
                 fut.set_result(event)

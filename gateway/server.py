@@ -192,6 +192,10 @@ class Outbox:
     def send_many(self, frames: list[bytes]) -> None:
         """Event notifications in order; more than one go out as one JSON array (a JSON-RPC batch of
         notifications): one WebSocket message instead of hundreds, so a burst costs the reader one receive."""
+        if (len(frames) <= self.MAX_BATCH and not self.closed and self._can_write_now()
+                and sum(map(len, frames)) <= self.MAX_BATCH_BYTES):  # the usual case: one message, no loop
+            self._write(frames[0] if len(frames) == 1 else b"[" + b",".join(frames) + b"]")
+            return
         start = 0
         while start < len(frames) and not self.closed and self._can_write_now():
             end = self._group_end(frames, start)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 import time
@@ -26,6 +27,8 @@ import aiosqlite
 import orjson
 
 from .resume_context import HistoryEntry
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS: list[str] = [
     # 1: the first schema
@@ -239,23 +242,46 @@ def _session(row: Sequence[Any]) -> SessionRow:
                       bool(row[10]), bool(row[11]), row[12], row[13], row[14])
 
 
-def journal_rows(rows: Sequence[EventRow]) -> list[tuple[int, int, str, bytes, bytes]]:
+@dataclass(slots=True)
+class EventGroup:
+    """Events committed together (ascending ids) and their frames, each encoded once. `stream` is the
+    (owner, session_id) they all share when they do: the common case, one agent streaming, whose
+    group is written and fanned out without touching each event again."""
+
+    events: list[EventRow]
+    frames: list[bytes]
+    stream: tuple[str, str | None] | None
+
+    @classmethod
+    def of(cls, events: list[EventRow]) -> EventGroup:
+        first = events[0]
+        shared = (len(events) == events[-1].id - first.id + 1 and len({e.owner for e in events}) == 1
+                  and len({e.session_id for e in events}) == 1)
+        return cls(events, [e.frame() for e in events], (first.owner, first.session_id) if shared else None)
+
+
+def journal_rows(group: EventGroup) -> list[tuple[int, int, str, bytes, bytes]]:
     """One journal row per owner: (first_id, last_id, owner, spans, frames). An owner's rows never
     overlap in ids (a group commit holds all of its events of that moment), so reading them in
     `last_id` order reads its events in id order."""
-    by_owner: dict[str, list[EventRow]] = {}
-    for row in rows:
-        by_owner.setdefault(row.owner, []).append(row)
+    events = group.events
+    if group.stream is not None:
+        owner, session_id = group.stream
+        first, last = events[0].id, events[-1].id
+        return [(first, last, owner, orjson.dumps([[first, len(events), session_id]]), b"\n".join(group.frames))]
+    by_owner: dict[str, list[tuple[EventRow, bytes]]] = {}
+    for event, frame in zip(events, group.frames, strict=True):
+        by_owner.setdefault(event.owner, []).append((event, frame))
     out = []
-    for owner, events in by_owner.items():
+    for owner, pairs in by_owner.items():
         spans: list[list[Any]] = []
-        for event in events:
-            last = spans[-1] if spans else None
-            if last is not None and last[2] == event.session_id and last[0] + last[1] == event.id:
-                last[1] += 1
+        for event, _ in pairs:
+            span = spans[-1] if spans else None
+            if span is not None and span[2] == event.session_id and span[0] + span[1] == event.id:
+                span[1] += 1
             else:
                 spans.append([event.id, 1, event.session_id])
-        out.append((events[0].id, events[-1].id, owner, orjson.dumps(spans), b"\n".join([e.frame() for e in events])))
+        out.append((pairs[0][0].id, pairs[-1][0].id, owner, orjson.dumps(spans), b"\n".join([f for _, f in pairs])))
     return out
 
 
@@ -284,21 +310,27 @@ class JournalWriter:
     Retention deletes ride in the same transaction as the inserts.
     """
 
+    CHECKPOINT_BYTES = 4 << 20  # SQLite's own default: about 1000 pages
+
     def __init__(self, path: Path) -> None:
         self._conn: sqlite3.Connection | None = sqlite3.connect(str(path), isolation_level=None)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA busy_timeout=5000")
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")  # Store.start_checkpoint does it off the loop
+        self.unchecked_bytes = 0  # written to the WAL since the last checkpoint was started
 
-    def append(self, rows: Sequence[EventRow], prune_through: int | None = None) -> None:
-        """Commit `rows` (ids assigned by the caller, ascending) as one row per owner, and delete the rows
+    def append(self, group: EventGroup, prune_through: int | None = None) -> None:
+        """Commit a group (ids assigned by the caller, ascending) as one row per owner, and delete the rows
         that end at or before `prune_through`, in one transaction."""
         conn = self._conn
         if conn is None:
             raise RuntimeError("the store is closed")
         conn.execute("BEGIN IMMEDIATE")
         try:
+            values = journal_rows(group)
             conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames) VALUES (?, ?, ?, ?, ?)",
-                             journal_rows(rows))
+                             values)
+            self.unchecked_bytes += sum(len(v[4]) for v in values)
             if prune_through is not None and prune_through > 0:
                 conn.execute("DELETE FROM journal WHERE last_id <= ?", (prune_through,))
                 conn.execute("UPDATE journal_horizon SET through = max(through, ?)", (prune_through,))
@@ -317,9 +349,10 @@ class Store:
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self.db = db
         self.path = path
-        # The event journal is written by its own thread and connection (see JournalWriter).
+        # The event journal is written on its own connection (see JournalWriter).
         self.journal: JournalWriter | None = None
         self._lock = asyncio.Lock()
+        self._checkpoint: asyncio.Task[None] | None = None
         self.tasks = TaskRepo(self)
         self.sessions = SessionRepo(self)
         self.executors = ExecutorRepo(self)
@@ -361,10 +394,34 @@ class Store:
                 await db.execute(f"PRAGMA user_version = {number}")
 
     async def close(self) -> None:
+        await self.checkpoint_done()
         if self.journal is not None:
             self.journal.close()
             self.journal = None
         await self.db.close()
+
+    async def checkpoint_done(self) -> None:
+        """Wait for a running WAL checkpoint, if any."""
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
+
+    def start_checkpoint(self) -> None:
+        """Copy the WAL into the database on aiosqlite's thread, unless a copy is already running.
+        The journal's own connection never checkpoints: that copy and its fsync took milliseconds,
+        and on the loop's thread they stalled every session. Without the store lock: a checkpoint is
+        no transaction, and holding the lock would push journal commits onto their slow path."""
+        if self.journal is None or (self._checkpoint is not None and not self._checkpoint.done()):
+            return
+        self.journal.unchecked_bytes = 0
+        self._checkpoint = asyncio.ensure_future(self._run_checkpoint())
+
+    async def _run_checkpoint(self) -> None:
+        try:
+            async with self.db.execute("PRAGMA wal_checkpoint(PASSIVE)") as cur:
+                await cur.fetchall()
+        except Exception:
+            log.exception("WAL checkpoint failed (the next one retries)")
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -561,22 +618,25 @@ class EventRepo(_Repo):
         """True when no other statement holds the store, so `append_batch_now` may write at once."""
         return not self.store._lock.locked()
 
-    def append_batch_now(self, rows: Sequence[EventRow], prune_through: int | None = None) -> None:
+    def append_batch_now(self, group: EventGroup, prune_through: int | None = None) -> None:
         """One transaction for a whole batch (group commit), written synchronously: only when
         `can_append_now()`, which nothing can change before this returns."""
         if self.store._lock.locked():
             raise RuntimeError("append_batch_now while the store is busy: use append_batch")
-        self._journal().append(rows, prune_through)
+        self._append(group, prune_through)
 
-    async def append_batch(self, rows: Sequence[EventRow], prune_through: int | None = None) -> None:
+    async def append_batch(self, group: EventGroup, prune_through: int | None = None) -> None:
         """The same, waiting for the store when another statement holds it."""
         async with self.store._lock:
-            self._journal().append(rows, prune_through)
+            self._append(group, prune_through)
 
-    def _journal(self) -> JournalWriter:
-        if self.store.journal is None:
+    def _append(self, group: EventGroup, prune_through: int | None) -> None:
+        journal = self.store.journal
+        if journal is None:
             raise RuntimeError("the store is closed")
-        return self.store.journal
+        journal.append(group, prune_through)
+        if journal.unchecked_bytes >= journal.CHECKPOINT_BYTES:
+            self.store.start_checkpoint()
 
     async def head(self) -> int:
         row = await self.store.fetchone("SELECT MAX(last_id) FROM journal")

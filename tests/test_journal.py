@@ -12,7 +12,7 @@ import pytest
 
 from gateway.errors import GatewayError
 from gateway.events import EventBus
-from gateway.store import MIGRATIONS, EventRow, Store, journal_frames, journal_rows
+from gateway.store import MIGRATIONS, EventGroup, EventRow, Store, journal_frames, journal_rows
 
 
 class Frames:
@@ -53,9 +53,11 @@ def decode(rows: list[tuple[int, int, str, bytes, bytes]], since: int = 0, until
      [(1, 3, "a", [[1, 1, "s1"], [3, 1, "s1"]]), (2, 2, "b", [[2, 1, "s1"]])]),
     # events of no session
     ([event(5, session_id=None), event(6, session_id=None)], [(5, 6, "o", [[5, 2, None]])]),
+    # one owner and session, ids with a gap: two spans
+    ([event(1), event(3)], [(1, 3, "o", [[1, 1, "s1"], [3, 1, "s1"]])]),
 ])
 def test_journal_rows_group_by_owner(events: list[EventRow], rows: list[tuple[Any, ...]]) -> None:
-    got = journal_rows(events)
+    got = journal_rows(EventGroup.of(events))
     assert [(r[0], r[1], r[2], orjson.loads(r[3])) for r in got] == rows
     by_owner: dict[str, list[int]] = {}
     for e in events:
@@ -79,7 +81,7 @@ def test_journal_rows_group_by_owner(events: list[EventRow], rows: list[tuple[An
 def test_journal_frames_cut_a_row_by_range_and_session(since: int, until: int, session_id: str | None,
                                                       expected: list[int]) -> None:
     events = [event(1), event(2, session_id="s2"), event(3, session_id="s2"), event(4), event(5)]
-    (row,) = journal_rows(events)
+    (row,) = journal_rows(EventGroup.of(events))
     assert ids(journal_frames(row[3], row[4], since, until, session_id)) == expected
 
 
@@ -95,7 +97,7 @@ async def test_replay_pages_keep_id_order_across_owners_and_commits(tmp_path: Pa
                 rows.append(event(next_id, owner, session_id=f"s{k % 2}"))
                 expected[owner].append(next_id)
                 next_id += 1
-            store.events.append_batch_now(rows)
+            store.events.append_batch_now(EventGroup.of(rows))
         head = await store.events.head()
         assert head == next_id - 1
         for owner in ("a", "b"):
@@ -115,8 +117,8 @@ async def test_pruning_moves_the_horizon_and_never_loses_a_newer_event(tmp_path:
     store = await Store.open(tmp_path / "g.db")
     try:
         # One commit holds owner a's 1, 3, 5 and owner b's 2, 4: pruning through 4 deletes b's row only.
-        store.events.append_batch_now([event(1, "a"), event(2, "b"), event(3, "a"), event(4, "b"), event(5, "a")])
-        store.events.append_batch_now([event(6, "a"), event(7, "b")], prune_through=4)
+        store.events.append_batch_now(EventGroup.of([event(i, "a" if i % 2 else "b") for i in range(1, 6)]))
+        store.events.append_batch_now(EventGroup.of([event(6, "a"), event(7, "b")]), prune_through=4)
         assert await store.events.horizon() == 4
         assert ids((await store.events.after("a", 4, 7))[0]) == [5, 6]  # every event after the horizon
         assert ids((await store.events.after("b", 4, 7))[0]) == [7]
@@ -175,5 +177,25 @@ async def test_migration_5_keeps_the_old_events_and_their_horizon(tmp_path: Path
             (9, "session_message", "s1", {"text": "m9"})]
         assert params[0]["ts"] == pytest.approx(now)
         assert ids((await store.events.after("o", 6, 9, session_id="s1"))[0]) == [7, 9]
+    finally:
+        await store.close()
+
+
+async def test_the_wal_is_checkpointed_off_the_loop_and_stays_bounded(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    try:
+        assert store.journal is not None
+        limit = store.journal.CHECKPOINT_BYTES
+        big = {"text": "x" * 60_000}
+        next_id, written = 1, 0
+        while written < 4 * limit:  # without checkpoints the WAL would hold all of it
+            events = [EventRow(next_id + k, "session_update", "o", "s", "t", 1.0, big) for k in range(10)]
+            next_id += 10
+            store.events.append_batch_now(EventGroup.of(events))
+            written += sum(len(e.frame()) for e in events)
+            await store.checkpoint_done()
+        wal = tmp_path / "g.db-wal"
+        assert wal.stat().st_size < 2 * limit, wal.stat().st_size
+        assert await store.events.head() == next_id - 1
     finally:
         await store.close()
