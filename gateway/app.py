@@ -171,6 +171,7 @@ def tune_gc_for_serving() -> None:
     older passes (~15% of a flood's CPU, measured with `make bench`). What exists once serving
     starts lives as long as the process: freeze it out of collection, and collect young objects
     less often (they are freed by reference counting anyway; the collector only finds cycles)."""
+    gc.collect()  # startup's garbage goes now, not into the frozen generation
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(10_000, gen1, gen2)
