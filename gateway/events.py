@@ -45,6 +45,9 @@ class Sink(Protocol):
 
     def send_many(self, frames: list[bytes]) -> None: ...
 
+    async def drain(self) -> None:
+        """Return once what was sent so far has left (or the sink is gone): replay paces itself by it."""
+
 
 @dataclass
 class Subscription:
@@ -235,6 +238,7 @@ class EventBus:
                 frames, cursor = await self.store.events.after(sub.owner, cursor, until, sub.session_id)
                 if frames:
                     sub.sink.send_many(frames)
+                    await sub.sink.drain()  # a long replay must not pile up past a slow reader's limit
             sub.last_id = max(sub.last_id, until)
             if self.reoffer is not None:
                 await self.reoffer(sub, sub.last_id)

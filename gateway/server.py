@@ -177,6 +177,8 @@ class Outbox:
         self.closed = False
         self._busy = False  # the writer task holds frames it has not finished sending
         self._ready = asyncio.Event()
+        self._idle = asyncio.Event()  # nothing queued or being sent
+        self._idle.set()
         self._closer: asyncio.Future[None] | None = None
         self._task = asyncio.ensure_future(self._run())
 
@@ -233,11 +235,13 @@ class Outbox:
             self._cut("too slow: reconnect and resubscribe")
             return
         self.queue.append((frame, batchable))
+        self._idle.clear()
         self._ready.set()
 
     def _cut(self, reason: str) -> None:
         self.closed = True
         self.queue.clear()
+        self._idle.set()
         self._closer = asyncio.ensure_future(self.connection.close(self.CLOSE_CODE, reason))
 
     async def _run(self) -> None:
@@ -259,6 +263,17 @@ class Outbox:
                         size += len(item)
                     await self.connection.send(b"[" + b",".join(batch) + b"]", text=True)
                 self._busy = False
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Wait until nothing is queued for this connection (or it is closed)."""
+        if self.closed or self._idle.is_set():
+            return
+        idle = asyncio.ensure_future(self._idle.wait())
+        try:  # the writer task ends when the connection breaks: stop waiting then too
+            await asyncio.wait([idle, self._task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
 
     def close(self) -> None:
         self.closed = True

@@ -652,16 +652,17 @@ class EventRepo(_Repo):
         return int(row[0]) if row else 0
 
     async def after(self, owner: str, since: int, until: int, session_id: str | None = None,
-                    limit: int = 200) -> tuple[list[bytes], int | None]:
-        """The owner's notifications with since < id <= until, in id order, one page of journal rows at
-        a time: (frames, the cursor to ask from next, or None when this was the last page)."""
+                    window: int = 5000) -> tuple[list[bytes], int | None]:
+        """The owner's notifications with since < id <= until, in id order, a window of ids at a time (so
+        a page holds at most `window` frames): (frames, the cursor to ask from next, or None when done)."""
+        end = min(until, since + window)
         rows = await self.store.fetchall(
-            "SELECT last_id, spans, frames FROM journal WHERE last_id > ? AND first_id <= ? AND owner = ? "
-            "ORDER BY last_id LIMIT ?", (since, until, owner, limit))
+            "SELECT spans, frames FROM journal WHERE last_id > ? AND first_id <= ? AND owner = ? ORDER BY last_id",
+            (since, end, owner))
         frames: list[bytes] = []
-        for _last, spans, blob in rows:
-            frames.extend(journal_frames(spans, blob, since, until, session_id))
-        return frames, (int(rows[-1][0]) if len(rows) == limit else None)
+        for spans, blob in rows:
+            frames.extend(journal_frames(spans, blob, since, end, session_id))
+        return frames, (end if end < until else None)
 
     async def prune(self, keep: int) -> None:
         """Keep (at least) the newest `keep` events: the retention horizon, a whole row at a time."""

@@ -302,3 +302,22 @@ async def test_unknown_update_kind_reaches_the_frontend(gateway: GatewayProcess,
     event = await log.wait(lambda e: e["type"] == "session_update")
     assert event["data"]["update"] == {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}}
     await client.close()
+
+
+async def test_a_long_replay_arrives_whole_and_in_order(paths: dict[str, Path]) -> None:
+    """More events than one replay page (5,000 ids) and one group commit: paged, paced, none lost."""
+    gw = GatewayProcess(paths["state"], paths["agents"])
+    await gw.start()
+    try:
+        client = await gw.client()
+        view = await start(client, paths["work"])
+        await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/flood 12000 10"})
+        head = (await client.call("task.session.list"))["event_cursor"]
+        await client.close()
+        reader, log = await subscribed(gw, since=0)
+        ids = [e["id"] for e in log.events if e["id"] is not None]
+        assert ids == list(range(1, head + 1))
+        assert len(log.of_type("session_update")) >= 12000
+        await reader.close()
+    finally:
+        await gw.stop()

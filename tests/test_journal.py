@@ -27,6 +27,9 @@ class Frames:
     def send_many(self, frames: list[bytes]) -> None:
         self.frames += frames
 
+    async def drain(self) -> None:
+        return None
+
 
 def event(id_: int, owner: str = "o", session_id: str | None = "s1") -> EventRow:
     return EventRow(id_, "session_update", owner, session_id, "t", 1.5, {"update": {"n": id_}, "replay": False})
@@ -104,7 +107,7 @@ async def test_replay_pages_keep_id_order_across_owners_and_commits(tmp_path: Pa
             got: list[int] = []
             cursor: int | None = 0
             while cursor is not None:
-                frames, cursor = await store.events.after(owner, cursor, head, limit=4)
+                frames, cursor = await store.events.after(owner, cursor, head, window=3)
                 got += ids(frames)
             assert got == expected[owner]
         frames, _ = await store.events.after("a", 10, 20, session_id="s1")
