@@ -1,10 +1,11 @@
 """The event journal and its subscribers: commit first, then publish, in strictly increasing id order.
 
-`publish` queues an event and waits for its commit; one committer writes whatever has queued up
-in one transaction (group commit) and only then hands the batch to subscribers, in id order. Each
-event is encoded to its `task.session.event` frame once, whoever receives it. Subscriptions replay
-the journal after a cursor, say `caught_up`, then go live without losing or repeating an event.
-Nothing here knows about sockets: a subscription writes frames to a `Sink`.
+`enqueue` fixes an event's id and order at once; `publish` also waits for its commit. Whatever queued
+up while the loop was busy (a whole chunk of an agent's output, say) is committed in one transaction
+(group commit) by a loop callback, and only then handed to subscribers, in id order. Each event is
+encoded to its `task.session.event` frame once, whoever receives it, and the journal keeps that frame.
+Subscriptions replay the journal after a cursor, say `caught_up`, then go live without losing or
+repeating an event. Nothing here knows about sockets: a subscription writes frames to a `Sink`.
 """
 
 from __future__ import annotations
