@@ -109,7 +109,7 @@ class Gateway:
         try:
             tokens, generated = resolve_tokens(config, state_dir)
             store = await Store.open(state_dir / "gateway.db")
-            bus = EventBus(store, retention=config.event_retention)
+            bus = EventBus(store, retention=config.event_retention, heartbeat=config.heartbeat_interval)
             await bus.open()
             settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
                                 ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,

@@ -39,6 +39,7 @@ class ServeConfig(BaseModel):
     cancel_grace: float = Field(default=5.0, ge=0)
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     event_retention: int = Field(default=100_000, ge=10)
+    heartbeat_interval: float = Field(default=25.0, gt=0)  # seconds between heartbeats on a quiet subscription
     request_timeout: float = Field(default=120.0, gt=0)
     initialize_timeout: float = Field(default=60.0, gt=0)
     max_live_sessions_per_owner: int = Field(default=32, ge=1)

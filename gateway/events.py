@@ -87,9 +87,10 @@ Reoffer = Callable[[Subscription, int], Awaitable[None]]
 class EventBus:
     PRUNE_EVERY = 1000  # events between retention deletes (each rides along with a group commit)
 
-    def __init__(self, store: Store, retention: int = 100_000) -> None:
+    def __init__(self, store: Store, retention: int = 100_000, heartbeat: float = HEARTBEAT_SECONDS) -> None:
         self.store = store
         self.retention = retention
+        self.heartbeat = heartbeat
         self._subs: dict[str, Subscription] = {}
         self._queue: list[EventRow] = []  # queued in id order, committed as one group
         self._waiters: list[tuple[EventRow, asyncio.Future[EventRow]]] = []
@@ -255,7 +256,7 @@ class EventBus:
 
     async def _heartbeat(self, sub: Subscription) -> None:
         while sub.id in self._subs:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+            await asyncio.sleep(self.heartbeat)
             sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id, "cursor": self.head}))
 
     def unsubscribe(self, sub_id: str) -> bool:

@@ -519,6 +519,7 @@ class SessionManager:
             sent = [{"type": "text", "text": context}, *(b for b in blocks if b.get("type") != "text")]
         row = await self._apply(row, SessionEvent.PROMPT, TaskEvent.WORK)
         await self._publish(row, "turn_started", {"prompt": blocks})
+        await self._stage(row, "prompting")
         try:
             response = await live.client.prompt(live.acp_session_id, sent)
         except (RpcError, TransportError) as exc:
@@ -531,6 +532,7 @@ class SessionManager:
                 message = f"agent {live.profile.id!r} failed the turn: {exc.message}"
                 await self._publish(row, "turn_ended", {"stop_reason": None, "error": exc.to_dict()})
                 await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=message)
+                await self._stage(row, "ready")  # a failed turn: the agent is alive and waits for the next
                 code = exc.code if exc.code in _STANDARD_CODES else INTERNAL_ERROR
                 raise GatewayError(code, message, {"session_id": row.id, "agent_error": exc.to_dict()}) from None
             await self._forget(live, "exited")
@@ -545,6 +547,7 @@ class SessionManager:
         if not live.stopping:
             await self._apply(row, SessionEvent.TURN_ENDED, TaskEvent.REVIEW, error_message=None,
                               needs_resume_context=False)
+            await self._stage(row, "ready")
         return {"stop_reason": response.stopReason}
 
     async def _end_turn(self, live: LiveSession) -> None:

@@ -321,3 +321,37 @@ async def test_a_long_replay_arrives_whole_and_in_order(paths: dict[str, Path]) 
         await reader.close()
     finally:
         await gw.stop()
+
+
+async def test_a_turn_is_staged_prompting_then_ready(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    client, log = await subscribed(gateway)
+    view = await start(client, paths["work"])
+    await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hello"})
+    await log.wait(lambda e: e["type"] == "session_active_stage" and e["data"]["stage"] == "ready"
+                   and any(p["type"] == "turn_ended" for p in log.events))
+    mine = [e for e in log.events if e["session_id"] == view["session_id"]]
+    kinds = [e["data"]["stage"] if e["type"] == "session_active_stage" else e["type"] for e in mine]
+    turn = [k for k in kinds[kinds.index("turn_started"):] if k in ("turn_started", "prompting", "turn_ended", "ready")]
+    assert turn == ["turn_started", "prompting", "turn_ended", "ready"], kinds
+    await client.close()
+
+
+async def test_a_quiet_subscription_gets_heartbeats_with_the_head(paths: dict[str, Path]) -> None:
+    config = paths["state"].parent / "gw-heartbeat.toml"
+    config.write_text("heartbeat_interval = 0.2\n")
+    gw = GatewayProcess(paths["state"], paths["agents"], config=config)
+    await gw.start()
+    try:
+        client = await gw.client()
+        log = EventLog(client)
+        sub = await client.call("task.session.subscribe")
+        beats = []
+        for _ in range(2):  # two in a row: they keep coming
+            beats.append(await log.wait(lambda e: e["type"] == "heartbeat" and e not in beats, timeout=10))
+        head = (await client.call("task.session.list"))["event_cursor"]
+        for beat in beats:
+            assert beat["id"] is None  # not a journal event: ids stay strictly increasing
+            assert beat["data"] == {"subscription_id": sub["subscription_id"], "cursor": head}
+        await client.close()
+    finally:
+        await gw.stop()
