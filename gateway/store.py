@@ -18,7 +18,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,7 @@ MIGRATIONS: list[str] = [
         frames BLOB NOT NULL
     );
     CREATE INDEX journal_by_last ON journal(last_id);
+    CREATE INDEX journal_by_owner ON journal(owner, last_id);
     CREATE TABLE journal_horizon (through INTEGER NOT NULL);
     INSERT INTO journal_horizon SELECT COALESCE(MIN(id) - 1, 0) FROM events;
     INSERT INTO journal SELECT id, id, owner, json_array(json_array(id, 1, session_id)),
@@ -448,7 +449,7 @@ class Store:
         async with self._lock, self.db.execute(sql, params) as cur:
             return await cur.fetchone()
 
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async def fetchall(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
         async with self._lock, self.db.execute(sql, params) as cur:
             return list(await cur.fetchall())
 
@@ -613,6 +614,20 @@ class CancelRepo(_Repo):
         await self.store.write("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
 
 
+# The owner's rows that end inside (since, end], and the one row that may start inside it and end
+# after it (an owner's rows never overlap, so it is their first one past `end`): two index seeks on
+# (owner, last_id), whatever the size of the journal.
+REPLAY_PAGE = """
+    SELECT last_id, spans, frames FROM journal WHERE owner = :owner AND last_id > :since AND last_id <= :end
+    UNION ALL
+    SELECT last_id, spans, frames FROM (
+        SELECT first_id, last_id, spans, frames FROM journal WHERE owner = :owner AND last_id > :end
+        ORDER BY last_id LIMIT 1)
+    WHERE first_id <= :end
+    ORDER BY 1
+"""
+
+
 class EventRepo(_Repo):
     def can_append_now(self) -> bool:
         """True when no other statement holds the store, so `append_batch_now` may write at once."""
@@ -656,11 +671,9 @@ class EventRepo(_Repo):
         """The owner's notifications with since < id <= until, in id order, a window of ids at a time (so
         a page holds at most `window` frames): (frames, the cursor to ask from next, or None when done)."""
         end = min(until, since + window)
-        rows = await self.store.fetchall(
-            "SELECT spans, frames FROM journal WHERE last_id > ? AND first_id <= ? AND owner = ? ORDER BY last_id",
-            (since, end, owner))
+        rows = await self.store.fetchall(REPLAY_PAGE, {"owner": owner, "since": since, "end": end})
         frames: list[bytes] = []
-        for spans, blob in rows:
+        for _last, spans, blob in rows:
             frames.extend(journal_frames(spans, blob, since, end, session_id))
         return frames, (end if end < until else None)
 

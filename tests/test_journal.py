@@ -12,7 +12,7 @@ import pytest
 
 from gateway.errors import GatewayError
 from gateway.events import EventBus
-from gateway.store import MIGRATIONS, EventGroup, EventRow, Store, journal_frames, journal_rows
+from gateway.store import MIGRATIONS, REPLAY_PAGE, EventGroup, EventRow, Store, journal_frames, journal_rows
 
 
 class Frames:
@@ -202,3 +202,14 @@ async def test_the_wal_is_checkpointed_off_the_loop_and_stays_bounded(tmp_path: 
         assert await store.events.head() == next_id - 1
     finally:
         await store.close()
+
+
+async def test_a_replay_page_seeks_by_index_and_never_scans_the_journal(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    await store.close()
+    db = sqlite3.connect(tmp_path / "g.db")
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + REPLAY_PAGE, {"owner": "o", "since": 1, "end": 9})]
+    db.close()
+    assert plan and not any(step.startswith("SCAN journal") for step in plan), plan
+    # the window is bounded on both sides, not read from `since` to the end of the owner's rows
+    assert any("journal_by_owner (owner=? AND last_id>? AND last_id<?)" in step for step in plan), plan
