@@ -51,7 +51,7 @@ from .states import (
     transition_task,
 )
 from .status import Boot, BootFacts, StatusFacts, decide_boot, evaluate_status
-from .store import SessionRow, Store
+from .store import ExecutorRow, SessionRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,9 @@ class SessionManager:
         return row
 
     async def view(self, row: SessionRow) -> dict[str, Any]:
-        executor = await self.store.executors.get(row.id)
+        return self._view(row, await self.store.executors.get(row.id))
+
+    def _view(self, row: SessionRow, executor: ExecutorRow | None) -> dict[str, Any]:
         live = row.id in self.live
         return {
             "session_id": row.id,
@@ -207,8 +209,10 @@ class SessionManager:
         }
 
     async def status(self, owner: str, session_id: Any) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
-        executor = await self.store.executors.get(row.id)
+        found = await self.store.sessions.with_status_facts(session_id, owner) if isinstance(session_id, str) else None
+        if found is None:
+            raise not_found(str(session_id))
+        row, executor, pending_permissions = found
         other_seen_ago = None
         if (executor is not None and executor.status == "running" and executor.instance_id
                 and executor.instance_id != self.instance_id
@@ -223,13 +227,12 @@ class SessionManager:
             stale_window=self.settings.stale_window,
             recovery_pending=row.recovery_pending,
         ))
-        view = await self.view(row)
         return {
-            **view,
+            **self._view(row, executor),
             "needs_resume": decision.needs_resume,
             "is_resumable": decision.is_resumable,
             "resume_reason": decision.resume_reason.value,
-            "pending_permissions": await self.store.permissions.count_pending(row.id),
+            "pending_permissions": pending_permissions,
         }
 
     # -- state changes -------------------------------------------------------------------

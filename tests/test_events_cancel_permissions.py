@@ -229,6 +229,7 @@ async def test_permission_asked_while_nobody_listens_is_reoffered(gateway: Gatew
         "session_id": view["session_id"], "request_id": offer["data"]["request_id"], "option_id": "allow-once"})
     assert answer["outcome"] == {"outcome": "selected", "optionId": "allow-once"}
     assert await asyncio.wait_for(turn, 10) == {"stop_reason": "end_turn"}
+    assert (await late.call("task.session.status", {"session_id": view["session_id"]}))["pending_permissions"] == 0
     resolved = await log.wait(lambda e: e["type"] == "permission_resolved")
     assert resolved["data"]["by"] == "user"
     await log.wait(lambda e: e["type"] == "session_update" and "permission" in e["data"]["update"]["content"]["text"])
