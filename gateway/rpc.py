@@ -9,6 +9,7 @@ to find it in the log. Batches are answered per member, as the JSON-RPC spec say
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -230,6 +231,9 @@ class RpcAdapter:
                 log.exception("method %s failed (error id %s)", name, error_id)
                 return Error(INTERNAL_ERROR, "Internal error", {"error_id": error_id})
 
+        # jsonrpcserver checks the call against `inspect.signature(method)` on every request; computed
+        # here once, that check stops rebuilding the signature each time (a third of a small call's cost).
+        method.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
         return method
 
     async def handle_frame(self, frame: str | bytes, ctx: RpcContext) -> bytes | None:
