@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acp.errors import RpcError
 from acp.framing import FrameStats, LineSplitter, parse_frame
@@ -27,6 +29,24 @@ def test_splitter_drops_over_long_lines_and_keeps_going() -> None:
     assert s.feed(b"yyy\nok\n") == [b"ok"]
     assert s.feed(b"z" * 11 + b"\nfine\n") == [b"fine"]
     assert s.oversized == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+       cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10))
+def test_splitter_matches_a_plain_split_however_the_stream_is_cut(lines: list[bytes], cuts: list[int]) -> None:
+    """Whole lines out, in order, whatever the chunking; lines over the limit dropped and counted."""
+    limit = 12
+    stream = b"".join(line + b"\n" for line in lines)
+    splitter = LineSplitter(max_line=limit)
+    got: list[bytes] = []
+    start = 0
+    for cut in [*sorted({min(c, len(stream)) for c in cuts}), len(stream)]:
+        got += splitter.feed(stream[start:cut])
+        start = cut
+    assert got == [line for line in lines if len(line) <= limit]
+    assert splitter.oversized == sum(len(line) > limit for line in lines)
+    assert splitter.tail() is None
 
 
 def test_parse_counts_noise() -> None:
