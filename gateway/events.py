@@ -44,7 +44,8 @@ def _consume_exception(fut: asyncio.Future[EventRow]) -> None:
 class Sink(Protocol):
     def send(self, frame: bytes) -> None: ...
 
-    def send_many(self, frames: list[bytes]) -> None: ...
+    def send_many(self, frames: list[bytes], message: bytes | None = None) -> None:
+        """Frames in order; `message`, when given, is them already joined as one JSON array."""
 
     async def drain(self) -> None:
         """Return once what was sent so far has left (or the sink is gone): replay paces itself by it."""
@@ -65,19 +66,22 @@ class Subscription:
     def wants(self, event: EventRow) -> bool:
         return event.owner == self.owner and (self.session_id is None or event.session_id == self.session_id)
 
-    def deliver(self, events: list[EventRow], frames: list[bytes] | None = None) -> None:
+    def deliver(self, events: list[EventRow], group: EventGroup | None = None) -> None:
         """Hand over committed events (in id order) as one group, so a sink can write them as one message.
-        `frames` are theirs, when the caller has them at hand."""
+        `group`, when given, is exactly these events: its frames and message are shared by every subscriber."""
         if not self.live:
             self.held.extend(events)
             return
         if events[0].id <= self.last_id:  # some were already sent (held during a replay that covered them)
             events = [e for e in events if e.id > self.last_id]
-            frames = None
+            group = None
             if not events:
                 return
         self.last_id = events[-1].id
-        self.sink.send_many(frames if frames is not None else [e.frame() for e in events])
+        if group is not None:
+            self.sink.send_many(group.frames, group.message())
+        else:
+            self.sink.send_many([e.frame() for e in events])
 
 
 # Called after the journal replay, before `caught_up`: re-offers what is still pending (permissions).
@@ -198,7 +202,7 @@ class EventBus:
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
                     if sub.wants(events[0]):
-                        sub.deliver(events, group.frames)
+                        sub.deliver(events, group)
                 else:
                     wanted = [event for event in events if sub.wants(event)]
                     if wanted:

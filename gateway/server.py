@@ -191,12 +191,16 @@ class Outbox:
         else:
             self._enqueue(frame, batchable)
 
-    def send_many(self, frames: list[bytes]) -> None:
+    def send_many(self, frames: list[bytes], message: bytes | None = None) -> None:
         """Event notifications in order; more than one go out as one JSON array (a JSON-RPC batch of
-        notifications): one WebSocket message instead of hundreds, so a burst costs the reader one receive."""
+        notifications): one WebSocket message instead of hundreds, so a burst costs the reader one receive.
+        `message` is that array when the caller has it joined already (shared by every subscriber)."""
         if (len(frames) <= self.MAX_BATCH and not self.closed and self._can_write_now()
                 and sum(map(len, frames)) <= self.MAX_BATCH_BYTES):  # the usual case: one message, no loop
-            self._write(frames[0] if len(frames) == 1 else b"[" + b",".join(frames) + b"]")
+            if len(frames) == 1:
+                self._write(frames[0])
+            else:
+                self._write(message if message is not None else b"[" + b",".join(frames) + b"]")
             return
         start = 0
         while start < len(frames) and not self.closed and self._can_write_now():

@@ -256,6 +256,14 @@ class EventGroup:
     events: list[EventRow]
     frames: list[bytes]
     stream: tuple[str, str | None] | None
+    _message: bytes | None = None
+
+    def message(self) -> bytes:
+        """The frames as one JSON array (a JSON-RPC batch of notifications), joined once for every
+        subscriber that gets them all."""
+        if self._message is None:
+            self._message = b"[" + b",".join(self.frames) + b"]"
+        return self._message
 
     @classmethod
     def of(cls, events: list[EventRow]) -> EventGroup:

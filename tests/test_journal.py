@@ -24,7 +24,7 @@ class Frames:
     def send(self, frame: bytes) -> None:
         self.frames.append(frame)
 
-    def send_many(self, frames: list[bytes]) -> None:
+    def send_many(self, frames: list[bytes], message: bytes | None = None) -> None:
         self.frames += frames
 
     async def drain(self) -> None:
