@@ -195,22 +195,24 @@ class Outbox:
         """Event notifications in order; more than one go out as one JSON array (a JSON-RPC batch of
         notifications): one WebSocket message instead of hundreds, so a burst costs the reader one receive.
         `message` is that array when the caller has it joined already (shared by every subscriber)."""
-        if (len(frames) <= self.MAX_BATCH and not self.closed and self._can_write_now()
-                and sum(map(len, frames)) <= self.MAX_BATCH_BYTES):  # the usual case: one message, no loop
-            if len(frames) == 1:
-                self._write(frames[0])
-            else:
-                self._write(message if message is not None else b"[" + b",".join(frames) + b"]")
-            return
         start = 0
         while start < len(frames) and not self.closed and self._can_write_now():
             end = self._group_end(frames, start)
-            self._write(frames[start] if end == start + 1 else b"[" + b",".join(frames[start:end]) + b"]")
+            if end - start == 1:
+                self._write(frames[start])
+            elif message is not None and start == 0 and end == len(frames):
+                self._write(message)
+            else:
+                self._write(b"[" + b",".join(frames[start:end]) + b"]")
             start = end
         for frame in frames[start:]:
             self._enqueue(frame, True)
 
     def _group_end(self, frames: list[bytes], start: int) -> int:
+        """Where the message starting at `start` ends: at most MAX_BATCH frames, about MAX_BATCH_BYTES."""
+        rest = frames if start == 0 else frames[start:]
+        if len(rest) <= self.MAX_BATCH and sum(map(len, rest)) <= self.MAX_BATCH_BYTES:
+            return len(frames)  # the usual case, counted in C rather than frame by frame
         end, size = start, 0
         while end < len(frames) and end - start < self.MAX_BATCH and size < self.MAX_BATCH_BYTES:
             size += len(frames[end])
