@@ -18,7 +18,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -335,22 +335,37 @@ class JournalWriter:
     def append(self, group: EventGroup, prune_through: int | None = None) -> None:
         """Commit a group (ids assigned by the caller, ascending) as one row per owner, and delete the rows
         that end at or before `prune_through`, in one transaction."""
+        with self._transaction() as conn:
+            values = journal_rows(group)
+            conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames) VALUES (?, ?, ?, ?, ?)",
+                             values)
+            self.unchecked_bytes += sum(len(v[4]) for v in values)
+            if prune_through is not None:
+                self._delete_through(conn, prune_through)
+
+    def prune(self, through: int) -> None:
+        """Delete the rows that end at or before `through`, in a transaction of its own."""
+        with self._transaction() as conn:
+            self._delete_through(conn, through)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn
         if conn is None:
             raise RuntimeError("the store is closed")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            values = journal_rows(group)
-            conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames) VALUES (?, ?, ?, ?, ?)",
-                             values)
-            self.unchecked_bytes += sum(len(v[4]) for v in values)
-            if prune_through is not None and prune_through > 0:
-                conn.execute("DELETE FROM journal WHERE last_id <= ?", (prune_through,))
-                conn.execute("UPDATE journal_horizon SET through = max(through, ?)", (prune_through,))
+            yield conn
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    @staticmethod
+    def _delete_through(conn: sqlite3.Connection, through: int) -> None:
+        if through > 0:
+            conn.execute("DELETE FROM journal WHERE last_id <= ?", (through,))
+            conn.execute("UPDATE journal_horizon SET through = max(through, ?)", (through,))
 
     def close(self) -> None:
         if self._conn is not None:
@@ -670,10 +685,13 @@ class EventRepo(_Repo):
         async with self.store._lock:
             self._append(group, prune_through)
 
-    def _append(self, group: EventGroup, prune_through: int | None) -> None:
-        journal = self.store.journal
-        if journal is None:
+    def _journal(self) -> JournalWriter:
+        if self.store.journal is None:
             raise RuntimeError("the store is closed")
+        return self.store.journal
+
+    def _append(self, group: EventGroup, prune_through: int | None) -> None:
+        journal = self._journal()
         journal.append(group, prune_through)
         if journal.unchecked_bytes >= journal.CHECKPOINT_BYTES:
             self.store.start_checkpoint()
@@ -705,10 +723,8 @@ class EventRepo(_Repo):
     async def prune(self, keep: int) -> None:
         """Keep (at least) the newest `keep` events: the retention horizon, a whole row at a time."""
         through = await self.head() - keep
-        if through > 0:
-            async with self.store.transaction() as db:
-                await db.execute("DELETE FROM journal WHERE last_id <= ?", (through,))
-                await db.execute("UPDATE journal_horizon SET through = max(through, ?)", (through,))
+        async with self.store._lock:
+            self._journal().prune(through)
 
 
 class PermissionRepo(_Repo):
