@@ -93,18 +93,20 @@ def flood_profile(agents: Path) -> None:
                                      "native_session_resume = true\n")
 
 
+async def lean_subscriber(gw: Gateway, session_id: str) -> Any:
+    """A raw WebSocket subscribed to one session, as lean as the bare relay's client: the relay is what differs."""
+    c = await websockets.connect(f"{gw.url}?token={TOKEN}", max_size=None)
+    await c.send(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "task.session.subscribe",
+                               "params": {"session_id": session_id}}).decode())
+    await c.recv()
+    return c
+
+
 async def relay(gw: Gateway, subscribers: int, count: int) -> list[float]:
     """Rate (updates/s) each subscriber received a flood at, committed before published."""
     admin = await GatewayClient.connect(gw.url, TOKEN)
     view = await admin.call("task.session.start", {"agent": "flood", "cwd": "/tmp", "wait_ready": True})
-    subs = []
-    for _ in range(subscribers):
-        # A lean subscriber, like the bare relay's: it counts events without decoding them.
-        c = await websockets.connect(f"{gw.url}?token={TOKEN}", max_size=None)
-        await c.send(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "task.session.subscribe",
-                                   "params": {"session_id": view["session_id"]}}).decode())
-        await c.recv()
-        subs.append(c)
+    subs = [await lean_subscriber(gw, view["session_id"]) for _ in range(subscribers)]  # they count, not decode
     done_at: list[float] = []
 
     async def count_updates(c: Any) -> None:
@@ -172,11 +174,7 @@ def sdk_rate(count: int) -> float | None:
 async def latency_gateway(gw: Gateway, count: int) -> list[float]:
     admin = await GatewayClient.connect(gw.url, TOKEN)
     view = await admin.call("task.session.start", {"agent": "flood", "cwd": "/tmp", "wait_ready": True})
-    # The same lean subscriber as the bare relay's (recv + orjson.loads): only the relay differs.
-    sub = await websockets.connect(f"{gw.url}?token={TOKEN}", max_size=None)
-    await sub.send(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "task.session.subscribe",
-                                 "params": {"session_id": view["session_id"]}}).decode())
-    await sub.recv()
+    sub = await lean_subscriber(gw, view["session_id"])
     lat: list[float] = []
 
     async def collect() -> None:
