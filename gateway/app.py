@@ -26,8 +26,8 @@ from agents.profiles import default_state_dir, load_profiles
 from .config import ServeConfig
 from .events import EventBus
 from .rpc import RpcAdapter
+from .runtime import SessionManager, Settings
 from .server import GatewayServer, ui_pages
-from .sessions import SessionManager, Settings
 from .store import Store
 
 log = logging.getLogger("acp-gateway")

@@ -1,4 +1,10 @@
-"""The gateway's JSON-RPC error codes (DESIGN §5) and the one exception that carries them to clients."""
+"""The gateway's JSON-RPC error codes (DESIGN §5), each with one fixed `data` shape, and the exception that
+carries them to clients.
+
+Every error a client can cause is raised through one of the constructors below, so a code always comes with
+the same `data` keys (`ERROR_DATA` lists them; a table test holds each constructor to it). `-32603` is left
+for real bugs: its only data is the `error_id` under which the log has the traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,12 @@ from typing import Any
 # The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
-__all__ = ["ALREADY_TERMINAL", "BUSY", "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "LIMIT_EXCEEDED",
-           "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED", "UNAUTHORIZED",
-           "WORKSPACE_MISSING", "GatewayError", "not_found"]
+__all__ = ["AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "INTERNAL_ERROR", "INVALID_PARAMS",
+           "INVALID_REQUEST", "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR",
+           "RESYNC_REQUIRED",
+           "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "already_terminal", "busy", "internal_error",
+           "invalid_params", "limit_exceeded", "not_found", "not_resumable", "permission_not_found",
+           "resync_required", "subscription_not_found", "workspace_missing"]
 
 UNAUTHORIZED = -32001
 NOT_FOUND = -32002
@@ -19,6 +28,21 @@ WORKSPACE_MISSING = -32011
 RESYNC_REQUIRED = -32012
 NOT_RESUMABLE = -32013
 LIMIT_EXCEEDED = -32014
+AGENT_FAILED = -32015  # the agent answered the turn with an error, or exited during it
+
+# code -> the shapes its `data` may have: the keys always present (a key whose value is unknown is null).
+ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
+    INVALID_PARAMS: (frozenset({"field"}),),
+    INTERNAL_ERROR: (frozenset({"error_id"}),),
+    NOT_FOUND: (frozenset({"session_id"}), frozenset({"session_id", "request_id"}), frozenset({"subscription_id"})),
+    ALREADY_TERMINAL: (frozenset({"session_id", "state"}),),
+    BUSY: (frozenset({"session_id", "state"}),),
+    WORKSPACE_MISSING: (frozenset({"session_id", "cwd"}),),
+    RESYNC_REQUIRED: (frozenset({"reason", "head", "oldest"}),),
+    NOT_RESUMABLE: (frozenset({"session_id", "state", "reason"}),),
+    LIMIT_EXCEEDED: (frozenset({"limit"}),),
+    AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
+}
 
 
 class GatewayError(Exception):
@@ -31,6 +55,55 @@ class GatewayError(Exception):
         self.data = data
 
 
+def invalid_params(field: str, message: str) -> GatewayError:
+    return GatewayError(INVALID_PARAMS, message, {"field": field})
+
+
+def internal_error(error_id: str) -> GatewayError:
+    return GatewayError(INTERNAL_ERROR, f"Internal error: the gateway's log has the details under {error_id}",
+                        {"error_id": error_id})
+
+
 def not_found(session_id: str) -> GatewayError:
     # Foreign sessions answer exactly like missing ones: owners never learn what others have.
     return GatewayError(NOT_FOUND, f"session {session_id} not found", {"session_id": session_id})
+
+
+def permission_not_found(session_id: str, request_id: str) -> GatewayError:
+    return GatewayError(NOT_FOUND, f"permission request {request_id} not found in session {session_id}",
+                        {"session_id": session_id, "request_id": request_id})
+
+
+def subscription_not_found(subscription_id: str) -> GatewayError:
+    return GatewayError(NOT_FOUND, f"subscription {subscription_id} not found", {"subscription_id": subscription_id})
+
+
+def already_terminal(session_id: str, state: str, what: str | None = None) -> GatewayError:
+    return GatewayError(ALREADY_TERMINAL, what or f"session {session_id} is already {state}",
+                        {"session_id": session_id, "state": state})
+
+
+def busy(session_id: str, state: str) -> GatewayError:
+    return GatewayError(BUSY, f"session {session_id} is busy with a turn: wait for its turn_ended event, or "
+                        "task.session.cancel_turn it", {"session_id": session_id, "state": state})
+
+
+def workspace_missing(session_id: str | None, cwd: str) -> GatewayError:
+    if session_id is None:
+        message = f"workspace {cwd} does not exist: create it first"
+    else:
+        message = f"workspace {cwd} of session {session_id} no longer exists: restore the directory, then resume"
+    return GatewayError(WORKSPACE_MISSING, message, {"session_id": session_id, "cwd": cwd})
+
+
+def not_resumable(session_id: str, state: str | None, reason: str) -> GatewayError:
+    """`reason` is the whole message: what happened and what the user can do next."""
+    return GatewayError(NOT_RESUMABLE, reason, {"session_id": session_id, "state": state, "reason": reason})
+
+
+def limit_exceeded(limit: int, message: str) -> GatewayError:
+    return GatewayError(LIMIT_EXCEEDED, message, {"limit": limit})
+
+
+def resync_required(reason: str, message: str, *, head: int | None = None, oldest: int | None = None) -> GatewayError:
+    return GatewayError(RESYNC_REQUIRED, message, {"reason": reason, "head": head, "oldest": oldest})

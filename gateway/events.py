@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import RESYNC_REQUIRED, GatewayError
+from .errors import resync_required
 from .store import EventGroup, EventRow, Store
 
 log = logging.getLogger(__name__)
@@ -134,10 +134,10 @@ class EventBus:
         return await asyncio.shield(fut)
 
     def enqueue(self, type_: str, owner: str, session_id: str | None, task_id: str | None, data: dict[str, Any],
-                fut: asyncio.Future[EventRow] | None = None) -> None:
+                fut: asyncio.Future[EventRow] | None = None) -> int:
         """Queue an event without waiting: its id and order are fixed now, its commit comes with the next
         group, and subscribers see nothing before it. For streams (session updates) that must not wait one
-        commit per event; a failed write is logged."""
+        commit per event; a failed write is logged. Returns the event's id."""
         event = EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data)
         self._queue.append(event)
         if fut is not None:
@@ -149,6 +149,7 @@ class EventBus:
             # While a group is being committed, events wait here and go as the next group when it is done.
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._commit_ready)
+        return event.id
 
     def _commit_ready(self) -> None:
         self._scheduled = False
@@ -220,14 +221,13 @@ class EventBus:
         head = self.head
         if since is not None:
             if since > head:
-                raise GatewayError(RESYNC_REQUIRED, f"cursor {since} is ahead of this gateway's journal ({head}): "
-                                   "refetch task.session.list and subscribe from its event_cursor",
-                                   {"reason": "cursor_ahead", "head": head})
+                raise resync_required("cursor_ahead", f"cursor {since} is ahead of this gateway's journal ({head}): "
+                                      "refetch task.session.list and subscribe from its event_cursor", head=head)
             floor = await self.store.events.horizon()
             if since < floor:
-                raise GatewayError(RESYNC_REQUIRED, f"cursor {since} is older than the retained journal "
-                                   f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
-                                   {"reason": "too_far_behind", "oldest": floor})
+                raise resync_required("too_far_behind", f"cursor {since} is older than the retained journal "
+                                      f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
+                                      head=head, oldest=floor)
         # No await from here to the registration: every event committed after `until` is held.
         until = self.head
         sub = Subscription(f"sub-{uuid.uuid4().hex[:12]}", owner, session_id, sink,

@@ -27,13 +27,13 @@ from .errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
-    LIMIT_EXCEEDED,
-    NOT_FOUND,
     PARSE_ERROR,
     GatewayError,
+    limit_exceeded,
+    subscription_not_found,
 )
 from .events import EventBus, Sink, Subscription
-from .sessions import SessionManager
+from .runtime import SessionManager
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
@@ -173,7 +173,7 @@ class RpcAdapter:
                                          wait_ready=p.wait_ready)
 
     async def _get(self, ctx: RpcContext, p: SessionParams) -> dict[str, Any]:
-        return await self.sessions.view(await self.sessions.row(ctx.owner, p.session_id))
+        return await self.sessions.get(ctx.owner, p.session_id)
 
     async def _delete(self, ctx: RpcContext, p: SessionParams) -> None:
         await self.sessions.delete(ctx.owner, p.session_id)
@@ -182,8 +182,8 @@ class RpcAdapter:
         if ctx.sink is None:
             raise GatewayError(INVALID_REQUEST, "this transport cannot carry events")
         if len(ctx.subscriptions) >= MAX_SUBSCRIPTIONS_PER_CONNECTION:
-            raise GatewayError(LIMIT_EXCEEDED, f"at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions per "
-                               "connection: unsubscribe one first", {"limit": MAX_SUBSCRIPTIONS_PER_CONNECTION})
+            raise limit_exceeded(MAX_SUBSCRIPTIONS_PER_CONNECTION, f"at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} "
+                                 "subscriptions per connection: unsubscribe one first")
         if p.session_id is not None:
             await self.sessions.row(ctx.owner, p.session_id)
         sub = await self.bus.subscribe(ctx.owner, ctx.sink, p.since, p.session_id)
@@ -199,8 +199,7 @@ class RpcAdapter:
 
     async def _unsubscribe(self, ctx: RpcContext, p: UnsubscribeParams) -> None:
         if ctx.subscriptions.pop(p.subscription_id, None) is None:
-            raise GatewayError(NOT_FOUND, f"subscription {p.subscription_id} not found",
-                               {"subscription_id": p.subscription_id})
+            raise subscription_not_found(p.subscription_id)
         self.bus.unsubscribe(p.subscription_id)
 
     def connection_closed(self, ctx: RpcContext) -> None:

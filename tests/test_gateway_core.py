@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.client import GatewayClient, RpcCallError
-from gateway.resume_context import HistoryEntry, render_resume_context
+from gateway.runtime.resume_context import HistoryEntry, render_resume_context
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, journal_events, reference_profile
 
 
@@ -247,8 +247,9 @@ async def test_failed_turn_is_not_a_failed_session(client: GatewayClient, env: d
     view = await start(client, env["work"])
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/fail"})
-    assert info.value.code == -32603 and "failed this turn" in info.value.message
-    assert info.value.data["agent_error"]["code"] == -32603
+    # The agent's own -32603 is the agent's failure, not the gateway's: -32015 carries it as `agent_error`.
+    assert info.value.code == -32015 and "failed this turn" in info.value.message
+    assert info.value.data["agent_error"]["code"] == -32603 and info.value.data["needs_resume"] is False
     status = await client.call("task.session.status", {"session_id": view["session_id"]})
     assert status["state"] == "WAITING_FOR_INPUT" and status["task_state"] == "REVIEW" and status["error_message"]
     assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "ok"}) == \
@@ -259,7 +260,8 @@ async def test_agent_dies_mid_turn_keeps_token(client: GatewayClient, env: dict[
     view = await start(client, env["work"])
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/crash"})
-    assert "exited during the turn" in info.value.message
+    assert info.value.code == -32015 and "exited during the turn" in info.value.message
+    assert info.value.data["needs_resume"] is True
     status = await client.call("task.session.status", {"session_id": view["session_id"]})
     assert (status["needs_resume"], status["resume_reason"], status["has_resume_token"]) == \
         (True, "agent_not_running", True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from ..store.rows import HistoryEntry
 
 MESSAGE_LIMIT = 2000
 TOOL_RESULT_LIMIT = 500
@@ -14,13 +15,6 @@ INSTRUCTIONS = (
     "You are continuing work on the above task. The execution history shows what was already said and done. "
     "Do not repeat work that was already completed."
 )
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    kind: str  # user_message | agent_message | tool_call | tool_result
-    content: str = ""
-    name: str = ""
 
 
 def truncate(text: str, limit: int) -> str:
@@ -36,6 +30,8 @@ def render_entry(entry: HistoryEntry) -> str:
         return f"[TOOL CALL: {entry.name}]"
     if entry.kind == "tool_result":
         return f"[TOOL RESULT: {entry.name}] {truncate(entry.content, TOOL_RESULT_LIMIT)}"
+    if entry.kind == "turn_interrupted":
+        return f"[TURN INTERRUPTED] {truncate(entry.content, TOOL_RESULT_LIMIT)}"
     raise ValueError(f"unknown history entry kind {entry.kind!r}")
 
 

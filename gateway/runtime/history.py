@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .resume_context import HistoryEntry
+from ..store.rows import HistoryEntry
 
 
 def _content_text(content: Any) -> str:

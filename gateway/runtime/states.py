@@ -1,7 +1,8 @@
 """Session and task state machines (DESIGN §4.2): every state change goes through `transition_*`.
 
 Rules of this file:
-- The transitions are tables; nothing else in the gateway decides what state follows another.
+- The transitions are tables; nothing else in the gateway decides what state follows another. A session
+  event always moves its task by the paired event of `TASK_EVENT_OF`.
 - An event not in the table for the current state is a bug: `IllegalTransition` is raised and
   nothing is applied.
 - Pure: no storage, no agents, no clocks.
@@ -77,6 +78,10 @@ SESSION_TRANSITIONS: dict[tuple[SessionState, SessionEvent], SessionState] = {
     (S.RUNNING, E.FAIL): S.FAILED,
     (S.RUNNING, E.CANCEL): S.CANCELLED,
     (S.RUNNING, E.COMPLETE): S.COMPLETED,
+    # Terminal states absorb what a turn or a launch still reports as it winds down (a turn that ends after
+    # the session was cancelled stays cancelled); a new launch, prompt or second cancel is still illegal.
+    **{(terminal, late): terminal for terminal in (S.COMPLETED, S.FAILED, S.CANCELLED)
+       for late in (E.TURN_ENDED, E.READY)},
 }
 
 T, TE = TaskState, TaskEvent
@@ -101,6 +106,18 @@ TASK_TRANSITIONS: dict[tuple[TaskState, TaskEvent], TaskState] = {
 }
 
 
+# What each session event does to the session's task: the pairing every state change goes through.
+TASK_EVENT_OF: dict[SessionEvent, TaskEvent] = {
+    E.LAUNCH: TE.START,
+    E.READY: TE.REVIEW,
+    E.PROMPT: TE.WORK,
+    E.TURN_ENDED: TE.REVIEW,
+    E.FAIL: TE.FAIL,
+    E.CANCEL: TE.CANCEL,
+    E.COMPLETE: TE.COMPLETE,
+}
+
+
 class IllegalTransition(RuntimeError):
     """A state change the tables do not allow: a bug in the caller, never silently applied."""
 
@@ -117,3 +134,12 @@ def transition_task(state: TaskState, event: TaskEvent) -> TaskState:
         return TASK_TRANSITIONS[(state, event)]
     except KeyError:
         raise IllegalTransition(f"task cannot go from {state} on {event}") from None
+
+
+def transition(session: SessionState, task: TaskState, event: SessionEvent) -> tuple[SessionState, TaskState]:
+    """A session event and the task event paired with it, applied together. A task's end is final: a
+    terminal task (a task may have several sessions) is not moved by its sessions' later events."""
+    new_session = transition_session(session, event)
+    if task in TERMINAL_TASK_STATES:
+        return new_session, task
+    return new_session, transition_task(task, TASK_EVENT_OF[event])

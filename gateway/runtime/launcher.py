@@ -1,0 +1,265 @@
+"""Launch and restore: one agent per session at a time, started, negotiated (`acp.restore` decides), registered
+as live, watched, and stopped.
+
+A launch is a task of the runtime, shared by every caller that asks while it runs (twenty concurrent resumes
+start one agent). Its executor row is written before the process exists and names the execution, so a crash
+at any point leaves a record `reaper` can act on; the agent's own pid and start time follow once it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from acp.client import AcpClient, ClientOptions
+from acp.errors import AcpError
+from acp.restore import Outcome
+from acp.session_setup import RestoreResult, establish_session
+from agents.profiles import AgentProfile
+
+from ..errors import not_resumable, workspace_missing
+from ..store import SessionRow, Store
+from . import reaper
+from .broker import PermissionBroker
+from .history import HistoryCoalescer
+from .live import LiveSession
+from .settings import Settings
+from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState
+from .status import Boot, BootFacts, decide_boot
+from .writer import HistoryWriter, SessionWriter
+
+log = logging.getLogger(__name__)
+
+SETPRIV = shutil.which("setpriv")
+
+
+@dataclass
+class LaunchResult:
+    live: bool
+    restore: RestoreResult | None = None
+    error: str | None = None
+
+
+def check_resumable(row: SessionRow) -> None:
+    if SessionState(row.state) in TERMINAL_SESSION_STATES:
+        raise not_resumable(row.id, row.state, f"session {row.id} is {row.state} and cannot be resumed; "
+                            "start a new session")
+    if not os.path.isdir(row.cwd):
+        raise workspace_missing(row.id, row.cwd)
+
+
+def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) -> list[str]:
+    """The agent's command, under `setpriv --pdeathsig KILL` where wanted and installed: the kernel then kills
+    the agent when the gateway's process dies, however it dies (measured: ~1 ms per spawn). A command that
+    cannot be found is left bare, so spawning it fails as itself rather than as setpriv's exit."""
+    if not (die_with_gateway and SETPRIV and argv):
+        return argv
+    command = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    return [SETPRIV, "--pdeathsig", "KILL", "--", command, *argv[1:]] if command else argv
+
+
+class Launcher:
+    def __init__(self, store: Store, writer: SessionWriter, broker: PermissionBroker,
+                 profiles: Mapping[str, AgentProfile], settings: Settings, instance_id: str,
+                 live: dict[str, LiveSession], spawn: Callable[[Any], asyncio.Task[Any]],
+                 on_ready: Callable[[LiveSession, str], None]) -> None:
+        self.store = store
+        self.writer = writer
+        self.broker = broker
+        self.profiles = profiles
+        self.settings = settings
+        self.instance_id = instance_id
+        self.live = live
+        self._spawn = spawn
+        self._on_ready = on_ready  # (live, initial prompt or "") once the agent is live
+        self.launches: dict[str, asyncio.Future[LaunchResult]] = {}
+        self._cancels: dict[str, asyncio.Event] = {}
+
+    def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
+        """One launch per session at a time: every concurrent caller shares the same future."""
+        existing = self.launches.get(row.id)
+        if existing is not None:
+            return existing
+        cancel = asyncio.Event()
+        self._cancels[row.id] = cancel
+        future = self._spawn(self._launch(row, fresh_start=fresh_start, cancel=cancel))
+        self.launches[row.id] = future
+
+        def done(_: Any) -> None:
+            self.launches.pop(row.id, None)
+            self._cancels.pop(row.id, None)
+
+        future.add_done_callback(done)
+        return future
+
+    async def abort(self, session_id: str, grace: float) -> None:
+        """Cancel a launch in progress (the restore is told to give up) and wait up to `grace` for it."""
+        launch = self.launches.get(session_id)
+        if launch is not None:
+            self._cancels[session_id].set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(launch), grace)
+
+    async def _launch(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
+        try:
+            return await self._launch_inner(row, fresh_start=fresh_start, cancel=cancel)
+        except Exception as exc:  # a bug must not leave the session STARTING forever
+            log.exception("launch of session %s failed", row.id)
+            with contextlib.suppress(Exception):
+                current = await self.store.sessions.get(row.id)
+                if current is not None and SessionState(current.state) == SessionState.STARTING:
+                    await self.preserve(current, f"internal error while starting the agent: {type(exc).__name__}")
+            return LaunchResult(False, error=str(exc))
+
+    async def _launch_inner(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
+        profile = self.profiles.get(row.agent)
+        if profile is None:
+            await self.writer.apply(row, SessionEvent.FAIL,
+                                    error_message=f"agent profile {row.agent!r} is no longer configured")
+            return LaunchResult(False, error="unknown agent")
+        executor = await self.store.executors.get(row.id)
+        token = None if fresh_start or executor is None else executor.resume_token
+        first_launch = not row.launched
+        row = await self.writer.apply(row, SessionEvent.LAUNCH, error_message=None)
+        await self.writer.stage(row, "launching")
+        execution_id = f"x-{uuid.uuid4().hex}"
+        env = {**profile.launch_env(self.settings.environ), reaper.MARKER: execution_id}
+        # Updates flow from the first byte: a session/load replays history before it answers.
+        coalescer = HistoryCoalescer()
+        history = HistoryWriter(self.store, row.id)
+        on_update = self._update_intake(row, coalescer, history)
+        # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
+        await self.store.executors.set_running(row.id, execution_id=execution_id, instance_id=self.instance_id,
+                                               cwd=row.cwd)
+        argv = agent_argv(profile.argv(token, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
+        try:
+            client = await AcpClient.launch(
+                argv, cwd=row.cwd, env=env, on_update=on_update,
+                on_permission=lambda params: self._on_permission(row.id, params),
+                options=ClientOptions(request_timeout=self.settings.request_timeout,
+                                      initialize_timeout=self.settings.initialize_timeout,
+                                      stop_grace=self.settings.stop_grace),
+            )
+        except AcpError as exc:
+            await self.store.executors.set_stopped(row.id, "failed")
+            reason = f"could not launch agent {profile.id!r} for session {row.id}: {exc}"
+            await self.writer.apply(row, SessionEvent.FAIL, error_message=reason)
+            await self.writer.message(row, "error", reason)
+            return LaunchResult(False, error=reason)
+        pid = client.process.pid
+        await self.store.executors.set_running(row.id, execution_id=execution_id, instance_id=self.instance_id,
+                                               cwd=row.cwd, pid=pid, proc_start=reaper.process_start(pid),
+                                               boot_id=reaper.boot_id())
+        try:
+            await self.writer.stage(row, "initializing")
+            await client.initialize()
+            restoring = bool(token) and profile.native_session_resume
+            await self.writer.stage(row, "authenticating" if profile.auth_method and not restoring else "restoring")
+            result = await establish_session(
+                client, native_session_resume=profile.native_session_resume, resume_token=token,
+                cwd=row.cwd, auth_method=profile.auth_method, environ=env, cancel=cancel)
+        except (AcpError, TimeoutError) as exc:
+            await client.stop()
+            await history.idle()
+            tail = " | ".join(client.process.stderr.tail_lines(3))
+            reason = f"agent {profile.id!r} failed to start: {exc}" + (f" (stderr: {tail})" if tail else "")
+            await self.store.executors.set_stopped(row.id, "failed")
+            await self.preserve(row, reason)
+            return LaunchResult(False, error=reason)
+
+        if result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
+            await client.stop()
+            await history.idle()
+            await self.store.executors.set_stopped(row.id, "failed")
+            reason = (f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
+                      f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
+                      "with action 'retry' or 'fresh_start'") if token else (
+                      f"agent {profile.id!r} could not create a session: {result.describe_failure()}")
+            await self.preserve(row, reason)
+            return LaunchResult(False, restore=result, error=reason)
+
+        started_fresh = result.outcome in (Outcome.NEW, Outcome.FALLBACK_NEW)
+        if result.session_id != token:
+            await self.store.executors.set_token(row.id, result.session_id)
+        if result.outcome is Outcome.FALLBACK_NEW:
+            await self.writer.message(row, "warning",
+                                      f"The agent no longer knew session {token} ({result.failure_class}); "
+                                      f"a fresh session {result.session_id} was started.")
+        has_history = await self.store.history.exists(row.id)
+        task = await self.store.tasks.get(row.task_id)
+        boot = decide_boot(BootFacts(
+            first_launch=first_launch, has_description=bool(task and task.description),
+            started_fresh=started_fresh, history_context_injection=profile.history_context_injection,
+            has_history=has_history))
+        live = LiveSession(row, profile, client, result.session_id, execution_id, history, coalescer,
+                           needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT)
+        self.live[row.id] = live
+        live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
+        row = await self.writer.apply(row, None, launched=True, recovery_pending=False, error_message=None,
+                                      needs_resume_context=live.needs_resume_context)
+        await self.writer.stage(row, "ready")
+        if boot is Boot.INITIAL_PROMPT and task and task.description:
+            self._on_ready(live, task.description)
+        else:
+            await self.writer.apply(row, SessionEvent.READY)
+        return LaunchResult(True, restore=result)
+
+    async def preserve(self, row: SessionRow, reason: str) -> None:
+        """A failure that keeps the saved identity: resumable later, but not automatically."""
+        current = await self.store.sessions.get(row.id) or row
+        event = SessionEvent.TURN_ENDED if SessionState(current.state) != SessionState.CREATED else None
+        await self.writer.apply(current, event, error_message=reason, recovery_pending=True)
+        await self.writer.message(current, "error", reason)
+
+    def _update_intake(self, row: SessionRow, coalescer: HistoryCoalescer,
+                       history: HistoryWriter) -> Callable[[dict[str, Any], bool], None]:
+        """Called by the ACP client for each update, in arrival order, on the read loop: no task hop,
+        no await. The event's id and order are fixed here; its commit comes with the next group."""
+        enqueue, owner, sid, task_id = self.writer.bus.enqueue, row.owner, row.id, row.task_id
+
+        def on_update(params: dict[str, Any], replay: bool) -> None:
+            update = params.get("update")
+            enqueue("session_update", owner, sid, task_id, {"update": update, "replay": replay})
+            if not replay and isinstance(update, dict):
+                entries = coalescer.feed(update)
+                if entries:
+                    history.add(entries)
+
+        return on_update
+
+    async def _on_permission(self, session_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        live = self.live.get(session_id)
+        row = live.row if live is not None else await self.store.sessions.get(session_id)
+        if row is None:
+            return {"outcome": "cancelled"}
+        return await self.broker.ask(row, params)
+
+    async def _watch_exit(self, live: LiveSession) -> None:
+        """An agent that exits while idle: the session keeps its token and reports `needs_resume`. (An agent
+        that exits mid-turn is the turn's to report.)"""
+        await live.client.process.wait()
+        if live.stopping or self.live.get(live.session_id) is not live or live.turn_running:
+            return
+        await self.stop(live, "exited")
+        tail = " | ".join(live.client.process.stderr.tail_lines(3))
+        await self.writer.apply(live.row, None, error_message=f"agent process exited (status "
+                                f"{live.client.process.returncode})" + (f": {tail}" if tail else ""))
+
+    async def stop(self, live: LiveSession, status: str) -> None:
+        """Unregister the live session and stop its agent process group; the executor row says how it ended."""
+        if self.live.get(live.session_id) is live:
+            del self.live[live.session_id]
+        live.stopping = True
+        for task in live.tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await live.client.stop()
+        await self.store.executors.set_stopped(live.session_id, status)

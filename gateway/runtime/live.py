@@ -1,0 +1,47 @@
+"""A live session: its agent, the turn it runs, and the in-memory view that reads are answered from.
+
+A `LiveSession` exists from the moment its agent is ready until the agent is stopped or gone. It owns
+its turn (`turn`, a task of the runtime, never of a client's call), so a client that goes away only
+stops waiting. Its `row` is kept current by the write path, so status, get and list of a live session
+need no store round-trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp.client import AcpClient
+from agents.profiles import AgentProfile
+
+from ..store import SessionRow
+from .history import HistoryCoalescer
+from .writer import HistoryWriter
+
+
+@dataclass
+class LiveSession:
+    row: SessionRow
+    profile: AgentProfile
+    client: AcpClient
+    acp_session_id: str  # also the resume token
+    execution_id: str
+    history: HistoryWriter
+    coalescer: HistoryCoalescer
+    needs_resume_context: bool = False
+    stopping: bool = False  # the agent is being stopped: no new turn starts
+    turn: asyncio.Task[dict[str, Any]] | None = None
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def session_id(self) -> str:
+        return self.row.id
+
+    @property
+    def owner(self) -> str:
+        return self.row.owner
+
+    @property
+    def turn_running(self) -> bool:
+        return self.turn is not None and not self.turn.done()

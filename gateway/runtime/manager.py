@@ -1,0 +1,300 @@
+"""The session runtime's facade: what the JSON-RPC adapter calls. Each method checks, then hands the work to the
+room that owns it — `launcher` (launch, restore, stop), `turns`, `broker` (permissions), `views` (reads),
+`writer` (persist, then publish) — and awaits the outcome.
+
+Whatever changes a session runs as a task of the runtime and is awaited shielded: a client whose connection
+closes mid-call only stops waiting; the change (a turn, a cancel, a launch) finishes for everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
+
+from agents.profiles import AgentProfile
+
+from ..errors import already_terminal, invalid_params, limit_exceeded, not_resumable, workspace_missing
+from ..events import EventBus
+from ..store import SessionRow, Store
+from . import reaper
+from .broker import PermissionBroker
+from .launcher import Launcher, check_resumable
+from .live import LiveSession
+from .settings import Settings
+from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
+from .turns import TurnRunner, content_blocks
+from .views import SessionViews
+from .writer import SessionWriter
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class SessionManager:
+    def __init__(self, store: Store, bus: EventBus, profiles: Mapping[str, AgentProfile], settings: Settings,
+                 instance_id: str) -> None:
+        self.store = store
+        self.bus = bus
+        self.profiles = profiles
+        self.settings = settings
+        self.instance_id = instance_id
+        self.live: dict[str, LiveSession] = {}
+        self._cancels: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self.writer = SessionWriter(store, bus, self._refresh_live_row)
+        self.broker = PermissionBroker(store, self.writer, profiles.get)
+        self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
+                                 self._spawn, self._initial_prompt)
+        self.turns = TurnRunner(store, bus, self.writer, self.broker,
+                                lambda live: self.launcher.stop(live, "exited"), settings.cancel_grace)
+        self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count)
+
+    def _refresh_live_row(self, row: SessionRow) -> bool:
+        live = self.live.get(row.id)
+        if live is not None:
+            live.row = row
+        return live is not None
+
+    def _spawn(self, coro: Awaitable[T]) -> asyncio.Task[T]:
+        task: asyncio.Task[T] = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _owned(self, coro: Awaitable[T]) -> T:
+        """Run a change as a task of the runtime; the caller only waits for it."""
+        return await asyncio.shield(self._spawn(coro))
+
+    # -- life of the runtime -------------------------------------------------------------
+    async def open(self) -> None:
+        """Before any client: end what a crashed instance left running, then settle what it left half done."""
+        await self.store.instances.register(self.instance_id)
+        leftovers = await self.store.executors.leftovers(self.instance_id)
+        killed = await reaper.reap(reaper.Execution(e.execution_id or "", e.pid, e.proc_start, e.boot_id)
+                                   for e in leftovers if e.execution_id)
+        if killed:
+            log.warning("ended %d agent process(es) a previous gateway left running: %s", len(killed),
+                        ", ".join(str(p.pid) for p in killed))
+        for executor in leftovers:
+            await self.store.executors.set_stopped(executor.session_id, "stopped")
+        await self.store.permissions.expire_all()
+        self.bus.reoffer = self.broker.reoffer
+        # A cancel that was requested but not finished before a crash still ends the session.
+        for session_id in await self.store.cancels.pending():
+            row = await self.store.sessions.get(session_id)
+            if row is not None and SessionState(row.state) not in TERMINAL_SESSION_STATES:
+                await self.writer.apply(row, SessionEvent.CANCEL)
+            await self.store.cancels.clear(session_id)
+        for row in await self.store.sessions.running():
+            await self.turns.close_interrupted(row)
+
+    async def shutdown(self) -> None:
+        """End running turns, stop every agent; sessions stay resumable (their tokens are stored)."""
+        await asyncio.gather(*(self._stop_live(live) for live in list(self.live.values())), return_exceptions=True)
+        for task in list(self._background):
+            task.cancel()
+        await self.store.instances.mark_dead(self.instance_id)
+
+    async def _stop_live(self, live: LiveSession) -> None:
+        live.stopping = True
+        await self.turns.interrupt(live)
+        await self.launcher.stop(live, "stopped")
+        if live.turn is not None:  # it sees the agent gone and ends: wait for its turn_ended
+            await asyncio.wait([live.turn], timeout=self.settings.stop_grace + 5)
+
+    # -- reads -------------------------------------------------------------------------
+    async def row(self, owner: str, session_id: str) -> SessionRow:
+        return await self.views.row(owner, session_id)
+
+    async def get(self, owner: str, session_id: str) -> dict[str, Any]:
+        return await self.views.get(owner, session_id)
+
+    async def status(self, owner: str, session_id: str) -> dict[str, Any]:
+        return await self.views.status(owner, session_id)
+
+    async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None) -> dict[str, Any]:
+        return await self.views.list(owner, states=states, limit=limit, cursor=cursor)
+
+    async def history(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
+        return await self.views.history(owner, session_id, after, limit)
+
+    # -- launching -----------------------------------------------------------------------
+    async def start(self, owner: str, *, agent: str, cwd: str, description: str | None = None,
+                    title: str | None = None, task_id: str | None = None, wait_ready: bool = False) -> dict[str, Any]:
+        if agent not in self.profiles:
+            raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
+        if not os.path.isabs(cwd):
+            raise invalid_params("cwd", "cwd must be an absolute path")
+        if not os.path.isdir(cwd):
+            raise workspace_missing(None, cwd)
+        if task_id is not None:
+            task = await self.store.tasks.get(task_id)
+            if task is not None and task.owner != owner:
+                raise invalid_params("task_id", f"task {task_id} not found")
+        self._check_live_limit(owner)
+        return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready))
+
+    async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
+                     task_id: str | None, wait_ready: bool) -> dict[str, Any]:
+        row = await self.store.sessions.create(
+            owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
+            task_state=TaskState.TODO, session_state=SessionState.CREATED)
+        await self.writer.publish(row, "session_created", await self.views.view(row))
+        future = self.launcher.launch_once(row, fresh_start=False)
+        if wait_ready:
+            await asyncio.shield(future)
+        return await self.views.get(owner, row.id)
+
+    async def resume(self, owner: str, session_id: str, *, wait_ready: bool = True) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        if row.id in self.live:
+            return {**await self.views.get(owner, row.id), "already_running": True}
+        check_resumable(row)
+        if row.id not in self.launcher.launches:
+            self._check_live_limit(owner)
+        future = self.launcher.launch_once(row, fresh_start=False)
+        if wait_ready:
+            await asyncio.shield(future)
+        return {**await self.views.get(owner, row.id), "already_running": False}
+
+    async def recover(self, owner: str, session_id: str, action: str) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        live = self.live.get(row.id)
+        if live is not None and action == "retry":
+            return {**await self.views.get(owner, row.id), "already_running": True}
+        return await self._owned(self._recover(row, live, action == "fresh_start"))
+
+    async def _recover(self, row: SessionRow, live: LiveSession | None, fresh: bool) -> dict[str, Any]:
+        if live is not None:
+            await self._stop_live(live)
+        row = await self.row(row.owner, row.id)
+        check_resumable(row)
+        if fresh:
+            await self.store.executors.set_token(row.id, None)
+        await asyncio.shield(self.launcher.launch_once(row, fresh_start=fresh))
+        return {**await self.views.get(row.owner, row.id), "already_running": False}
+
+    def _check_live_limit(self, owner: str) -> None:
+        live = sum(1 for s in self.live.values() if s.owner == owner) + sum(
+            1 for sid in self.launcher.launches if sid not in self.live)
+        limit = self.settings.max_live_sessions_per_owner
+        if live >= limit:
+            raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first")
+
+    # -- turns ---------------------------------------------------------------------------
+    async def prompt(self, owner: str, session_id: str, prompt: Any) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        blocks = content_blocks(prompt)
+        if SessionState(row.state) in TERMINAL_SESSION_STATES:
+            raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
+        for attempt in range(2):
+            live = await self._ensure_live(row)
+            if not live.client.alive and attempt == 0 and not live.turn_running:
+                # The execution vanished between the resume and the send: resume once, retry once.
+                await self.launcher.stop(live, "exited")
+                continue
+            return await asyncio.shield(self.turns.start(live, blocks))
+        raise not_resumable(row.id, row.state, f"the agent of session {row.id} keeps exiting before the prompt "
+                            "could be sent; see task.session.status")
+
+    async def _ensure_live(self, row: SessionRow) -> LiveSession:
+        live = self.live.get(row.id)
+        if live is not None:
+            return live
+        check_resumable(row)
+        future = self.launcher.launch_once(row, fresh_start=False)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
+        except TimeoutError:
+            raise not_resumable(row.id, row.state, f"session {row.id} was not ready within "
+                                f"{self.settings.ready_timeout:g}s; try again later") from None
+        live = self.live.get(row.id)
+        if live is None:
+            current = await self.store.sessions.get(row.id)
+            state = current.state if current else row.state
+            raise not_resumable(row.id, state, (current.error_message if current else None)
+                                or f"session {row.id} could not be resumed; see task.session.status")
+        return live
+
+    def _initial_prompt(self, live: LiveSession, description: str) -> None:
+        with contextlib.suppress(Exception):
+            self.turns.start(live, content_blocks(description))
+
+    async def cancel_turn(self, owner: str, session_id: str) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        return await self._owned(self._cancel_turn(row))
+
+    async def _cancel_turn(self, row: SessionRow) -> dict[str, Any]:
+        live = self.live.get(row.id)
+        if live is not None:
+            if live.turn_running:
+                await self.writer.stage(row, "cancelling")
+            await self.turns.interrupt(live)
+        return await self.views.get(row.owner, row.id)
+
+    async def respond_permission(self, owner: str, session_id: str, request_id: str, option_id: str | None,
+                                 cancelled: bool) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        return await self._owned(self.broker.respond(row, request_id, option_id, cancelled))
+
+    # -- ending ----------------------------------------------------------------------------
+    async def cancel(self, owner: str, session_id: str) -> dict[str, Any]:
+        """End the session for good (DESIGN §4.5); concurrent calls share one cancellation."""
+        row = await self.row(owner, session_id)
+        pending = self._cancels.get(row.id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if SessionState(row.state) in TERMINAL_SESSION_STATES:
+            raise already_terminal(row.id, row.state)
+        future = self._spawn(self._cancel(row))
+        self._cancels[row.id] = future
+        future.add_done_callback(lambda _: self._cancels.pop(row.id, None))
+        return await asyncio.shield(future)
+
+    async def _cancel(self, row: SessionRow) -> dict[str, Any]:
+        await self.store.cancels.request(row.id)  # durable first: a crash from here on still ends CANCELLED
+        await self.writer.publish(row, "session_cancel_requested", {})
+        await self.writer.stage(row, "cancelling")
+        await self.launcher.abort(row.id, self.settings.cancel_grace)
+        live = self.live.get(row.id)
+        if live is not None:
+            live.stopping = True
+            await self.turns.interrupt(live)
+            init = live.client.init
+            if init is not None and init.agentCapabilities.can_close and live.client.alive:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(live.client.close_session(live.acp_session_id), self.settings.stop_grace)
+            await self.writer.stage(row, "stopping")
+            await self.launcher.stop(live, "cancelled")
+            if live.turn is not None:
+                await asyncio.wait([live.turn], timeout=self.settings.stop_grace + 5)
+        current = await self.store.sessions.get(row.id) or row
+        if SessionState(current.state) not in TERMINAL_SESSION_STATES:
+            current = await self.writer.apply(current, SessionEvent.CANCEL)
+        await self.store.cancels.clear(row.id)
+        return await self.views.view(current)
+
+    async def set_title(self, owner: str, session_id: str, title: str) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        return await self._owned(self._set_title(row, title))
+
+    async def _set_title(self, row: SessionRow, title: str) -> dict[str, Any]:
+        row = await self.writer.apply(row, None, title=title)
+        await self.writer.publish(row, "session_title", {"title": title})
+        return await self.views.view(row)
+
+    async def delete(self, owner: str, session_id: str) -> None:
+        row = await self.row(owner, session_id)
+        await self._owned(self._delete(row))
+
+    async def _delete(self, row: SessionRow) -> None:
+        live = self.live.get(row.id)
+        if live is not None:
+            await self._stop_live(live)
+        await self.store.sessions.delete(row.id)
+        self.writer.forget(row.id)
+        await self.writer.publish(row, "session_deleted", {})

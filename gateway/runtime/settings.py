@@ -1,0 +1,24 @@
+"""The session runtime's settings: timeouts, limits and process policy, taken from the serve configuration."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Settings:
+    state_dir: Path
+    stale_window: float = 60.0
+    ready_timeout: float = 90.0
+    stop_grace: float = 2.0
+    cancel_grace: float = 5.0
+    request_timeout: float | None = 120.0  # session setup and other non-prompt requests to an agent
+    initialize_timeout: float = 60.0
+    max_live_sessions_per_owner: int = 32
+    # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
+    # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.
+    agents_die_with_gateway: bool = True
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))

@@ -1,0 +1,176 @@
+"""Turns: started by a command, run by the runtime, ended by the agent's answer, a cancel, the agent's exit or
+shutdown — never because a client left. Each started turn ends with exactly one `turn_ended`.
+
+A turn is a task of the runtime; callers await it shielded, so a caller that goes away only stops waiting.
+The session row names the running turn's `turn_started` event (its id is fixed before the row says RUNNING),
+so a start-up after a crash can close a turn that was left open as `interrupted`, once: `close_interrupted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from acp.errors import RpcError, TransportError
+
+from ..errors import AGENT_FAILED, GatewayError, busy, internal_error
+from ..events import EventBus
+from ..store import HistoryEntry, SessionRow, Store
+from .broker import PermissionBroker
+from .commands import Command, Decision, decide
+from .live import LiveSession
+from .resume_context import render_resume_context
+from .states import SessionEvent
+from .writer import SessionWriter
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_MESSAGE = "the gateway stopped while this turn ran; the agent's answer, if any, was lost"
+
+
+def content_blocks(prompt: Any) -> list[dict[str, Any]]:
+    """`prompt` as ACP content blocks: a string is one text block; blocks pass through untouched."""
+    if isinstance(prompt, str):
+        return [{"type": "text", "text": prompt}]
+    return [dict(b) for b in prompt]
+
+
+def prompt_text(blocks: list[dict[str, Any]]) -> str:
+    return "\n".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended: what `turn_ended` says, and what the prompt's caller gets."""
+
+    stop_reason: str | None
+    error: Any = None  # the `error` of turn_ended
+    error_message: str | None = None  # kept on the session row
+    raise_: GatewayError | None = None
+
+
+class TurnRunner:
+    def __init__(self, store: Store, bus: EventBus, writer: SessionWriter, broker: PermissionBroker,
+                 on_agent_gone: Callable[[LiveSession], Awaitable[None]], cancel_grace: float) -> None:
+        self.store = store
+        self.bus = bus
+        self.writer = writer
+        self.broker = broker
+        self._on_agent_gone = on_agent_gone
+        self.cancel_grace = cancel_grace
+
+    def start(self, live: LiveSession, blocks: list[dict[str, Any]]) -> asyncio.Task[dict[str, Any]]:
+        """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
+        decision = decide(Command.PROMPT, turn_running=live.turn_running, stopping=live.stopping)
+        if decision is not Decision.START_TURN:
+            raise busy(live.session_id, live.row.state)
+        turn = asyncio.ensure_future(self._run(live, blocks))
+        turn.add_done_callback(_retrieve)  # nobody may be waiting any more: the outcome is in the journal
+        live.turn = turn
+        return turn
+
+    async def interrupt(self, live: LiveSession) -> None:
+        """cancel_turn: pending permissions answered `cancelled`, ACP `session/cancel` if a turn runs, and the
+        cancel grace for it to end (DESIGN §4.5). The turn's callers see how it ended."""
+        decision = decide(Command.CANCEL_TURN, turn_running=live.turn_running, stopping=live.stopping)
+        await self.broker.cancel_all(live.row)
+        if decision is Decision.INTERRUPT_TURN and live.turn is not None:
+            await live.client.cancel(live.acp_session_id)
+            await asyncio.wait([live.turn], timeout=self.cancel_grace)
+
+    async def _run(self, live: LiveSession, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+        row = live.row
+        try:
+            user_text = prompt_text(blocks)
+            await self.store.history.append(row.id, [HistoryEntry("user_message", user_text)])
+            sent = blocks
+            if live.needs_resume_context:
+                earlier = (await self.store.history.all(row.id))[:-1]
+                sent = [{"type": "text", "text": render_resume_context(earlier, user_text)},
+                        *(b for b in blocks if b.get("type") != "text")]
+            # The event's id is fixed now and written with RUNNING: a restart knows which turn to close.
+            turn_event = self.writer.enqueue(row, "turn_started", {"prompt": blocks})
+            row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=turn_event)
+            await self.writer.stage(row, "prompting")
+        except Exception as exc:
+            # Nothing was sent to the agent; if the row says RUNNING, it must not stay so.
+            end = self._internal(row, exc)
+            await self._close(live, row, end)
+            raise end.raise_ from None  # type: ignore[misc]
+        end = await self._ask_agent(live, row, sent)
+        await self._close(live, row, end)
+        if end.raise_ is not None:
+            raise end.raise_
+        return {"stop_reason": end.stop_reason}
+
+    async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]]) -> TurnEnd:
+        agent = live.profile.id
+        try:
+            response = await live.client.prompt(live.acp_session_id, sent)
+        except RpcError as exc:
+            if live.stopping:
+                return TurnEnd("cancelled", error=str(exc))
+            message = f"agent {agent!r} failed the turn: {exc.message}"
+            return TurnEnd(None, exc.to_dict(), message, GatewayError(AGENT_FAILED, message, {
+                "session_id": row.id, "agent": agent, "agent_error": exc.to_dict(), "needs_resume": False}))
+        except TransportError as exc:
+            if live.stopping:  # the session is being cancelled or stopped
+                return TurnEnd("cancelled", error=str(exc))
+            await self._on_agent_gone(live)
+            message = f"agent {agent!r} exited during the turn ({exc}); the session is kept: resume it to continue"
+            return TurnEnd(None, {"message": message}, message, GatewayError(AGENT_FAILED, message, {
+                "session_id": row.id, "agent": agent, "agent_error": None, "needs_resume": True}))
+        except Exception as exc:
+            return self._internal(row, exc)
+        live.needs_resume_context = False
+        return TurnEnd(response.stopReason)
+
+    @staticmethod
+    def _internal(row: SessionRow, exc: Exception) -> TurnEnd:
+        error_id = uuid.uuid4().hex[:12]
+        log.error("turn of session %s failed (error id %s)", row.id, error_id, exc_info=exc)
+        return TurnEnd(None, {"message": "internal error", "error_id": error_id}, None, internal_error(error_id))
+
+    async def _close(self, live: LiveSession, row: SessionRow, end: TurnEnd) -> None:
+        """Every update of the turn is queued and its history written, then `turn_ended`, then the state."""
+        with contextlib.suppress(Exception):
+            live.history.add(live.coalescer.flush())
+            await live.history.idle()
+        data: dict[str, Any] = {"stop_reason": end.stop_reason}
+        if end.error is not None:
+            data["error"] = end.error
+        await self.writer.publish(row, "turn_ended", data)
+        fields: dict[str, Any] = {"turn_event_id": None}
+        if end.stop_reason is not None or end.error_message is not None:
+            fields["error_message"] = end.error_message
+        if end.stop_reason is not None and not live.stopping:
+            fields["needs_resume_context"] = False
+        await self.writer.apply(row, SessionEvent.TURN_ENDED, **fields)
+        if live.client.alive and not live.stopping:
+            await self.writer.stage(row, "ready")
+
+    async def close_interrupted(self, row: SessionRow) -> None:
+        """At start-up: a session stored RUNNING had its turn cut by a crash. Its `turn_ended` says `interrupted`
+        (unless it was committed before the crash), history records it, and the session waits for input."""
+        turn_event = row.turn_event_id
+        committed = turn_event is None or turn_event <= self.bus.head
+        if committed and not await self._ended_after(row, turn_event):
+            await self.store.history.append(row.id, [HistoryEntry("turn_interrupted", INTERRUPTED_MESSAGE)])
+            await self.writer.publish(row, "turn_ended", {"stop_reason": "interrupted",
+                                                          "error": {"message": INTERRUPTED_MESSAGE}})
+        await self.writer.apply(row, SessionEvent.TURN_ENDED, turn_event_id=None, error_message=INTERRUPTED_MESSAGE)
+
+    async def _ended_after(self, row: SessionRow, turn_event: int | None) -> bool:
+        if turn_event is None:
+            return False
+        return await self.store.events.has_type_after(row.owner, row.id, "turn_ended", turn_event, self.bus.head)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,123 @@
+"""The read side: session views, status, list and history. A live session is answered from its in-memory
+view (no store round-trip); any other from the store, in one read per call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import invalid_params, not_found
+from ..events import EventBus
+from ..store import SessionRow, Store
+from .live import LiveSession
+from .states import SessionState
+from .status import StatusFacts, evaluate_status
+
+
+def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, Any]:
+    return {
+        "session_id": row.id,
+        "task_id": row.task_id,
+        "agent": row.agent,
+        "cwd": row.cwd,
+        "title": row.title,
+        "state": row.state,
+        "task_state": row.task_state,
+        "error_message": row.error_message,
+        "is_agent_running": live,
+        "has_resume_token": bool(token),
+        "acp_session_id": token,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+
+
+class SessionViews:
+    def __init__(self, store: Store, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
+                 stale_window: float, pending_permissions: Callable[[str], int]) -> None:
+        self.store = store
+        self.bus = bus
+        self.live = live
+        self.instance_id = instance_id
+        self.stale_window = stale_window
+        self._pending_permissions = pending_permissions
+
+    def _live(self, owner: str, session_id: str) -> LiveSession | None:
+        live = self.live.get(session_id)
+        return live if live is not None and live.owner == owner else None
+
+    async def row(self, owner: str, session_id: str) -> SessionRow:
+        live = self._live(owner, session_id)
+        if live is not None:
+            return live.row
+        row = await self.store.sessions.get(session_id, owner)
+        if row is None:
+            raise not_found(session_id)
+        return row
+
+    async def get(self, owner: str, session_id: str) -> dict[str, Any]:
+        live = self._live(owner, session_id)
+        if live is not None:
+            return session_view(live.row, live.acp_session_id, True)
+        return await self.view(await self.row(owner, session_id))
+
+    async def view(self, row: SessionRow) -> dict[str, Any]:
+        live = self.live.get(row.id)
+        if live is not None:
+            return session_view(live.row, live.acp_session_id, True)
+        executor = await self.store.executors.get(row.id)
+        return session_view(row, executor.resume_token if executor else None, False)
+
+    async def status(self, owner: str, session_id: str) -> dict[str, Any]:
+        live = self._live(owner, session_id)
+        if live is not None:  # case 1, from memory
+            return {**session_view(live.row, live.acp_session_id, True), "needs_resume": False, "is_resumable": True,
+                    "resume_reason": "agent_running", "pending_permissions": self._pending_permissions(session_id)}
+        found = await self.store.sessions.with_status_facts(session_id, owner)
+        if found is None:
+            raise not_found(session_id)
+        row, executor, pending_permissions = found
+        other_seen_ago = None
+        if (executor is not None and executor.status == "running" and executor.instance_id
+                and executor.instance_id != self.instance_id
+                and await self.store.instances.is_alive(executor.instance_id)):
+            other_seen_ago = time.time() - executor.last_seen
+        token = executor.resume_token if executor else None
+        decision = evaluate_status(StatusFacts(
+            state=SessionState(row.state), has_token=bool(token), executor_exists=executor is not None and row.launched,
+            live_here=False, other_owner_seen_ago=other_seen_ago, stale_window=self.stale_window,
+            recovery_pending=row.recovery_pending))
+        return {**session_view(row, token, False), "needs_resume": decision.needs_resume,
+                "is_resumable": decision.is_resumable, "resume_reason": decision.resume_reason.value,
+                "pending_permissions": pending_permissions}
+
+    async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None) -> dict[str, Any]:
+        before = None
+        if cursor is not None:
+            try:
+                before = int(cursor)
+            except ValueError:
+                raise invalid_params("cursor", "cursor is not one this gateway issued") from None
+        event_cursor = self.bus.head  # committed and handed out: subscribing from it misses nothing
+        rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        views = []
+        for row, executor in rows:
+            live = self.live.get(row.id)
+            views.append(session_view(live.row, live.acp_session_id, True) if live is not None
+                         else session_view(row, executor.resume_token if executor else None, False))
+        return {"sessions": views, "next_cursor": str(rows[-1][0].seq) if more and rows else None,
+                "event_cursor": event_cursor}
+
+    async def history(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        entries = await self.store.history.page(row.id, after, limit + 1)
+        more = len(entries) > limit
+        entries = entries[:limit]
+        return {
+            "entries": [{"id": e.id, "kind": e.kind, "name": e.name, "content": e.content, "ts": e.ts}
+                        for e in entries],
+            "next": entries[-1].id if more and entries else None,
+        }

@@ -1,0 +1,94 @@
+"""The write path: every change of a session is persisted first, then published as the event announcing it.
+
+`SessionWriter.apply` is the one place a session's state changes: the pure tables of `states` decide,
+the store commits, the live session's in-memory view is refreshed, and only then is `session_status`
+published. `HistoryWriter` appends a live session's history off the update path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..events import EventBus
+from ..store import EventRow, HistoryEntry, SessionRow, Store
+from .states import SessionEvent, SessionState, TaskState, transition
+
+log = logging.getLogger(__name__)
+
+
+class SessionWriter:
+    def __init__(self, store: Store, bus: EventBus, on_row: Callable[[SessionRow], bool]) -> None:
+        self.store = store
+        self.bus = bus
+        # Called with each committed row; answers whether the session's agent is live (and keeps its view).
+        self._on_row = on_row
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def apply(self, row: SessionRow, event: SessionEvent | None, **fields: Any) -> SessionRow:
+        """Apply one transition (and the task event paired with it), persist it, then publish `session_status`.
+        A session deleted meanwhile is left as it is."""
+        async with self._locks.setdefault(row.id, asyncio.Lock()):
+            current = await self.store.sessions.get(row.id)
+            if current is None:
+                return row
+            state = task_state = None
+            if event is not None:
+                state, task_state = transition(SessionState(current.state), TaskState(current.task_state), event)
+            await self.store.sessions.update(row.id, state=state, task_state=task_state, **fields)
+            updated = await self.store.sessions.get(row.id)
+            assert updated is not None
+            live = self._on_row(updated)
+        await self.publish(updated, "session_status", {
+            "state": updated.state, "task_state": updated.task_state, "error_message": updated.error_message,
+            "is_agent_running": live,
+        })
+        return updated
+
+    async def publish(self, row: SessionRow, type_: str, data: dict[str, Any]) -> EventRow:
+        return await self.bus.publish(type_, row.owner, row.id, row.task_id, data)
+
+    def forget(self, session_id: str) -> None:
+        """A deleted session's lock goes with it."""
+        self._locks.pop(session_id, None)
+
+    def enqueue(self, row: SessionRow, type_: str, data: dict[str, Any]) -> int:
+        """Queue an event without waiting for its commit; its id is fixed now and returned."""
+        return self.bus.enqueue(type_, row.owner, row.id, row.task_id, data)
+
+    async def stage(self, row: SessionRow, stage: str) -> None:
+        await self.publish(row, "session_active_stage", {"stage": stage})
+
+    async def message(self, row: SessionRow, level: str, text: str) -> None:
+        await self.publish(row, "session_message", {"level": level, "text": text})
+
+
+class HistoryWriter:
+    """Appends a session's history entries in order, off the update path; `idle()` waits for the writes."""
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        self._pending: list[HistoryEntry] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, entries: list[HistoryEntry]) -> None:
+        if not entries:
+            return
+        self._pending.extend(entries)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self.store.history.append(self.session_id, batch)
+            except Exception:
+                log.exception("session %s: history not written", self.session_id)
+
+    async def idle(self) -> None:
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)

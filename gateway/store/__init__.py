@@ -1,0 +1,151 @@
+"""The durable store (DESIGN §4.1): one SQLite file in WAL mode, a repository per concern.
+
+Rules of this package (`migrations`, `rows`, `journal`, `repos`, and the connection here):
+- All SQL of the gateway lives here; callers see repositories and row dataclasses.
+- A write returns only after it is committed: what the gateway acknowledged survives `kill -9`
+  (WAL + synchronous=NORMAL is durable against process death; power loss may drop the last
+  commits, which is the documented limit).
+- Multi-statement changes go through `Store.transaction()`, serialised by one lock.
+- Schema changes are numbered migrations recorded in `PRAGMA user_version`.
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from .journal import JournalWriter, journal_frames, journal_rows
+from .migrations import MIGRATIONS
+from .repos import (
+    REPLAY_PAGE,
+    CancelRepo,
+    EventRepo,
+    ExecutorRepo,
+    HistoryRepo,
+    InstanceRepo,
+    PermissionRepo,
+    SessionRepo,
+    TaskRepo,
+)
+from .rows import EventGroup, EventRow, ExecutorRow, HistoryEntry, SessionRow, StoredHistory, TaskRow
+
+__all__ = ["MIGRATIONS", "REPLAY_PAGE", "EventGroup", "EventRow", "ExecutorRow", "HistoryEntry", "JournalWriter",
+           "SessionRow", "Store", "StoredHistory", "TaskRow", "journal_frames", "journal_rows"]
+
+log = logging.getLogger(__name__)
+
+
+class Store:
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self.db = db
+        self.path = path
+        # The event journal is written on its own connection (see JournalWriter).
+        self.journal: JournalWriter | None = None
+        self._lock = asyncio.Lock()
+        self._checkpoint: asyncio.Task[None] | None = None
+        self.tasks = TaskRepo(self)
+        self.sessions = SessionRepo(self)
+        self.executors = ExecutorRepo(self)
+        self.history = HistoryRepo(self)
+        self.cancels = CancelRepo(self)
+        self.events = EventRepo(self)
+        self.permissions = PermissionRepo(self)
+        self.instances = InstanceRepo(self)
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
+        db = await aiosqlite.connect(str(path), isolation_level=None)
+        if fresh:
+            os.chmod(path, 0o600)
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA foreign_keys=ON")
+        await db.execute("PRAGMA busy_timeout=5000")
+        store = cls(db, path)
+        await store._migrate()
+        store.journal = JournalWriter(path)
+        return store
+
+    async def _migrate(self) -> None:
+        async with self.db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        if version > len(MIGRATIONS):
+            raise RuntimeError(
+                f"database {self.path} has schema version {version}, newer than this gateway "
+                f"({len(MIGRATIONS)}): upgrade the gateway"
+            )
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            async with self.transaction() as db:
+                for statement in filter(str.strip, script.split(";")):
+                    await db.execute(statement)
+                await db.execute(f"PRAGMA user_version = {number}")
+
+    async def close(self) -> None:
+        await self.checkpoint_done()
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+        await self.db.close()
+
+    async def checkpoint_done(self) -> None:
+        """Wait for a running WAL checkpoint, if any."""
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
+
+    def start_checkpoint(self) -> None:
+        """Copy the WAL into the database on aiosqlite's thread, unless a copy is already running.
+        The journal's own connection never checkpoints: that copy and its fsync took milliseconds,
+        and on the loop's thread they stalled every session. Without the store lock: a checkpoint is
+        no transaction, and holding the lock would push journal commits onto their slow path."""
+        if self.journal is None or (self._checkpoint is not None and not self._checkpoint.done()):
+            return
+        self.journal.unchecked_bytes = 0
+        self._checkpoint = asyncio.ensure_future(self._run_checkpoint())
+
+    async def _run_checkpoint(self) -> None:
+        try:
+            async with self.db.execute("PRAGMA wal_checkpoint(PASSIVE)") as cur:
+                await cur.fetchall()
+        except Exception:
+            log.exception("WAL checkpoint failed (the next one retries)")
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            await self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                await self.db.execute("ROLLBACK")
+                raise
+            await self.db.execute("COMMIT")
+
+    async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._lock:
+            cur = await self.db.execute(sql, params)
+            rowcount = cur.rowcount
+            await cur.close()
+            return rowcount
+
+    # Reads take the lock too: a cursor left open across an await holds an old snapshot, and a write
+    # begun on this connection meanwhile would have to upgrade that snapshot after the journal
+    # connection committed, which SQLite refuses at once (SQLITE_BUSY_SNAPSHOT, no busy wait).
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self._lock, self.db.execute(sql, params) as cur:
+            return await cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
+        async with self._lock, self.db.execute(sql, params) as cur:
+            return list(await cur.fetchall())

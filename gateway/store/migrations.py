@@ -1,0 +1,144 @@
+"""The schema as numbered migrations, recorded in `PRAGMA user_version`: append, never edit a shipped one."""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: the first schema
+    """
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        title TEXT,
+        description TEXT,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE sessions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        owner TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        title TEXT,
+        state TEXT NOT NULL,
+        error_message TEXT,
+        recovery_pending INTEGER NOT NULL DEFAULT 0,
+        needs_resume_context INTEGER NOT NULL DEFAULT 0,
+        launched INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX sessions_by_owner ON sessions(owner, seq);
+    CREATE TABLE executors (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        resume_token TEXT,
+        execution_id TEXT,
+        instance_id TEXT,
+        cwd TEXT NOT NULL,
+        status TEXT NOT NULL,
+        last_seen REAL NOT NULL
+    );
+    CREATE TABLE history (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL DEFAULT '',
+        ts REAL NOT NULL
+    );
+    CREATE INDEX history_by_session ON history(session_id, id);
+    CREATE TABLE cancel_requests (
+        session_id TEXT PRIMARY KEY,
+        requested_at REAL NOT NULL
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        type TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        session_id TEXT,
+        task_id TEXT,
+        ts REAL NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE TABLE instances (
+        id TEXT PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        alive INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE TABLE permissions (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        params TEXT NOT NULL,
+        state TEXT NOT NULL,
+        answer TEXT,
+        created_at REAL NOT NULL
+    );
+    """,
+    # 2: replay by owner reads the journal in id order; permissions remember the event that offered them
+    """
+    CREATE INDEX events_by_owner ON events(owner, id);
+    ALTER TABLE permissions ADD COLUMN event_id INTEGER;
+    ALTER TABLE permissions ADD COLUMN request_id TEXT
+    """,
+    # 3: the journal is read by id range (a reconnecting client asks for what came after its cursor),
+    # which the primary key serves; an (owner, id) index only doubled the cost of every event written.
+    """
+    DROP INDEX events_by_owner
+    """,
+    # 4: event ids are assigned by the bus (in memory, past the journal's head), so AUTOINCREMENT's
+    # per-row sqlite_sequence update is pure cost. Pruning keeps the newest events, so the head stays.
+    """
+    CREATE TABLE events_new (
+        id INTEGER PRIMARY KEY,
+        type TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        session_id TEXT,
+        task_id TEXT,
+        ts REAL NOT NULL,
+        data TEXT NOT NULL
+    );
+    INSERT INTO events_new SELECT id, type, owner, session_id, task_id, ts, data FROM events;
+    DROP TABLE events;
+    ALTER TABLE events_new RENAME TO events
+    """,
+    # 5: the journal keeps one row per owner per group commit, holding the events' notifications as
+    # sent: a row per event cost ~2.5 µs of SQLite each (insert, then the retention delete), the largest
+    # share of relaying an update. `spans` lists [first_id, count, session_id] runs in id order; frames
+    # are joined by newlines (JSON text never holds a raw one). Old events become one-event rows.
+    """
+    CREATE TABLE journal (
+        first_id INTEGER PRIMARY KEY,
+        last_id INTEGER NOT NULL,
+        owner TEXT NOT NULL,
+        spans TEXT NOT NULL,
+        frames BLOB NOT NULL
+    );
+    CREATE INDEX journal_by_last ON journal(last_id);
+    CREATE INDEX journal_by_owner ON journal(owner, last_id);
+    CREATE TABLE journal_horizon (through INTEGER NOT NULL);
+    INSERT INTO journal_horizon SELECT COALESCE(MIN(id) - 1, 0) FROM events;
+    INSERT INTO journal SELECT id, id, owner, json_array(json_array(id, 1, session_id)),
+        CAST(json_object('jsonrpc', '2.0', 'method', 'task.session.event', 'params', json_object(
+            'id', id, 'type', type, 'session_id', session_id, 'task_id', task_id, 'ts', ts,
+            'data', json(CAST(data AS TEXT)))) AS BLOB) FROM events;
+    DROP TABLE events
+    """,
+    # 6: a session's pending permission requests are counted on every status call
+    """
+    CREATE INDEX permissions_by_session ON permissions(session_id, state)
+    """,
+    # 7: the session runtime. A running turn names its `turn_started` event, so a restart can close it
+    # (`interrupted`) exactly once; an executor records its agent's process identity (pid = process
+    # group, start time in clock ticks since boot, boot id), so a restart can end what a crashed
+    # instance left running without ever signalling a recycled pid.
+    """
+    ALTER TABLE sessions ADD COLUMN turn_event_id INTEGER;
+    ALTER TABLE executors ADD COLUMN pid INTEGER;
+    ALTER TABLE executors ADD COLUMN proc_start INTEGER;
+    ALTER TABLE executors ADD COLUMN boot_id TEXT
+    """,
+]

@@ -1,0 +1,349 @@
+"""The repositories: one per concern, every SQL statement of the gateway but the journal's and the schema's."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .journal import JournalWriter, journal_frames
+from .rows import (
+    EXECUTOR_COLUMNS,
+    SESSION_COLUMNS,
+    EventGroup,
+    ExecutorRow,
+    HistoryEntry,
+    SessionRow,
+    StoredHistory,
+    TaskRow,
+    executor_row,
+    session_row,
+)
+
+if TYPE_CHECKING:
+    from . import Store
+
+
+class _Repo:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+
+class TaskRepo(_Repo):
+    async def get(self, task_id: str) -> TaskRow | None:
+        row = await self.store.fetchone("SELECT id, owner, title, description, state, created_at, updated_at "
+                                        "FROM tasks WHERE id = ?", (task_id,))
+        return TaskRow(*row) if row else None
+
+
+class SessionRepo(_Repo):
+    async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
+                     task_id: str | None, task_state: str, session_state: str) -> SessionRow:
+        now = time.time()
+        session_id = f"s-{uuid.uuid4().hex}"
+        async with self.store.transaction() as db:
+            if task_id is None:
+                task_id = f"t-{uuid.uuid4().hex}"
+                await db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (task_id, owner, title, description, task_state, now, now))
+            else:
+                await db.execute("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (task_id, owner, title, description, task_state, now, now))
+            await db.execute(
+                "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, task_id, owner, agent, cwd, title, session_state, now, now),
+            )
+            await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen) VALUES (?, ?, 'created', ?)",
+                             (session_id, cwd, now))
+        row = await self.get(session_id)
+        assert row is not None
+        return row
+
+    async def get(self, session_id: str, owner: str | None = None) -> SessionRow | None:
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = ?"
+        params: list[Any] = [session_id]
+        if owner is not None:
+            sql += " AND s.owner = ?"
+            params.append(owner)
+        row = await self.store.fetchone(sql, params)
+        return session_row(row) if row else None
+
+    async def with_status_facts(self, session_id: str, owner: str) -> tuple[SessionRow, ExecutorRow | None, int] | None:
+        """A session with its executor row and its count of pending permission requests: what a status
+        call needs, in one read (a status call is the frontends' most frequent one)."""
+        row = await self.store.fetchone(
+            f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS}, (SELECT COUNT(*) FROM permissions p "
+            "WHERE p.session_id = s.id AND p.state = 'pending') FROM sessions s JOIN tasks t ON t.id = s.task_id "
+            "LEFT JOIN executors e ON e.session_id = s.id WHERE s.id = ? AND s.owner = ?", (session_id, owner))
+        if row is None:
+            return None
+        return session_row(row), executor_row(row, 16), int(row[16 + len(ExecutorRow.__dataclass_fields__)])
+
+    async def running(self) -> list[SessionRow]:
+        """Sessions stored as RUNNING: at start-up, the turns a crashed instance left open."""
+        rows = await self.store.fetchall(f"SELECT {SESSION_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id "
+                                         "WHERE s.state = 'RUNNING'")
+        return [session_row(r) for r in rows]
+
+    async def list(self, owner: str, *, states: Iterable[str] | None, before_seq: int | None,
+                   limit: int) -> list[tuple[SessionRow, ExecutorRow | None]]:
+        sql = (f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id "
+               "LEFT JOIN executors e ON e.session_id = s.id WHERE s.owner = ?")
+        params: list[Any] = [owner]
+        if before_seq is not None:
+            sql += " AND s.seq < ?"
+            params.append(before_seq)
+        state_list = list(states or [])
+        if state_list:
+            sql += f" AND s.state IN ({', '.join('?' * len(state_list))})"
+            params += state_list
+        sql += " ORDER BY s.seq DESC LIMIT ?"
+        params.append(limit)
+        return [(session_row(r), executor_row(r, 16)) for r in await self.store.fetchall(sql, params)]
+
+    async def update(self, session_id: str, *, state: str | None = None, task_state: str | None = None,
+                     **fields: Any) -> None:
+        """Change the session (and its task) in one transaction. `fields` are session columns."""
+        allowed = {"title", "error_message", "recovery_pending", "needs_resume_context", "launched", "turn_event_id"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"not session columns: {sorted(unknown)}")
+        now = time.time()
+        sets = ["updated_at = ?"]
+        params: list[Any] = [now]
+        if state is not None:
+            sets.append("state = ?")
+            params.append(state)
+        for key, value in fields.items():
+            sets.append(f"{key} = ?")
+            params.append(int(value) if isinstance(value, bool) else value)
+        async with self.store.transaction() as db:
+            await db.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*params, session_id))
+            if task_state is not None:
+                await db.execute("UPDATE tasks SET state = ?, updated_at = ? WHERE id = "
+                                 "(SELECT task_id FROM sessions WHERE id = ?)", (task_state, now, session_id))
+
+    async def delete(self, session_id: str) -> None:
+        async with self.store.transaction() as db:
+            row = await (await db.execute("SELECT task_id FROM sessions WHERE id = ?", (session_id,))).fetchone()
+            await db.execute("DELETE FROM history WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM executors WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            if row:
+                await db.execute("DELETE FROM tasks WHERE id = ? AND NOT EXISTS "
+                                 "(SELECT 1 FROM sessions WHERE task_id = ?)", (row[0], row[0]))
+
+
+class ExecutorRepo(_Repo):
+    async def get(self, session_id: str) -> ExecutorRow | None:
+        row = await self.store.fetchone(f"SELECT {EXECUTOR_COLUMNS} FROM executors e WHERE e.session_id = ?",
+                                        (session_id,))
+        return executor_row(row, 0) if row else None
+
+    async def leftovers(self, instance_id: str) -> list[ExecutorRow]:
+        """Executors another (dead) instance started and never saw stop: their agents may still run."""
+        rows = await self.store.fetchall(f"SELECT {EXECUTOR_COLUMNS} FROM executors e WHERE e.status = 'running' "
+                                         "AND (e.instance_id IS NULL OR e.instance_id != ?)", (instance_id,))
+        return [row for r in rows if (row := executor_row(r, 0)) is not None]
+
+    async def set_running(self, session_id: str, *, execution_id: str, instance_id: str, cwd: str,
+                          pid: int | None = None, proc_start: int | None = None, boot_id: str | None = None) -> None:
+        await self.store.write(
+            "INSERT INTO executors (session_id, execution_id, instance_id, cwd, status, last_seen, pid, proc_start, "
+            "boot_id) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+            "execution_id = excluded.execution_id, instance_id = excluded.instance_id, cwd = excluded.cwd, "
+            "status = 'running', last_seen = excluded.last_seen, pid = excluded.pid, "
+            "proc_start = excluded.proc_start, boot_id = excluded.boot_id",
+            (session_id, execution_id, instance_id, cwd, time.time(), pid, proc_start, boot_id))
+
+    async def set_token(self, session_id: str, token: str | None) -> None:
+        await self.store.write("UPDATE executors SET resume_token = ?, last_seen = ? WHERE session_id = ?",
+                               (token, time.time(), session_id))
+
+    async def set_stopped(self, session_id: str, status: str = "stopped") -> None:
+        await self.store.write("UPDATE executors SET status = ?, execution_id = NULL, last_seen = ? "
+                               "WHERE session_id = ?", (status, time.time(), session_id))
+
+    async def touch(self, instance_id: str) -> None:
+        await self.store.write("UPDATE executors SET last_seen = ? WHERE instance_id = ? AND status = 'running'",
+                               (time.time(), instance_id))
+
+
+class HistoryRepo(_Repo):
+    async def append(self, session_id: str, entries: Iterable[HistoryEntry]) -> None:
+        now = time.time()
+        rows = [(session_id, e.kind, e.name, e.content, now) for e in entries]
+        if not rows:
+            return
+        async with self.store.transaction() as db:
+            await db.executemany("INSERT INTO history (session_id, kind, name, content, ts) VALUES (?, ?, ?, ?, ?)",
+                                 rows)
+
+    async def page(self, session_id: str, after: int, limit: int) -> list[StoredHistory]:
+        rows = await self.store.fetchall(
+            "SELECT id, kind, name, content, ts FROM history WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (session_id, after, limit))
+        return [StoredHistory(*r) for r in rows]
+
+    async def all(self, session_id: str) -> list[HistoryEntry]:
+        rows = await self.store.fetchall(
+            "SELECT kind, content, name FROM history WHERE session_id = ? ORDER BY id", (session_id,))
+        return [HistoryEntry(r[0], r[1], r[2]) for r in rows]
+
+    async def exists(self, session_id: str) -> bool:
+        return await self.store.fetchone("SELECT 1 FROM history WHERE session_id = ? LIMIT 1", (session_id,)) \
+            is not None
+
+
+class CancelRepo(_Repo):
+    async def request(self, session_id: str) -> None:
+        await self.store.write("INSERT OR IGNORE INTO cancel_requests VALUES (?, ?)", (session_id, time.time()))
+
+    async def pending(self) -> list[str]:
+        return [r[0] for r in await self.store.fetchall("SELECT session_id FROM cancel_requests")]
+
+    async def clear(self, session_id: str) -> None:
+        await self.store.write("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
+
+
+# The owner's rows that end inside (since, end], and the one row that may start inside it and end
+# after it (an owner's rows never overlap, so it is their first one past `end`): two index seeks on
+# (owner, last_id), whatever the size of the journal.
+REPLAY_PAGE = """
+    SELECT last_id, spans, frames FROM journal WHERE owner = :owner AND last_id > :since AND last_id <= :end
+    UNION ALL
+    SELECT last_id, spans, frames FROM (
+        SELECT first_id, last_id, spans, frames FROM journal WHERE owner = :owner AND last_id > :end
+        ORDER BY last_id LIMIT 1)
+    WHERE first_id <= :end
+    ORDER BY 1
+"""
+
+
+class EventRepo(_Repo):
+    def can_append_now(self) -> bool:
+        """True when no other statement holds the store, so `append_batch_now` may write at once."""
+        return not self.store._lock.locked()
+
+    def append_batch_now(self, group: EventGroup, prune_through: int | None = None) -> None:
+        """One transaction for a whole batch (group commit), written synchronously: only when
+        `can_append_now()`, which nothing can change before this returns."""
+        if self.store._lock.locked():
+            raise RuntimeError("append_batch_now while the store is busy: use append_batch")
+        self._append(group, prune_through)
+
+    async def append_batch(self, group: EventGroup, prune_through: int | None = None) -> None:
+        """The same, waiting for the store when another statement holds it."""
+        async with self.store._lock:
+            self._append(group, prune_through)
+
+    def _journal(self) -> JournalWriter:
+        if self.store.journal is None:
+            raise RuntimeError("the store is closed")
+        return self.store.journal
+
+    def _append(self, group: EventGroup, prune_through: int | None) -> None:
+        journal = self._journal()
+        journal.append(group, prune_through)
+        if journal.unchecked_bytes >= journal.CHECKPOINT_BYTES:
+            self.store.start_checkpoint()
+
+    async def head(self) -> int:
+        row = await self.store.fetchone("SELECT MAX(last_id) FROM journal")
+        return int(row[0] or 0)
+
+    async def next_id(self) -> int:
+        """Past the journal's head: pruning always keeps the newest events, so ids never repeat."""
+        return await self.head() + 1
+
+    async def horizon(self) -> int:
+        """Every event with a greater id is in the journal; those up to it may have been pruned."""
+        row = await self.store.fetchone("SELECT through FROM journal_horizon")
+        return int(row[0]) if row else 0
+
+    async def after(self, owner: str, since: int, until: int, session_id: str | None = None,
+                    window: int = 5000) -> tuple[list[bytes], int | None]:
+        """The owner's notifications with since < id <= until, in id order, a window of ids at a time (so
+        a page holds at most `window` frames): (frames, the cursor to ask from next, or None when done)."""
+        end = min(until, since + window)
+        rows = await self.store.fetchall(REPLAY_PAGE, {"owner": owner, "since": since, "end": end})
+        frames: list[bytes] = []
+        for _last, spans, blob in rows:
+            frames.extend(journal_frames(spans, blob, since, end, session_id))
+        return frames, (end if end < until else None)
+
+    async def has_type_after(self, owner: str, session_id: str, type_: str, since: int, until: int) -> bool:
+        """Whether the session has an event of `type_` with since < id <= until (read a window at a time)."""
+        needle = b'"type":"' + type_.encode() + b'"'
+        cursor: int | None = since
+        while cursor is not None and cursor < until:
+            frames, cursor = await self.after(owner, cursor, until, session_id)
+            if any(needle in frame and orjson.loads(frame)["params"]["type"] == type_ for frame in frames):
+                return True
+        return False
+
+    async def prune(self, keep: int) -> None:
+        """Keep (at least) the newest `keep` events: the retention horizon, a whole row at a time."""
+        through = await self.head() - keep
+        async with self.store._lock:
+            self._journal().prune(through)
+
+
+class PermissionRepo(_Repo):
+    async def add(self, request_id: str, session_id: str, owner: str, params: dict[str, Any],
+                  event_id: int | None = None) -> None:
+        await self.store.write(
+            "INSERT INTO permissions (id, session_id, owner, params, state, created_at, event_id) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+            (request_id, session_id, owner, orjson.dumps(params).decode(), time.time(), event_id))
+
+    async def set_event(self, request_id: str, event_id: int) -> None:
+        await self.store.write("UPDATE permissions SET event_id = ? WHERE id = ?", (event_id, request_id))
+
+    async def resolve(self, request_id: str, answer: dict[str, Any]) -> bool:
+        """First answer wins: True only for the call that moved it from pending."""
+        changed = await self.store.write(
+            "UPDATE permissions SET state = 'resolved', answer = ? WHERE id = ? AND state = 'pending'",
+            (orjson.dumps(answer).decode(), request_id))
+        return changed == 1
+
+    async def get(self, request_id: str) -> tuple[str, str, str, dict[str, Any]] | None:
+        row = await self.store.fetchone("SELECT session_id, owner, state, params FROM permissions WHERE id = ?",
+                                        (request_id,))
+        return (row[0], row[1], row[2], orjson.loads(row[3])) if row else None
+
+    async def pending(self, owner: str, session_id: str | None = None) -> list[tuple[str, str, int | None,
+                                                                                        dict[str, Any]]]:
+        sql = "SELECT id, session_id, event_id, params FROM permissions WHERE owner = ? AND state = 'pending'"
+        params: list[Any] = [owner]
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            params.append(session_id)
+        rows = await self.store.fetchall(sql + " ORDER BY created_at", params)
+        return [(r[0], r[1], r[2], orjson.loads(r[3])) for r in rows]
+
+    async def expire_all(self) -> int:
+        """After a restart no agent waits for an answer any more."""
+        return await self.store.write("UPDATE permissions SET state = 'expired' WHERE state = 'pending'")
+
+
+class InstanceRepo(_Repo):
+    async def register(self, instance_id: str) -> None:
+        """This gateway holds the state-dir lock: every earlier instance is dead (one row each)."""
+        async with self.store.transaction() as db:
+            await db.execute("UPDATE instances SET alive = 0 WHERE alive = 1")
+            await db.execute("INSERT INTO instances VALUES (?, ?, ?, 1)", (instance_id, os.getpid(), time.time()))
+
+    async def is_alive(self, instance_id: str) -> bool:
+        row = await self.store.fetchone("SELECT alive FROM instances WHERE id = ?", (instance_id,))
+        return bool(row and row[0])
+
+    async def mark_dead(self, instance_id: str) -> None:
+        await self.store.write("UPDATE instances SET alive = 0 WHERE id = ?", (instance_id,))

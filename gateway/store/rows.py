@@ -1,0 +1,142 @@
+"""What the store hands out: frozen row dataclasses, and events with their frames encoded once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    kind: str  # user_message | agent_message | tool_call | tool_result | turn_interrupted
+    content: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    owner: str
+    title: str | None
+    description: str | None
+    state: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    seq: int
+    id: str
+    task_id: str
+    owner: str
+    agent: str
+    cwd: str
+    title: str | None
+    state: str
+    error_message: str | None
+    recovery_pending: bool
+    needs_resume_context: bool
+    launched: bool
+    created_at: float
+    updated_at: float
+    task_state: str
+    turn_event_id: int | None = None  # the running turn's `turn_started` event
+
+
+@dataclass(frozen=True)
+class ExecutorRow:
+    session_id: str
+    resume_token: str | None
+    execution_id: str | None
+    instance_id: str | None
+    cwd: str
+    status: str
+    last_seen: float
+    pid: int | None = None  # the agent's pid, which is also its process group
+    proc_start: int | None = None  # its start time, clock ticks since boot (/proc/PID/stat field 22)
+    boot_id: str | None = None
+
+
+EXECUTOR_COLUMNS = ("e.session_id, e.resume_token, e.execution_id, e.instance_id, e.cwd, e.status, e.last_seen, "
+                    "e.pid, e.proc_start, e.boot_id")
+
+
+def executor_row(row: Sequence[Any], start: int) -> ExecutorRow | None:
+    """The executor columns of a (possibly joined) row from `start`; None where the join found none."""
+    if row[start] is None:
+        return None
+    return ExecutorRow(*row[start:start + len(ExecutorRow.__dataclass_fields__)])
+
+
+@dataclass(frozen=True)
+class StoredHistory:
+    id: int
+    kind: str
+    name: str
+    content: str
+    ts: float
+
+    def entry(self) -> HistoryEntry:
+        return HistoryEntry(self.kind, self.content, self.name)
+
+
+@dataclass(slots=True)
+class EventRow:
+    id: int
+    type: str
+    owner: str
+    session_id: str | None
+    task_id: str | None
+    ts: float
+    data: dict[str, Any]
+    _frame: bytes | None = None
+
+    def frame(self) -> bytes:
+        """The `task.session.event` notification: what every subscriber receives and what the journal
+        keeps. Encoded once, whoever needs it."""
+        if self._frame is None:
+            self._frame = orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
+                "id": self.id, "type": self.type, "session_id": self.session_id, "task_id": self.task_id,
+                "ts": self.ts, "data": self.data}})
+        return self._frame
+
+
+SESSION_COLUMNS = (
+    "s.seq, s.id, s.task_id, s.owner, s.agent, s.cwd, s.title, s.state, s.error_message, s.recovery_pending, "
+    "s.needs_resume_context, s.launched, s.created_at, s.updated_at, t.state, s.turn_event_id"
+)
+
+
+def session_row(row: Sequence[Any]) -> SessionRow:
+    return SessionRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], bool(row[9]),
+                      bool(row[10]), bool(row[11]), row[12], row[13], row[14], row[15])
+
+
+@dataclass(slots=True)
+class EventGroup:
+    """Events committed together (ascending ids) and their frames, each encoded once. `stream` is the
+    (owner, session_id) they all share when they do: the common case, one agent streaming, whose
+    group is written and fanned out without touching each event again."""
+
+    events: list[EventRow]
+    frames: list[bytes]
+    stream: tuple[str, str | None] | None
+    _message: bytes | None = None
+
+    def message(self) -> bytes:
+        """The frames as one JSON array (a JSON-RPC batch of notifications), joined once for every
+        subscriber that gets them all."""
+        if self._message is None:
+            self._message = b"[" + b",".join(self.frames) + b"]"
+        return self._message
+
+    @classmethod
+    def of(cls, events: list[EventRow]) -> EventGroup:
+        first = events[0]
+        shared = (len(events) == events[-1].id - first.id + 1 and len({e.owner for e in events}) == 1
+                  and len({e.session_id for e in events}) == 1)
+        return cls(events, [e.frame() for e in events], (first.owner, first.session_id) if shared else None)
