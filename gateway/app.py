@@ -116,6 +116,7 @@ class Gateway:
                                 cancel_grace=config.cancel_grace, request_timeout=config.request_timeout,
                                 initialize_timeout=config.initialize_timeout,
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
+                                agents_die_with_gateway=config.agents_die_with_gateway,
                                 environ={k: v for k, v in os.environ.items()})
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
             await sessions.open()

@@ -44,6 +44,7 @@ class ServeConfig(BaseModel):
     initialize_timeout: float = Field(default=60.0, gt=0)
     max_live_sessions_per_owner: int = Field(default=32, ge=1)
     max_connections_per_owner: int = Field(default=64, ge=1)
+    agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
     outbox_limit: int = Field(default=100_000, ge=10)
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"

@@ -106,6 +106,11 @@ class EventBus:
         self.reoffer: Reoffer | None = None
         self.committed = 0
 
+    @property
+    def next_id(self) -> int:
+        """The id the next queued event will get: every event queued from now on has this id or a greater one."""
+        return self._next_id
+
     async def open(self) -> None:
         self._next_id = await self.store.events.next_id()
         self.head = self._next_id - 1

@@ -21,6 +21,8 @@ def _content_text(content: Any) -> str:
         if content.get("type") == "diff":
             return f"diff {content.get('path', '')}"
         return f"<{content.get('type', 'content')}>"
+    if isinstance(content, str):  # a tool's rawOutput may be plain text
+        return content
     if isinstance(content, list):
         return "\n".join(t for t in (_content_text(c) for c in content) if t)
     return ""

@@ -25,8 +25,8 @@ from .broker import PermissionBroker
 from .commands import Command, Decision, decide
 from .live import LiveSession
 from .resume_context import render_resume_context
-from .states import SessionEvent
-from .writer import SessionWriter
+from .states import SessionEvent, SessionState
+from .writer import SessionWriter, status_data
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,8 @@ class TurnRunner:
         """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
         decision = decide(Command.PROMPT, turn_running=live.turn_running, stopping=live.stopping)
         if decision is not Decision.START_TURN:
-            raise busy(live.session_id, live.row.state)
+            # An accepted turn is RUNNING for the caller even before the store says so.
+            raise busy(live.session_id, SessionState.RUNNING if live.turn_running else live.row.state)
         turn = asyncio.ensure_future(self._run(live, blocks))
         turn.add_done_callback(_retrieve)  # nobody may be waiting any more: the outcome is in the journal
         live.turn = turn
@@ -93,9 +94,10 @@ class TurnRunner:
                 earlier = (await self.store.history.all(row.id))[:-1]
                 sent = [{"type": "text", "text": render_resume_context(earlier, user_text)},
                         *(b for b in blocks if b.get("type") != "text")]
-            # The event's id is fixed now and written with RUNNING: a restart knows which turn to close.
-            turn_event = self.writer.enqueue(row, "turn_started", {"prompt": blocks})
-            row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=turn_event)
+            # RUNNING is stored before `turn_started` can be seen, with a floor of its id: a restart then knows
+            # whether this turn's `turn_started` was committed (and so owes a `turn_ended`) by reading from there.
+            row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=self.bus.next_id)
+            await self.writer.publish(row, "turn_started", {"prompt": blocks})
             await self.writer.stage(row, "prompting")
         except Exception as exc:
             # Nothing was sent to the agent; if the row says RUNNING, it must not stay so.
@@ -137,38 +139,55 @@ class TurnRunner:
         return TurnEnd(None, {"message": "internal error", "error_id": error_id}, None, internal_error(error_id))
 
     async def _close(self, live: LiveSession, row: SessionRow, end: TurnEnd) -> None:
-        """Every update of the turn is queued and its history written, then `turn_ended`, then the state."""
+        """Every update of the turn is queued and its history written; the session is stored back to input; then
+        `turn_ended`, `session_status` and the `ready` stage are queued in one step, together with the turn
+        being over — so a client that sees `turn_ended` and prompts at once is never told the session is busy."""
         with contextlib.suppress(Exception):
             live.history.add(live.coalescer.flush())
             await live.history.idle()
         data: dict[str, Any] = {"stop_reason": end.stop_reason}
         if end.error is not None:
             data["error"] = end.error
-        await self.writer.publish(row, "turn_ended", data)
         fields: dict[str, Any] = {"turn_event_id": None}
         if end.stop_reason is not None or end.error_message is not None:
             fields["error_message"] = end.error_message
         if end.stop_reason is not None and not live.stopping:
             fields["needs_resume_context"] = False
-        await self.writer.apply(row, SessionEvent.TURN_ENDED, **fields)
+        updated, agent_live = await self.writer.commit(row, SessionEvent.TURN_ENDED, **fields)
+        committed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.writer.enqueue(row, "turn_ended", data)
         if live.client.alive and not live.stopping:
-            await self.writer.stage(row, "ready")
+            self.writer.enqueue(updated, "session_status", status_data(updated, agent_live))
+            self.writer.enqueue(updated, "session_active_stage", {"stage": "ready"}, committed)
+        else:
+            self.writer.enqueue(updated, "session_status", status_data(updated, agent_live), committed)
+        if live.turn is asyncio.current_task():
+            live.turn = None  # no await since the events were queued: nobody has seen them yet
+        await committed
 
     async def close_interrupted(self, row: SessionRow) -> None:
         """At start-up: a session stored RUNNING had its turn cut by a crash. Its `turn_ended` says `interrupted`
-        (unless it was committed before the crash), history records it, and the session waits for input."""
-        turn_event = row.turn_event_id
-        committed = turn_event is None or turn_event <= self.bus.head
-        if committed and not await self._ended_after(row, turn_event):
+        (unless no `turn_started` was committed, or its `turn_ended` was), history records it, and the session
+        waits for input."""
+        floor = row.turn_event_id
+        if floor is None:  # stored by a gateway before the runtime: a turn_started is there to close
+            types = ["turn_started"]
+        else:
+            types = await self.store.events.types_after(row.owner, row.id, TURN_EVENTS, floor - 1, self.bus.head)
+        if owes_turn_ended(types):
             await self.store.history.append(row.id, [HistoryEntry("turn_interrupted", INTERRUPTED_MESSAGE)])
             await self.writer.publish(row, "turn_ended", {"stop_reason": "interrupted",
                                                           "error": {"message": INTERRUPTED_MESSAGE}})
         await self.writer.apply(row, SessionEvent.TURN_ENDED, turn_event_id=None, error_message=INTERRUPTED_MESSAGE)
 
-    async def _ended_after(self, row: SessionRow, turn_event: int | None) -> bool:
-        if turn_event is None:
-            return False
-        return await self.store.events.has_type_after(row.owner, row.id, "turn_ended", turn_event, self.bus.head)
+
+TURN_EVENTS = frozenset({"turn_started", "turn_ended"})
+
+
+def owes_turn_ended(types: list[str]) -> bool:
+    """Given the types of a session's turn events from the open turn's floor on: was its turn started and not
+    ended? (Every earlier turn's events are below the floor.)"""
+    return "turn_started" in types and "turn_ended" not in types[types.index("turn_started"):]
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

@@ -30,22 +30,24 @@ class SessionWriter:
     async def apply(self, row: SessionRow, event: SessionEvent | None, **fields: Any) -> SessionRow:
         """Apply one transition (and the task event paired with it), persist it, then publish `session_status`.
         A session deleted meanwhile is left as it is."""
+        updated, live = await self.commit(row, event, **fields)
+        if updated is not row:
+            await self.publish(updated, "session_status", status_data(updated, live))
+        return updated
+
+    async def commit(self, row: SessionRow, event: SessionEvent | None, **fields: Any) -> tuple[SessionRow, bool]:
+        """The store half of `apply`: the committed row, and whether its agent is live. The caller publishes."""
         async with self._locks.setdefault(row.id, asyncio.Lock()):
             current = await self.store.sessions.get(row.id)
             if current is None:
-                return row
+                return row, False
             state = task_state = None
             if event is not None:
                 state, task_state = transition(SessionState(current.state), TaskState(current.task_state), event)
             await self.store.sessions.update(row.id, state=state, task_state=task_state, **fields)
             updated = await self.store.sessions.get(row.id)
             assert updated is not None
-            live = self._on_row(updated)
-        await self.publish(updated, "session_status", {
-            "state": updated.state, "task_state": updated.task_state, "error_message": updated.error_message,
-            "is_agent_running": live,
-        })
-        return updated
+            return updated, self._on_row(updated)
 
     async def publish(self, row: SessionRow, type_: str, data: dict[str, Any]) -> EventRow:
         return await self.bus.publish(type_, row.owner, row.id, row.task_id, data)
@@ -54,15 +56,23 @@ class SessionWriter:
         """A deleted session's lock goes with it."""
         self._locks.pop(session_id, None)
 
-    def enqueue(self, row: SessionRow, type_: str, data: dict[str, Any]) -> int:
-        """Queue an event without waiting for its commit; its id is fixed now and returned."""
-        return self.bus.enqueue(type_, row.owner, row.id, row.task_id, data)
+    def enqueue(self, row: SessionRow, type_: str, data: dict[str, Any],
+                committed: asyncio.Future[EventRow] | None = None) -> int:
+        """Queue an event without waiting for its commit; its id is fixed now and returned. `committed`, when
+        given, is resolved once the event is committed and handed out."""
+        return self.bus.enqueue(type_, row.owner, row.id, row.task_id, data, committed)
 
     async def stage(self, row: SessionRow, stage: str) -> None:
         await self.publish(row, "session_active_stage", {"stage": stage})
 
     async def message(self, row: SessionRow, level: str, text: str) -> None:
         await self.publish(row, "session_message", {"level": level, "text": text})
+
+
+def status_data(row: SessionRow, live: bool) -> dict[str, Any]:
+    """What `session_status` says of a committed row."""
+    return {"state": row.state, "task_state": row.task_state, "error_message": row.error_message,
+            "is_agent_running": live}
 
 
 class HistoryWriter:

@@ -131,7 +131,7 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX permissions_by_session ON permissions(session_id, state)
     """,
-    # 7: the session runtime. A running turn names its `turn_started` event, so a restart can close it
+    # 7: the session runtime. A running turn records a floor of its `turn_started` id, so a restart can close it
     # (`interrupted`) exactly once; an executor records its agent's process identity (pid = process
     # group, start time in clock ticks since boot, boot id), so a restart can end what a crashed
     # instance left running without ever signalling a recycled pid.

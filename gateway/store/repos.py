@@ -279,15 +279,19 @@ class EventRepo(_Repo):
             frames.extend(journal_frames(spans, blob, since, end, session_id))
         return frames, (end if end < until else None)
 
-    async def has_type_after(self, owner: str, session_id: str, type_: str, since: int, until: int) -> bool:
-        """Whether the session has an event of `type_` with since < id <= until (read a window at a time)."""
-        needle = b'"type":"' + type_.encode() + b'"'
+    async def types_after(self, owner: str, session_id: str, types: frozenset[str], since: int,
+                          until: int) -> list[str]:
+        """The session's events of `types` with since < id <= until, as their types in id order (read a window
+        at a time; only frames that may be one of them are decoded)."""
+        needles = [b'"type":"' + t.encode() + b'"' for t in types]
+        found: list[str] = []
         cursor: int | None = since
         while cursor is not None and cursor < until:
             frames, cursor = await self.after(owner, cursor, until, session_id)
-            if any(needle in frame and orjson.loads(frame)["params"]["type"] == type_ for frame in frames):
-                return True
-        return False
+            for frame in frames:
+                if any(n in frame for n in needles) and (type_ := orjson.loads(frame)["params"]["type"]) in types:
+                    found.append(type_)
+        return found
 
     async def prune(self, keep: int) -> None:
         """Keep (at least) the newest `keep` events: the retention horizon, a whole row at a time."""

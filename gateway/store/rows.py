@@ -44,7 +44,7 @@ class SessionRow:
     created_at: float
     updated_at: float
     task_state: str
-    turn_event_id: int | None = None  # the running turn's `turn_started` event
+    turn_event_id: int | None = None  # while a turn runs: its `turn_started` event has this id or a greater one
 
 
 @dataclass(frozen=True)

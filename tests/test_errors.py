@@ -1,0 +1,36 @@
+"""gateway.errors: every constructor's `data` has the one shape its code promises."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import errors
+from gateway.errors import ERROR_DATA, GatewayError
+
+CASES = [
+    errors.invalid_params("cwd", "cwd must be an absolute path"),
+    errors.internal_error("abc123"),
+    errors.not_found("s-1"),
+    errors.permission_not_found("s-1", "perm-1"),
+    errors.subscription_not_found("sub-1"),
+    errors.already_terminal("s-1", "CANCELLED"),
+    errors.busy("s-1", "RUNNING"),
+    errors.workspace_missing("s-1", "/gone"),
+    errors.workspace_missing(None, "/gone"),
+    errors.not_resumable("s-1", "CANCELLED", "session s-1 is CANCELLED: start a new session"),
+    errors.limit_exceeded(3, "3 live sessions already"),
+    errors.resync_required("cursor_ahead", "cursor 9 is ahead", head=3),
+]
+
+
+@pytest.mark.parametrize("error", CASES, ids=lambda e: f"{e.code}:{e.message[:30]}")
+def test_data_has_the_shape_of_its_code(error: GatewayError) -> None:
+    assert error.data is not None
+    assert frozenset(error.data) in ERROR_DATA[error.code]
+    assert error.message  # says what happened and what to do
+
+
+def test_codes_are_distinct() -> None:
+    codes = [errors.UNAUTHORIZED, errors.NOT_FOUND, errors.ALREADY_TERMINAL, errors.BUSY, errors.WORKSPACE_MISSING,
+             errors.RESYNC_REQUIRED, errors.NOT_RESUMABLE, errors.LIMIT_EXCEEDED, errors.AGENT_FAILED]
+    assert len(set(codes)) == len(codes)
