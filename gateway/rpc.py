@@ -29,6 +29,7 @@ from .errors import (
     INVALID_REQUEST,
     PARSE_ERROR,
     GatewayError,
+    internal_error,
     limit_exceeded,
     subscription_not_found,
 )
@@ -228,7 +229,8 @@ class RpcAdapter:
             except Exception:
                 error_id = uuid.uuid4().hex[:12]
                 log.exception("method %s failed (error id %s)", name, error_id)
-                return Error(INTERNAL_ERROR, "Internal error", {"error_id": error_id})
+                bug = internal_error(error_id)
+                return Error(bug.code, bug.message, bug.data)
 
         # jsonrpcserver checks the call against `inspect.signature(method)` on every request; computed
         # here once, that check stops rebuilding the signature each time (a third of a small call's cost).

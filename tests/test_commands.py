@@ -1,4 +1,4 @@
-"""gateway.runtime.commands: what a live session does with a prompt or a cancel_turn, from its facts alone."""
+"""gateway.runtime.commands: what a live session does with a prompt or a cancel_turn, from its phase alone."""
 
 from __future__ import annotations
 
@@ -6,27 +6,41 @@ import itertools
 
 import pytest
 
-from gateway.runtime.commands import TABLE, Command, Decision, decide
+from gateway.runtime.commands import TABLE, Command, Decision, Phase, decide, phase_of
 
-C, D = Command, Decision
+C, D, P = Command, Decision, Phase
 
-ROWS = [
-    # command, turn running, stopping -> decision
-    (C.PROMPT, False, False, D.START_TURN),
-    (C.PROMPT, True, False, D.REFUSE_BUSY),
-    (C.PROMPT, False, True, D.REFUSE_BUSY),
-    (C.PROMPT, True, True, D.REFUSE_BUSY),
-    (C.CANCEL_TURN, True, False, D.INTERRUPT_TURN),
-    (C.CANCEL_TURN, True, True, D.INTERRUPT_TURN),
-    (C.CANCEL_TURN, False, False, D.ANSWER_PERMISSIONS),
-    (C.CANCEL_TURN, False, True, D.ANSWER_PERMISSIONS),
+DECISIONS = [
+    (C.PROMPT, P.IDLE, D.START_TURN),
+    (C.PROMPT, P.TURN, D.REFUSE_BUSY),
+    (C.PROMPT, P.STOPPING, D.REFUSE_BUSY),
+    (C.PROMPT, P.ENDED, D.REFUSE_ENDED),
+    (C.CANCEL_TURN, P.IDLE, D.ANSWER_PERMISSIONS),
+    (C.CANCEL_TURN, P.TURN, D.INTERRUPT_TURN),
+    (C.CANCEL_TURN, P.STOPPING, D.ANSWER_PERMISSIONS),
+    (C.CANCEL_TURN, P.ENDED, D.ANSWER_PERMISSIONS),
+]
+
+PHASES = [
+    # terminal, turn running, stopping -> phase
+    (False, False, False, P.IDLE),
+    (False, True, False, P.TURN),
+    (False, True, True, P.TURN),  # a turn that runs while its agent is stopped is still interrupted
+    (False, False, True, P.STOPPING),
+    (True, True, True, P.ENDED),
+    (True, False, False, P.ENDED),
 ]
 
 
-@pytest.mark.parametrize(("command", "turn_running", "stopping", "expected"), ROWS)
-def test_decide(command: Command, turn_running: bool, stopping: bool, expected: Decision) -> None:
-    assert decide(command, turn_running=turn_running, stopping=stopping) is expected
+@pytest.mark.parametrize(("command", "phase", "expected"), DECISIONS)
+def test_decide(command: Command, phase: Phase, expected: Decision) -> None:
+    assert decide(command, phase) is expected
+
+
+@pytest.mark.parametrize(("terminal", "turn_running", "stopping", "expected"), PHASES)
+def test_phase_of(terminal: bool, turn_running: bool, stopping: bool, expected: Phase) -> None:
+    assert phase_of(terminal=terminal, turn_running=turn_running, stopping=stopping) is expected
 
 
 def test_the_table_is_total() -> None:
-    assert set(TABLE) == set(itertools.product(Command, (False, True), (False, True)))
+    assert set(TABLE) == set(itertools.product(Command, Phase))

@@ -198,9 +198,15 @@ class Launcher:
             first_launch=first_launch, has_description=bool(task and task.description),
             started_fresh=started_fresh, history_context_injection=profile.history_context_injection,
             has_history=has_history))
-        live = LiveSession(row, profile, client, result.session_id, execution_id, history, coalescer,
+        current = await self.store.sessions.get(row.id)
+        if current is None or SessionState(current.state) in TERMINAL_SESSION_STATES:
+            # Cancelled or deleted while the agent started: it never becomes live.
+            await client.stop()
+            await self.store.executors.set_stopped(row.id, "cancelled")
+            return LaunchResult(False, restore=result, error=f"session {row.id} ended while its agent started")
+        live = LiveSession(current, profile, client, result.session_id, execution_id, history, coalescer,
                            needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT)
-        self.live[row.id] = live
+        self.live[row.id] = live  # no await since the check above: a cancel cannot come between
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
         row = await self.writer.apply(row, None, launched=True, recovery_pending=False, error_message=None,
                                       needs_resume_context=live.needs_resume_context)

@@ -16,7 +16,9 @@ from acp.client import AcpClient
 from agents.profiles import AgentProfile
 
 from ..store import SessionRow
+from .commands import Phase, phase_of
 from .history import HistoryCoalescer
+from .states import TERMINAL_SESSION_STATES, SessionState
 from .writer import HistoryWriter
 
 
@@ -45,3 +47,8 @@ class LiveSession:
     @property
     def turn_running(self) -> bool:
         return self.turn is not None and not self.turn.done()
+
+    @property
+    def phase(self) -> Phase:
+        return phase_of(terminal=SessionState(self.row.state) in TERMINAL_SESSION_STATES,
+                        turn_running=self.turn_running, stopping=self.stopping)

@@ -20,10 +20,10 @@ from agents.profiles import AgentProfile
 from ..errors import already_terminal, invalid_params, limit_exceeded, not_resumable, workspace_missing
 from ..events import EventBus
 from ..store import SessionRow, Store
-from . import reaper
 from .broker import PermissionBroker
 from .launcher import Launcher, check_resumable
 from .live import LiveSession
+from .recovery import recover_after_crash
 from .settings import Settings
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
 from .turns import TurnRunner, content_blocks
@@ -71,26 +71,10 @@ class SessionManager:
 
     # -- life of the runtime -------------------------------------------------------------
     async def open(self) -> None:
-        """Before any client: end what a crashed instance left running, then settle what it left half done."""
+        """Before any client: what a crashed instance left is ended and settled (see `recovery`)."""
         await self.store.instances.register(self.instance_id)
-        leftovers = await self.store.executors.leftovers(self.instance_id)
-        killed = await reaper.reap(reaper.Execution(e.execution_id or "", e.pid, e.proc_start, e.boot_id)
-                                   for e in leftovers if e.execution_id)
-        if killed:
-            log.warning("ended %d agent process(es) a previous gateway left running: %s", len(killed),
-                        ", ".join(str(p.pid) for p in killed))
-        for executor in leftovers:
-            await self.store.executors.set_stopped(executor.session_id, "stopped")
-        await self.store.permissions.expire_all()
+        await recover_after_crash(self.store, self.writer, self.turns, self.instance_id)
         self.bus.reoffer = self.broker.reoffer
-        # A cancel that was requested but not finished before a crash still ends the session.
-        for session_id in await self.store.cancels.pending():
-            row = await self.store.sessions.get(session_id)
-            if row is not None and SessionState(row.state) not in TERMINAL_SESSION_STATES:
-                await self.writer.apply(row, SessionEvent.CANCEL)
-            await self.store.cancels.clear(session_id)
-        for row in await self.store.sessions.running():
-            await self.turns.close_interrupted(row)
 
     async def shutdown(self) -> None:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored)."""
@@ -275,6 +259,9 @@ class SessionManager:
         current = await self.store.sessions.get(row.id) or row
         if SessionState(current.state) not in TERMINAL_SESSION_STATES:
             current = await self.writer.apply(current, SessionEvent.CANCEL)
+        late = self.live.get(row.id)  # a launch that outlasted the grace and went live meanwhile
+        if late is not None:
+            await self.launcher.stop(late, "cancelled")
         await self.store.cancels.clear(row.id)
         return await self.views.view(current)
 

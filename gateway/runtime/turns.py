@@ -18,7 +18,7 @@ from typing import Any
 
 from acp.errors import RpcError, TransportError
 
-from ..errors import AGENT_FAILED, GatewayError, busy, internal_error
+from ..errors import AGENT_FAILED, GatewayError, busy, internal_error, not_resumable
 from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, Store
 from .broker import PermissionBroker
@@ -66,7 +66,10 @@ class TurnRunner:
 
     def start(self, live: LiveSession, blocks: list[dict[str, Any]]) -> asyncio.Task[dict[str, Any]]:
         """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
-        decision = decide(Command.PROMPT, turn_running=live.turn_running, stopping=live.stopping)
+        decision = decide(Command.PROMPT, live.phase)
+        if decision is Decision.REFUSE_ENDED:
+            raise not_resumable(live.session_id, live.row.state, f"session {live.session_id} is {live.row.state}: "
+                                "start a new session")
         if decision is not Decision.START_TURN:
             # An accepted turn is RUNNING for the caller even before the store says so.
             raise busy(live.session_id, SessionState.RUNNING if live.turn_running else live.row.state)
@@ -78,7 +81,7 @@ class TurnRunner:
     async def interrupt(self, live: LiveSession) -> None:
         """cancel_turn: pending permissions answered `cancelled`, ACP `session/cancel` if a turn runs, and the
         cancel grace for it to end (DESIGN §4.5). The turn's callers see how it ended."""
-        decision = decide(Command.CANCEL_TURN, turn_running=live.turn_running, stopping=live.stopping)
+        decision = decide(Command.CANCEL_TURN, live.phase)
         await self.broker.cancel_all(live.row)
         if decision is Decision.INTERRUPT_TURN and live.turn is not None:
             await live.client.cancel(live.acp_session_id)

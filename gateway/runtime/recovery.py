@@ -1,0 +1,37 @@
+"""Start-up recovery: before a gateway serves anyone, it ends and settles what a crashed instance left behind.
+
+In order: agent processes still running are ended (`reaper`), so no session can get a second agent; pending
+permission requests expire (no agent waits for them any more); a turn that was running is closed as
+`interrupted` (`turns.close_interrupted`); a cancel that was requested but not finished still ends its session.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..store import Store
+from . import reaper
+from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState
+from .turns import TurnRunner
+from .writer import SessionWriter
+
+log = logging.getLogger(__name__)
+
+
+async def recover_after_crash(store: Store, writer: SessionWriter, turns: TurnRunner, instance_id: str) -> None:
+    leftovers = await store.executors.leftovers(instance_id)
+    killed = await reaper.reap(reaper.Execution(e.execution_id, e.pid, e.proc_start, e.boot_id)
+                               for e in leftovers if e.execution_id)
+    if killed:
+        log.warning("ended %d agent process(es) a previous gateway left running: %s", len(killed),
+                    ", ".join(str(p.pid) for p in killed))
+    for executor in leftovers:
+        await store.executors.set_stopped(executor.session_id, "stopped")
+    await store.permissions.expire_all()
+    for row in await store.sessions.running():
+        await turns.close_interrupted(row)
+    for session_id in await store.cancels.pending():
+        row = await store.sessions.get(session_id)
+        if row is not None and SessionState(row.state) not in TERMINAL_SESSION_STATES:
+            await writer.apply(row, SessionEvent.CANCEL)
+        await store.cancels.clear(session_id)
