@@ -290,7 +290,7 @@ async def dispatch_cost(calls: int = 20000) -> tuple[float, float]:
     return ours, plain
 
 
-async def resume_overhead(tmp: Path, agents: Path, runs: int = 15) -> tuple[list[float], list[float]]:
+async def resume_overhead(tmp: Path, agents: Path, runs: int = 25) -> tuple[list[float], list[float]]:
     """`task.session.resume` to ready through the gateway, and the bare agent's spawn + initialize + resume."""
     from acp.client import AcpClient
 
@@ -305,18 +305,15 @@ async def resume_overhead(tmp: Path, agents: Path, runs: int = 15) -> tuple[list
     g.stop()  # every session now needs a resume
     g = Gateway(state, agents).start()
     c = await GatewayClient.connect(g.url, TOKEN)
-    gateway_ms = []
+    gateway_ms, bare_ms = [], []
+    ref = [PY, "-m", "agents.reference", "--state-dir", str(agents.parent / "ref-state")]
+    # Interleaved per session, so drift on a shared machine hits both alike.
     for view in ids:
         t0 = time.perf_counter()
         resumed = await c.call("task.session.resume", {"session_id": view["session_id"]})
         gateway_ms.append((time.perf_counter() - t0) * 1000)
         assert resumed["is_agent_running"], resumed
         await c.call("task.session.cancel", {"session_id": view["session_id"]})
-    await c.close()
-    g.stop()
-    bare_ms = []
-    ref = [PY, "-m", "agents.reference", "--state-dir", str(agents.parent / "ref-state")]
-    for view in ids:
         t0 = time.perf_counter()
         client = await AcpClient.launch(ref, cwd=str(work), env=CLEAN_ENV)
         await client.initialize()
@@ -324,6 +321,8 @@ async def resume_overhead(tmp: Path, agents: Path, runs: int = 15) -> tuple[list
                                                 "mcpServers": []})
         bare_ms.append((time.perf_counter() - t0) * 1000)
         await client.stop()
+    await c.close()
+    g.stop()
     return gateway_ms, bare_ms
 
 
@@ -445,9 +444,58 @@ async def dispatch_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                     "µs/call", "reported", True, "plain dict-lookup dispatch"))
 
 
+async def status_calls(url: str, session_id: str, clients: int, calls: int) -> float:
+    """Status calls per second: `clients` lean raw WebSockets, each sending its next call once the last is answered."""
+    frame = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "task.session.status",
+                          "params": {"session_id": session_id}}).decode()
+    sockets = [await websockets.connect(url, max_size=None, compression=None) for _ in range(clients)]
+
+    async def one(ws: Any) -> None:
+        for _ in range(calls // clients):
+            await ws.send(frame)
+            answer = orjson.loads(await ws.recv())
+            assert "result" in answer, answer
+
+    await asyncio.gather(*(one(ws) for ws in sockets[:1]))  # warm-up
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(ws) for ws in sockets))
+    rate = (calls // clients) * clients / (time.perf_counter() - t0)
+    for ws in sockets:
+        await ws.close()
+    return rate
+
+
+async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """Status of a live session, 1 and 8 clients each one call at a time, against a bare websockets JSON-RPC
+    server (`bench/bare_rpc.py`, its own process: parse, dict lookup, answer)."""
+    gw = Gateway(tmp / "rpc", agents).start()
+    admin = await GatewayClient.connect(gw.url, TOKEN)
+    view = await admin.call("task.session.start", {"agent": "ref", "cwd": "/tmp", "wait_ready": True})
+    await admin.close()
+    bare = subprocess.Popen([PY, str(ROOT / "bench" / "bare_rpc.py")], stdout=subprocess.PIPE, env=CLEAN_ENV)
+    assert bare.stdout is not None
+    bare_url = f"ws://127.0.0.1:{int(bare.stdout.readline())}/"
+    ours: dict[int, list[float]] = {1: [], 8: []}
+    base: dict[int, list[float]] = {1: [], 8: []}
+    try:
+        for _ in range(RUNS):  # interleaved, so drift hits both alike
+            for clients in (1, 8):
+                ours[clients].append(await status_calls(f"{gw.url}?token={TOKEN}", view["session_id"], clients, 4000))
+                base[clients].append(await status_calls(bare_url, "s-0", clients, 4000))
+    finally:
+        bare.terminate()
+        bare.wait(10)
+        gw.stop()
+    for clients in (1, 8):
+        rows.append(row(f"task.session.status of a live session, {clients} client{'s' if clients > 1 else ''}",
+                        ours[clients], base[clients], "calls/s", "≥ 0.5× bare",
+                        statistics.median(ours[clients]) >= 0.5 * statistics.median(base[clients]),
+                        "bare websockets JSON-RPC server"))
+
+
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
-    "journal": journal_section, "resume": resume_section, "dispatch": dispatch_section,
+    "journal": journal_section, "resume": resume_section, "dispatch": dispatch_section, "rpc": rpc_section,
 }
 
 
