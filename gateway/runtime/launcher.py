@@ -128,7 +128,6 @@ class Launcher:
         token = None if fresh_start or executor is None else executor.resume_token
         first_launch = not row.launched
         row = await self.writer.apply(row, SessionEvent.LAUNCH, error_message=None)
-        await self.writer.stage(row, "launching")
         execution_id = f"x-{uuid.uuid4().hex}"
         env = {**profile.launch_env(self.settings.environ), reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.
@@ -136,8 +135,8 @@ class Launcher:
         history = HistoryWriter(self.store, row.id)
         on_update = self._update_intake(row, coalescer, history)
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
-        await self.store.executors.set_running(row.id, execution_id=execution_id, instance_id=self.instance_id,
-                                               cwd=row.cwd)
+        await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
+            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
         argv = agent_argv(profile.argv(token, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
         try:
             client = await AcpClient.launch(
@@ -154,9 +153,12 @@ class Launcher:
             await self.writer.message(row, "error", reason)
             return LaunchResult(False, error=reason)
         pid = client.process.pid
-        await self.store.executors.set_running(row.id, execution_id=execution_id, instance_id=self.instance_id,
-                                               cwd=row.cwd, pid=pid, proc_start=reaper.process_start(pid),
-                                               boot_id=reaper.boot_id())
+        # The agent's identity is written while it starts up (the write hides behind its start-up time); every
+        # later write of the executor row waits for it, so it can never overwrite how the launch ended.
+        identity = asyncio.ensure_future(self.store.executors.set_running(
+            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=pid,
+            proc_start=reaper.process_start(pid), boot_id=reaper.boot_id()))
+        failure: Exception | None = None
         try:
             await self.writer.stage(row, "initializing")
             await client.initialize()
@@ -166,14 +168,16 @@ class Launcher:
                 client, native_session_resume=profile.native_session_resume, resume_token=token,
                 cwd=row.cwd, auth_method=profile.auth_method, environ=env, cancel=cancel)
         except (AcpError, TimeoutError) as exc:
+            failure = exc
+        await identity
+        if failure is not None:
             await client.stop()
             await history.idle()
             tail = " | ".join(client.process.stderr.tail_lines(3))
-            reason = f"agent {profile.id!r} failed to start: {exc}" + (f" (stderr: {tail})" if tail else "")
+            reason = f"agent {profile.id!r} failed to start: {failure}" + (f" (stderr: {tail})" if tail else "")
             await self.store.executors.set_stopped(row.id, "failed")
             await self.preserve(row, reason)
             return LaunchResult(False, error=reason)
-
         if result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
             await client.stop()
             await history.idle()
