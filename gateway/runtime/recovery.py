@@ -31,7 +31,7 @@ async def recover_after_crash(store: Store, writer: SessionWriter, turns: TurnRu
     for row in await store.sessions.running():
         await turns.close_interrupted(row)
     for session_id in await store.cancels.pending():
-        row = await store.sessions.get(session_id)
-        if row is not None and SessionState(row.state) not in TERMINAL_SESSION_STATES:
-            await writer.apply(row, SessionEvent.CANCEL)
+        cancelled = await store.sessions.get(session_id)
+        if cancelled is not None and SessionState(cancelled.state) not in TERMINAL_SESSION_STATES:
+            await writer.apply(cancelled, SessionEvent.CANCEL)
         await store.cancels.clear(session_id)
