@@ -119,6 +119,14 @@ async def run_frontend(args: argparse.Namespace) -> int:
     except RpcCallError as err:
         print(f"acp-gateway {args.command}: {err.message} (code {err.code})", file=sys.stderr)
         return 1
+    except ConnectionError:
+        # The session is the gateway's, not this command's: a turn it started goes on (or, if the gateway
+        # died, is closed as interrupted when it starts again).
+        session = getattr(args, "session_id", None)
+        then = f": `acp-gateway status {session}` says what became of the session" if session else ""
+        print(f"acp-gateway {args.command}: the connection to the gateway at {args.url} closed{then}",
+              file=sys.stderr)
+        return 2
     finally:
         await client.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from gateway.client import GatewayClient, RpcCallError
 from tests.conftest import process_alive, wait_until
-from tests.gateway_harness import EventLog, GatewayProcess, journal_events, reference_profile
+from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, journal_events, reference_profile
 
 
 @pytest.fixture
@@ -195,3 +196,19 @@ async def test_kill9_mid_turn_is_closed_as_interrupted_after_restart(gateway: Ga
     assert await (await gateway.client()).call("task.session.prompt", {"session_id": sid, "prompt": "next"}) == \
         {"stop_reason": "end_turn"}
     await client.close()
+
+
+async def test_cli_prompt_whose_gateway_dies_says_so_in_one_line(gateway: GatewayProcess,
+                                                                 paths: dict[str, Path]) -> None:
+    watcher, log = await subscribed(gateway)
+    sid = await start(watcher, paths["work"])
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "prompt", "--url", gateway.url, "--token", TOKEN, sid, "/hang",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    await log.wait(of(sid, "turn_started"))
+    await gateway.kill9()
+    _, stderr = await asyncio.wait_for(cli.communicate(), 30)
+    assert cli.returncode == 2
+    assert "Traceback" not in stderr.decode()
+    assert stderr.decode().strip() == (f"acp-gateway prompt: the connection to the gateway at {gateway.url} closed: "
+                                       f"`acp-gateway status {sid}` says what became of the session")
