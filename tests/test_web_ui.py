@@ -97,6 +97,44 @@ async def test_permission_dialog(gateway: GatewayProcess, tmp_path: Path) -> Non
         await browser.close()
 
 
+async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gateway: GatewayProcess,
+                                                                             tmp_path: Path) -> None:
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        expect = playwright_api.expect
+        url = f"http://127.0.0.1:{gateway.port}/?token={gateway.token}"
+        first = await browser.new_page()
+        await first.goto(url)
+        await expect(first.locator("#stream")).to_have_text("live")
+        await first.fill("#cwd", str(tmp_path / "work"))
+        await first.click("#start")
+        await expect(first.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+        # A turn that ends by itself, and the tab that asked for it is closed meanwhile.
+        await first.fill("#prompt", "/sleep 0.5")
+        await first.press("#prompt", "Enter")
+        await expect(first.locator("#session-state")).to_have_text("RUNNING")
+        await first.close()
+        second = await browser.new_page()
+        await second.goto(url)
+        await second.locator("#sessions li").first.click()
+        await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+        # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.
+        await second.fill("#prompt", "/hang")
+        await second.press("#prompt", "Enter")
+        await expect(second.locator("#session-state")).to_have_text("RUNNING")
+        await gateway.kill9()
+        await gateway.start()
+        await expect(second.locator("#stream")).to_have_text("live", timeout=30_000)
+        await expect(second.locator(".msg.notice").last).to_contain_text("turn interrupted", timeout=30_000)
+        await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+        await second.fill("#prompt", "after the crash")
+        await second.press("#prompt", "Enter")
+        await expect(second.locator(".msg.agent").last).to_have_text("echo: after the crash", timeout=30_000)
+        shot = tmp_path / "web-ui-interrupted.png"
+        await second.screenshot(path=str(shot), full_page=True)
+        await browser.close()
+
+
 async def test_ui_is_served_with_a_strict_policy(gateway: GatewayProcess) -> None:
     import asyncio
 
