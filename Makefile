@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser bench
+.PHONY: run test lint browser interop bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,18 @@ browser:
 	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
 	  else echo "make test: install Debian's chromium (apt-get install chromium) for the browser test" >&2; exit 1; fi; }
 
-test: lint browser
+# Real third-party ACP agents for the interop tests, pinned: Auggie needs Node >= 20, which comes from the npm
+# registry too (the `node` package), so the machine's own Node version does not matter; only npm is needed.
+INTEROP := .interop/node_modules
+interop:
+	@test -x $(INTEROP)/.bin/node -a -f $(INTEROP)/@augmentcode/auggie/augment.mjs || { \
+	  command -v npm >/dev/null 2>&1 || { \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      (apt-get update -qq && apt-get install -y -qq npm) >/dev/null; \
+	    else echo "make test: install npm (apt-get install npm) for the interop tests" >&2; exit 1; fi; }; \
+	  npm install --silent --no-audit --no-fund --prefix .interop node@20 @augmentcode/auggie@0.36.0 >/dev/null; }
+
+test: lint browser interop
 	$(VENV)/bin/pytest -q
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
