@@ -13,12 +13,13 @@ from typing import Any
 # The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
-__all__ = ["AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "INTERNAL_ERROR", "INVALID_PARAMS",
-           "INVALID_REQUEST", "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR",
-           "RESYNC_REQUIRED",
-           "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "already_terminal", "busy", "internal_error",
-           "invalid_params", "limit_exceeded", "not_found", "not_resumable", "permission_not_found",
-           "resync_required", "subscription_not_found", "workspace_missing"]
+__all__ = [
+    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST",
+    "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
+    "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal", "busy", "internal_error",
+    "invalid_params", "limit_exceeded", "not_found", "not_resumable", "permission_not_found", "resync_required",
+    "subscription_not_found", "workspace_missing",
+]
 
 UNAUTHORIZED = -32001
 NOT_FOUND = -32002
@@ -99,6 +100,13 @@ def workspace_missing(session_id: str | None, cwd: str) -> GatewayError:
 def not_resumable(session_id: str, state: str | None, reason: str) -> GatewayError:
     """`reason` is the whole message: what happened and what the user can do next."""
     return GatewayError(NOT_RESUMABLE, reason, {"session_id": session_id, "state": state, "reason": reason})
+
+
+def agent_failed(session_id: str, agent: str, message: str, agent_error: dict[str, Any] | None,
+                 needs_resume: bool) -> GatewayError:
+    """The agent answered the turn with an error (`agent_error`, its own error object), or exited during it."""
+    return GatewayError(AGENT_FAILED, message, {"session_id": session_id, "agent": agent, "agent_error": agent_error,
+                                                "needs_resume": needs_resume})
 
 
 def limit_exceeded(limit: int, message: str) -> GatewayError:

@@ -19,6 +19,7 @@ CASES = [
     errors.workspace_missing(None, "/gone"),
     errors.not_resumable("s-1", "CANCELLED", "session s-1 is CANCELLED: start a new session"),
     errors.limit_exceeded(3, "3 live sessions already"),
+    errors.agent_failed("s-1", "ref", "agent 'ref' failed the turn: boom", {"code": -32603, "message": "boom"}, False),
     errors.resync_required("cursor_ahead", "cursor 9 is ahead", head=3),
 ]
 

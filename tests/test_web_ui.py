@@ -28,6 +28,20 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     await gw.stop()
 
 
+def ui_url(gateway: GatewayProcess) -> str:
+    return f"http://127.0.0.1:{gateway.port}/?token={gateway.token}"
+
+
+async def start_in_page(page: playwright_api.Page, gateway: GatewayProcess, cwd: Path) -> None:
+    """Open the UI, wait for the live stream, start a session in `cwd` and wait until it waits for input."""
+    expect = playwright_api.expect
+    await page.goto(ui_url(gateway))
+    await expect(page.locator("#stream")).to_have_text("live")
+    await page.fill("#cwd", str(cwd))
+    await page.click("#start")
+    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+
+
 async def test_browser_start_echo_cancel_and_recover(gateway: GatewayProcess, tmp_path: Path) -> None:
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed: .ci/run installs it (apt-get install chromium)")
@@ -36,7 +50,7 @@ async def test_browser_start_echo_cancel_and_recover(gateway: GatewayProcess, tm
         page = await browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        await page.goto(f"http://127.0.0.1:{gateway.port}/?token={gateway.token}")
+        await page.goto(ui_url(gateway))
         expect = playwright_api.expect
         await expect(page.locator("#stream")).to_have_text("live")
         assert "token" not in page.url  # the token leaves the address bar
@@ -82,12 +96,8 @@ async def test_permission_dialog(gateway: GatewayProcess, tmp_path: Path) -> Non
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = await browser.new_page()
-        await page.goto(f"http://127.0.0.1:{gateway.port}/?token={gateway.token}")
+        await start_in_page(page, gateway, tmp_path / "work")
         expect = playwright_api.expect
-        await expect(page.locator("#stream")).to_have_text("live")
-        await page.fill("#cwd", str(tmp_path / "work"))
-        await page.click("#start")
-        await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
         await page.fill("#prompt", "/permission")
         await page.press("#prompt", "Enter")
         await expect(page.locator("#permission")).to_be_visible()
@@ -102,20 +112,15 @@ async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gate
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         expect = playwright_api.expect
-        url = f"http://127.0.0.1:{gateway.port}/?token={gateway.token}"
         first = await browser.new_page()
-        await first.goto(url)
-        await expect(first.locator("#stream")).to_have_text("live")
-        await first.fill("#cwd", str(tmp_path / "work"))
-        await first.click("#start")
-        await expect(first.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+        await start_in_page(first, gateway, tmp_path / "work")
         # A turn that ends by itself, and the tab that asked for it is closed meanwhile.
         await first.fill("#prompt", "/sleep 0.5")
         await first.press("#prompt", "Enter")
         await expect(first.locator("#session-state")).to_have_text("RUNNING")
         await first.close()
         second = await browser.new_page()
-        await second.goto(url)
+        await second.goto(ui_url(gateway))
         await second.locator("#sessions li").first.click()
         await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
         # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.

@@ -18,7 +18,7 @@ from typing import Any
 
 from acp.errors import RpcError, TransportError
 
-from ..errors import AGENT_FAILED, GatewayError, busy, internal_error, not_resumable
+from ..errors import GatewayError, agent_failed, busy, internal_error, not_resumable
 from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, Store
 from .broker import PermissionBroker
@@ -106,7 +106,8 @@ class TurnRunner:
             # Nothing was sent to the agent; if the row says RUNNING, it must not stay so.
             end = self._internal(row, exc)
             await self._close(live, row, end)
-            raise end.raise_ from None  # type: ignore[misc]
+            assert end.raise_ is not None
+            raise end.raise_ from None
         end = await self._ask_agent(live, row, sent)
         await self._close(live, row, end)
         if end.raise_ is not None:
@@ -121,15 +122,13 @@ class TurnRunner:
             if live.stopping:
                 return TurnEnd("cancelled", error=str(exc))
             message = f"agent {agent!r} failed the turn: {exc.message}"
-            return TurnEnd(None, exc.to_dict(), message, GatewayError(AGENT_FAILED, message, {
-                "session_id": row.id, "agent": agent, "agent_error": exc.to_dict(), "needs_resume": False}))
+            return TurnEnd(None, exc.to_dict(), message, agent_failed(row.id, agent, message, exc.to_dict(), False))
         except TransportError as exc:
             if live.stopping:  # the session is being cancelled or stopped
                 return TurnEnd("cancelled", error=str(exc))
             await self._on_agent_gone(live)
             message = f"agent {agent!r} exited during the turn ({exc}); the session is kept: resume it to continue"
-            return TurnEnd(None, {"message": message}, message, GatewayError(AGENT_FAILED, message, {
-                "session_id": row.id, "agent": agent, "agent_error": None, "needs_resume": True}))
+            return TurnEnd(None, {"message": message}, message, agent_failed(row.id, agent, message, None, True))
         except Exception as exc:
             return self._internal(row, exc)
         live.needs_resume_context = False
