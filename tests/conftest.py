@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,18 @@ _EXPORTER = InMemorySpanExporter()
 _provider = TracerProvider()
 _provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
 trace.set_tracer_provider(_provider)
+
+
+@pytest.fixture(autouse=True)
+def gateway_logs_have_no_traceback() -> Iterator[None]:
+    """A gateway's log holds no traceback after any test: a traceback is a bug, whatever the test provoked."""
+    from tests.gateway_harness import GatewayProcess
+
+    GatewayProcess.started.clear()
+    yield
+    for gw in GatewayProcess.started:
+        log = "".join(gw.stderr_lines)
+        assert "Traceback" not in log, f"the gateway logged a traceback:\n{log[-4000:]}"
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -32,8 +32,12 @@ def reference_profile(agents_dir: Path, agent_state: Path, agent_id: str, *flags
 
 
 class GatewayProcess:
+    # Every gateway a test started: after the test, none may have logged a traceback (see conftest).
+    started: ClassVar[list[GatewayProcess]] = []
+
     def __init__(self, state_dir: Path, agents_dir: Path, *extra: str, token: str | None = TOKEN,
                  config: Path | None = None, port: int = 0) -> None:
+        GatewayProcess.started.append(self)
         self.fixed_port = port
         self.state_dir = state_dir
         self.agents_dir = agents_dir
@@ -88,16 +92,26 @@ class GatewayProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         await self.proc.wait()
+        await self._drained()
 
     async def stop(self) -> int:
         if self.proc is None or self.proc.returncode is not None:
             return self.proc.returncode if self.proc else 0
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return await asyncio.wait_for(self.proc.wait(), 30)
+            rc = await asyncio.wait_for(self.proc.wait(), 30)
         except TimeoutError:
             self.proc.kill()
-            return await self.proc.wait()
+            rc = await self.proc.wait()
+        await self._drained()
+        return rc
+
+    async def _drained(self) -> None:
+        """Everything the process wrote is in `stderr_lines` (its pipes close when it exits)."""
+        for task in (getattr(self, "_stderr_task", None), getattr(self, "_stdout_task", None)):
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(task), 5)
 
 
 @contextlib.asynccontextmanager

@@ -207,7 +207,9 @@ class ReferenceAgent:
                 return
             session = self.sessions.get(str(params.get("sessionId")))
             if session is not None:
-                session.cancel.set()
+                # After the tasks already scheduled: a prompt read just before this cancel has a task that has
+                # not started yet, and its start clears the flag — the cancel must land after that, not be lost.
+                asyncio.get_running_loop().call_soon(session.cancel.set)
 
     async def _apply_fault(self, fault: str, params: Any) -> None:
         if fault == "crash":

@@ -34,6 +34,10 @@ class LiveSession:
     needs_resume_context: bool = False
     stopping: bool = False  # the agent is being stopped: no new turn starts
     turn: asyncio.Task[dict[str, Any]] | None = None
+    # Of the running turn: whether its session/prompt went to the agent, and whether a cancel came before it did
+    # (then it never goes: the turn ends `cancelled` without asking the agent).
+    prompt_sent: bool = False
+    cancel_requested: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property

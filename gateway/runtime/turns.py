@@ -73,6 +73,7 @@ class TurnRunner:
         if decision is not Decision.START_TURN:
             # An accepted turn is RUNNING for the caller even before the store says so.
             raise busy(live.session_id, SessionState.RUNNING if live.turn_running else live.row.state)
+        live.prompt_sent = live.cancel_requested = False
         turn = asyncio.ensure_future(self._run(live, blocks))
         turn.add_done_callback(_retrieve)  # nobody may be waiting any more: the outcome is in the journal
         live.turn = turn
@@ -84,7 +85,10 @@ class TurnRunner:
         decision = decide(Command.CANCEL_TURN, live.phase)
         await self.broker.cancel_all(live.row)
         if decision is Decision.INTERRUPT_TURN and live.turn is not None:
-            await live.client.cancel(live.acp_session_id)
+            if live.prompt_sent:  # its session/cancel is written after the prompt (one write lock, in order)
+                await live.client.cancel(live.acp_session_id)
+            else:  # the prompt has not gone yet: it never will
+                live.cancel_requested = True
             await asyncio.wait([live.turn], timeout=self.cancel_grace)
 
     async def _run(self, live: LiveSession, blocks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,6 +120,9 @@ class TurnRunner:
 
     async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]]) -> TurnEnd:
         agent = live.profile.id
+        if live.cancel_requested:
+            return TurnEnd("cancelled")
+        live.prompt_sent = True  # no await between this and the prompt's write
         try:
             response = await live.client.prompt(live.acp_session_id, sent)
         except RpcError as exc:
