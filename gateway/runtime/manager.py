@@ -283,5 +283,4 @@ class SessionManager:
         if live is not None:
             await self._stop_live(live)
         await self.store.sessions.delete(row.id)
-        self.writer.forget(row.id)
         await self.writer.publish(row, "session_deleted", {})

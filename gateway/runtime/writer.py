@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,9 @@ class SessionWriter:
         self.bus = bus
         # Called with each committed row; answers whether the session's agent is live (and keeps its view).
         self._on_row = on_row
-        self._locks: dict[str, asyncio.Lock] = {}
+        # A lock per session while anyone holds or waits for it (whoever does keeps it alive): no map that
+        # grows with every session ever touched.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def apply(self, row: SessionRow, event: SessionEvent | None, **fields: Any) -> SessionRow:
         """Apply one transition (and the task event paired with it), persist it, then publish `session_status`.
@@ -37,7 +40,10 @@ class SessionWriter:
 
     async def commit(self, row: SessionRow, event: SessionEvent | None, **fields: Any) -> tuple[SessionRow, bool]:
         """The store half of `apply`: the committed row, and whether its agent is live. The caller publishes."""
-        async with self._locks.setdefault(row.id, asyncio.Lock()):
+        lock = self._locks.get(row.id)
+        if lock is None:
+            lock = self._locks[row.id] = asyncio.Lock()
+        async with lock:
             current = await self.store.sessions.get(row.id)
             if current is None:
                 return row, False
@@ -51,10 +57,6 @@ class SessionWriter:
 
     async def publish(self, row: SessionRow, type_: str, data: dict[str, Any]) -> EventRow:
         return await self.bus.publish(type_, row.owner, row.id, row.task_id, data)
-
-    def forget(self, session_id: str) -> None:
-        """A deleted session's lock goes with it."""
-        self._locks.pop(session_id, None)
 
     def enqueue(self, row: SessionRow, type_: str, data: dict[str, Any],
                 committed: asyncio.Future[EventRow] | None = None) -> int:
