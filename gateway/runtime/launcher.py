@@ -80,6 +80,7 @@ class Launcher:
         self._spawn = spawn
         self._on_ready = on_ready  # (live, initial prompt or "") once the agent is live
         self.launches: dict[str, asyncio.Future[LaunchResult]] = {}
+        self.launching_owner: dict[str, str] = {}  # session id -> its owner, while its launch runs
         self._cancels: dict[str, asyncio.Event] = {}
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
@@ -91,9 +92,11 @@ class Launcher:
         self._cancels[row.id] = cancel
         future = self._spawn(self._launch(row, fresh_start=fresh_start, cancel=cancel))
         self.launches[row.id] = future
+        self.launching_owner[row.id] = row.owner
 
         def done(_: Any) -> None:
             self.launches.pop(row.id, None)
+            self.launching_owner.pop(row.id, None)
             self._cancels.pop(row.id, None)
 
         future.add_done_callback(done)

@@ -44,6 +44,7 @@ class SessionManager:
         self.instance_id = instance_id
         self.live: dict[str, LiveSession] = {}
         self._cancels: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._starting: dict[str, int] = {}  # owner -> starts between their limit check and their launch
         self._background: set[asyncio.Task[Any]] = set()
         self.writer = SessionWriter(store, bus, self._refresh_live_row)
         self.broker = PermissionBroker(store, self.writer, profiles.get)
@@ -120,15 +121,19 @@ class SessionManager:
             if task is not None and task.owner != owner:
                 raise invalid_params("task_id", f"task {task_id} not found")
         self._check_live_limit(owner)
+        self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
         return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready))
 
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
                      task_id: str | None, wait_ready: bool) -> dict[str, Any]:
-        row = await self.store.sessions.create(
-            owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
-            task_state=TaskState.TODO, session_state=SessionState.CREATED)
-        await self.writer.publish(row, "session_created", await self.views.view(row))
-        future = self.launcher.launch_once(row, fresh_start=False)
+        try:
+            row = await self.store.sessions.create(
+                owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
+                task_state=TaskState.TODO, session_state=SessionState.CREATED)
+            await self.writer.publish(row, "session_created", await self.views.view(row))
+        finally:
+            self._starting[owner] -= 1
+        future = self.launcher.launch_once(row, fresh_start=False)  # no await since: the launch takes the slot
         if wait_ready:
             await asyncio.shield(future)
         return await self.views.get(owner, row.id)
@@ -150,6 +155,8 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None and action == "retry":
             return {**await self.views.get(owner, row.id), "already_running": True}
+        if live is None and row.id not in self.launcher.launches:
+            self._check_live_limit(owner)
         return await self._owned(self._recover(row, live, action == "fresh_start"))
 
     async def _recover(self, row: SessionRow, live: LiveSession | None, fresh: bool) -> dict[str, Any]:
@@ -163,8 +170,11 @@ class SessionManager:
         return {**await self.views.get(row.owner, row.id), "already_running": False}
 
     def _check_live_limit(self, owner: str) -> None:
-        live = sum(1 for s in self.live.values() if s.owner == owner) + sum(
-            1 for sid in self.launcher.launches if sid not in self.live)
+        """The owner's own agents only: live, launching, or being started. Synchronous, and each caller takes
+        its slot before its next await, so concurrent calls cannot all pass the same check."""
+        live = (sum(1 for s in self.live.values() if s.owner == owner)
+                + sum(1 for sid, o in self.launcher.launching_owner.items() if o == owner and sid not in self.live)
+                + self._starting.get(owner, 0))
         limit = self.settings.max_live_sessions_per_owner
         if live >= limit:
             raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first")
@@ -190,6 +200,8 @@ class SessionManager:
         if live is not None:
             return live
         check_resumable(row)
+        if row.id not in self.launcher.launches:  # a lazy resume starts an agent like any other
+            self._check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)
         try:
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
