@@ -8,6 +8,7 @@ open refuses to follow a symlink, narrowing the window for a rename race after t
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
@@ -65,10 +66,24 @@ def open_beneath(root: str | os.PathLike[str], target: Path, flags: int, *, crea
         os.close(fd)
 
 
+def open_regular(root: str | os.PathLike[str], target: Path, flags: int, path: str, *,
+                 create_dirs: bool = False) -> int:
+    """`open_beneath`, for regular files only. The open never blocks (O_NONBLOCK: a FIFO with no writer would
+    hold a worker thread forever) and whatever is not a regular file — FIFO, device, socket — is refused
+    before a byte is read or written."""
+    fd = open_beneath(root, target, flags | os.O_NONBLOCK, create_dirs=create_dirs)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise RpcError(INVALID_PARAMS, f"not a regular file: {path}", {"path": path})
+    os.set_blocking(fd, True)
+    return fd
+
+
 def read_text_file(root: str, path: str, line: int | None = None, limit: int | None = None) -> str:
     target = confine(root, path)
     try:
-        fd = open_beneath(root, target, os.O_RDONLY)
+        fd = open_regular(root, target, os.O_RDONLY, path)
     except FileNotFoundError as exc:
         raise RpcError(RESOURCE_NOT_FOUND, f"file not found: {path}", {"path": path}) from exc
     except OSError as exc:
@@ -83,8 +98,10 @@ def read_text_file(root: str, path: str, line: int | None = None, limit: int | N
 def write_text_file(root: str, path: str, content: str) -> None:
     target = confine(root, path)
     try:
-        fd = open_beneath(root, target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
+        # Truncated only once it is known to be a regular file.
+        fd = open_regular(root, target, os.O_WRONLY | os.O_CREAT, path, create_dirs=True)
     except OSError as exc:
         raise RpcError(INVALID_PARAMS, f"cannot write {path}: {exc.strerror}", {"path": path}) from exc
     with os.fdopen(fd, "wb") as fh:
+        fh.truncate(0)
         fh.write(content.encode("utf-8"))

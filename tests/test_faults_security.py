@@ -214,3 +214,17 @@ async def test_tokens_never_reach_logs(gateway: GatewayProcess, env: dict[str, P
     await gateway.stop()
     logs = "".join(gateway.stderr_lines)
     assert ALICE not in logs and BOB not in logs
+
+
+async def test_a_fifo_in_the_workspace_is_refused_at_once(gateway: GatewayProcess, env: dict[str, Path]) -> None:
+    """A read of a FIFO nobody writes used to hold a worker thread forever: the turn never ended and SIGTERM hung."""
+    os.mkfifo(env["work"] / "trap")
+    c = await gateway.client()
+    view = await start(c, env["work"])
+    result = await asyncio.wait_for(c.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                   "prompt": "/read trap"}), 10)
+    assert result == {"stop_reason": "end_turn"}
+    history = await c.call("task.session.history", {"session_id": view["session_id"]})
+    assert "not a regular file" in history["entries"][-1]["content"]
+    await c.close()
+    assert await gateway.stop() == 0

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acp import fs
 from acp.errors import RpcError
 from acp.framing import FrameStats, LineSplitter, parse_frame
 from acp.fs import confine, select_lines
@@ -122,3 +124,21 @@ def test_read_write_round_trip_with_new_directories(tmp_path: Path) -> None:
     with pytest.raises(RpcError) as info:
         read_text_file(str(tmp_path), "a/missing.txt")
     assert info.value.code == -32002
+
+
+def test_special_files_are_refused_without_blocking(tmp_path: Path) -> None:
+    """A FIFO with no writer would block an ordinary open forever; a socket or FIFO is no text file."""
+    os.mkfifo(tmp_path / "pipe")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "sock"))
+    try:
+        for name, says in (("pipe", "not a regular file"), ("sock", "No such device")):  # a socket fails its open
+            with pytest.raises(RpcError, match=says):
+                fs.read_text_file(str(tmp_path), name)
+            with pytest.raises(RpcError):
+                fs.write_text_file(str(tmp_path), name, "x")
+    finally:
+        listener.close()
+    (tmp_path / "plain.txt").write_text("old and long")
+    fs.write_text_file(str(tmp_path), "plain.txt", "new")
+    assert fs.read_text_file(str(tmp_path), "plain.txt") == "new"  # truncated only once known to be a file
