@@ -75,6 +75,21 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> ServeConfig:
         if value is not None and value != []:
             data[key] = value
     try:
-        return ServeConfig.model_validate(data)
+        config = ServeConfig.model_validate(data)
     except ValidationError as exc:
         raise _describe(exc, where) from None
+    _check_tokens(config, where)
+    return config
+
+
+def _check_tokens(config: ServeConfig, where: str) -> None:
+    """One token, one owner: a token given to two owners would log whoever presents it in as either."""
+    owners: dict[str, str] = {}
+    given = [(f"auth.tokens.{i}.token", e.token, e.owner) for i, e in enumerate(config.auth.tokens)]
+    if config.token:
+        given.append(("token", config.token, "default"))
+    for key, token, owner in given:
+        first = owners.setdefault(token, owner)
+        if first != owner:  # the token itself is never printed
+            raise ConfigError(f"{where}: key '{key}': this token is already the token of owner {first!r}, so it "
+                              f"cannot also be {owner!r}'s: give each owner a token of its own")

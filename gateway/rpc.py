@@ -40,6 +40,7 @@ from .events import EventBus, Sink, Subscription
 from .runtime import SessionManager
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger cursor is a bad param, not an overflow deep in the store
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class ListParams(Params):
 
 
 class SubscribeParams(Params):
-    since: int | None = Field(default=None, ge=0)
+    since: int | None = Field(default=None, ge=0, le=MAX_ID)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
@@ -112,7 +113,7 @@ class PermissionParams(SessionParams):
 
 
 class HistoryParams(SessionParams):
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=MAX_ID)
     limit: int = Field(default=100, ge=1, le=1000)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
-from websockets.datastructures import Headers
+from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from . import __version__
@@ -97,6 +97,12 @@ class GatewayServer:
                 await asyncio.wait_for(self.server.wait_closed(), 5)
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        try:
+            return self._route(connection, request)
+        except MultipleValuesError as exc:  # two Authorization, Origin or Host headers: which one counts?
+            return _plain(connection, HTTPStatus.BAD_REQUEST, f"duplicate {exc} header\n")
+
+    def _route(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path == "/healthz":
             return _plain(connection, HTTPStatus.OK, "ok\n")

@@ -135,3 +135,36 @@ async def test_owner_isolation_for_every_method(gateway: GatewayProcess, tmp_pat
     assert (await alice.call("task.session.get", {"session_id": sid}))["title"] is None
     await alice.close()
     await bob.close()
+
+
+async def test_oversized_integers_are_bad_params(gateway: GatewayProcess) -> None:
+    """SQLite's integers end at 2**63 - 1: a larger cursor used to overflow in the store (-32603, a traceback)."""
+    async with connect(gateway.url, additional_headers={"Authorization": f"Bearer {ALICE}"}) as ws:
+        for method, params, field in [
+            ("task.session.history", f'{{"session_id": "s", "after": {2**70}}}', "after"),
+            ("task.session.subscribe", f'{{"since": {2**64}}}', "since"),
+            ("task.session.list", '{"cursor": "' + "9" * 30 + '"}', "cursor"),
+            ("task.session.list", '{"cursor": "-1"}', "cursor"),
+        ]:
+            answer = await raw(ws, f'{{"jsonrpc": "2.0", "id": 1, "method": "{method}", "params": {params}}}')
+            assert (answer["error"]["code"], answer["error"]["data"]["field"]) == (-32602, field), (method, answer)
+
+
+@pytest.mark.parametrize("header", ["Authorization", "Origin", "Host"])
+async def test_a_duplicate_header_is_a_bad_request(gateway: GatewayProcess, header: str) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    value = {"Authorization": f"Bearer {ALICE}", "Origin": f"http://127.0.0.1:{gateway.port}",
+             "Host": f"127.0.0.1:{gateway.port}"}[header]
+    lines = ["GET /rpc HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}", "Upgrade: websocket", "Connection: Upgrade",
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13",
+             f"Authorization: Bearer {ALICE}", f"{header}: {value}"]
+    if header == "Origin":
+        lines.append(f"Origin: {value}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+    await writer.drain()
+    head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode()
+    assert head.startswith("HTTP/1.1 400"), head
+    writer.close()
+    client = await gateway.client(ALICE)  # and everyone else is still served
+    assert (await client.call("gateway.info"))["owner"] == "alice"
+    await client.close()

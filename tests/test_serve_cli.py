@@ -76,6 +76,9 @@ async def test_sigterm_stops_agents_and_sessions_stay_resumable(tmp_path: Path) 
     ("colour = 1\n", "key 'colour' is not a configuration key"),
     ("[[auth.tokens]]\ntoken = 'short'\nowner = 'a'\n", "key 'auth.tokens.0.token'"),
     ("port = [\n", "not valid TOML"),
+    ("[[auth.tokens]]\ntoken = 'same-token-0123456789'\nowner = 'a'\n"
+     "[[auth.tokens]]\ntoken = 'same-token-0123456789'\nowner = 'b'\n", "key 'auth.tokens.1.token': this token is "
+     "already the token of owner 'a'"),
 ])
 async def test_bad_config_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     config = tmp_path / "bad.toml"

@@ -98,7 +98,9 @@ class SessionViews:
             try:
                 before = int(cursor)
             except ValueError:
-                raise invalid_params("cursor", "cursor is not one this gateway issued") from None
+                before = -1
+            if not 0 <= before < 2**63:  # SQLite's integers: anything else is not a cursor we issued
+                raise invalid_params("cursor", "cursor is not one this gateway issued")
         event_cursor = self.bus.head  # committed and handed out: subscribing from it misses nothing
         rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1)
         more = len(rows) > limit
