@@ -57,6 +57,7 @@ class ClientOptions:
     initialize_timeout: float = 60.0
     max_line: int = DEFAULT_MAX_LINE
     stop_grace: float = 2.0
+    never_serve: tuple[str, ...] = ()  # paths the fs methods refuse even inside the cwd (besides /proc, /sys, /dev)
 
 
 class AcpClient:
@@ -193,11 +194,12 @@ class AcpClient:
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "fs/read_text_file":
             read = _parse(ReadTextFileRequest, params, method)
-            content = await asyncio.to_thread(fs.read_text_file, self.cwd, read.path, read.line, read.limit)
+            content = await asyncio.to_thread(fs.read_text_file, self.cwd, read.path, read.line, read.limit,
+                                              self.options.never_serve)
             return {"content": content}
         if method == "fs/write_text_file":
             write = _parse(WriteTextFileRequest, params, method)
-            await asyncio.to_thread(fs.write_text_file, self.cwd, write.path, write.content)
+            await asyncio.to_thread(fs.write_text_file, self.cwd, write.path, write.content, self.options.never_serve)
             return {}
         if method == "session/request_permission":
             _parse(RequestPermissionRequest, params, method)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
@@ -16,8 +17,13 @@ from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
 MAX_READ_BYTES = 64 * 1024 * 1024
 
 
-def confine(root: str | os.PathLike[str], path: str) -> Path:
-    """Resolve `path` (absolute, or relative to `root`) and refuse it unless it lies inside `root`."""
+# Never served, whatever the root: their "files" are live views of processes and devices.
+SYSTEM_DIRECTORIES = ("/proc", "/sys", "/dev")
+
+
+def confine(root: str | os.PathLike[str], path: str, never_serve: Sequence[str] = ()) -> Path:
+    """Resolve `path` (absolute, or relative to `root`) and refuse it unless it lies inside `root`, and outside
+    the system directories and `never_serve`."""
     if not isinstance(path, str) or not path or "\x00" in path:
         raise RpcError(INVALID_PARAMS, "path must be a non-empty string", {"path": path})
     real_root = Path(os.path.realpath(root))
@@ -29,6 +35,11 @@ def confine(root: str | os.PathLike[str], path: str) -> Path:
             f"access outside the session directory is refused: {path}",
             {"path": path, "root": str(real_root)},
         )
+    for denied in (*SYSTEM_DIRECTORIES, *never_serve):
+        real = Path(os.path.realpath(denied))
+        if resolved == real or real in resolved.parents:
+            raise RpcError(INVALID_PARAMS, f"access to {path} is refused: it is not the session's to read or write",
+                           {"path": path})
     return resolved
 
 
@@ -80,8 +91,9 @@ def open_regular(root: str | os.PathLike[str], target: Path, flags: int, path: s
     return fd
 
 
-def read_text_file(root: str, path: str, line: int | None = None, limit: int | None = None) -> str:
-    target = confine(root, path)
+def read_text_file(root: str, path: str, line: int | None = None, limit: int | None = None,
+                   never_serve: Sequence[str] = ()) -> str:
+    target = confine(root, path, never_serve)
     try:
         fd = open_regular(root, target, os.O_RDONLY, path)
     except FileNotFoundError as exc:
@@ -95,8 +107,8 @@ def read_text_file(root: str, path: str, line: int | None = None, limit: int | N
     return select_lines(data.decode("utf-8", "replace"), line, limit)
 
 
-def write_text_file(root: str, path: str, content: str) -> None:
-    target = confine(root, path)
+def write_text_file(root: str, path: str, content: str, never_serve: Sequence[str] = ()) -> None:
+    target = confine(root, path, never_serve)
     try:
         # Truncated only once it is known to be a regular file.
         fd = open_regular(root, target, os.O_WRONLY | os.O_CREAT, path, create_dirs=True)

@@ -34,6 +34,7 @@ N_UPDATES = int(os.environ.get("BENCH_UPDATES", "200000"))
 LATENCY_SAMPLES = 3000
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED",) and not k.startswith("ACP_")}
 SDK_VENV = ROOT / "bench" / ".sdk-venv"
+WORK = Path(tempfile.gettempdir()) / "acp-bench-work"  # the sessions' workspace (outside every state directory)
 
 
 # Every gateway started, so a figure that raises midway leaves no process behind (see main).
@@ -56,7 +57,8 @@ class Gateway:
     def start(self) -> Gateway:
         t0 = time.perf_counter()
         self.proc = subprocess.Popen([PY, "-m", "gateway.cli", "serve", "--port", "0", "--state-dir", str(self.state),
-                                      "--agents-dir", str(self.agents), "--token", TOKEN, *self.extra],
+                                      "--workspace-root", str(WORK), "--agents-dir", str(self.agents), "--token",
+                                      TOKEN, *self.extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=CLEAN_ENV, cwd=ROOT)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
@@ -105,7 +107,7 @@ async def lean_subscriber(gw: Gateway, session_id: str) -> Any:
 async def relay(gw: Gateway, subscribers: int, count: int) -> list[float]:
     """Rate (updates/s) each subscriber received a flood at, committed before published."""
     admin = await GatewayClient.connect(gw.url, TOKEN)
-    view = await admin.call("task.session.start", {"agent": "flood", "cwd": "/tmp", "wait_ready": True})
+    view = await admin.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
     subs = [await lean_subscriber(gw, view["session_id"]) for _ in range(subscribers)]  # they count, not decode
     done_at: list[float] = []
 
@@ -173,7 +175,7 @@ def sdk_rate(count: int) -> float | None:
 
 async def latency_gateway(gw: Gateway, count: int) -> list[float]:
     admin = await GatewayClient.connect(gw.url, TOKEN)
-    view = await admin.call("task.session.start", {"agent": "flood", "cwd": "/tmp", "wait_ready": True})
+    view = await admin.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
     sub = await lean_subscriber(gw, view["session_id"])
     lat: list[float] = []
 
@@ -294,7 +296,7 @@ async def resume_overhead(tmp: Path, agents: Path, runs: int = 25) -> tuple[list
     """`task.session.resume` to ready through the gateway, and the bare agent's spawn + initialize + resume."""
     from acp.client import AcpClient
 
-    work = tmp / "resume-work"
+    work = WORK / "resume"
     work.mkdir(exist_ok=True)
     state = tmp / "resume-state"
     g = Gateway(state, agents).start()
@@ -412,7 +414,7 @@ async def memory_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     base_rss = g.rss_kib()
     c = await GatewayClient.connect(g.url, TOKEN)
     for _ in range(20):
-        await c.call("task.session.start", {"agent": "flood", "cwd": "/tmp", "wait_ready": True})
+        await c.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
     live_kib = (g.rss_kib() - base_rss) / 20
     await c.close()
     g.stop()
@@ -470,7 +472,7 @@ async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     server (`bench/bare_rpc.py`, its own process: parse, dict lookup, answer)."""
     gw = Gateway(tmp / "rpc", agents).start()
     admin = await GatewayClient.connect(gw.url, TOKEN)
-    view = await admin.call("task.session.start", {"agent": "ref", "cwd": "/tmp", "wait_ready": True})
+    view = await admin.call("task.session.start", {"agent": "ref", "cwd": str(WORK), "wait_ready": True})
     await admin.close()
     bare = subprocess.Popen([PY, str(ROOT / "bench" / "bare_rpc.py")], stdout=subprocess.PIPE, env=CLEAN_ENV)
     assert bare.stdout is not None
@@ -505,6 +507,7 @@ async def main() -> None:
         raise SystemExit(f"BENCH_ONLY: unknown section(s) {sorted(unknown)}; choose from {list(SECTIONS)}")
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="acp-bench-"))
+    WORK.mkdir(exist_ok=True)
     agents = tmp / "agents"
     agents.mkdir()
     flood_profile(agents)

@@ -19,7 +19,7 @@ import sys
 import uuid
 from importlib import resources
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from agents.profiles import default_state_dir, load_profiles
 
@@ -27,6 +27,7 @@ from .config import ServeConfig
 from .events import EventBus
 from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
+from .runtime.workspace import resolved
 from .server import GatewayServer, ui_pages
 from .store import Store
 
@@ -90,9 +91,20 @@ def resolve_tokens(config: ServeConfig, state_dir: Path) -> tuple[dict[str, str]
     return {token: "default"}, token
 
 
+def workspace_settings(config: ServeConfig, state_dir: Path, config_file: Path | None) -> dict[str, Any]:
+    """Workspace roots, resolved (default: the user's home), and the gateway's own files: the state directory and
+    the configuration file, which no session may contain or see."""
+    roots = tuple(resolved(r) for r in config.workspace_roots) or (resolved(Path.home()),)
+    per_owner = {e.owner: tuple(resolved(r) for r in e.workspace_roots)
+                 for e in config.auth.tokens if e.workspace_roots is not None}
+    protected = (resolved(state_dir), *((resolved(config_file),) if config_file else ()))
+    return {"workspace_roots": roots, "owner_workspace_roots": per_owner, "protected_paths": protected}
+
+
 class Gateway:
-    def __init__(self, config: ServeConfig, out: IO[str] = sys.stdout) -> None:
+    def __init__(self, config: ServeConfig, out: IO[str] = sys.stdout, config_file: Path | None = None) -> None:
         self.config = config
+        self.config_file = config_file
         self.out = out
         self.instance_id = f"g-{uuid.uuid4().hex[:12]}"
         self.stopped = asyncio.Event()
@@ -117,7 +129,8 @@ class Gateway:
                                 initialize_timeout=config.initialize_timeout,
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
                                 agents_die_with_gateway=config.agents_die_with_gateway,
-                                environ={k: v for k, v in os.environ.items()})
+                                environ={k: v for k, v in os.environ.items()},
+                                **workspace_settings(config, state_dir, self.config_file))
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
             await sessions.open()
             adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id})
@@ -178,10 +191,10 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(10_000, gen1, gen2)
 
 
-def serve_command(config: ServeConfig) -> int:
+def serve_command(config: ServeConfig, config_file: Path | None = None) -> int:
     logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    gateway = Gateway(config)
+    gateway = Gateway(config, config_file=config_file)
     try:
         asyncio.run(gateway.run())
     except StartupError as exc:

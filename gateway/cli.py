@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
     serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
+    serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
+                       help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
                            usage="acp-gateway check [--json] [--only ID ...] -- CMD ARGS...")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
@@ -133,13 +135,14 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {
         "host": args.host, "port": args.port, "state_dir": args.state_dir, "agents_dir": args.agents_dir,
         "token": args.token or os.environ.get("ACP_GATEWAY_TOKEN") or None, "default_agent": args.default_agent,
+        "workspace_roots": args.workspace_roots,
     }
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
         print(f"acp-gateway serve: {exc}", file=sys.stderr)
         return 2
-    return serve_command(config)
+    return serve_command(config, args.config)
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:

@@ -17,6 +17,7 @@ class TokenEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     token: str = Field(min_length=16)
     owner: str = Field(min_length=1, max_length=200)
+    workspace_roots: list[str] | None = None  # this owner's, instead of the gateway's
 
 
 class AuthConfig(BaseModel):
@@ -45,6 +46,7 @@ class ServeConfig(BaseModel):
     max_live_sessions_per_owner: int = Field(default=32, ge=1)
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
+    workspace_roots: list[str] = Field(default_factory=list)  # where sessions may run; empty: the user's home
     outbox_limit: int = Field(default=100_000, ge=10)
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"

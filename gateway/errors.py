@@ -18,7 +18,7 @@ __all__ = [
     "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
     "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal", "busy", "internal_error",
     "invalid_params", "limit_exceeded", "not_found", "not_resumable", "permission_not_found", "resync_required",
-    "subscription_not_found", "workspace_missing",
+    "subscription_not_found", "workspace_missing", "workspace_refused",
 ]
 
 UNAUTHORIZED = -32001
@@ -38,7 +38,7 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     NOT_FOUND: (frozenset({"session_id"}), frozenset({"session_id", "request_id"}), frozenset({"subscription_id"})),
     ALREADY_TERMINAL: (frozenset({"session_id", "state"}),),
     BUSY: (frozenset({"session_id", "state"}),),
-    WORKSPACE_MISSING: (frozenset({"session_id", "cwd"}),),
+    WORKSPACE_MISSING: (frozenset({"session_id", "cwd"}), frozenset({"session_id", "cwd", "rule"})),
     RESYNC_REQUIRED: (frozenset({"reason", "head", "oldest"}),),
     NOT_RESUMABLE: (frozenset({"session_id", "state", "reason"}),),
     LIMIT_EXCEEDED: (frozenset({"limit"}),),
@@ -95,6 +95,11 @@ def workspace_missing(session_id: str | None, cwd: str) -> GatewayError:
     else:
         message = f"workspace {cwd} of session {session_id} no longer exists: restore the directory, then resume"
     return GatewayError(WORKSPACE_MISSING, message, {"session_id": session_id, "cwd": cwd})
+
+
+def workspace_refused(session_id: str | None, cwd: str, rule: str, message: str) -> GatewayError:
+    """A workspace that exists but may not be used (`rule` says which rule refused it)."""
+    return GatewayError(WORKSPACE_MISSING, message, {"session_id": session_id, "cwd": cwd, "rule": rule})
 
 
 def not_resumable(session_id: str, state: str | None, reason: str) -> GatewayError:

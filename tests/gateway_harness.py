@@ -54,8 +54,9 @@ class GatewayProcess:
         return f"ws://127.0.0.1:{self.port}/rpc"
 
     def argv(self) -> list[str]:
+        # Tests keep their workspaces beside the state directory, in their own tmp directory (not under HOME).
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.fixed_port),
-                "--state-dir", str(self.state_dir),
+                "--state-dir", str(self.state_dir), "--workspace-root", str(self.state_dir.parent),
                 "--agents-dir", str(self.agents_dir), *self.extra]
         if self.cli_token:
             argv += ["--token", self.cli_token]

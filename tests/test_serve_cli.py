@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.client import GatewayClient
+from gateway.client import GatewayClient, RpcCallError
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import GatewayProcess, agent_log, reference_profile
 
@@ -32,8 +32,14 @@ async def test_no_flags_on_a_fresh_machine(tmp_path: Path) -> None:
     assert (state / "token").read_text().strip() == token_url.group(1)
     assert (state / "token").stat().st_mode & 0o777 == 0o600
     client = await GatewayClient.connect(f"ws://127.0.0.1:{port}/rpc", token_url.group(1))
-    work = tmp_path / "work"
-    work.mkdir()
+    # Sessions run under the user's home by default; elsewhere is refused, saying which rule.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with pytest.raises(RpcCallError) as info:
+        await client.call("task.session.start", {"cwd": str(outside)})
+    assert (info.value.code, info.value.data["rule"]) == (-32011, "outside_workspace_roots")
+    work = tmp_path / "home" / "project"
+    work.mkdir(parents=True)
     view = await client.call("task.session.start", {"cwd": str(work), "wait_ready": True})
     assert view["agent"] == "reference" and view["state"] == "WAITING_FOR_INPUT"
     assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hi"}) == \

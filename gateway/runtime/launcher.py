@@ -24,9 +24,9 @@ from acp.restore import Outcome
 from acp.session_setup import RestoreResult, establish_session
 from agents.profiles import AgentProfile
 
-from ..errors import not_resumable, workspace_missing
+from ..errors import not_resumable, workspace_missing, workspace_refused
 from ..store import SessionRow, Store
-from . import reaper
+from . import reaper, workspace
 from .broker import PermissionBroker
 from .history import HistoryCoalescer
 from .live import LiveSession
@@ -47,12 +47,22 @@ class LaunchResult:
     error: str | None = None
 
 
-def check_resumable(row: SessionRow) -> None:
+def check_workspace(settings: Settings, owner: str, session_id: str | None, cwd: str) -> None:
+    """-32011 when `cwd` does not exist, or may not be this owner's workspace (`workspace.refusal` says why)."""
+    if not os.path.isdir(cwd):
+        raise workspace_missing(session_id, cwd)
+    roots = settings.roots_of(owner)
+    refused = workspace.refusal(workspace.resolved(cwd), roots, settings.protected_paths)
+    if refused is not None:
+        raise workspace_refused(session_id, cwd, refused.value, workspace.explain(refused, cwd, roots))
+
+
+def check_resumable(row: SessionRow, settings: Settings) -> None:
+    """A session is launched again only if it is not terminal and its workspace passes today's rules."""
     if SessionState(row.state) in TERMINAL_SESSION_STATES:
         raise not_resumable(row.id, row.state, f"session {row.id} is {row.state} and cannot be resumed; "
                             "start a new session")
-    if not os.path.isdir(row.cwd):
-        raise workspace_missing(row.id, row.cwd)
+    check_workspace(settings, row.owner, row.id, row.cwd)
 
 
 def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) -> list[str]:
@@ -147,7 +157,8 @@ class Launcher:
                 on_permission=lambda params: self._on_permission(row.id, params),
                 options=ClientOptions(request_timeout=self.settings.request_timeout,
                                       initialize_timeout=self.settings.initialize_timeout,
-                                      stop_grace=self.settings.stop_grace),
+                                      stop_grace=self.settings.stop_grace,
+                                      never_serve=tuple(str(p) for p in self.settings.protected_paths)),
             )
         except AcpError as exc:
             await self.store.executors.set_stopped(row.id, "failed")

@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 from agents.profiles import AgentProfile
 
-from ..errors import already_terminal, invalid_params, limit_exceeded, not_resumable, workspace_missing
+from ..errors import already_terminal, invalid_params, limit_exceeded, not_resumable
 from ..events import EventBus
 from ..store import SessionRow, Store
 from .broker import PermissionBroker
-from .launcher import Launcher, check_resumable
+from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
 from .recovery import recover_after_crash
 from .settings import Settings
@@ -114,8 +114,7 @@ class SessionManager:
             raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
         if not os.path.isabs(cwd):
             raise invalid_params("cwd", "cwd must be an absolute path")
-        if not os.path.isdir(cwd):
-            raise workspace_missing(None, cwd)
+        check_workspace(self.settings, owner, None, cwd)
         if task_id is not None:
             task = await self.store.tasks.get(task_id)
             if task is not None and task.owner != owner:
@@ -142,7 +141,7 @@ class SessionManager:
         row = await self.row(owner, session_id)
         if row.id in self.live:
             return {**await self.views.get(owner, row.id), "already_running": True}
-        check_resumable(row)
+        check_resumable(row, self.settings)
         if row.id not in self.launcher.launches:
             self._check_live_limit(owner)
         future = self.launcher.launch_once(row, fresh_start=False)
@@ -163,7 +162,7 @@ class SessionManager:
         if live is not None:
             await self._stop_live(live)
         row = await self.row(row.owner, row.id)
-        check_resumable(row)
+        check_resumable(row, self.settings)
         if fresh:
             await self.store.executors.set_token(row.id, None)
         await asyncio.shield(self.launcher.launch_once(row, fresh_start=fresh))
@@ -199,7 +198,7 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None:
             return live
-        check_resumable(row)
+        check_resumable(row, self.settings)
         if row.id not in self.launcher.launches:  # a lazy resume starts an agent like any other
             self._check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)

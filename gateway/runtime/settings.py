@@ -22,3 +22,11 @@ class Settings:
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.
     agents_die_with_gateway: bool = True
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    # Where sessions may run (resolved): every owner's, and per-owner replacements; and the gateway's own
+    # files, which no workspace may contain or lie in and which the agents' file methods never serve.
+    workspace_roots: tuple[Path, ...] = ()
+    owner_workspace_roots: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
+    protected_paths: tuple[Path, ...] = ()
+
+    def roots_of(self, owner: str) -> tuple[Path, ...]:
+        return self.owner_workspace_roots.get(owner, self.workspace_roots)

@@ -1,0 +1,113 @@
+"""gateway.runtime.workspace: where a session may run, by table; and against a real gateway, as a hostile owner
+would try it — every refusal says which rule, and the gateway's own files stay unreadable from any workspace."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from acp import fs
+from acp.errors import RpcError
+from gateway.client import RpcCallError
+from gateway.runtime.workspace import Refusal, refusal
+from tests.gateway_harness import GatewayProcess, reference_profile
+
+R = Refusal
+ROOTS = [Path("/home/alice"), Path("/srv/work")]
+PROTECTED = [Path("/home/alice/.local/state/acp-gateway"), Path("/etc/acp/gateway.toml")]
+ROWS = [
+    ("/home/alice/project", None),
+    ("/srv/work/x/y", None),
+    ("/srv/work", None),  # a root itself
+    ("/home/alice", R.CONTAINS_GATEWAY_FILES),  # holds the state directory
+    ("/home/alice/.local", R.CONTAINS_GATEWAY_FILES),
+    ("/home/alice/.local/state/acp-gateway", R.INSIDE_GATEWAY_FILES),
+    ("/home/alice/.local/state/acp-gateway/reference-agent", R.INSIDE_GATEWAY_FILES),
+    ("/", R.CONTAINS_GATEWAY_FILES),
+    ("/etc", R.CONTAINS_GATEWAY_FILES),  # holds the configuration file
+    ("/home/bob", R.OUTSIDE_WORKSPACE_ROOTS),
+    ("/srv/workshop", R.OUTSIDE_WORKSPACE_ROOTS),  # a prefix of a root's name is not inside it
+    ("/proc/self", R.SYSTEM_DIRECTORY),
+    ("/sys", R.SYSTEM_DIRECTORY),
+    ("/dev/shm", R.SYSTEM_DIRECTORY),
+]
+
+
+@pytest.mark.parametrize(("cwd", "expected"), ROWS)
+def test_refusal(cwd: str, expected: Refusal | None) -> None:
+    assert refusal(Path(cwd), ROOTS, PROTECTED) == expected
+
+
+def test_fs_never_serves_protected_or_system_paths(tmp_path: Path) -> None:
+    secret = tmp_path / "state"
+    secret.mkdir()
+    (secret / "token").write_text("s3cret")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link").symlink_to(secret / "token")
+    with pytest.raises(RpcError, match="outside the session directory"):
+        fs.read_text_file(str(work), "link", never_serve=(str(secret),))
+    # Even a root that holds them (the gateway refuses such a cwd, the fs methods hold on their own):
+    with pytest.raises(RpcError, match="not the session's"):
+        fs.read_text_file(str(tmp_path), "state/token", never_serve=(str(secret),))
+    with pytest.raises(RpcError, match="not the session's"):
+        fs.write_text_file(str(tmp_path), "state/token", "x", never_serve=(str(secret),))
+    assert (secret / "token").read_text() == "s3cret"
+    with pytest.raises(RpcError, match="not the session's"):
+        fs.read_text_file("/", "/proc/self/environ")
+
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdefgh"
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    for name in ("work", "bob-work", "work/project"):
+        (tmp_path / name).mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    config = tmp_path / "gw.toml"
+    config.write_text(f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n'
+                      f'workspace_roots = ["{tmp_path / "bob-work"}"]\n')
+    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+async def test_a_hostile_owner_cannot_root_a_session_where_the_secrets_are(gateway: GatewayProcess,
+                                                                           tmp_path: Path) -> None:
+    alice, bob = await gateway.client(ALICE), await gateway.client(BOB)
+    state = tmp_path / "state"
+    cases = [
+        (alice, "/", "contains_gateway_files"),
+        (alice, str(tmp_path), "contains_gateway_files"),  # the state directory's parent
+        (alice, str(state), "inside_gateway_files"),
+        (alice, "/proc/self", "system_directory"),
+        (alice, "/root", "outside_workspace_roots"),
+        (bob, str(tmp_path / "work"), "outside_workspace_roots"),  # bob's own roots replace the gateway's
+    ]
+    for client, cwd, rule in cases:
+        with pytest.raises(RpcCallError) as info:
+            await client.call("task.session.start", {"agent": "ref", "cwd": cwd})
+        assert (info.value.code, info.value.data["rule"]) == (-32011, rule), (cwd, info.value)
+        assert cwd in info.value.message
+    assert (await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "bob-work"),
+                                                  "wait_ready": True}))["is_agent_running"]
+    # From an accepted workspace, a link to the token or the database is not followed out.
+    work = tmp_path / "work" / "project"
+    os.symlink(state / "gateway.db", work / "db")
+    os.symlink(state, work / "state")
+    view = await alice.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True})
+    for path in ("db", "state/gateway.db", str(state / "gateway.db"), "/proc/self/environ"):
+        await alice.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"/read {path}"})
+        said = (await alice.call("task.session.history", {"session_id": view["session_id"]}))["entries"][-1]
+        assert "refused" in said["content"] and "SQLite" not in said["content"], (path, said)
+    for c in (alice, bob):
+        await c.close()
