@@ -133,11 +133,13 @@ class Gateway:
                                 **workspace_settings(config, state_dir, self.config_file))
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
             await sessions.open()
-            adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id})
+            adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id},
+                                 max_batch=config.max_batch)
             index_html = (resources.files("gateway") / "ui" / "index.html").read_bytes()
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
                                    ui=ui_pages(index_html, lambda: self.metrics()), outbox_limit=config.outbox_limit,
+                                   outbox_limit_bytes=config.outbox_limit_bytes,
                                    max_connections_per_owner=config.max_connections_per_owner)
             self.sessions, self.server, self.store = sessions, server, store
             await server.start()

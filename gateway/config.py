@@ -47,7 +47,9 @@ class ServeConfig(BaseModel):
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
     workspace_roots: list[str] = Field(default_factory=list)  # where sessions may run; empty: the user's home
-    outbox_limit: int = Field(default=100_000, ge=10)
+    outbox_limit: int = Field(default=100_000, ge=10)  # frames waiting for a slow reader, then close 4429
+    outbox_limit_bytes: int = Field(default=8 << 20, ge=64 * 1024)  # the same, in bytes
+    max_batch: int = Field(default=100, ge=1, le=100_000)  # requests in one JSON-RPC batch
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"
     auth: AuthConfig = Field(default_factory=AuthConfig)

@@ -126,7 +126,8 @@ Handler = Callable[[RpcContext, Any], Awaitable[Any]]
 
 class RpcAdapter:
     def __init__(self, sessions: SessionManager, bus: EventBus, default_agent: str,
-                 info: dict[str, Any] | None = None) -> None:
+                 info: dict[str, Any] | None = None, max_batch: int = 100) -> None:
+        self.max_batch = max_batch
         self.sessions = sessions
         self.bus = bus
         self._replays: set[asyncio.Task[None]] = set()
@@ -250,7 +251,14 @@ class RpcAdapter:
         if isinstance(message, list):
             if not message:
                 return _error(INVALID_REQUEST, "Invalid request: empty batch")
-            answers = await asyncio.gather(*(self._one(m, ctx) for m in message))
+            if len(message) > self.max_batch:
+                return _error(INVALID_REQUEST, f"Invalid request: a batch of {len(message)} requests; at most "
+                              f"{self.max_batch} (max_batch): split it")
+            # One member at a time, yielding between members: every other connection is served meanwhile.
+            answers = []
+            for member in message:
+                answers.append(await self._one(member, ctx))
+                await asyncio.sleep(0)
             kept = [a for a in answers if a is not None]
             return orjson.dumps(kept) if kept else None
         answer = await self._one(message, ctx)

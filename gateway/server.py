@@ -65,8 +65,10 @@ def origin_allowed(origin: str | None, host_header: str | None, allowed: list[st
 class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
-                 outbox_limit: int = 100_000, max_connections_per_owner: int = 64) -> None:
+                 outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
+                 outbox_limit_bytes: int = 8 << 20) -> None:
         self.outbox_limit = outbox_limit
+        self.outbox_limit_bytes = outbox_limit_bytes
         self.max_connections_per_owner = max_connections_per_owner
         self.per_owner: dict[str, int] = {}
         self.adapter = adapter
@@ -136,7 +138,7 @@ class GatewayServer:
             self.per_owner[owner] -= 1
 
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
-        outbox = Outbox(connection, self.outbox_limit)
+        outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
         ctx = RpcContext(owner=owner, sink=outbox)
         self.connections.add(connection)
         tasks: set[asyncio.Task[None]] = set()
@@ -175,17 +177,20 @@ class Outbox:
     While nothing waits and the socket's write buffer is under its high-water mark, a frame (or a group of
     event frames, as one message) is written straight to the socket: no task wakes for it, which is most
     of the latency a relay adds. Otherwise frames queue and one writer task sends them with flow control.
-    A consumer that stops reading is cut off (close code 4429) once `limit` frames wait: memory stays
-    bounded and the client knows to reconnect and resubscribe from its cursor.
+    A consumer that stops reading is cut off (close code 4429) once `limit` frames or `limit_bytes` bytes wait:
+    memory stays bounded in bytes whatever the frames' sizes, and the client knows to reconnect and
+    resubscribe from its cursor.
     """
 
     CLOSE_CODE = 4429
     MAX_BATCH = 1000
     MAX_BATCH_BYTES = 1 << 20
 
-    def __init__(self, connection: ServerConnection, limit: int) -> None:
+    def __init__(self, connection: ServerConnection, limit: int, limit_bytes: int = 8 << 20) -> None:
         self.connection = connection
         self.limit = limit
+        self.limit_bytes = limit_bytes
+        self.queued_bytes = 0
         self.queue: deque[tuple[bytes, bool]] = deque()
         self.closed = False
         self._busy = False  # the writer task holds frames it has not finished sending
@@ -249,17 +254,20 @@ class Outbox:
     def _enqueue(self, frame: bytes, batchable: bool) -> None:
         if self.closed:
             return
-        if len(self.queue) >= self.limit:
-            log.warning("closing a connection whose consumer fell %d frames behind", self.limit)
+        if len(self.queue) >= self.limit or self.queued_bytes + len(frame) > self.limit_bytes:
+            log.warning("closing a connection whose consumer fell %d frames (%d bytes) behind", len(self.queue),
+                        self.queued_bytes)
             self._cut("too slow: reconnect and resubscribe")
             return
         self.queue.append((frame, batchable))
+        self.queued_bytes += len(frame)
         self._idle.clear()
         self._ready.set()
 
     def _cut(self, reason: str) -> None:
         self.closed = True
         self.queue.clear()
+        self.queued_bytes = 0
         self._idle.set()
         self._closer = asyncio.ensure_future(self.connection.close(self.CLOSE_CODE, reason))
 
@@ -271,6 +279,7 @@ class Outbox:
                 while self.queue and not self.closed:
                     self._busy = True
                     frame, batchable = self.queue.popleft()
+                    self.queued_bytes -= len(frame)
                     if not batchable or not self.queue or not self.queue[0][1]:
                         await self.connection.send(frame, text=True)
                         continue
@@ -278,6 +287,7 @@ class Outbox:
                     while (self.queue and self.queue[0][1] and len(batch) < self.MAX_BATCH
                            and size < self.MAX_BATCH_BYTES):
                         item = self.queue.popleft()[0]
+                        self.queued_bytes -= len(item)
                         batch.append(item)
                         size += len(item)
                     await self.connection.send(b"[" + b",".join(batch) + b"]", text=True)

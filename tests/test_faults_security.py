@@ -133,11 +133,11 @@ async def test_slow_consumer_is_cut_off_others_keep_going(gateway: GatewayProces
     frozen = raw_subscriber(gateway.port, ALICE)
     # Far more than the kernel's socket buffers hold for a reader that reads nothing.
     await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/flood 300 20000"})
-    cut = [line for line in gateway.stderr_lines if "consumer fell 20 frames behind" in line]
+    cut = [line for line in gateway.stderr_lines if "consumer fell 20 frames" in line]
     deadline = asyncio.get_running_loop().time() + 15
     while not cut and asyncio.get_running_loop().time() < deadline:
         await c.call("gateway.info")  # the gateway keeps serving others meanwhile
-        cut = [line for line in gateway.stderr_lines if "consumer fell 20 frames behind" in line]
+        cut = [line for line in gateway.stderr_lines if "consumer fell 20 frames" in line]
     assert cut, "the frozen subscriber was never cut off"
     received = await asyncio.to_thread(_read_until_close_frame, frozen)
     assert CLOSE_4429 in received  # close frame: code 4429 and a reason that says what to do
@@ -228,3 +228,29 @@ async def test_a_fifo_in_the_workspace_is_refused_at_once(gateway: GatewayProces
     assert "not a regular file" in history["entries"][-1]["content"]
     await c.close()
     assert await gateway.stop() == 0
+
+
+async def test_a_slow_consumer_is_cut_by_bytes_whatever_the_frame_count(tmp_path: Path) -> None:
+    """Counting frames let a non-reader pin hundreds of MB of large frames; the outbox is bounded in bytes."""
+    agents, work = tmp_path / "agents", tmp_path / "work"
+    agents.mkdir()
+    work.mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    config = tmp_path / "gw.toml"
+    config.write_text(f'outbox_limit = 100000\noutbox_limit_bytes = 262144\n'
+                      f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n')
+    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    gw.token = ALICE
+    await gw.start()
+    try:
+        c = await gw.client()
+        view = await start(c, work)
+        frozen = raw_subscriber(gw.port, ALICE)
+        await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/flood 300 20000"})
+        received = await asyncio.to_thread(_read_until_close_frame, frozen)
+        assert CLOSE_4429 in received
+        cut = [line for line in gw.stderr_lines if "consumer fell" in line]
+        assert cut and int(cut[0].split("(")[1].split(" bytes")[0]) <= 262144, cut  # fewer than 100,000 frames
+        await c.close()
+    finally:
+        await gw.stop()

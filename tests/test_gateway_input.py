@@ -168,3 +168,44 @@ async def test_a_duplicate_header_is_a_bad_request(gateway: GatewayProcess, head
     client = await gateway.client(ALICE)  # and everyone else is still served
     assert (await client.call("gateway.info"))["owner"] == "alice"
     await client.close()
+
+
+async def test_a_batch_over_the_cap_is_refused_whole(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url, additional_headers={"Authorization": f"Bearer {ALICE}"}) as ws:
+        batch = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": "gateway.info"} for i in range(101)]).decode()
+        answer = await raw(ws, batch)
+        assert answer["error"]["code"] == -32600 and "at most 100" in answer["error"]["message"]
+        assert len(await raw(ws, batch[: batch.rindex(",{")] + "]")) == 100  # 100 members: all answered
+
+
+async def test_another_owner_is_served_while_a_huge_batch_runs(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'max_batch = 20000\n[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
+    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    await gw.start()
+    try:
+        bob = await gw.client(BOB)
+        async with connect(gw.url, additional_headers={"Authorization": f"Bearer {ALICE}"}, max_size=None) as ws:
+            order: list[str] = []
+            # 19,999 notifications and one request last: the batch's answer is small and leaves right after its
+            # last member ran, so arrival order shows whether Bob was served between the members.
+            batch = [{"jsonrpc": "2.0", "method": "gateway.info"} for _ in range(19_999)]
+            await ws.send(orjson.dumps([*batch, {"jsonrpc": "2.0", "id": 1, "method": "gateway.info"}]).decode())
+
+            async def batch_answer() -> None:
+                answer = orjson.loads(await ws.recv())
+                assert [a["id"] for a in answer] == [1]
+                order.append("batch")
+
+            async def bobs_call() -> None:
+                assert (await bob.call("gateway.info"))["owner"] == "bob"
+                order.append("bob")
+
+            await asyncio.wait_for(asyncio.gather(batch_answer(), bobs_call()), 60)
+            assert order == ["bob", "batch"]  # served between the batch's members, not after its last
+        await bob.close()
+    finally:
+        await gw.stop()
