@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -62,6 +63,31 @@ def origin_allowed(origin: str | None, host_header: str | None, allowed: list[st
     return parts.netloc.lower() == host_header.lower()
 
 
+def is_loopback(name: str) -> bool:
+    """`localhost`, or an IP literal (IPv6 in brackets or not) of the loopback range."""
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_allowed(host_header: str | None, bind_host: str) -> bool:
+    """A gateway bound to loopback answers only loopback host names: a web page on another name that DNS points
+    at 127.0.0.1 (DNS rebinding) is refused. A gateway bound elsewhere is reached by whatever name its users
+    give it; its token and Origin checks stand alone there."""
+    if not is_loopback(bind_host):
+        return True
+    if not host_header:
+        return True  # HTTP/1.0 clients and raw tools send none; nothing a browser would do
+    try:
+        name = urlsplit("//" + host_header).hostname  # without the port; IPv6 without its brackets
+    except ValueError:
+        return False
+    return name is not None and is_loopback(name)
+
+
 class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
@@ -106,8 +132,14 @@ class GatewayServer:
 
     def _route(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
+        if not host_allowed(request.headers.get("Host"), self.host):
+            return _plain(connection, HTTPStatus.MISDIRECTED_REQUEST,
+                          "this gateway listens on loopback and answers only loopback host names\n")
         if path == "/healthz":
             return _plain(connection, HTTPStatus.OK, "ok\n")
+        if path == "/metrics" and find_owner(self.tokens, presented_token(request)) is None:
+            return _plain(connection, HTTPStatus.UNAUTHORIZED,
+                          "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
         if path == "/rpc":
             if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.allowed_origins):
                 return _plain(connection, HTTPStatus.FORBIDDEN, "origin not allowed\n")

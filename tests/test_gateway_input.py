@@ -13,6 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from gateway.client import GatewayClient, RpcCallError
+from gateway.server import host_allowed
 from tests.gateway_harness import GatewayProcess, reference_profile
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
@@ -99,7 +100,7 @@ async def test_token_in_query_and_foreign_origin(gateway: GatewayProcess) -> Non
 
 async def test_healthz(gateway: GatewayProcess) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 200")
@@ -209,3 +210,35 @@ async def test_another_owner_is_served_while_a_huge_batch_runs(tmp_path: Path) -
         await bob.close()
     finally:
         await gw.stop()
+
+
+@pytest.mark.parametrize(("host", "bind", "allowed"), [
+    ("127.0.0.1:8765", "127.0.0.1", True),
+    ("localhost:8765", "127.0.0.1", True),
+    ("[::1]:8765", "::1", True),
+    ("LOCALHOST", "127.0.0.1", True),
+    (None, "127.0.0.1", True),  # no Host at all: not a browser
+    ("attacker.example:8765", "127.0.0.1", False),  # DNS rebinding: a page on a name resolving to loopback
+    ("127.0.0.1.attacker.example", "127.0.0.1", False),
+    ("gateway.lan:8765", "0.0.0.0", True),  # bound beyond loopback, reached by the names its users give it
+])
+def test_host_allowed(host: str | None, bind: str, allowed: bool) -> None:
+    assert host_allowed(host, bind) is allowed
+
+
+async def _http_status(port: int, request: str) -> str:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request.encode())
+    await writer.drain()
+    head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode()
+    writer.close()
+    return head.split("\r\n")[0]
+
+
+async def test_metrics_need_a_token_and_foreign_host_names_are_refused(gateway: GatewayProcess) -> None:
+    port = gateway.port
+    assert await _http_status(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") == "HTTP/1.1 401 Unauthorized"
+    ok = f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ALICE}\r\n\r\n"
+    assert await _http_status(port, ok) == "HTTP/1.1 200 OK"
+    rebound = "GET / HTTP/1.1\r\nHost: attacker.example\r\n\r\n"
+    assert await _http_status(port, rebound) == "HTTP/1.1 421 Misdirected Request"

@@ -144,7 +144,7 @@ async def test_ui_is_served_with_a_strict_policy(gateway: GatewayProcess) -> Non
     import asyncio
 
     reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
-    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode().lower()
     assert head.startswith("http/1.1 200") and "content-security-policy: default-src 'none'" in head
