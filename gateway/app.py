@@ -139,7 +139,7 @@ class Gateway:
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
                                    ui=ui_pages(index_html, lambda: self.metrics()), outbox_limit=config.outbox_limit,
-                                   outbox_limit_bytes=config.outbox_limit_bytes,
+                                   outbox_limit_bytes=config.outbox_limit_bytes, health=store.health,
                                    max_connections_per_owner=config.max_connections_per_owner)
             self.sessions, self.server, self.store = sessions, server, store
             await server.start()

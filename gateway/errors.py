@@ -8,6 +8,8 @@ for real bugs: its only data is the `error_id` under which the log has the trace
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from typing import Any
 
 # The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
@@ -16,9 +18,10 @@ from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_N
 __all__ = [
     "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST",
     "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
-    "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal", "busy", "internal_error",
-    "invalid_params", "limit_exceeded", "not_found", "not_resumable", "permission_not_found", "resync_required",
-    "subscription_not_found", "workspace_missing", "workspace_refused",
+    "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal",
+    "busy", "internal_error", "invalid_params", "is_storage_error", "limit_exceeded", "not_found", "not_resumable",
+    "permission_not_found", "resync_required", "storage_failed", "subscription_not_found", "workspace_missing",
+    "workspace_refused",
 ]
 
 UNAUTHORIZED = -32001
@@ -30,6 +33,7 @@ RESYNC_REQUIRED = -32012
 NOT_RESUMABLE = -32013
 LIMIT_EXCEEDED = -32014
 AGENT_FAILED = -32015  # the agent answered the turn with an error, or exited during it
+STORAGE_FAILED = -32016  # the gateway's store refused a write (disk full, I/O error): nothing acknowledged is lost
 
 # code -> the shapes its `data` may have: the keys always present (a key whose value is unknown is null).
 ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
@@ -43,6 +47,7 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     NOT_RESUMABLE: (frozenset({"session_id", "state", "reason"}),),
     LIMIT_EXCEEDED: (frozenset({"limit"}),),
     AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
+    STORAGE_FAILED: (frozenset({"reason"}),),
 }
 
 
@@ -112,6 +117,22 @@ def agent_failed(session_id: str, agent: str, message: str, agent_error: dict[st
     """The agent answered the turn with an error (`agent_error`, its own error object), or exited during it."""
     return GatewayError(AGENT_FAILED, message, {"session_id": session_id, "agent": agent, "agent_error": agent_error,
                                                 "needs_resume": needs_resume})
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """A fault of the disk under the store, as opposed to a bug: full, I/O error, read-only, gone."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
+    if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
+        text = str(exc).lower()
+        return any(s in text for s in ("full", "disk i/o", "readonly", "unable to open", "no such file"))
+    return False
+
+
+def storage_failed(exc: BaseException) -> GatewayError:
+    return GatewayError(STORAGE_FAILED, f"the gateway could not write its state ({exc}): free space (or fix the disk) "
+                        "under its state directory, then try again; nothing it acknowledged was lost",
+                        {"reason": str(exc)})
 
 
 def limit_exceeded(limit: int, message: str) -> GatewayError:

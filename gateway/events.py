@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import resync_required
+from .errors import is_storage_error, resync_required
 from .store import EventGroup, EventRow, Store
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,10 @@ class EventBus:
 
     @staticmethod
     def _failed(waiters: list[tuple[EventRow, asyncio.Future[EventRow]]], exc: Exception) -> None:
-        log.exception("event journal write failed", exc_info=exc)
+        if is_storage_error(exc):  # the disk's fault, not a bug: one line, no traceback
+            log.error("event journal write failed: %s", exc)
+        else:
+            log.exception("event journal write failed", exc_info=exc)
         for _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)

@@ -33,7 +33,9 @@ from .errors import (
     PARSE_ERROR,
     GatewayError,
     internal_error,
+    is_storage_error,
     limit_exceeded,
+    storage_failed,
     subscription_not_found,
 )
 from .events import EventBus, Sink, Subscription
@@ -231,7 +233,11 @@ class RpcAdapter:
                 return Error(err.code, err.message, err.data) if err.data is not None else Error(err.code, err.message)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if is_storage_error(exc):
+                    log.error("method %s: the store refused a write: %s", name, exc)
+                    failed = storage_failed(exc)
+                    return Error(failed.code, failed.message, failed.data)
                 error_id = uuid.uuid4().hex[:12]
                 log.exception("method %s failed (error id %s)", name, error_id)
                 bug = internal_error(error_id)

@@ -14,7 +14,7 @@ import hmac
 import ipaddress
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -92,7 +92,8 @@ class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
                  outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
-                 outbox_limit_bytes: int = 8 << 20) -> None:
+                 outbox_limit_bytes: int = 8 << 20, health: Callable[[], str | None] | None = None) -> None:
+        self.health = health  # None when the store takes writes; else what is wrong
         self.outbox_limit = outbox_limit
         self.outbox_limit_bytes = outbox_limit_bytes
         self.max_connections_per_owner = max_connections_per_owner
@@ -136,6 +137,10 @@ class GatewayServer:
             return _plain(connection, HTTPStatus.MISDIRECTED_REQUEST,
                           "this gateway listens on loopback and answers only loopback host names\n")
         if path == "/healthz":
+            fault = self.health() if self.health is not None else None
+            if fault is not None:
+                return _plain(connection, HTTPStatus.SERVICE_UNAVAILABLE,
+                              f"store refuses writes ({fault}): free space under the state directory\n")
             return _plain(connection, HTTPStatus.OK, "ok\n")
         if path == "/metrics" and find_owner(self.tokens, presented_token(request)) is None:
             return _plain(connection, HTTPStatus.UNAUTHORIZED,

@@ -18,7 +18,7 @@ from typing import Any
 
 from acp.errors import RpcError, TransportError
 
-from ..errors import GatewayError, agent_failed, busy, internal_error, not_resumable
+from ..errors import GatewayError, agent_failed, busy, internal_error, is_storage_error, not_resumable, storage_failed
 from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, Store
 from .broker import PermissionBroker
@@ -94,6 +94,9 @@ class TurnRunner:
     async def _run(self, live: LiveSession, blocks: list[dict[str, Any]]) -> dict[str, Any]:
         row = live.row
         try:
+            if SessionState(row.state) is SessionState.RUNNING:  # the last turn's end could not be stored
+                await self.close_interrupted(row)
+                row = live.row
             user_text = prompt_text(blocks)
             await self.store.history.append(row.id, [HistoryEntry("user_message", user_text)])
             sent = blocks
@@ -143,6 +146,9 @@ class TurnRunner:
 
     @staticmethod
     def _internal(row: SessionRow, exc: Exception) -> TurnEnd:
+        if is_storage_error(exc):
+            log.error("turn of session %s: the store refused a write: %s", row.id, exc)
+            return TurnEnd(None, {"message": str(exc)}, None, storage_failed(exc))
         error_id = uuid.uuid4().hex[:12]
         log.error("turn of session %s failed (error id %s)", row.id, error_id, exc_info=exc)
         return TurnEnd(None, {"message": "internal error", "error_id": error_id}, None, internal_error(error_id))

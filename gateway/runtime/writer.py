@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import is_storage_error
 from ..events import EventBus
 from ..store import EventRow, HistoryEntry, SessionRow, Store
 from .states import SessionEvent, SessionState, TaskState, transition
@@ -98,8 +99,11 @@ class HistoryWriter:
             batch, self._pending = self._pending, []
             try:
                 await self.store.history.append(self.session_id, batch)
-            except Exception:
-                log.exception("session %s: history not written", self.session_id)
+            except Exception as exc:
+                if is_storage_error(exc):
+                    log.error("session %s: history not written: %s", self.session_id, exc)
+                else:
+                    log.exception("session %s: history not written", self.session_id)
 
     async def idle(self) -> None:
         while self._task is not None and not self._task.done():

@@ -16,12 +16,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from ..errors import is_storage_error
 from .journal import JournalWriter, journal_frames, journal_rows
 from .migrations import MIGRATIONS
 from .repos import (
@@ -51,6 +53,7 @@ class Store:
         self.journal: JournalWriter | None = None
         self._lock = asyncio.Lock()
         self._checkpoint: asyncio.Task[None] | None = None
+        self.failure: str | None = None  # the last write's storage fault, until a write succeeds again
         self.tasks = TaskRepo(self)
         self.sessions = SessionRepo(self)
         self.executors = ExecutorRepo(self)
@@ -123,21 +126,39 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
+        async with self._lock, self.watching():
             await self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
+                await self.db.execute("COMMIT")  # a full disk may refuse the commit itself: rolled back below
             except BaseException:
-                await self.db.execute("ROLLBACK")
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        await self.db.execute("ROLLBACK")
                 raise
-            await self.db.execute("COMMIT")
 
     async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
-        async with self._lock:
+        async with self._lock, self.watching():
             cur = await self.db.execute(sql, params)
             rowcount = cur.rowcount
             await cur.close()
             return rowcount
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """Record whether the writes inside reached the disk: `health()` reports the last storage fault."""
+        try:
+            yield
+        except Exception as exc:
+            if is_storage_error(exc):
+                self.failure = str(exc)
+            raise
+        self.failure = None
+
+    def health(self) -> str | None:
+        """None while writes succeed; else the fault, until a write succeeds again. (A probe write proves little:
+        SQLite reuses the WAL's space, so a no-op write succeeds on a full disk that refuses real ones.)"""
+        return self.failure
 
     # Reads take the lock too: a cursor left open across an await holds an old snapshot, and a write
     # begun on this connection meanwhile would have to upgrade that snapshot after the journal

@@ -96,10 +96,12 @@ class JournalWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")  # a full disk may refuse the commit itself: rolled back below, then raised
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     @staticmethod
     def _delete_through(conn: sqlite3.Connection, through: int) -> None:
