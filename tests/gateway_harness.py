@@ -19,6 +19,7 @@ from gateway.client import GatewayClient
 from gateway.store import journal_frames
 
 TOKEN = "test-token-aaaaaaaaaaaaaaaa"
+ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
 
 
 def reference_profile(agents_dir: Path, agent_state: Path, agent_id: str, *flags: str, native: bool = True,
@@ -113,6 +114,19 @@ class GatewayProcess:
             if task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(task), 5)
+
+
+def two_owner_gateway(tmp_path: Path, config: str = "", bob: str = "") -> GatewayProcess:
+    """A gateway (not started) for owners alice and bob, the reference agent as `ref`, and `tmp_path/work`.
+    `config` is prepended to the configuration file; `bob` is appended to bob's token entry."""
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    path = tmp_path / "gw.toml"
+    path.write_text(f'{config}[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                    f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n{bob}')
+    return GatewayProcess(tmp_path / "state", agents, token=None, config=path)
 
 
 @contextlib.asynccontextmanager

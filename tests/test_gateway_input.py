@@ -14,21 +14,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from gateway.client import GatewayClient, RpcCallError
 from gateway.server import host_allowed
-from tests.gateway_harness import GatewayProcess, reference_profile
-
-ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (tmp_path / "work").mkdir()
-    reference_profile(agents, tmp_path / "agent-state", "ref")
-    config = tmp_path / "gateway.toml"
-    config.write_text(f'max_frame_bytes = 65536\n[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
-                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
-    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    gw = two_owner_gateway(tmp_path, "max_frame_bytes = 65536\n")
     await gw.start()
     yield gw
     await gw.stop()
@@ -180,12 +171,7 @@ async def test_a_batch_over_the_cap_is_refused_whole(gateway: GatewayProcess) ->
 
 
 async def test_another_owner_is_served_while_a_huge_batch_runs(tmp_path: Path) -> None:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    config = tmp_path / "gateway.toml"
-    config.write_text(f'max_batch = 20000\n[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
-                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
-    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    gw = two_owner_gateway(tmp_path, "max_batch = 20000\n")
     await gw.start()
     try:
         bob = await gw.client(BOB)

@@ -10,22 +10,12 @@ from pathlib import Path
 import pytest
 
 from gateway.client import RpcCallError
-from tests.gateway_harness import GatewayProcess, reference_profile
-
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdefgh"
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (tmp_path / "work").mkdir()
-    reference_profile(agents, tmp_path / "agent-state", "ref")
-    config = tmp_path / "gw.toml"
-    config.write_text(f'max_live_sessions_per_owner = 3\n[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
-                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
-    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
+    gw = two_owner_gateway(tmp_path, "max_live_sessions_per_owner = 3\n")
     await gw.start()
     yield gw
     await gw.stop()

@@ -13,7 +13,7 @@ from acp import fs
 from acp.errors import RpcError
 from gateway.client import RpcCallError
 from gateway.runtime.workspace import Refusal, refusal
-from tests.gateway_harness import GatewayProcess, reference_profile
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 
 R = Refusal
 ROOTS = [Path("/home/alice"), Path("/srv/work")]
@@ -60,22 +60,13 @@ def test_fs_never_serves_protected_or_system_paths(tmp_path: Path) -> None:
         fs.read_text_file("/", "/proc/self/environ")
 
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdefgh"
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    for name in ("work", "bob-work", "work/project"):
+    gw = two_owner_gateway(tmp_path, bob=f'workspace_roots = ["{tmp_path / "bob-work"}"]\n')
+    for name in ("bob-work", "work/project"):
         (tmp_path / name).mkdir()
-    reference_profile(agents, tmp_path / "agent-state", "ref")
-    config = tmp_path / "gw.toml"
-    config.write_text(f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
-                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n'
-                      f'workspace_roots = ["{tmp_path / "bob-work"}"]\n')
-    gw = GatewayProcess(tmp_path / "state", agents, token=None, config=config)
     await gw.start()
     yield gw
     await gw.stop()
