@@ -141,4 +141,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE executors ADD COLUMN proc_start INTEGER;
     ALTER TABLE executors ADD COLUMN boot_id TEXT
     """,
+    # 8: a start-up looks for the turns and agents a crash left behind: partial indexes hold only those rows
+    # (RUNNING sessions, running executors), so the look-up costs nothing with 100k idle sessions stored and
+    # the indexes cost nothing to keep for every other row.
+    """
+    CREATE INDEX sessions_running ON sessions(state) WHERE state = 'RUNNING';
+    CREATE INDEX executors_running ON executors(status) WHERE status = 'running'
+    """,
 ]
