@@ -28,6 +28,7 @@ from .models import (
     RequestPermissionRequest,
     WriteTextFileRequest,
 )
+from .offload import Offloader
 from .process import AgentProcess
 
 tracer = trace.get_tracer("acp")
@@ -58,6 +59,7 @@ class ClientOptions:
     max_line: int = DEFAULT_MAX_LINE
     stop_grace: float = 2.0
     never_serve: tuple[str, ...] = ()  # paths the fs methods refuse even inside the cwd (besides /proc, /sys, /dev)
+    file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
 
 
 class AcpClient:
@@ -79,6 +81,7 @@ class AcpClient:
         self.options = options or ClientOptions()
         self.init: InitializeResponse | None = None
         self.replaying = False  # set while session/load replays history (see acp.session_setup)
+        self.files = Offloader(timeout=self.options.file_timeout)
         self.pending_permissions: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.unknown_methods: list[str] = []
         self.conn = Connection(
@@ -194,12 +197,13 @@ class AcpClient:
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "fs/read_text_file":
             read = _parse(ReadTextFileRequest, params, method)
-            content = await asyncio.to_thread(fs.read_text_file, self.cwd, read.path, read.line, read.limit,
-                                              self.options.never_serve)
+            content = await self.files.run(f"reading {read.path}", fs.read_text_file, self.cwd, read.path,
+                                           read.line, read.limit, self.options.never_serve)
             return {"content": content}
         if method == "fs/write_text_file":
             write = _parse(WriteTextFileRequest, params, method)
-            await asyncio.to_thread(fs.write_text_file, self.cwd, write.path, write.content, self.options.never_serve)
+            await self.files.run(f"writing {write.path}", fs.write_text_file, self.cwd, write.path, write.content,
+                                 self.options.never_serve)
             return {}
         if method == "session/request_permission":
             _parse(RequestPermissionRequest, params, method)
