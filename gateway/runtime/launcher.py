@@ -41,6 +41,15 @@ SETPRIV = shutil.which("setpriv")
 
 
 @dataclass
+class Launch:
+    """A launch in progress: what every concurrent caller awaits, whose it is, and how to tell it to give up."""
+
+    future: asyncio.Future[LaunchResult]
+    owner: str
+    cancel: asyncio.Event
+
+
+@dataclass
 class LaunchResult:
     live: bool
     restore: RestoreResult | None = None
@@ -88,37 +97,27 @@ class Launcher:
         self.instance_id = instance_id
         self.live = live
         self._spawn = spawn
-        self._on_ready = on_ready  # (live, initial prompt or "") once the agent is live
-        self.launches: dict[str, asyncio.Future[LaunchResult]] = {}
-        self.launching_owner: dict[str, str] = {}  # session id -> its owner, while its launch runs
-        self._cancels: dict[str, asyncio.Event] = {}
+        self._on_ready = on_ready  # (live, the task's description): a first launch's initial prompt
+        self.launches: dict[str, Launch] = {}  # session id -> its launch in progress
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
         existing = self.launches.get(row.id)
         if existing is not None:
-            return existing
+            return existing.future
         cancel = asyncio.Event()
-        self._cancels[row.id] = cancel
         future = self._spawn(self._launch(row, fresh_start=fresh_start, cancel=cancel))
-        self.launches[row.id] = future
-        self.launching_owner[row.id] = row.owner
-
-        def done(_: Any) -> None:
-            self.launches.pop(row.id, None)
-            self.launching_owner.pop(row.id, None)
-            self._cancels.pop(row.id, None)
-
-        future.add_done_callback(done)
+        self.launches[row.id] = Launch(future, row.owner, cancel)
+        future.add_done_callback(lambda _: self.launches.pop(row.id, None))
         return future
 
     async def abort(self, session_id: str, grace: float) -> None:
         """Cancel a launch in progress (the restore is told to give up) and wait up to `grace` for it."""
         launch = self.launches.get(session_id)
         if launch is not None:
-            self._cancels[session_id].set()
+            launch.cancel.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(launch), grace)
+                await asyncio.wait_for(asyncio.shield(launch.future), grace)
 
     async def _launch(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
         try:

@@ -84,10 +84,18 @@ class SessionManager:
             task.cancel()
         await self.store.instances.mark_dead(self.instance_id)
 
-    async def _stop_live(self, live: LiveSession) -> None:
+    async def _stop_live(self, live: LiveSession, status: str = "stopped", *, close_session: bool = False) -> None:
+        """Interrupt the turn (cancel grace), optionally ACP `session/close` it (a cancel for good), stop the
+        agent, and wait for the turn to publish its `turn_ended`."""
         live.stopping = True
         await self.turns.interrupt(live)
-        await self.launcher.stop(live, "stopped")
+        if close_session:
+            init = live.client.init
+            if init is not None and init.agentCapabilities.can_close and live.client.alive:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(live.client.close_session(live.acp_session_id), self.settings.stop_grace)
+            await self.writer.stage(live.row, "stopping")
+        await self.launcher.stop(live, status)
         if live.turn is not None:  # it sees the agent gone and ends: wait for its turn_ended
             await asyncio.wait([live.turn], timeout=self.settings.stop_grace + 5)
 
@@ -171,8 +179,9 @@ class SessionManager:
     def _check_live_limit(self, owner: str) -> None:
         """The owner's own agents only: live, launching, or being started. Synchronous, and each caller takes
         its slot before its next await, so concurrent calls cannot all pass the same check."""
+        launching = self.launcher.launches
         live = (sum(1 for s in self.live.values() if s.owner == owner)
-                + sum(1 for sid, o in self.launcher.launching_owner.items() if o == owner and sid not in self.live)
+                + sum(1 for sid, launch in launching.items() if launch.owner == owner and sid not in self.live)
                 + self._starting.get(owner, 0))
         limit = self.settings.max_live_sessions_per_owner
         if live >= limit:
@@ -257,16 +266,7 @@ class SessionManager:
         await self.launcher.abort(row.id, self.settings.cancel_grace)
         live = self.live.get(row.id)
         if live is not None:
-            live.stopping = True
-            await self.turns.interrupt(live)
-            init = live.client.init
-            if init is not None and init.agentCapabilities.can_close and live.client.alive:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(live.client.close_session(live.acp_session_id), self.settings.stop_grace)
-            await self.writer.stage(row, "stopping")
-            await self.launcher.stop(live, "cancelled")
-            if live.turn is not None:
-                await asyncio.wait([live.turn], timeout=self.settings.stop_grace + 5)
+            await self._stop_live(live, "cancelled", close_session=True)
         current = await self.store.sessions.get(row.id) or row
         if SessionState(current.state) not in TERMINAL_SESSION_STATES:
             current = await self.writer.apply(current, SessionEvent.CANCEL)
