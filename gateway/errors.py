@@ -9,7 +9,9 @@ for real bugs: its only data is the `error_id` under which the log has the trace
 from __future__ import annotations
 
 import errno
+import logging
 import sqlite3
+import uuid
 from typing import Any
 
 # The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
@@ -19,9 +21,9 @@ __all__ = [
     "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST",
     "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
     "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal",
-    "busy", "internal_error", "invalid_params", "is_storage_error", "limit_exceeded", "not_found", "not_resumable",
-    "permission_not_found", "resync_required", "storage_failed", "subscription_not_found", "workspace_missing",
-    "workspace_refused",
+    "busy", "internal_error", "invalid_params", "is_storage_error", "limit_exceeded", "log_fault", "not_found",
+    "not_resumable", "permission_not_found", "resync_required", "storage_failed", "subscription_not_found",
+    "unexpected", "workspace_missing", "workspace_refused",
 ]
 
 UNAUTHORIZED = -32001
@@ -127,6 +129,25 @@ def is_storage_error(exc: BaseException) -> bool:
         text = str(exc).lower()
         return any(s in text for s in ("full", "disk i/o", "readonly", "unable to open", "no such file"))
     return False
+
+
+def log_fault(log: logging.Logger, what: str, exc: BaseException) -> None:
+    """A storage fault is the disk's, not a bug: one line. Anything else: the traceback."""
+    if is_storage_error(exc):
+        log.error("%s: the store refused a write: %s", what, exc)
+    else:
+        log.error("%s", what, exc_info=exc)
+
+
+def unexpected(log: logging.Logger, what: str, exc: BaseException) -> GatewayError:
+    """What a client gets for an exception no handler turned into a GatewayError: a storage fault is -32016;
+    anything else is a bug, -32603 with the id its traceback is logged under."""
+    if is_storage_error(exc):
+        log_fault(log, what, exc)
+        return storage_failed(exc)
+    error_id = uuid.uuid4().hex[:12]
+    log_fault(log, f"{what} failed (error id {error_id})", exc)
+    return internal_error(error_id)
 
 
 def storage_failed(exc: BaseException) -> GatewayError:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import is_storage_error, resync_required
+from .errors import log_fault, resync_required
 from .store import EventGroup, EventRow, Store
 
 log = logging.getLogger(__name__)
@@ -194,10 +194,7 @@ class EventBus:
 
     @staticmethod
     def _failed(waiters: list[tuple[EventRow, asyncio.Future[EventRow]]], exc: Exception) -> None:
-        if is_storage_error(exc):  # the disk's fault, not a bug: one line, no traceback
-            log.error("event journal write failed: %s", exc)
-        else:
-            log.exception("event journal write failed", exc_info=exc)
+        log_fault(log, "event journal write failed", exc)
         for _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -32,11 +31,9 @@ from .errors import (
     INVALID_REQUEST,
     PARSE_ERROR,
     GatewayError,
-    internal_error,
-    is_storage_error,
     limit_exceeded,
-    storage_failed,
     subscription_not_found,
+    unexpected,
 )
 from .events import EventBus, Sink, Subscription
 from .runtime import SessionManager
@@ -234,14 +231,8 @@ class RpcAdapter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if is_storage_error(exc):
-                    log.error("method %s: the store refused a write: %s", name, exc)
-                    failed = storage_failed(exc)
-                    return Error(failed.code, failed.message, failed.data)
-                error_id = uuid.uuid4().hex[:12]
-                log.exception("method %s failed (error id %s)", name, error_id)
-                bug = internal_error(error_id)
-                return Error(bug.code, bug.message, bug.data)
+                failed = unexpected(log, f"method {name}", exc)
+                return Error(failed.code, failed.message, failed.data)
 
         # jsonrpcserver checks the call against `inspect.signature(method)` on every request; computed
         # here once, that check stops rebuilding the signature each time (a third of a small call's cost).

@@ -35,3 +35,17 @@ def test_codes_are_distinct() -> None:
     codes = [errors.UNAUTHORIZED, errors.NOT_FOUND, errors.ALREADY_TERMINAL, errors.BUSY, errors.WORKSPACE_MISSING,
              errors.RESYNC_REQUIRED, errors.NOT_RESUMABLE, errors.LIMIT_EXCEEDED, errors.AGENT_FAILED]
     assert len(set(codes)) == len(codes)
+
+
+def test_unexpected_tells_storage_faults_from_bugs(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import sqlite3
+
+    log = logging.getLogger("test.errors")
+    full = errors.unexpected(log, "method x", sqlite3.OperationalError("database or disk is full"))
+    assert (full.code, full.data) == (errors.STORAGE_FAILED, {"reason": "database or disk is full"})
+    bug = errors.unexpected(log, "method x", KeyError("oops"))
+    assert bug.code == errors.INTERNAL_ERROR and bug.data is not None
+    records = {r.getMessage(): r.exc_info is not None for r in caplog.records}
+    assert records == {"method x: the store refused a write: database or disk is full": False,  # one line
+                       f"method x failed (error id {bug.data['error_id']})": True}  # with its traceback

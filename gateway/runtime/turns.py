@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from acp.errors import RpcError, TransportError
 
-from ..errors import GatewayError, agent_failed, busy, internal_error, is_storage_error, not_resumable, storage_failed
+from ..errors import GatewayError, agent_failed, busy, not_resumable, unexpected
 from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, Store
 from .broker import PermissionBroker
@@ -146,12 +145,10 @@ class TurnRunner:
 
     @staticmethod
     def _internal(row: SessionRow, exc: Exception) -> TurnEnd:
-        if is_storage_error(exc):
-            log.error("turn of session %s: the store refused a write: %s", row.id, exc)
-            return TurnEnd(None, {"message": str(exc)}, None, storage_failed(exc))
-        error_id = uuid.uuid4().hex[:12]
-        log.error("turn of session %s failed (error id %s)", row.id, error_id, exc_info=exc)
-        return TurnEnd(None, {"message": "internal error", "error_id": error_id}, None, internal_error(error_id))
+        failed = unexpected(log, f"turn of session {row.id}", exc)
+        data = failed.data or {}
+        said = {"message": data["reason"]} if "reason" in data else {"message": "internal error", **data}
+        return TurnEnd(None, said, None, failed)
 
     async def _close(self, live: LiveSession, row: SessionRow, end: TurnEnd) -> None:
         """Every update of the turn is queued and its history written; the session is stored back to input; then

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import is_storage_error
+from ..errors import log_fault
 from ..events import EventBus
 from ..store import EventRow, HistoryEntry, SessionRow, Store
 from .states import SessionEvent, SessionState, TaskState, transition
@@ -100,10 +100,7 @@ class HistoryWriter:
             try:
                 await self.store.history.append(self.session_id, batch)
             except Exception as exc:
-                if is_storage_error(exc):
-                    log.error("session %s: history not written: %s", self.session_id, exc)
-                else:
-                    log.exception("session %s: history not written", self.session_id)
+                log_fault(log, f"session {self.session_id}: history not written", exc)
 
     async def idle(self) -> None:
         while self._task is not None and not self._task.done():

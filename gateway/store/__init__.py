@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,27 +126,30 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock, self.watching():
-            await self.db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-                await self.db.execute("COMMIT")  # a full disk may refuse the commit itself: rolled back below
-            except BaseException:
-                if self.db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        await self.db.execute("ROLLBACK")
-                raise
+        async with self._lock:
+            with self.watching():
+                await self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.db
+                    await self.db.execute("COMMIT")  # a full disk may refuse the commit itself: rolled back below
+                except BaseException:
+                    if self.db.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            await self.db.execute("ROLLBACK")
+                    raise
 
     async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
-        async with self._lock, self.watching():
-            cur = await self.db.execute(sql, params)
-            rowcount = cur.rowcount
-            await cur.close()
-            return rowcount
+        async with self._lock:
+            with self.watching():
+                cur = await self.db.execute(sql, params)
+                rowcount = cur.rowcount
+                await cur.close()
+                return rowcount
 
-    @contextlib.asynccontextmanager
-    async def watching(self) -> AsyncIterator[None]:
-        """Record whether the writes inside reached the disk: `health()` reports the last storage fault."""
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Record whether the writes inside reached the disk (both connections' writes go through here):
+        `health()` reports the last storage fault until a write succeeds again."""
         try:
             yield
         except Exception as exc:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import is_storage_error
 from .journal import JournalWriter, journal_frames
 from .rows import (
     EXECUTOR_COLUMNS,
@@ -252,13 +251,8 @@ class EventRepo(_Repo):
 
     def _append(self, group: EventGroup, prune_through: int | None) -> None:
         journal = self._journal()
-        try:
+        with self.store.watching():
             journal.append(group, prune_through)
-        except Exception as exc:
-            if is_storage_error(exc):
-                self.store.failure = str(exc)
-            raise
-        self.store.failure = None
         if journal.unchecked_bytes >= journal.CHECKPOINT_BYTES:
             self.store.start_checkpoint()
 
