@@ -2,8 +2,9 @@
 shutdown — never because a client left. Each started turn ends with exactly one `turn_ended`.
 
 A turn is a task of the runtime; callers await it shielded, so a caller that goes away only stops waiting.
-The session row names the running turn's `turn_started` event (its id is fixed before the row says RUNNING),
-so a start-up after a crash can close a turn that was left open as `interrupted`, once: `close_interrupted`.
+The session row records a floor of the running turn's `turn_started` id before that event can be seen, so a
+start-up after a crash (or the next prompt, when a turn's end could not be stored) can close a turn that was
+left open as `interrupted`, once: `close_interrupted`.
 """
 
 from __future__ import annotations
@@ -178,9 +179,9 @@ class TurnRunner:
         await committed
 
     async def close_interrupted(self, row: SessionRow) -> None:
-        """At start-up: a session stored RUNNING had its turn cut by a crash. Its `turn_ended` says `interrupted`
-        (unless no `turn_started` was committed, or its `turn_ended` was), history records it, and the session
-        waits for input."""
+        """A session stored RUNNING with no turn running: a crash cut it (at start-up), or its end could not be
+        stored (at the next prompt). Its `turn_ended` says `interrupted` (unless no `turn_started` was
+        committed, or its `turn_ended` was), history records it, and the session waits for input."""
         floor = row.turn_event_id
         if floor is None:  # stored by a gateway before the runtime: a turn_started is there to close
             types = ["turn_started"]
