@@ -33,6 +33,11 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
     }
 
 
+def live_view(live: LiveSession) -> dict[str, Any]:
+    """A live session's view, from memory: its row as last committed and the token its agent runs."""
+    return session_view(live.row, live.acp_session_id, True)
+
+
 class SessionViews:
     def __init__(self, store: Store, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
                  stale_window: float, pending_permissions: Callable[[str], int]) -> None:
@@ -57,22 +62,21 @@ class SessionViews:
         return row
 
     async def get(self, owner: str, session_id: str) -> dict[str, Any]:
-        live = self._live(owner, session_id)
-        if live is not None:
-            return session_view(live.row, live.acp_session_id, True)
-        return await self.view(await self.row(owner, session_id))
+        return await self.view(await self.row(owner, session_id))  # a live session's without I/O
 
     async def view(self, row: SessionRow) -> dict[str, Any]:
         live = self.live.get(row.id)
         if live is not None:
-            return session_view(live.row, live.acp_session_id, True)
+            return live_view(live)
         executor = await self.store.executors.get(row.id)
         return session_view(row, executor.resume_token if executor else None, False)
 
     async def status(self, owner: str, session_id: str) -> dict[str, Any]:
         live = self._live(owner, session_id)
-        if live is not None:  # case 1, from memory
-            return {**session_view(live.row, live.acp_session_id, True), "needs_resume": False, "is_resumable": True,
+        if live is not None:
+            # Case 1 of `evaluate_status`, written out: building its frozen facts and decision cost ~8% of a
+            # live status call under 8 clients (measured with `make bench`), the frontends' most frequent call.
+            return {**live_view(live), "needs_resume": False, "is_resumable": True,
                     "resume_reason": "agent_running", "pending_permissions": self._pending_permissions(session_id)}
         found = await self.store.sessions.with_status_facts(session_id, owner)
         if found is None:
@@ -108,7 +112,7 @@ class SessionViews:
         views = []
         for row, executor in rows:
             live = self.live.get(row.id)
-            views.append(session_view(live.row, live.acp_session_id, True) if live is not None
+            views.append(live_view(live) if live is not None
                          else session_view(row, executor.resume_token if executor else None, False))
         return {"sessions": views, "next_cursor": str(rows[-1][0].seq) if more and rows else None,
                 "event_cursor": event_cursor}
