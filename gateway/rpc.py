@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -132,6 +133,7 @@ class RpcAdapter:
         self._replays: set[asyncio.Task[None]] = set()
         self.default_agent = default_agent
         self.info = info or {}
+        self._agents_cache: tuple[float, list[dict[str, Any]]] | None = None
         self.table: dict[str, tuple[type[Params], Handler]] = {
             "gateway.info": (NoParams, self._info),
             "task.session.start": (StartParams, self._start),
@@ -164,13 +166,23 @@ class RpcAdapter:
             "protocol_version": 1,
             "owner": ctx.owner,
             "default_agent": self.default_agent,
-            "agents": [
-                {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
-                 "history_context_injection": pr.history_context_injection, "command_found": pr.command_found()}
-                for pr in self.sessions.profiles.values()
-            ],
+            "agents": self._agents(),
             **self.info,
         }
+
+    AGENTS_FRESH_SECONDS = 10.0
+
+    def _agents(self) -> list[dict[str, Any]]:
+        """The profiles and whether each command is installed, looked up at most every AGENTS_FRESH_SECONDS: a
+        look-up walks PATH (~40 stat calls a profile, 2.7 ms a call measured), and gateway.info is open to every
+        owner, as often as they like (a batch of them held the loop for seconds)."""
+        now = time.monotonic()
+        if self._agents_cache is None or now - self._agents_cache[0] > self.AGENTS_FRESH_SECONDS:
+            self._agents_cache = (now, [
+                {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
+                 "history_context_injection": pr.history_context_injection, "command_found": pr.command_found()}
+                for pr in self.sessions.profiles.values()])
+        return self._agents_cache[1]
 
     async def _start(self, ctx: RpcContext, p: StartParams) -> dict[str, Any]:
         return await self.sessions.start(ctx.owner, agent=p.agent or self.default_agent, cwd=p.cwd,

@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from gateway.client import GatewayClient, RpcCallError
 from gateway.server import host_allowed
-from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owner_gateway
 
 
 @pytest.fixture
@@ -121,10 +121,15 @@ async def test_owner_isolation_for_every_method(gateway: GatewayProcess, tmp_pat
         assert unknown.value.code == -32002  # foreign and missing look the same
     assert (await bob.call("task.session.list"))["sessions"] == []
     assert [s["session_id"] for s in (await alice.call("task.session.list"))["sessions"]] == [sid]
-    with pytest.raises(RpcCallError):
-        await bob.call("task.session.start",
-                       {"agent": "ref", "cwd": str(tmp_path / "work"), "task_id": view["task_id"]})
+    # Task ids are per owner: naming Alice's task id gives Bob a task of his own, exactly as naming an id that
+    # nobody uses does, so the answer tells him nothing of hers.
+    for task_id in (view["task_id"], "t-nobody-uses-this"):
+        bobs = await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
+                                                     "task_id": task_id, "description": "bob's"})
+        assert bobs["task_id"] == task_id and bobs["session_id"] != sid
+        await bob.call("task.session.delete", {"session_id": bobs["session_id"]})
     assert (await alice.call("task.session.get", {"session_id": sid}))["title"] is None
+    assert [s["session_id"] for s in (await alice.call("task.session.list"))["sessions"]] == [sid]
     await alice.close()
     await bob.close()
 
@@ -175,25 +180,37 @@ async def test_another_owner_is_served_while_a_huge_batch_runs(tmp_path: Path) -
     await gw.start()
     try:
         bob = await gw.client(BOB)
+        alice = await gw.client(ALICE)
+        session = await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work")})
+        log = EventLog(alice)
+        sub = await alice.call("task.session.subscribe", {})
+        await log.wait(lambda e: e["type"] == "caught_up" and e["data"]["subscription_id"] == sub["subscription_id"])
         async with connect(gw.url, additional_headers={"Authorization": f"Bearer {ALICE}"}, max_size=None) as ws:
             order: list[str] = []
-            # 19,999 notifications and one request last: the batch's answer is small and leaves right after its
-            # last member ran, so arrival order shows whether Bob was served between the members.
-            batch = [{"jsonrpc": "2.0", "method": "gateway.info"} for _ in range(19_999)]
-            await ws.send(orjson.dumps([*batch, {"jsonrpc": "2.0", "id": 1, "method": "gateway.info"}]).decode())
+            # The batch's first member renames Alice's session, which her subscriber sees as soon as that member
+            # has run; only then does Bob call. 19,998 members follow. Run one at a time, Bob is answered between
+            # them, before the batch's answer; run all at once (as `asyncio.gather` did), they were all done in
+            # the loop pass that ran the first, and the answer left before Bob's call could arrive.
+            batch = [{"jsonrpc": "2.0", "id": 0, "method": "task.session.set_title",
+                      "params": {"session_id": session["session_id"], "title": "renamed"}},
+                     *({"jsonrpc": "2.0", "method": "gateway.info"} for _ in range(19_998)),
+                     {"jsonrpc": "2.0", "id": 1, "method": "gateway.info"}]
+            await ws.send(orjson.dumps(batch).decode())
 
             async def batch_answer() -> None:
                 answer = orjson.loads(await ws.recv())
-                assert [a["id"] for a in answer] == [1]
+                assert [a["id"] for a in answer] == [0, 1] and answer[0]["result"]["title"] == "renamed"
                 order.append("batch")
 
             async def bobs_call() -> None:
+                await log.wait(lambda e: e["type"] == "session_title", timeout=60)
                 assert (await bob.call("gateway.info"))["owner"] == "bob"
                 order.append("bob")
 
             await asyncio.wait_for(asyncio.gather(batch_answer(), bobs_call()), 60)
             assert order == ["bob", "batch"]  # served between the batch's members, not after its last
         await bob.close()
+        await alice.close()
     finally:
         await gw.stop()
 
