@@ -123,10 +123,6 @@ class SessionManager:
         if not os.path.isabs(cwd):
             raise invalid_params("cwd", "cwd must be an absolute path")
         check_workspace(self.settings, owner, None, cwd)
-        if task_id is not None:
-            task = await self.store.tasks.get(task_id)
-            if task is not None and task.owner != owner:
-                raise invalid_params("task_id", f"task {task_id} not found")
         self._check_live_limit(owner)
         self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
         return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready))
@@ -290,6 +286,13 @@ class SessionManager:
         await self._owned(self._delete(row))
 
     async def _delete(self, row: SessionRow) -> None:
+        # A launch in progress is told to give up and is waited for to the end (it writes the session's rows
+        # until then), so that its agent, if it went live, is stopped before the rows go.
+        await self.launcher.abort(row.id, self.settings.cancel_grace)
+        launch = self.launcher.launches.get(row.id)
+        if launch is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(launch.future)
         live = self.live.get(row.id)
         if live is not None:
             await self._stop_live(live)
