@@ -25,6 +25,7 @@ from agents.profiles import default_state_dir, load_profiles
 
 from .config import ServeConfig
 from .events import EventBus
+from .memory import return_large_buffers
 from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
 from .runtime.workspace import resolved
@@ -120,8 +121,9 @@ class Gateway:
         lock.acquire()
         try:
             tokens, generated = resolve_tokens(config, state_dir)
-            store = await Store.open(state_dir / "gateway.db")
-            bus = EventBus(store, retention=config.event_retention, heartbeat=config.heartbeat_interval)
+            store = await Store.open(state_dir / "gateway.db", max_bytes=config.store_max_bytes)
+            bus = EventBus(store, retention=config.event_retention, heartbeat=config.heartbeat_interval,
+                           retention_bytes=config.event_retention_bytes)
             await bus.open()
             settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
                                 ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,
@@ -163,7 +165,6 @@ class Gateway:
             "# TYPE acp_gateway_connections gauge", f"acp_gateway_connections {len(self.server.connections)}",
             "# TYPE acp_gateway_events_committed_total counter",
             f"acp_gateway_events_committed_total {self.sessions.bus.committed}",
-            "# TYPE acp_gateway_event_head gauge", f"acp_gateway_event_head {self.sessions.bus.head}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -196,6 +197,7 @@ def tune_gc_for_serving() -> None:
 def serve_command(config: ServeConfig, config_file: Path | None = None) -> int:
     logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return_large_buffers()  # a burst's memory goes back to the system (see gateway.memory)
     gateway = Gateway(config, config_file=config_file)
     try:
         asyncio.run(gateway.run())
