@@ -39,7 +39,9 @@ class ServeConfig(BaseModel):
     stop_grace: float = Field(default=2.0, ge=0)
     cancel_grace: float = Field(default=5.0, ge=0)
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    event_retention: int = Field(default=100_000, ge=10)
+    event_retention: int = Field(default=100_000, ge=10)  # events kept per owner
+    event_retention_bytes: int = Field(default=256 << 20, ge=1 << 20)  # and at most this many bytes per owner
+    store_max_bytes: int = Field(default=0, ge=0)  # the database file's cap (0: none); beyond it writes fail -32016
     heartbeat_interval: float = Field(default=25.0, gt=0)  # seconds between heartbeats on a quiet subscription
     request_timeout: float = Field(default=120.0, gt=0)
     initialize_timeout: float = Field(default=60.0, gt=0)

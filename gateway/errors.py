@@ -150,9 +150,10 @@ def unexpected(log: logging.Logger, what: str, exc: BaseException) -> GatewayErr
     return internal_error(error_id)
 
 
-def storage_failed(exc: BaseException) -> GatewayError:
+def storage_failed(exc: BaseException | str) -> GatewayError:
     return GatewayError(STORAGE_FAILED, f"the gateway could not write its state ({exc}): free space (or fix the disk) "
-                        "under its state directory, then try again; nothing it acknowledged was lost",
+                        "under its state directory, or raise store_max_bytes if it is set, then try again; "
+                        "nothing it acknowledged was lost",
                         {"reason": str(exc)})
 
 

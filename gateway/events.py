@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import orjson
 
 from .errors import log_fault, resync_required
-from .store import EventGroup, EventRow, Store
+from .store import EventGroup, EventRow, PruneGoal, Store
 
 log = logging.getLogger(__name__)
 
@@ -89,32 +89,53 @@ Reoffer = Callable[[Subscription, int], Awaitable[None]]
 
 
 class EventBus:
-    PRUNE_EVERY = 1000  # events between retention deletes (each rides along with a group commit)
+    """Event ids count per owner, from 1, gap-free: an owner's cursor says nothing about anyone else's activity.
+    Each owner's journal keeps its newest `retention` events and at most `retention_bytes` (whole group-commit
+    rows, oldest first)."""
 
-    def __init__(self, store: Store, retention: int = 100_000, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+    PRUNE_EVERY = 1000  # events between count-retention deletes (each rides along with a group commit)
+
+    def __init__(self, store: Store, retention: int = 100_000, heartbeat: float = HEARTBEAT_SECONDS,
+                 retention_bytes: int = 256 << 20) -> None:
         self.store = store
         self.retention = retention
+        self.retention_bytes = retention_bytes
         self.heartbeat = heartbeat
         self._subs: dict[str, Subscription] = {}
         self._queue: list[EventRow] = []  # queued in id order, committed as one group
         self._waiters: list[tuple[EventRow, asyncio.Future[EventRow]]] = []
         self._scheduled = False  # a commit callback is due on the loop
         self._in_flight: asyncio.Task[None] | None = None  # a group waiting for the store to be free
-        self._next_id = 1
+        self._floor = 0  # every owner's ids start above it (a journal from before ids were per owner)
+        self._next: dict[str, int] = {}  # owner -> the id its next event gets
+        self._heads: dict[str, int] = {}  # owner -> its newest event committed and handed out
+        self._bytes: dict[str, int] = {}  # owner -> bytes its journal holds (as written; pruning subtracts)
+        self._reserved: dict[str, int] = {}  # owner -> the highest id promised by next_id()
+        self.lost: dict[str, int] = {}  # session id -> its events a failed write lost
         self._pruned_at = 0
-        self.head = 0
         self.reoffer: Reoffer | None = None
         self.committed = 0
 
-    @property
-    def next_id(self) -> int:
-        """The id the next queued event will get: every event queued from now on has this id or a greater one."""
-        return self._next_id
+    def next_id(self, owner: str) -> int:
+        """The id the owner's next queued event will get: each of its events queued from now on has this id or a
+        greater one (a promise: ids lost to a failed write are never handed out again below it)."""
+        next_id = self._next.get(owner, self._floor + 1)
+        self._reserved[owner] = max(self._reserved.get(owner, 0), next_id)
+        return next_id
+
+    def head(self, owner: str) -> int:
+        """The owner's newest event that is committed and handed out: subscribing from it misses nothing."""
+        return self._heads.get(owner, self._floor)
+
+    def journal_bytes(self, owner: str) -> int:
+        return self._bytes.get(owner, 0)
 
     async def open(self) -> None:
-        self._next_id = await self.store.events.next_id()
-        self.head = self._next_id - 1
-        await self.store.events.prune(self.retention)
+        heads, self._floor = await self.store.events.heads()
+        for owner, (head, size) in heads.items():
+            self._next[owner], self._heads[owner], self._bytes[owner] = head + 1, head, size
+            freed = await self.store.events.prune(owner, self._goal(owner, count=True))
+            self._bytes[owner] -= freed
 
     async def close(self) -> None:
         await self.flush()
@@ -143,11 +164,12 @@ class EventBus:
         """Queue an event without waiting: its id and order are fixed now, its commit comes with the next
         group, and subscribers see nothing before it. For streams (session updates) that must not wait one
         commit per event; a failed write is logged. Returns the event's id."""
-        event = EventRow(self._next_id, type_, owner, session_id, task_id, time.time(), data)
+        event_id = self._next.get(owner, self._floor + 1)
+        self._next[owner] = event_id + 1
+        event = EventRow(event_id, type_, owner, session_id, task_id, time.time(), data)
         self._queue.append(event)
         if fut is not None:
             self._waiters.append((event, fut))
-        self._next_id += 1
         if not self._scheduled and self._in_flight is None:
             # A callback, not a task: it runs as soon as the current step (say, the ACP read loop working
             # through one chunk of lines) yields, so a whole chunk is one group and nobody waits a task hop.
@@ -165,45 +187,85 @@ class EventBus:
         group = EventGroup.of(self._queue)
         self._queue = []
         waiters, self._waiters = self._waiters, []
-        prune_through = None
-        if self.committed + len(group.events) - self._pruned_at >= self.PRUNE_EVERY:
-            self._pruned_at = self.committed + len(group.events)
-            prune_through = group.events[-1].id - self.retention
+        prune = self._prune_goals(group)
         if not self.store.events.can_append_now():
-            self._in_flight = asyncio.ensure_future(self._commit_when_free(group, waiters, prune_through))
+            self._in_flight = asyncio.ensure_future(self._commit_when_free(group, waiters, prune))
             return
         try:
-            self.store.events.append_batch_now(group, prune_through)
+            pruned = self.store.events.append_batch_now(group, prune)
         except Exception as exc:
-            self._failed(waiters, exc)
+            self._failed(group, waiters, exc)
             return
-        self._committed(group, waiters)
+        self._committed(group, waiters, pruned)
+
+    def _prune_goals(self, group: EventGroup) -> dict[str, PruneGoal] | None:
+        """Which owners' journals this commit prunes: every owner's by count once in PRUNE_EVERY events, and an
+        owner's by bytes as soon as its journal exceeds `retention_bytes` (down to 90% of it, so that pruning
+        comes in steps, not with every commit)."""
+        goals: dict[str, PruneGoal] = {}
+        by_count = self.committed + len(group.events) - self._pruned_at >= self.PRUNE_EVERY
+        if by_count:
+            self._pruned_at = self.committed + len(group.events)
+        owners = {event.owner for event in group.events}
+        for owner in owners:  # a row per owner holds its frames joined by newlines
+            self._bytes[owner] = self._bytes.get(owner, 0) - 1
+        for frame, event in zip(group.frames, group.events, strict=True):
+            self._bytes[event.owner] += len(frame) + 1
+        for owner in (self._next if by_count else owners):
+            goal = self._goal(owner, by_count)
+            if goal.through > 0 or goal.drop_bytes > 0:
+                goals[owner] = goal
+        return goals or None
+
+    def _goal(self, owner: str, count: bool) -> PruneGoal:
+        excess = self._bytes.get(owner, 0) - self.retention_bytes
+        return PruneGoal(through=self._next.get(owner, self._floor + 1) - 1 - self.retention if count else 0,
+                         drop_bytes=excess + self.retention_bytes // 10 if excess > 0 else 0)
 
     async def _commit_when_free(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
-                                prune_through: int | None) -> None:
+                                prune: dict[str, PruneGoal] | None) -> None:
         try:
-            await self.store.events.append_batch(group, prune_through)
+            pruned = await self.store.events.append_batch(group, prune)
         except Exception as exc:
-            self._failed(waiters, exc)
+            self._failed(group, waiters, exc)
         else:
-            self._committed(group, waiters)
+            self._committed(group, waiters, pruned)
         finally:
             self._in_flight = None
         if self._queue:
             self._hand_in()  # what queued meanwhile, as the next group
 
-    @staticmethod
-    def _failed(waiters: list[tuple[EventRow, asyncio.Future[EventRow]]], exc: Exception) -> None:
+    def _failed(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
+                exc: Exception) -> None:
+        """A group the store refused (a full disk, say): nobody saw its events, and nobody will. Its sessions count
+        the loss (a turn that lost output says so), and each owner's ids are handed out again from the first lost
+        one, so ids stay gap-free — unless an id past it is already in use (queued, or a turn's floor)."""
         log_fault(log, "event journal write failed", exc)
+        first: dict[str, int] = {}
+        for event in group.events:
+            first.setdefault(event.owner, event.id)
+            if event.session_id is not None:
+                self.lost[event.session_id] = self.lost.get(event.session_id, 0) + 1
+        queued = {event.owner for event in self._queue}
+        for owner, event_id in first.items():
+            if owner not in queued and self._reserved.get(owner, 0) <= event_id:
+                self._next[owner] = event_id
+        for frame, event in zip(group.frames, group.events, strict=True):
+            self._bytes[event.owner] -= len(frame) + 1
+        for owner in first:
+            self._bytes[owner] += 1
         for _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
 
-    def _committed(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]]) -> None:
+    def _committed(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
+                   pruned: dict[str, int]) -> None:
         """Fan a committed group out, in id order. Synchronous: a subscribe cannot fall between two events of
-        the group, so `head` moves once, after the whole group was handed out."""
+        the group, so the heads move once, after the whole group was handed out."""
         events = group.events
         self.committed += len(events)
+        for owner, freed in pruned.items():
+            self._bytes[owner] -= freed
         for sub in list(self._subs.values()):
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
@@ -215,7 +277,8 @@ class EventBus:
                         sub.deliver(wanted)
             except Exception:
                 log.exception("subscription %s failed", sub.id)
-        self.head = events[-1].id
+        for event in events:
+            self._heads[event.owner] = event.id
         for event, fut in waiters:
             if not fut.done():
                 fut.set_result(event)
@@ -223,18 +286,18 @@ class EventBus:
     # -- subscriptions -----------------------------------------------------------------
     async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None) -> Subscription:
         """Register now (live events are held), so nothing committed from here on can be missed."""
-        head = self.head
+        head = self.head(owner)
         if since is not None:
             if since > head:
                 raise resync_required("cursor_ahead", f"cursor {since} is ahead of this gateway's journal ({head}): "
                                       "refetch task.session.list and subscribe from its event_cursor", head=head)
-            floor = await self.store.events.horizon()
+            floor = await self.store.events.horizon(owner)
             if since < floor:
                 raise resync_required("too_far_behind", f"cursor {since} is older than the retained journal "
                                       f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
                                       head=head, oldest=floor)
         # No await from here to the registration: every event committed after `until` is held.
-        until = self.head
+        until = self.head(owner)
         sub = Subscription(f"sub-{uuid.uuid4().hex[:12]}", owner, session_id, sink,
                            last_id=until if since is None else since, until=until)
         self._subs[sub.id] = sub
@@ -266,7 +329,7 @@ class EventBus:
     async def _heartbeat(self, sub: Subscription) -> None:
         while sub.id in self._subs:
             await asyncio.sleep(self.heartbeat)
-            sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id, "cursor": self.head}))
+            sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id, "cursor": self.head(sub.owner)}))
 
     def unsubscribe(self, sub_id: str) -> bool:
         sub = self._subs.pop(sub_id, None)

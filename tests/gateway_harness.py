@@ -146,7 +146,7 @@ def agent_log(path: Path) -> list[dict[str, Any]]:
 
 def journal_events(db: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every event in a gateway's journal (read straight from its database), as notification params."""
-    rows = db.execute("SELECT spans, frames FROM journal ORDER BY last_id").fetchall()
+    rows = db.execute("SELECT spans, frames FROM journal ORDER BY rowid").fetchall()  # commit order
     return [orjson.loads(frame)["params"] for spans, frames in rows
             for frame in journal_frames(spans, frames, 0, 1 << 62, None)]
 

@@ -192,12 +192,16 @@ async def test_events_never_cross_owners(gateway: GatewayProcess, env: dict[str,
     bob_log = EventLog(bob)
     await bob.call("task.session.subscribe", {"since": 0})
     await bob_log.wait(lambda e: e["type"] == "caught_up")
+    bobs_cursor = (await bob.call("task.session.list"))["event_cursor"]
     view = await start(alice, env["work"])
     await alice.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "private"})
+    # Event ids count per owner: Alice's activity does not move Bob's cursor (it would tell him she was busy).
+    assert (await bob.call("task.session.list"))["event_cursor"] == bobs_cursor
     mine = await start(bob, env["work"])
     await bob_log.wait(lambda e: e["type"] == "session_status" and e["session_id"] == mine["session_id"]
                        and e["data"]["state"] == "WAITING_FOR_INPUT")
     assert {e["session_id"] for e in bob_log.events if e["session_id"]} == {mine["session_id"]}
+    assert bob_log.ids() == list(range(bobs_cursor + 1, bobs_cursor + 1 + len(bob_log.ids())))  # no gaps
     with pytest.raises(RpcCallError):
         await bob.call("task.session.subscribe", {"session_id": view["session_id"]})
     await alice.close()

@@ -12,7 +12,16 @@ import pytest
 
 from gateway.errors import GatewayError
 from gateway.events import EventBus
-from gateway.store import MIGRATIONS, REPLAY_PAGE, EventGroup, EventRow, Store, journal_frames, journal_rows
+from gateway.store import (
+    MIGRATIONS,
+    REPLAY_PAGE,
+    EventGroup,
+    EventRow,
+    PruneGoal,
+    Store,
+    journal_frames,
+    journal_rows,
+)
 
 
 class Frames:
@@ -101,8 +110,9 @@ async def test_replay_pages_keep_id_order_across_owners_and_commits(tmp_path: Pa
                 expected[owner].append(next_id)
                 next_id += 1
             store.events.append_batch_now(EventGroup.of(rows))
-        head = await store.events.head()
-        assert head == next_id - 1
+        head = next_id - 1
+        assert await store.events.head("a") == expected["a"][-1]
+        assert await store.events.head("b") == expected["b"][-1]
         for owner in ("a", "b"):
             got: list[int] = []
             cursor: int | None = 0
@@ -116,19 +126,86 @@ async def test_replay_pages_keep_id_order_across_owners_and_commits(tmp_path: Pa
         await store.close()
 
 
-async def test_pruning_moves_the_horizon_and_never_loses_a_newer_event(tmp_path: Path) -> None:
+async def test_pruning_moves_each_owners_horizon_and_never_loses_a_newer_event(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "g.db")
     try:
-        # One commit holds owner a's 1, 3, 5 and owner b's 2, 4: pruning through 4 deletes b's row only.
-        store.events.append_batch_now(EventGroup.of([event(i, "a" if i % 2 else "b") for i in range(1, 6)]))
-        store.events.append_batch_now(EventGroup.of([event(6, "a"), event(7, "b")]), prune_through=4)
-        assert await store.events.horizon() == 4
-        assert ids((await store.events.after("a", 4, 7))[0]) == [5, 6]  # every event after the horizon
-        assert ids((await store.events.after("b", 4, 7))[0]) == [7]
-        await store.events.prune(keep=1)  # head 7: through 6
-        assert await store.events.horizon() == 6
-        assert ids((await store.events.after("b", 6, 7))[0]) == [7]
+        store.events.append_batch_now(EventGroup.of([event(i, "a") for i in (1, 2, 3)] + [event(1, "b")]))
+        pruned = store.events.append_batch_now(EventGroup.of([event(4, "a"), event(2, "b")]),
+                                               {"a": PruneGoal(through=3)})
+        assert pruned["a"] > 0 and set(pruned) == {"a"}
+        assert (await store.events.horizon("a"), await store.events.horizon("b")) == (3, 0)
+        assert ids((await store.events.after("a", 3, 4))[0]) == [4]
+        assert ids((await store.events.after("b", 0, 2))[0]) == [1, 2]  # another owner's journal is untouched
+        assert await store.events.prune("b", PruneGoal(through=1)) > 0
+        assert await store.events.horizon("b") == 1
+        assert ids((await store.events.after("b", 1, 2))[0]) == [2]
     finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(("drop_bytes", "horizon", "kept"), [
+    (1, 1, [2, 3, 4]),  # one byte: the oldest whole row
+    (0, 0, [1, 2, 3, 4]),
+    (10**9, 3, [4]),  # more than all: everything but the newest row
+])
+async def test_pruning_by_bytes_drops_the_oldest_rows_and_keeps_the_newest(
+        tmp_path: Path, drop_bytes: int, horizon: int, kept: list[int]) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    try:
+        for i in (1, 2, 3, 4):
+            store.events.append_batch_now(EventGroup.of([event(i, "a")]))
+        size = len(event(1, "a").frame())
+        freed = await store.events.prune("a", PruneGoal(through=0, drop_bytes=drop_bytes))
+        assert freed == pytest.approx(size * (4 - len(kept)), abs=4)
+        assert await store.events.horizon("a") == horizon
+        assert ids((await store.events.after("a", 0, 4))[0]) == kept
+        heads, _floor = await store.events.heads()
+        assert heads["a"].head == 4 and heads["a"].bytes == pytest.approx(size * len(kept), abs=4)
+    finally:
+        await store.close()
+
+
+async def test_event_ids_count_per_owner_and_say_nothing_of_other_owners(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    bus = EventBus(store)
+    await bus.open()
+    try:
+        for i in range(6):
+            bus.enqueue("session_update", "a" if i % 3 else "b", "s", "t", {"n": i})
+        await bus.flush()
+        assert (bus.head("a"), bus.head("b"), bus.head("nobody")) == (4, 2, 0)
+        await bus.close()
+        bus = EventBus(store)
+        await bus.open()  # a restart continues each owner's count
+        assert bus.next_id("a") == 5 and bus.next_id("b") == 3
+        sink = Frames()
+        await bus.start_replay(await bus.subscribe("b", sink, 0, None))
+        assert ids(sink.frames)[:-1] == [1, 2]
+    finally:
+        await bus.close()
+        await store.close()
+
+
+async def test_an_owners_journal_is_bounded_in_bytes(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    limit = 200_000
+    bus = EventBus(store, retention_bytes=limit)
+    await bus.open()
+    try:
+        for i in range(100):  # 100 x 10 kB for owner a: five times its limit
+            bus.enqueue("session_update", "a", "s", "t", {"text": "x" * 10_000, "n": i})
+            bus.enqueue("session_update", "b", "s", "t", {"n": i})
+            await bus.flush()
+        heads, _ = await store.events.heads()
+        assert limit * 0.8 <= heads["a"].bytes <= limit
+        assert bus.journal_bytes("a") == heads["a"].bytes
+        assert heads["b"].head == 100 and await store.events.horizon("b") == 0  # b's small journal is whole
+        horizon = await store.events.horizon("a")
+        frames, _ = await store.events.after("a", horizon, 100)
+        assert ids(frames) == list(range(horizon + 1, 101))  # the newest, without a gap
+        assert await store.events.horizon("a") > 0
+    finally:
+        await bus.close()
         await store.close()
 
 
@@ -141,7 +218,7 @@ async def test_subscribe_behind_the_horizon_must_resync(tmp_path: Path) -> None:
         for i in range(40):
             bus.enqueue("session_update", "o", "s", "t", {"n": i})
             await bus.flush()
-        horizon = await store.events.horizon()
+        horizon = await store.events.horizon("o")
         assert horizon >= 40 - 10 - bus.PRUNE_EVERY
         with pytest.raises(GatewayError) as err:
             await bus.subscribe("o", Frames(), horizon - 1, None)
@@ -170,8 +247,9 @@ async def test_migration_5_keeps_the_old_events_and_their_horizon(tmp_path: Path
     db.close()
     store = await Store.open(path)
     try:
-        assert await store.events.head() == 9
-        assert await store.events.horizon() == 6
+        assert await store.events.head("o") == 9
+        assert await store.events.horizon("o") == 6
+        assert await store.events.head("another") == 6  # an owner new to the journal starts above the old ids
         frames, cursor = await store.events.after("o", 6, 9)
         assert cursor is None
         params = [orjson.loads(f)["params"] for f in frames]
@@ -199,7 +277,7 @@ async def test_the_wal_is_checkpointed_off_the_loop_and_stays_bounded(tmp_path: 
             await store.checkpoint_done()
         wal = tmp_path / "g.db-wal"
         assert wal.stat().st_size < 2 * limit, wal.stat().st_size
-        assert await store.events.head() == next_id - 1
+        assert await store.events.head("o") == next_id - 1
     finally:
         await store.close()
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 from gateway.store import MIGRATIONS
+from gateway.store.repos import SESSIONS_WITH_TASKS
 
 STARTUP_LOOKUPS = [
-    ("SELECT s.id FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.state = 'RUNNING'", "sessions_running"),
+    (f"SELECT s.id {SESSIONS_WITH_TASKS} WHERE s.state = 'RUNNING'", "sessions_running"),
     ("SELECT e.session_id FROM executors e WHERE e.status = 'running' AND (e.instance_id IS NULL "
      "OR e.instance_id != 'x')", "executors_running"),
 ]

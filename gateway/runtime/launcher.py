@@ -210,7 +210,7 @@ class Launcher:
                                       f"The agent no longer knew session {token} ({result.failure_class}); "
                                       f"a fresh session {result.session_id} was started.")
         has_history = await self.store.history.exists(row.id)
-        task = await self.store.tasks.get(row.task_id)
+        task = await self.store.tasks.get(row.owner, row.task_id)
         boot = decide_boot(BootFacts(
             first_launch=first_launch, has_description=bool(task and task.description),
             started_fresh=started_fresh, history_context_injection=profile.history_context_injection,

@@ -18,7 +18,7 @@ from typing import Any
 
 from acp.errors import RpcError, TransportError
 
-from ..errors import GatewayError, agent_failed, busy, not_resumable, unexpected
+from ..errors import GatewayError, agent_failed, busy, not_resumable, storage_failed, unexpected
 from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, Store
 from .broker import PermissionBroker
@@ -106,7 +106,7 @@ class TurnRunner:
                         *(b for b in blocks if b.get("type") != "text")]
             # RUNNING is stored before `turn_started` can be seen, with a floor of its id: a restart then knows
             # whether this turn's `turn_started` was committed (and so owes a `turn_ended`) by reading from there.
-            row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=self.bus.next_id)
+            row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=self.bus.next_id(row.owner))
             await self.writer.publish(row, "turn_started", {"prompt": blocks})
             await self.writer.stage(row, "prompting")
         except Exception as exc:
@@ -115,10 +115,16 @@ class TurnRunner:
             await self._close(live, row, end)
             assert end.raise_ is not None
             raise end.raise_ from None
+        lost_before = (self.bus.lost.get(row.id, 0), live.history.failures)
         end = await self._ask_agent(live, row, sent)
         await self._close(live, row, end)
         if end.raise_ is not None:
             raise end.raise_
+        if (self.bus.lost.get(row.id, 0), live.history.failures) != lost_before:
+            # The agent finished, but the store refused part of what it said: an `end_turn` would claim a
+            # turn that nobody can replay. Its end is recorded; its lost output is named here.
+            raise storage_failed(f"the turn of session {row.id} ended ({end.stop_reason}), but part of its output "
+                                 "is in neither its history nor its events")
         return {"stop_reason": end.stop_reason}
 
     async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]]) -> TurnEnd:
@@ -186,7 +192,8 @@ class TurnRunner:
         if floor is None:  # stored by a gateway before the runtime: a turn_started is there to close
             types = ["turn_started"]
         else:
-            types = await self.store.events.types_after(row.owner, row.id, TURN_EVENTS, floor - 1, self.bus.head)
+            types = await self.store.events.types_after(row.owner, row.id, TURN_EVENTS, floor - 1,
+                                                        self.bus.head(row.owner))
         if owes_turn_ended(types):
             await self.store.history.append(row.id, [HistoryEntry("turn_interrupted", INTERRUPTED_MESSAGE)])
             await self.writer.publish(row, "turn_ended", {"stop_reason": "interrupted",

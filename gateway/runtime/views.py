@@ -105,7 +105,7 @@ class SessionViews:
                 before = -1
             if not 0 <= before < 2**63:  # SQLite's integers: anything else is not a cursor we issued
                 raise invalid_params("cursor", "cursor is not one this gateway issued")
-        event_cursor = self.bus.head  # committed and handed out: subscribing from it misses nothing
+        event_cursor = self.bus.head(owner)  # committed and handed out: subscribing from it misses nothing
         rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]

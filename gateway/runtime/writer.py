@@ -86,6 +86,7 @@ class HistoryWriter:
         self.session_id = session_id
         self._pending: list[HistoryEntry] = []
         self._task: asyncio.Task[None] | None = None
+        self.failures = 0  # writes the store refused: a turn that lost history says so
 
     def add(self, entries: list[HistoryEntry]) -> None:
         if not entries:
@@ -100,6 +101,7 @@ class HistoryWriter:
             try:
                 await self.store.history.append(self.session_id, batch)
             except Exception as exc:
+                self.failures += 1
                 log_fault(log, f"session {self.session_id}: history not written", exc)
 
     async def idle(self) -> None:

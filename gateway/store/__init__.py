@@ -24,7 +24,7 @@ from typing import Any
 import aiosqlite
 
 from ..errors import is_storage_error
-from .journal import JournalWriter, journal_frames, journal_rows
+from .journal import JournalWriter, PruneGoal, journal_frames, journal_rows
 from .migrations import MIGRATIONS
 from .repos import (
     REPLAY_PAGE,
@@ -37,12 +37,37 @@ from .repos import (
     SessionRepo,
     TaskRepo,
 )
-from .rows import EventGroup, EventRow, ExecutorRow, HistoryEntry, SessionRow, StoredHistory, TaskRow
+from .rows import (
+    EventGroup,
+    EventRow,
+    ExecutorRow,
+    HistoryEntry,
+    JournalHead,
+    SessionRow,
+    StoredHistory,
+    TaskRow,
+)
 
-__all__ = ["MIGRATIONS", "REPLAY_PAGE", "EventGroup", "EventRow", "ExecutorRow", "HistoryEntry", "JournalWriter",
+__all__ = ["MIGRATIONS", "REPLAY_PAGE", "EventGroup", "EventRow", "ExecutorRow", "HistoryEntry", "JournalHead",
+           "JournalWriter", "PruneGoal",
            "SessionRow", "Store", "StoredHistory", "TaskRow", "journal_frames", "journal_rows"]
 
 log = logging.getLogger(__name__)
+
+
+async def _reclaimable(db: aiosqlite.Connection, path: Path) -> None:
+    """Make the file give back the pages that deletes free (`Store.reclaim`). A new file only needs the
+    setting before its first table; a file made before it needs one VACUUM, which rewrites it (once)."""
+    async with db.execute("PRAGMA auto_vacuum") as cur:
+        row = await cur.fetchone()
+    if row is not None and row[0] == 2:
+        return
+    await db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    async with db.execute("SELECT count(*) FROM sqlite_master") as cur:
+        row = await cur.fetchone()
+    if row is not None and row[0]:
+        log.info("rewriting %s once so that deleted sessions give their space back (VACUUM)", path)
+        await db.execute("VACUUM")
 
 
 class Store:
@@ -54,6 +79,8 @@ class Store:
         self._lock = asyncio.Lock()
         self._checkpoint: asyncio.Task[None] | None = None
         self.failure: str | None = None  # the last write's storage fault, until a write succeeds again
+        self._reclaim: asyncio.Task[None] | None = None
+        self.max_pages = 0  # the file's cap in pages (0: none)
         self.tasks = TaskRepo(self)
         self.sessions = SessionRepo(self)
         self.executors = ExecutorRepo(self)
@@ -64,19 +91,29 @@ class Store:
         self.instances = InstanceRepo(self)
 
     @classmethod
-    async def open(cls, path: Path) -> Store:
+    async def open(cls, path: Path, max_bytes: int = 0) -> Store:
+        """Open (creating and migrating) the store at `path`. `max_bytes` > 0 caps the database file: a write
+        that would grow it further fails as a full disk does (STORAGE_FAILED), whatever room the disk has."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not path.exists()
         db = await aiosqlite.connect(str(path), isolation_level=None)
         if fresh:
             os.chmod(path, 0o600)
+        await db.execute("PRAGMA busy_timeout=5000")
+        await _reclaimable(db, path)
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
-        await db.execute("PRAGMA foreign_keys=ON")
-        await db.execute("PRAGMA busy_timeout=5000")
         store = cls(db, path)
         await store._migrate()
+        await db.execute("PRAGMA foreign_keys=ON")
         store.journal = JournalWriter(path)
+        if max_bytes > 0:
+            async with db.execute("PRAGMA page_size") as cur:
+                row = await cur.fetchone()
+            pages = max(1, max_bytes // int(row[0] if row else 4096))
+            await db.execute(f"PRAGMA max_page_count = {pages}")
+            store.journal.cap_pages(pages)
+            store.max_pages = pages
         return store
 
     async def _migrate(self) -> None:
@@ -88,13 +125,25 @@ class Store:
                 f"database {self.path} has schema version {version}, newer than this gateway "
                 f"({len(MIGRATIONS)}): upgrade the gateway"
             )
+        # Foreign keys are off while migrating (they are turned on after): a migration that rebuilds a table drops
+        # the old one, which with them on would cascade into every row that refers to it. Each migration checks
+        # them itself before it commits.
         for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
             async with self.transaction() as db:
                 for statement in filter(str.strip, script.split(";")):
                     await db.execute(statement)
+                async with db.execute("PRAGMA foreign_key_check") as cur:
+                    broken = list(await cur.fetchall())
+                if broken:
+                    raise RuntimeError(f"migration {number} of {self.path} left rows without their parent: "
+                                       f"{broken[:5]}")
                 await db.execute(f"PRAGMA user_version = {number}")
 
     async def close(self) -> None:
+        if self._reclaim is not None:
+            self._reclaim.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reclaim
         await self.checkpoint_done()
         if self.journal is not None:
             self.journal.close()
@@ -123,6 +172,33 @@ class Store:
                 await cur.fetchall()
         except Exception:
             log.exception("WAL checkpoint failed (the next one retries)")
+
+    RECLAIM_PAGES = 256  # pages given back per step (1 MiB at 4 KiB): a short write, then others get the store
+
+    def reclaim_soon(self) -> None:
+        """Give the pages that deletes freed back to the file system, a step at a time, unless that already runs
+        (called after a session is deleted and after the journal is pruned)."""
+        if self._reclaim is None or self._reclaim.done():
+            self._reclaim = asyncio.ensure_future(self._run_reclaim())
+
+    async def _run_reclaim(self) -> None:
+        try:
+            while True:
+                async with self._lock:
+                    async with self.db.execute("PRAGMA freelist_count") as cur:
+                        row = await cur.fetchone()
+                    if not row or not row[0]:
+                        return
+                    async with self.db.execute(f"PRAGMA incremental_vacuum({self.RECLAIM_PAGES})") as cur:
+                        await cur.fetchall()
+                await asyncio.sleep(0)
+        except Exception as exc:
+            log.warning("giving freed space back failed (the next delete retries): %s", exc)
+
+    async def file_pages(self) -> tuple[int, int]:
+        """(pages in the file, of which free): what the database occupies on disk, WAL aside."""
+        row = await self.fetchone("SELECT * FROM pragma_page_count, pragma_freelist_count")
+        return int(row[0]), int(row[1])
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -156,7 +232,24 @@ class Store:
             if is_storage_error(exc):
                 self.failure = str(exc)
             raise
-        self.failure = None
+        if self.failure is not None and self._has_room():
+            self.failure = None
+
+    ROOM_BYTES = 1 << 20
+
+    def _has_room(self) -> bool:
+        """After a refused write, a small write may still succeed in pages the file has: the store counts as
+        healthy again only once it has room to grow (1 MiB on the disk and under `max_bytes`)."""
+        try:
+            disk = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        if disk.f_bavail * disk.f_frsize < self.ROOM_BYTES:
+            return False
+        if self.max_pages and self.journal is not None:
+            pages, free, size = self.journal.page_counts()
+            return (self.max_pages - pages + free) * size >= self.ROOM_BYTES
+        return True
 
     def health(self) -> str | None:
         """None while writes succeed; else the fault, until a write succeeds again. (A probe write proves little:

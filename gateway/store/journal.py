@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from .rows import EventGroup, EventRow
+
+
+@dataclass(frozen=True)
+class PruneGoal:
+    """What to prune of one owner's journal: the rows ending at or before `through` (the count retention),
+    then, oldest first, rows until `drop_bytes` are gone (the byte retention)."""
+
+    through: int
+    drop_bytes: int = 0
 
 
 def journal_rows(group: EventGroup) -> list[tuple[int, int, str, bytes, bytes]]:
@@ -60,7 +70,7 @@ class JournalWriter:
     thread (a writer thread was tried: SQLite releases the GIL on every row, and the two threads
     fought over it, costing more than it saved). It may only write while no other statement holds
     the store (`Store._lock`), so it never busy-waits on SQLite's write lock with the loop blocked.
-    Retention deletes ride in the same transaction as the inserts.
+    Retention deletes ride in the same transaction as the inserts; each owner's journal is pruned on its own.
     """
 
     CHECKPOINT_BYTES = 4 << 20  # SQLite's own default: about 1000 pages
@@ -72,21 +82,32 @@ class JournalWriter:
         self._conn.execute("PRAGMA wal_autocheckpoint=0")  # Store.start_checkpoint does it off the loop
         self.unchecked_bytes = 0  # written to the WAL since the last checkpoint was started
 
-    def append(self, group: EventGroup, prune_through: int | None = None) -> None:
-        """Commit a group (ids assigned by the caller, ascending) as one row per owner, and delete the rows
-        that end at or before `prune_through`, in one transaction."""
+    def cap_pages(self, pages: int) -> None:
+        """The database file's size limit (`Store.open`'s `max_bytes`) holds on this connection too."""
+        if self._conn is not None:
+            self._conn.execute(f"PRAGMA max_page_count = {int(pages)}")
+
+    def page_counts(self) -> tuple[int, int, int]:
+        """(pages in the file, of them free, page size)."""
+        if self._conn is None:
+            return 0, 0, 4096
+        row = self._conn.execute("SELECT * FROM pragma_page_count, pragma_freelist_count, pragma_page_size").fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None = None) -> dict[str, int]:
+        """Commit a group (ids assigned by the caller, ascending per owner) as one row per owner, and prune
+        the owners named in `prune`, in one transaction. Returns the bytes pruned per owner."""
         with self._transaction() as conn:
             values = journal_rows(group)
-            conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames) VALUES (?, ?, ?, ?, ?)",
-                             values)
+            conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames, size) "
+                             "VALUES (?, ?, ?, ?, ?, length(?5))", values)
             self.unchecked_bytes += sum(len(v[4]) for v in values)
-            if prune_through is not None:
-                self._delete_through(conn, prune_through)
+            return {owner: self._prune(conn, owner, goal) for owner, goal in (prune or {}).items()}
 
-    def prune(self, through: int) -> None:
-        """Delete the rows that end at or before `through`, in a transaction of its own."""
+    def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:
+        """Prune in a transaction of its own. Returns the bytes pruned per owner."""
         with self._transaction() as conn:
-            self._delete_through(conn, through)
+            return {owner: self._prune(conn, owner, goal) for owner, goal in prune.items()}
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -104,10 +125,27 @@ class JournalWriter:
             raise
 
     @staticmethod
-    def _delete_through(conn: sqlite3.Connection, through: int) -> None:
-        if through > 0:
-            conn.execute("DELETE FROM journal WHERE last_id <= ?", (through,))
-            conn.execute("UPDATE journal_horizon SET through = max(through, ?)", (through,))
+    def _prune(conn: sqlite3.Connection, owner: str, goal: PruneGoal) -> int:
+        """Delete the owner's oldest rows, whole rows at a time: those ending at or before `goal.through`, then
+        more until `goal.drop_bytes` are gone, never the newest row. Moves the owner's horizon; returns the
+        bytes deleted."""
+        through = goal.through
+        if goal.drop_bytes > 0:
+            newest = conn.execute("SELECT MAX(last_id) FROM journal WHERE owner = ?", (owner,)).fetchone()[0]
+            dropped = 0
+            for last_id, size in conn.execute("SELECT last_id, size FROM journal WHERE owner = ? AND last_id < ? "
+                                              "ORDER BY last_id", (owner, newest or 0)).fetchall():
+                through, dropped = max(through, last_id), dropped + size
+                if dropped >= goal.drop_bytes:
+                    break
+        if through <= 0:
+            return 0
+        freed = conn.execute("SELECT COALESCE(SUM(size), 0) FROM journal WHERE owner = ? AND last_id <= ?",
+                             (owner, through)).fetchone()[0]
+        conn.execute("DELETE FROM journal WHERE owner = ? AND last_id <= ?", (owner, through))
+        conn.execute("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT(owner) DO UPDATE SET "
+                     "through = max(through, excluded.through)", (owner, through))
+        return int(freed)
 
     def close(self) -> None:
         if self._conn is not None:

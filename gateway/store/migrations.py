@@ -148,4 +148,71 @@ MIGRATIONS: list[str] = [
     CREATE INDEX sessions_running ON sessions(state) WHERE state = 'RUNNING';
     CREATE INDEX executors_running ON executors(status) WHERE status = 'running'
     """,
+    # 9: task ids belong to their owner, as session ids do: two owners may both name a task "build", and a
+    # foreign owner's task id is nobody's business (as a global key, naming one answered "not found" or
+    # started a session, which told whether it existed). The tables are rebuilt (SQLite cannot change a
+    # key in place) with foreign keys off, checked before the commit (`Store._migrate`).
+    """
+    CREATE TABLE tasks_new (
+        id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        title TEXT,
+        description TEXT,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (owner, id)
+    );
+    INSERT INTO tasks_new SELECT id, owner, title, description, state, created_at, updated_at FROM tasks;
+    DROP TABLE tasks;
+    ALTER TABLE tasks_new RENAME TO tasks;
+    CREATE TABLE sessions_new (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        task_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        title TEXT,
+        state TEXT NOT NULL,
+        error_message TEXT,
+        recovery_pending INTEGER NOT NULL DEFAULT 0,
+        needs_resume_context INTEGER NOT NULL DEFAULT 0,
+        launched INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        turn_event_id INTEGER,
+        FOREIGN KEY (owner, task_id) REFERENCES tasks(owner, id)
+    );
+    INSERT INTO sessions_new SELECT seq, id, task_id, owner, agent, cwd, title, state, error_message, recovery_pending,
+        needs_resume_context, launched, created_at, updated_at, turn_event_id FROM sessions;
+    DROP TABLE sessions;
+    ALTER TABLE sessions_new RENAME TO sessions;
+    CREATE INDEX sessions_by_owner ON sessions(owner, seq);
+    CREATE INDEX sessions_running ON sessions(state) WHERE state = 'RUNNING';
+    CREATE INDEX sessions_by_task ON sessions(owner, task_id)
+    """,
+    # 10: event ids count per owner (each owner's journal is gap-free, and one owner's ids say nothing of
+    # another's activity), and the journal is bounded in bytes as well as events: a row records its size,
+    # and the horizon (what may have been pruned) is kept per owner. The old global horizon stays as
+    # owner '*', a floor for every owner: ids already handed out are never handed out again.
+    """
+    CREATE TABLE journal_new (
+        owner TEXT NOT NULL,
+        first_id INTEGER NOT NULL,
+        last_id INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        spans TEXT NOT NULL,
+        frames BLOB NOT NULL
+    );
+    INSERT INTO journal_new (owner, first_id, last_id, size, spans, frames)
+        SELECT owner, first_id, last_id, length(frames), spans, frames FROM journal ORDER BY first_id;
+    DROP TABLE journal;
+    ALTER TABLE journal_new RENAME TO journal;
+    CREATE UNIQUE INDEX journal_by_owner ON journal(owner, last_id);
+    CREATE TABLE horizon_new (owner TEXT PRIMARY KEY, through INTEGER NOT NULL);
+    INSERT INTO horizon_new SELECT '*', through FROM journal_horizon;
+    DROP TABLE journal_horizon;
+    ALTER TABLE horizon_new RENAME TO journal_horizon
+    """,
 ]

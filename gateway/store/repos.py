@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .journal import JournalWriter, journal_frames
+from .journal import JournalWriter, PruneGoal, journal_frames
 from .rows import (
     EXECUTOR_COLUMNS,
     SESSION_COLUMNS,
     EventGroup,
     ExecutorRow,
     HistoryEntry,
+    JournalHead,
     SessionRow,
     StoredHistory,
     TaskRow,
@@ -28,15 +29,20 @@ if TYPE_CHECKING:
     from . import Store
 
 
+# A session row with its task: task ids are per owner.
+SESSIONS_WITH_TASKS = "FROM sessions s JOIN tasks t ON t.owner = s.owner AND t.id = s.task_id"
+
+
 class _Repo:
     def __init__(self, store: Store) -> None:
         self.store = store
 
 
 class TaskRepo(_Repo):
-    async def get(self, task_id: str) -> TaskRow | None:
+    async def get(self, owner: str, task_id: str) -> TaskRow | None:
+        """The owner's task of that id: task ids are per owner (another owner's task is not there)."""
         row = await self.store.fetchone("SELECT id, owner, title, description, state, created_at, updated_at "
-                                        "FROM tasks WHERE id = ?", (task_id,))
+                                        "FROM tasks WHERE owner = ? AND id = ?", (owner, task_id))
         return TaskRow(*row) if row else None
 
 
@@ -65,7 +71,7 @@ class SessionRepo(_Repo):
         return row
 
     async def get(self, session_id: str, owner: str | None = None) -> SessionRow | None:
-        sql = f"SELECT {SESSION_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = ?"
+        sql = f"SELECT {SESSION_COLUMNS} {SESSIONS_WITH_TASKS} WHERE s.id = ?"
         params: list[Any] = [session_id]
         if owner is not None:
             sql += " AND s.owner = ?"
@@ -78,7 +84,7 @@ class SessionRepo(_Repo):
         call needs, in one read (a status call is the frontends' most frequent one)."""
         row = await self.store.fetchone(
             f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS}, (SELECT COUNT(*) FROM permissions p "
-            "WHERE p.session_id = s.id AND p.state = 'pending') FROM sessions s JOIN tasks t ON t.id = s.task_id "
+            f"WHERE p.session_id = s.id AND p.state = 'pending') {SESSIONS_WITH_TASKS} "
             "LEFT JOIN executors e ON e.session_id = s.id WHERE s.id = ? AND s.owner = ?", (session_id, owner))
         if row is None:
             return None
@@ -86,13 +92,13 @@ class SessionRepo(_Repo):
 
     async def running(self) -> list[SessionRow]:
         """Sessions stored as RUNNING: at start-up, the turns a crashed instance left open."""
-        rows = await self.store.fetchall(f"SELECT {SESSION_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id "
+        rows = await self.store.fetchall(f"SELECT {SESSION_COLUMNS} {SESSIONS_WITH_TASKS} "
                                          "WHERE s.state = 'RUNNING'")
         return [session_row(r) for r in rows]
 
     async def list(self, owner: str, *, states: Iterable[str] | None, before_seq: int | None,
                    limit: int) -> list[tuple[SessionRow, ExecutorRow | None]]:
-        sql = (f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS} FROM sessions s JOIN tasks t ON t.id = s.task_id "
+        sql = (f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS} {SESSIONS_WITH_TASKS} "
                "LEFT JOIN executors e ON e.session_id = s.id WHERE s.owner = ?")
         params: list[Any] = [owner]
         if before_seq is not None:
@@ -125,20 +131,22 @@ class SessionRepo(_Repo):
         async with self.store.transaction() as db:
             await db.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*params, session_id))
             if task_state is not None:
-                await db.execute("UPDATE tasks SET state = ?, updated_at = ? WHERE id = "
-                                 "(SELECT task_id FROM sessions WHERE id = ?)", (task_state, now, session_id))
+                await db.execute("UPDATE tasks SET state = ?, updated_at = ? WHERE (owner, id) = "
+                                 "(SELECT owner, task_id FROM sessions WHERE id = ?)", (task_state, now, session_id))
 
     async def delete(self, session_id: str) -> None:
         async with self.store.transaction() as db:
-            row = await (await db.execute("SELECT task_id FROM sessions WHERE id = ?", (session_id,))).fetchone()
+            row = await (await db.execute("SELECT owner, task_id FROM sessions WHERE id = ?",
+                                          (session_id,))).fetchone()
             await db.execute("DELETE FROM history WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM executors WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if row:
-                await db.execute("DELETE FROM tasks WHERE id = ? AND NOT EXISTS "
-                                 "(SELECT 1 FROM sessions WHERE task_id = ?)", (row[0], row[0]))
+                await db.execute("DELETE FROM tasks WHERE owner = ? AND id = ? AND NOT EXISTS "
+                                 "(SELECT 1 FROM sessions WHERE owner = ? AND task_id = ?)", (*row, *row))
+        self.store.reclaim_soon()
 
 
 class ExecutorRepo(_Repo):
@@ -232,42 +240,56 @@ class EventRepo(_Repo):
         """True when no other statement holds the store, so `append_batch_now` may write at once."""
         return not self.store._lock.locked()
 
-    def append_batch_now(self, group: EventGroup, prune_through: int | None = None) -> None:
+    def append_batch_now(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None = None) -> dict[str, int]:
         """One transaction for a whole batch (group commit), written synchronously: only when
-        `can_append_now()`, which nothing can change before this returns."""
+        `can_append_now()`, which nothing can change before this returns. Returns the bytes pruned per owner."""
         if self.store._lock.locked():
             raise RuntimeError("append_batch_now while the store is busy: use append_batch")
-        self._append(group, prune_through)
+        return self._append(group, prune)
 
-    async def append_batch(self, group: EventGroup, prune_through: int | None = None) -> None:
+    async def append_batch(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None = None) -> dict[str, int]:
         """The same, waiting for the store when another statement holds it."""
         async with self.store._lock:
-            self._append(group, prune_through)
+            return self._append(group, prune)
 
     def _journal(self) -> JournalWriter:
         if self.store.journal is None:
             raise RuntimeError("the store is closed")
         return self.store.journal
 
-    def _append(self, group: EventGroup, prune_through: int | None) -> None:
+    def _append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[str, int]:
         journal = self._journal()
         with self.store.watching():
-            journal.append(group, prune_through)
+            pruned = journal.append(group, prune)
         if journal.unchecked_bytes >= journal.CHECKPOINT_BYTES:
             self.store.start_checkpoint()
+        if any(pruned.values()):
+            self.store.reclaim_soon()
+        return pruned
 
-    async def head(self) -> int:
-        row = await self.store.fetchone("SELECT MAX(last_id) FROM journal")
-        return int(row[0] or 0)
+    async def heads(self) -> tuple[dict[str, JournalHead], int]:
+        """Each owner's head (its newest id ever handed out: pruning never goes past it) and bytes stored, and the
+        floor every owner's ids start above (the ids of a journal from before ids were per owner)."""
+        floor_row = await self.store.fetchone("SELECT through FROM journal_horizon WHERE owner = '*'")
+        floor = int(floor_row[0]) if floor_row else 0
+        heads: dict[str, JournalHead] = {}
+        for owner, last, size in await self.store.fetchall(
+                "SELECT owner, MAX(last_id), SUM(size) FROM journal GROUP BY owner"):
+            heads[owner] = JournalHead(max(int(last), floor), int(size))
+        horizons = await self.store.fetchall("SELECT owner, through FROM journal_horizon WHERE owner != '*'")
+        for owner, through in horizons:
+            known = heads.get(owner, JournalHead(floor, 0))
+            heads[owner] = JournalHead(max(known.head, int(through)), known.bytes)
+        return heads, floor
 
-    async def next_id(self) -> int:
-        """Past the journal's head: pruning always keeps the newest events, so ids never repeat."""
-        return await self.head() + 1
+    async def head(self, owner: str) -> int:
+        heads, floor = await self.heads()
+        return heads[owner].head if owner in heads else floor
 
-    async def horizon(self) -> int:
-        """Every event with a greater id is in the journal; those up to it may have been pruned."""
-        row = await self.store.fetchone("SELECT through FROM journal_horizon")
-        return int(row[0]) if row else 0
+    async def horizon(self, owner: str) -> int:
+        """Every event of the owner with a greater id is in the journal; those up to it may have been pruned."""
+        row = await self.store.fetchone("SELECT MAX(through) FROM journal_horizon WHERE owner IN (?, '*')", (owner,))
+        return int(row[0]) if row and row[0] is not None else 0
 
     async def after(self, owner: str, since: int, until: int, session_id: str | None = None,
                     window: int = 5000) -> tuple[list[bytes], int | None]:
@@ -294,11 +316,14 @@ class EventRepo(_Repo):
                     found.append(type_)
         return found
 
-    async def prune(self, keep: int) -> None:
-        """Keep (at least) the newest `keep` events: the retention horizon, a whole row at a time."""
-        through = await self.head() - keep
+    async def prune(self, owner: str, goal: PruneGoal) -> int:
+        """Prune one owner's journal now (see `PruneGoal`); returns the bytes deleted."""
         async with self.store._lock:
-            self._journal().prune(through)
+            with self.store.watching():
+                freed = self._journal().prune({owner: goal})[owner]
+        if freed:
+            self.store.reclaim_soon()
+        return freed
 
 
 class PermissionRepo(_Repo):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -114,6 +114,13 @@ SESSION_COLUMNS = (
 def session_row(row: Sequence[Any]) -> SessionRow:
     return SessionRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], bool(row[9]),
                       bool(row[10]), bool(row[11]), row[12], row[13], row[14], row[15])
+
+
+class JournalHead(NamedTuple):
+    """One owner's journal at start-up: its newest id and the bytes its rows hold."""
+
+    head: int
+    bytes: int
 
 
 @dataclass(slots=True)
