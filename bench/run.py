@@ -95,20 +95,21 @@ def flood_profile(agents: Path) -> None:
                                      "native_session_resume = true\n")
 
 
-async def lean_subscriber(gw: Gateway, session_id: str) -> Any:
-    """A raw WebSocket subscribed to one session, as lean as the bare relay's client: the relay is what differs."""
+async def lean_subscriber(gw: Gateway, session_id: str, batch: bool = False) -> Any:
+    """A raw WebSocket subscribed to one session, as lean as the bare relay's client: the relay is what differs.
+    `batch`: it accepts a backlog as one JSON array (subscribe {batch: true}); by default, a message per event."""
     c = await websockets.connect(f"{gw.url}?token={TOKEN}", max_size=None)
     await c.send(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "task.session.subscribe",
-                               "params": {"session_id": session_id}}).decode())
+                               "params": {"session_id": session_id, "batch": batch}}).decode())
     await c.recv()
     return c
 
 
-async def relay(gw: Gateway, subscribers: int, count: int) -> list[float]:
+async def relay(gw: Gateway, subscribers: int, count: int, batch: bool = False) -> list[float]:
     """Rate (updates/s) each subscriber received a flood at, committed before published."""
     admin = await GatewayClient.connect(gw.url, TOKEN)
     view = await admin.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
-    subs = [await lean_subscriber(gw, view["session_id"]) for _ in range(subscribers)]  # they count, not decode
+    subs = [await lean_subscriber(gw, view["session_id"], batch) for _ in range(subscribers)]  # they count, not decode
     done_at: list[float] = []
 
     async def count_updates(c: Any) -> None:
@@ -340,11 +341,13 @@ async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     gw = Gateway(tmp / "relay", agents).start()
     await relay(gw, 1, N_UPDATES // 10)  # warm-up: imports, first journal pages, the SQLite cache
     one: list[float] = []
+    batched: list[float] = []
     bare: list[float] = []
     sdk: list[float] = []
-    # Interleaved, one run of each per round, so a machine that slows down mid-bench slows all three.
+    # Interleaved, one run of each per round, so a machine that slows down mid-bench slows all of them.
     for _ in range(RUNS):
         one.append((await relay(gw, 1, N_UPDATES))[0])
+        batched.append((await relay(gw, 1, N_UPDATES, batch=True))[0])
         bare.append(await bare_relay(N_UPDATES))
         rate = sdk_rate(N_UPDATES)
         if rate is not None:
@@ -360,6 +363,8 @@ async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                     statistics.median(ten_each) >= 0.5 * statistics.median(one), "1 subscriber"))
     rows.append(row("relay throughput, 1 subscriber", one, bare, "upd/s", "≥ 0.7× bare relay",
                     statistics.median(one) >= 0.7 * statistics.median(bare), "bare asyncio→websockets relay"))
+    rows.append(row("relay, 1 subscriber with subscribe {batch: true}", batched, one, "upd/s", "reported", True,
+                    "1 subscriber, a message per event (the default)"))
 
 
 async def latency_section(tmp: Path, agents: Path, rows: list[str]) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from agents.profiles import ProfileError, adhoc_profile, load_profiles
 
+from . import __version__
+
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
@@ -19,6 +21,7 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="acp-gateway", description="ACP session gateway")
+    parser.add_argument("--version", action="version", version=f"acp-gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="one-shot headless ACP client: launch, restore or start, prompt, report",
                          usage="acp-gateway run (--agent ID | -- CMD ARGS...) [--agents-dir DIR] [--cwd DIR] "

@@ -212,12 +212,14 @@ class OwnerSessionClient:
     async def _subscribe(self) -> None:
         assert self.conn is not None
         try:
-            await self.conn.call("task.session.subscribe", {} if self.cursor is None else {"since": self.cursor})
+            # This client takes a backlog as one array (one receive for hundreds of events).
+            await self.conn.call("task.session.subscribe",
+                                 {"batch": True} if self.cursor is None else {"since": self.cursor, "batch": True})
         except RpcCallError as err:
             if err.code != RESYNC_REQUIRED:
                 raise
             await self._reconcile(resync=True)
-            await self.conn.call("task.session.subscribe", {"since": self.cursor})
+            await self.conn.call("task.session.subscribe", {"since": self.cursor, "batch": True})
 
     async def _consume(self) -> None:
         assert self.conn is not None

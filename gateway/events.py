@@ -44,8 +44,9 @@ def _consume_exception(fut: asyncio.Future[EventRow]) -> None:
 class Sink(Protocol):
     def send(self, frame: bytes) -> None: ...
 
-    def send_many(self, frames: list[bytes], message: bytes | None = None) -> None:
-        """Frames in order; `message`, when given, is them already joined as one JSON array."""
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False) -> None:
+        """Frames in order, each its own message; with `batch`, several may go as one JSON array (`message`, when
+        given, is them already joined as one)."""
 
     async def drain(self) -> None:
         """Return once what was sent so far has left (or the sink is gone): replay paces itself by it."""
@@ -62,6 +63,7 @@ class Subscription:
     last_id: int = 0
     until: int = 0
     heartbeat: asyncio.Task[None] | None = None
+    batch: bool = False  # the subscriber accepts several notifications as one JSON array (subscribe {batch: true})
 
     def wants(self, event: EventRow) -> bool:
         return event.owner == self.owner and (self.session_id is None or event.session_id == self.session_id)
@@ -79,9 +81,9 @@ class Subscription:
                 return
         self.last_id = events[-1].id
         if group is not None:
-            self.sink.send_many(group.frames, group.message())
+            self.sink.send_many(group.frames, group.message() if self.batch else None, self.batch)
         else:
-            self.sink.send_many([e.frame() for e in events])
+            self.sink.send_many([e.frame() for e in events], None, self.batch)
 
 
 # Called after the journal replay, before `caught_up`: re-offers what is still pending (permissions).
@@ -284,7 +286,8 @@ class EventBus:
                 fut.set_result(event)
 
     # -- subscriptions -----------------------------------------------------------------
-    async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None) -> Subscription:
+    async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None,
+                        batch: bool = False) -> Subscription:
         """Register now (live events are held), so nothing committed from here on can be missed."""
         head = self.head(owner)
         if since is not None:
@@ -299,7 +302,7 @@ class EventBus:
         # No await from here to the registration: every event committed after `until` is held.
         until = self.head(owner)
         sub = Subscription(f"sub-{uuid.uuid4().hex[:12]}", owner, session_id, sink,
-                           last_id=until if since is None else since, until=until)
+                           last_id=until if since is None else since, until=until, batch=batch)
         self._subs[sub.id] = sub
         return sub
 
@@ -311,7 +314,7 @@ class EventBus:
             while cursor is not None and cursor < until:
                 frames, cursor = await self.store.events.after(sub.owner, cursor, until, sub.session_id)
                 if frames:
-                    sub.sink.send_many(frames)
+                    sub.sink.send_many(frames, None, sub.batch)
                     await sub.sink.drain()  # a long replay must not pile up past a slow reader's limit
             sub.last_id = max(sub.last_id, until)
             if self.reoffer is not None:

@@ -100,6 +100,7 @@ class ListParams(Params):
 class SubscribeParams(Params):
     since: int | None = Field(default=None, ge=0, le=MAX_ID)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    batch: bool = False  # several notifications may arrive as one JSON array (many JSON-RPC clients reject those)
 
 
 class UnsubscribeParams(Params):
@@ -203,7 +204,7 @@ class RpcAdapter:
                                  "subscriptions per connection: unsubscribe one first")
         if p.session_id is not None:
             await self.sessions.row(ctx.owner, p.session_id)
-        sub = await self.bus.subscribe(ctx.owner, ctx.sink, p.since, p.session_id)
+        sub = await self.bus.subscribe(ctx.owner, ctx.sink, p.since, p.session_id, p.batch)
         ctx.subscriptions[sub.id] = sub
         # The answer goes out first; the replay follows it on the same connection.
         ctx.after_response.append(lambda: self._start_replay(sub))

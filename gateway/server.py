@@ -246,10 +246,15 @@ class Outbox:
         else:
             self._enqueue(frame, batchable)
 
-    def send_many(self, frames: list[bytes], message: bytes | None = None) -> None:
-        """Event notifications in order; more than one go out as one JSON array (a JSON-RPC batch of
-        notifications): one WebSocket message instead of hundreds, so a burst costs the reader one receive.
-        `message` is that array when the caller has it joined already (shared by every subscriber)."""
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False) -> None:
+        """Event notifications in order, one message each. With `batch` (the subscriber asked for it), more than
+        one go out as one JSON array (a JSON-RPC batch of notifications): one WebSocket message instead of
+        hundreds, so a burst costs the reader one receive. `message` is that array when the caller has it
+        joined already (shared by every subscriber)."""
+        if not batch:
+            for frame in frames:
+                self.send(frame, batchable=False)
+            return
         start = 0
         while start < len(frames) and not self.closed and self._can_write_now():
             end = self._group_end(frames, start)

@@ -33,7 +33,7 @@ class Frames:
     def send(self, frame: bytes) -> None:
         self.frames.append(frame)
 
-    def send_many(self, frames: list[bytes], message: bytes | None = None) -> None:
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False) -> None:
         self.frames += frames
 
     async def drain(self) -> None:
