@@ -25,7 +25,7 @@ async def test_a_stock_client_receives_events_one_per_frame(tmp_path: Path) -> N
             if params["type"] == "turn_ended":
                 ended.set()
 
-        setattr(server, "task.session.event", on_event)  # noqa: B010 (the method name has dots)
+        setattr(server, "task.session.event", on_event)  # the method name has dots
         reader = await server.ws_connect()
         await server.task.session.subscribe()
         view = await server.task.session.start(agent="ref", cwd=str(tmp_path / "work"), wait_ready=True)
