@@ -51,20 +51,29 @@ def _parser() -> argparse.ArgumentParser:
                          usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
     rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
     rep = sub.add_parser("replay", help="an ACP agent that plays a recorded fixture back")
-    rep.add_argument("fixture")
+    rep.add_argument("fixture", help="a JSONL transcript written by `acp-gateway record`")
     rep.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
     from .frontend_cli import add_parsers
 
     add_parsers(sub)
     agents = sub.add_parser("agents", help="list agent profiles and whether each command is found")
-    agents.add_argument("--agents-dir", action="append", default=[], type=Path)
+    agents.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:
     args_in, command = _split_command(list(sys.argv[1:] if argv is None else argv))
     parser = _parser()
-    args = parser.parse_args(args_in)
+    args, unknown = parser.parse_known_args(args_in)
+    if unknown:  # argparse would print the top-level usage; the subcommand's own says what it takes
+        _subparsers(parser)[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if args.command == "run":
             return _run(parser, args, command)

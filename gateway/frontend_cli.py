@@ -1,4 +1,5 @@
-"""`acp-gateway sessions|status|resume|prompt|cancel|watch`: a small frontend on the client library."""
+"""`acp-gateway sessions|start|status|resume|prompt|history|permission|cancel-turn|cancel|watch`: a frontend in
+the terminal, on the client library. Human output by default, `--json` for machines."""
 
 from __future__ import annotations
 
@@ -13,30 +14,62 @@ import orjson
 
 from agents.profiles import default_state_dir
 
+from .chat_text import ChatPrinter
 from .client import GatewayClient, OwnerSessionClient, RpcCallError
 
-COMMANDS = ("sessions", "status", "resume", "prompt", "cancel", "watch")
+# name -> (help, the positional arguments it takes)
+COMMAND_HELP: dict[str, str] = {
+    "sessions": "list your sessions, newest first",
+    "start": "start a session (its id is printed; the agent is ready when it returns)",
+    "status": "a session's status: state, whether its agent runs, whether it needs a resume",
+    "resume": "bring a session's agent back (by the restore rules)",
+    "prompt": "send a prompt and stream the answer; permission requests are asked here on a terminal",
+    "history": "what a session recorded: your messages, the agent's, tool calls",
+    "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
+    "cancel-turn": "stop the running turn; the session stays",
+    "cancel": "end a session for good",
+    "watch": "print your events as they happen",
+}
+COMMANDS = tuple(COMMAND_HELP)
 
 
-def add_parsers(sub: Any) -> None:
-    for name, help_text in (("sessions", "list your sessions"), ("status", "a session's status"),
-                            ("resume", "resume a session"), ("prompt", "send a prompt and stream the answer"),
-                            ("cancel", "cancel a session for good"), ("watch", "print live events")):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--url", default=os.environ.get("ACP_GATEWAY_URL", "ws://127.0.0.1:8765/rpc"))
+def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for name, help_text in COMMAND_HELP.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        parsers[name] = p
+        p.add_argument("--url", default=os.environ.get("ACP_GATEWAY_URL", "ws://127.0.0.1:8765/rpc"),
+                       help="the gateway (default: ACP_GATEWAY_URL, else ws://127.0.0.1:8765/rpc)")
         p.add_argument("--token", help="default: ACP_GATEWAY_TOKEN, else the token file in --state-dir")
-        p.add_argument("--state-dir", type=Path, default=None)
-        p.add_argument("--json", action="store_true", help="print JSON")
-        if name in ("status", "resume", "cancel"):
-            p.add_argument("session_id")
+        p.add_argument("--state-dir", type=Path, default=None,
+                       help="where to find the generated token (default: the per-user state directory)")
+        p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
+        if name in ("status", "resume", "cancel", "cancel-turn", "prompt", "history", "permission"):
+            p.add_argument("session_id", help="the session's id (see `acp-gateway sessions`)")
         if name == "prompt":
-            p.add_argument("session_id")
-            p.add_argument("text")
+            p.add_argument("text", help="the prompt")
+        if name == "start":
+            p.add_argument("--agent", help="agent profile id (default: the gateway's default agent)")
+            p.add_argument("--cwd", default=os.getcwd(), help="the session's working directory (default: here)")
+            p.add_argument("--title", help="a title for the session")
+            p.add_argument("--description", help="the task: sent as the first prompt")
+            p.add_argument("--task-id", help="group the session under this task id of yours")
+            p.add_argument("--no-wait", action="store_true", help="return once the session exists, before "
+                           "its agent is ready")
+        if name == "history":
+            p.add_argument("--after", type=int, default=0, help="only entries after this entry id")
+            p.add_argument("--limit", type=int, default=100, help="at most this many entries (max 1000)")
+        if name == "permission":
+            p.add_argument("request_id", nargs="?", help="the request (from `permission_requested`)")
+            p.add_argument("option_id", nargs="?", help="the option to choose (its optionId)")
+            p.add_argument("--cancel", action="store_true", help="answer `cancelled` instead of an option")
         if name == "watch":
-            p.add_argument("--session", dest="session_id", default=None)
-            p.add_argument("--since", type=int, default=None)
+            p.add_argument("--session", dest="session_id", default=None, help="only this session's events")
+            p.add_argument("--since", type=int, default=None, help="replay the events after this event id first")
         if name == "sessions":
-            p.add_argument("--state", action="append", dest="states", default=None)
+            p.add_argument("--state", action="append", dest="states", default=None,
+                           help="only sessions in this state (repeatable)")
+    return parsers
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -52,15 +85,9 @@ def _print(args: argparse.Namespace, value: Any, human: str) -> None:
     print(orjson.dumps(value).decode() if args.json else human)
 
 
-def _describe_event(event: dict[str, Any]) -> str:
-    data = event.get("data", {})
-    if event["type"] == "session_update":
-        update = data.get("update") or {}
-        content = update.get("content")
-        text = content.get("text") if isinstance(content, dict) else None
-        tag = " (replay)" if data.get("replay") else ""
-        return f"{event['session_id']} {update.get('sessionUpdate')}{tag}: {text if text is not None else ''}"
-    return f"{event['session_id']} {event['type']}: {orjson.dumps(data).decode()[:300]}"
+def _view_line(view: dict[str, Any]) -> str:
+    return (f"{view['session_id']}  {view['state']}; agent running: {view['is_agent_running']}"
+            + (f"; error: {view['error_message']}" if view.get("error_message") else ""))
 
 
 async def run_frontend(args: argparse.Namespace) -> int:
@@ -71,51 +98,7 @@ async def run_frontend(args: argparse.Namespace) -> int:
         print(f"acp-gateway {args.command}: cannot connect to {args.url}: {exc}", file=sys.stderr)
         return 2
     try:
-        if args.command == "sessions":
-            listed = await client.call("task.session.list", {"states": args.states} if args.states else {})
-            lines = [f"{s['session_id']}  {s['state']:18} {s['agent']:10} {s['title'] or ''}"
-                     for s in listed["sessions"]]
-            _print(args, listed, "\n".join(lines) or "no sessions")
-        elif args.command == "status":
-            status = await client.call("task.session.status", {"session_id": args.session_id})
-            _print(args, status, f"{status['state']} (task {status['task_state']}); agent running: "
-                   f"{status['is_agent_running']}; needs_resume: {status['needs_resume']} "
-                   f"({status['resume_reason']})" + (f"; error: {status['error_message']}"
-                                                     if status['error_message'] else ""))
-        elif args.command == "resume":
-            view = await client.call("task.session.resume", {"session_id": args.session_id})
-            _print(args, view, f"{view['state']}; agent running: {view['is_agent_running']}"
-                   + (f"; error: {view['error_message']}" if view["error_message"] else ""))
-        elif args.command == "cancel":
-            await client.close()
-            osc = OwnerSessionClient(args.url, token)
-            osc.start()
-            await asyncio.wait_for(osc.connected.wait(), 30)
-            try:
-                result = await osc.cancel(args.session_id)
-            finally:
-                await osc.close()
-            _print(args, result, f"{result['state']}")
-        elif args.command == "prompt":
-            await client.call("task.session.subscribe", {"session_id": args.session_id})
-            printer = asyncio.ensure_future(_print_stream(client, args.json, until="turn_ended"))
-            try:
-                result = await client.call("task.session.prompt", {"session_id": args.session_id,
-                                                                   "prompt": args.text})
-                # The turn's events were sent before its answer: print them all.
-                await asyncio.wait_for(printer, 10)
-            finally:
-                printer.cancel()
-            _print(args, result, f"stop reason: {result['stop_reason']}")
-        elif args.command == "watch":
-            params: dict[str, Any] = {}
-            if args.since is not None:
-                params["since"] = args.since
-            if args.session_id:
-                params["session_id"] = args.session_id
-            await client.call("task.session.subscribe", params)
-            await _print_stream(client, args.json)
-        return 0
+        return await _command(args, client, token)
     except RpcCallError as err:
         print(f"acp-gateway {args.command}: {err.message} (code {err.code})", file=sys.stderr)
         return 1
@@ -131,12 +114,165 @@ async def run_frontend(args: argparse.Namespace) -> int:
         await client.close()
 
 
-async def _print_stream(client: GatewayClient, as_json: bool, until: str | None = None) -> None:
+async def _command(args: argparse.Namespace, client: GatewayClient, token: str | None) -> int:
+    command = args.command
+    if command == "sessions":
+        listed = await client.call("task.session.list", {"states": args.states} if args.states else {})
+        lines = [f"{s['session_id']}  {s['state']:18} {s['agent']:10} {s['title'] or ''}" for s in listed["sessions"]]
+        _print(args, listed, "\n".join(lines) or "no sessions")
+    elif command == "start":
+        params = {"cwd": os.path.abspath(args.cwd), "wait_ready": not args.no_wait}
+        params.update({k: v for k, v in (("agent", args.agent), ("title", args.title),
+                                         ("description", args.description), ("task_id", args.task_id)) if v})
+        view = await client.call("task.session.start", params)
+        _print(args, view, _view_line(view))
+    elif command == "status":
+        status = await client.call("task.session.status", {"session_id": args.session_id})
+        _print(args, status, f"{status['state']} (task {status['task_state']}); agent running: "
+               f"{status['is_agent_running']}; needs_resume: {status['needs_resume']} ({status['resume_reason']})"
+               + (f"; error: {status['error_message']}" if status['error_message'] else "")
+               + (f"; {status['pending_permissions']} permission request(s) waiting"
+                  if status.get("pending_permissions") else ""))
+    elif command == "resume":
+        view = await client.call("task.session.resume", {"session_id": args.session_id})
+        _print(args, view, _view_line(view))
+    elif command == "cancel-turn":
+        view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
+        _print(args, view, _view_line(view))
+    elif command == "cancel":
+        await client.close()
+        osc = OwnerSessionClient(args.url, token)
+        osc.start()
+        await asyncio.wait_for(osc.connected.wait(), 30)
+        try:
+            result = await osc.cancel(args.session_id)
+        finally:
+            await osc.close()
+        _print(args, result, f"{result['state']}")
+    elif command == "history":
+        page = await client.call("task.session.history", {"session_id": args.session_id, "after": args.after,
+                                                          "limit": args.limit})
+        lines = [f"[{e['kind']}{' ' + e['name'] if e['name'] else ''}] {e['content']}" for e in page["entries"]]
+        if page["next"] is not None:
+            lines.append(f"(more: --after {page['next']})")
+        _print(args, page, "\n".join(lines) or "no history")
+    elif command == "permission":
+        return await _permission(args, client)
+    elif command == "prompt":
+        return await _prompt(args, client)
+    elif command == "watch":
+        wanted: dict[str, Any] = {}
+        if args.since is not None:
+            wanted["since"] = args.since
+        if args.session_id:
+            wanted["session_id"] = args.session_id
+        await client.call("task.session.subscribe", wanted)
+        while True:
+            event = (await client.notifications.get()).get("params") or {}
+            if event.get("type") not in ("heartbeat", "caught_up"):
+                print(orjson.dumps(event).decode() if args.json else _describe_event(event), flush=True)
+    return 0
+
+
+def _describe_event(event: dict[str, Any]) -> str:
+    data = event.get("data", {})
+    if event["type"] == "session_update":
+        update = data.get("update") or {}
+        content = update.get("content")
+        text = content.get("text") if isinstance(content, dict) else None
+        tag = " (replay)" if data.get("replay") else ""
+        return f"{event['session_id']} {update.get('sessionUpdate')}{tag}: {text if text is not None else ''}"
+    return f"{event['session_id']} {event['type']}: {orjson.dumps(data).decode()[:300]}"
+
+
+async def _pending(client: GatewayClient, session_id: str) -> list[dict[str, Any]]:
+    """The session's permission requests still waiting (re-offered to a new subscription, then `caught_up`)."""
+    await client.call("task.session.subscribe", {"session_id": session_id})
+    found: list[dict[str, Any]] = []
     while True:
-        note = await client.notifications.get()
-        event = note.get("params") or {}
-        if event.get("type") in ("heartbeat", "caught_up"):
-            continue
-        print(orjson.dumps(event).decode() if as_json else _describe_event(event), flush=True)
-        if until is not None and event.get("type") == until:
-            return
+        event = (await asyncio.wait_for(client.notifications.get(), 30)).get("params") or {}
+        if event.get("type") == "permission_requested" and event["data"].get("reoffered"):
+            found.append(event["data"])
+        elif event.get("type") == "caught_up":
+            return found
+
+
+async def _permission(args: argparse.Namespace, client: GatewayClient) -> int:
+    if args.request_id is None:
+        pending = await _pending(client, args.session_id)
+        _print(args, pending, "\n".join(_describe_request(p) for p in pending) or "no permission request is waiting")
+        return 0
+    if bool(args.option_id) == bool(args.cancel):
+        print("acp-gateway permission: give an OPTION_ID or --cancel", file=sys.stderr)
+        return 2
+    answer: dict[str, Any] = {"session_id": args.session_id, "request_id": args.request_id}
+    answer.update({"cancelled": True} if args.cancel else {"option_id": args.option_id})
+    await client.call("task.session.permission.respond", answer)
+    _print(args, {"answered": args.request_id}, "answered")
+    return 0
+
+
+def _describe_request(data: dict[str, Any]) -> str:
+    tool = data.get("tool_call") or {}
+    where = ", ".join(str(loc.get("path")) for loc in tool.get("locations") or [] if isinstance(loc, dict))
+    options = "  ".join(f"{o.get('optionId')} ({o.get('name')})" for o in data.get("options") or [])
+    return (f"permission request {data['request_id']}: {tool.get('title') or tool.get('kind') or 'a tool call'}"
+            + (f" on {where}" if where else "") + f"\n  options: {options}")
+
+
+async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
+    await client.call("task.session.subscribe", {"session_id": args.session_id})
+    chat = ChatPrinter(sys.stdout)
+    interactive = sys.stdin.isatty() and not args.json
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": args.session_id,
+                                                                      "prompt": args.text}))
+    asking: asyncio.Future[None] | None = None
+    try:
+        while True:
+            note = asyncio.ensure_future(client.notifications.get())
+            await asyncio.wait({note, turn}, return_when=asyncio.FIRST_COMPLETED)
+            if not note.done():
+                note.cancel()
+                break  # the answer came; every event of the turn was sent before it
+            event = note.result().get("params") or {}
+            if args.json:
+                if event.get("type") not in ("heartbeat", "caught_up"):
+                    print(orjson.dumps(event).decode(), flush=True)
+            elif event.get("type") == "session_update":
+                chat.update(event["data"].get("update") or {}, bool(event["data"].get("replay")))
+            elif event.get("type") == "permission_requested":
+                chat.note(_describe_request(event["data"]))
+                if interactive and (asking is None or asking.done()):
+                    asking = asyncio.ensure_future(_ask(client, args.session_id, event["data"], chat))
+                elif not interactive:
+                    chat.note(f"  answer with: acp-gateway permission {args.session_id} "
+                              f"{event['data']['request_id']} OPTION_ID")
+            elif event.get("type") == "permission_resolved":
+                chat.note(f"permission {event['data']['request_id']}: "
+                          f"{orjson.dumps(event['data']['outcome']).decode()} (by {event['data'].get('by')})")
+        result = turn.result()
+    finally:
+        if asking is not None:
+            asking.cancel()
+        chat.end()
+    _print(args, result, f"stop reason: {result['stop_reason']}")
+    return 0
+
+
+async def _ask(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter) -> None:
+    """Ask on the terminal which option to take; an answer from elsewhere first makes this one -32009."""
+    options = data.get("options") or []
+    for number, option in enumerate(options, 1):
+        chat.note(f"  {number}) {option.get('name')} [{option.get('kind')}]")
+    chat.note("  choose a number (empty: cancel the request): ")
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    choice = line.strip()
+    answer: dict[str, Any] = {"session_id": session_id, "request_id": data["request_id"]}
+    if choice.isdigit() and 1 <= int(choice) <= len(options):
+        answer["option_id"] = options[int(choice) - 1]["optionId"]
+    else:
+        answer["cancelled"] = True
+    try:
+        await client.call("task.session.permission.respond", answer)
+    except RpcCallError as err:
+        chat.note(f"  not taken: {err.message}")

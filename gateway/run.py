@@ -21,6 +21,8 @@ from acp.restore import Outcome
 from acp.session_setup import establish_session
 from agents.profiles import AgentProfile
 
+from .chat_text import ChatPrinter
+
 EXIT_OK, EXIT_TURN_FAILED, EXIT_USAGE, EXIT_PRESERVED = 0, 1, 2, 3
 
 
@@ -33,18 +35,6 @@ class RunOptions:
     json: bool = False
 
 
-def describe_update(update: dict[str, Any]) -> str:
-    """One human-readable line for a `session/update` (unknown kinds are shown by name)."""
-    kind = update.get("sessionUpdate", "?")
-    content = update.get("content")
-    if kind in ("agent_message_chunk", "user_message_chunk", "agent_thought_chunk") and isinstance(content, dict):
-        text = content.get("text", f"<{content.get('type')}>")
-        return f"[{kind}] {text[:500]}{'…' if len(text) > 500 else ''}"
-    if kind in ("tool_call", "tool_call_update"):
-        return f"[{kind}] {update.get('toolCallId')} {update.get('title', '')} {update.get('status', '')}".rstrip()
-    return f"[{kind}]"
-
-
 async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
     summary: dict[str, Any] = {
         "agent": opts.profile.id,
@@ -55,6 +45,8 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
         "restore": None,
     }
 
+    chat = ChatPrinter(out)
+
     def on_update(params: dict[str, Any], replay: bool) -> None:
         summary["updates"] += 1
         raw = params.get("update")
@@ -62,11 +54,13 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
         if opts.json:
             out.write(orjson.dumps({"update": update, "replay": replay}).decode() + "\n")
         else:
-            out.write(("(replay) " if replay else "") + describe_update(update) + "\n")
+            chat.update(update, replay)
 
     def finish(code: int) -> int:
         if opts.json:
             out.write(orjson.dumps(summary).decode() + "\n")
+        else:
+            chat.end()
         out.flush()
         return code
 
@@ -109,6 +103,8 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
             err.write(f"acp-gateway run: agent {opts.profile.id!r} could not create a session: "
                       f"{result.describe_failure()}\n")
             return finish(EXIT_USAGE)
+        # The id that --resume-token takes next time (in --json, the summary's session_id).
+        err.write(f"session: {result.session_id} (continue it with --resume-token {result.session_id})\n")
         if result.outcome is Outcome.FALLBACK_NEW:
             err.write(f"acp-gateway run: the agent no longer knew session {opts.resume_token!r} "
                       f"({result.failure_class}); started fresh session {result.session_id}\n")
@@ -122,6 +118,8 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
                 err.write(f"acp-gateway run: the agent went away during the prompt: {exc}\n")
                 return finish(EXIT_TURN_FAILED)
             summary["stop_reason"] = response.stopReason
+            if not opts.json:
+                chat.note(f"stop reason: {response.stopReason}")
         return finish(EXIT_OK)
     finally:
         stats = client.conn.stats

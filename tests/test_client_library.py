@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -217,31 +216,3 @@ async def test_plain_client_survives_garbage_frames() -> None:
         client = await GatewayClient.connect(f"ws://127.0.0.1:{port}/rpc")
         assert await client.call("x") == 42 and client.malformed == 1
         await client.close()
-
-
-async def test_frontend_cli(gateway: GatewayProcess, tmp_path: Path) -> None:
-    async def cli(*args: str) -> tuple[int, str]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", *args, "--url", gateway.url, "--token", gateway.token or "",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode or 0, out.decode() + err.decode()
-
-    client = await gateway.client()
-    view = await client.call("task.session.start", {"cwd": str(tmp_path / "work"), "wait_ready": True})
-    sid = view["session_id"]
-    rc, out = await cli("sessions")
-    assert rc == 0 and sid in out and "WAITING_FOR_INPUT" in out
-    rc, out = await cli("prompt", sid, "hello cli")
-    assert rc == 0 and "agent_message_chunk: echo: hello cli" in out and "stop reason: end_turn" in out
-    rc, out = await cli("status", sid)
-    assert rc == 0 and out.startswith("WAITING_FOR_INPUT")
-    rc, out = await cli("resume", sid)
-    assert rc == 0 and "agent running: True" in out
-    rc, out = await cli("cancel", sid)
-    assert rc == 0 and out.strip() == "CANCELLED"
-    rc, out = await cli("cancel", sid)  # already terminal: still success
-    assert rc == 0 and out.strip() == "CANCELLED"
-    rc, out = await cli("status", "s-nope")
-    assert rc == 1 and "not found (code -32002)" in out
-    await client.close()

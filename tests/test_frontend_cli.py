@@ -1,0 +1,121 @@
+"""The terminal frontend (`acp-gateway sessions|start|…`) against a real gateway, as a user types it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway import __version__
+from tests.gateway_harness import GatewayProcess, reference_profile
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(tmp_path / "agents", tmp_path / "agent-state", "reference")
+    gw = GatewayProcess(tmp_path / "state", tmp_path / "agents")
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+async def cli(gw: GatewayProcess | None, *args: str, cwd: Path | None = None) -> tuple[int, str, str]:
+    connection = ["--url", gw.url, "--token", gw.token or ""] if gw is not None else []
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", *args, *connection, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_a_session_from_start_to_cancel(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--title", "from the terminal", cwd=tmp_path / "work")
+    assert rc == 0 and "WAITING_FOR_INPUT; agent running: True" in out
+    sid = out.split()[0]
+    rc, out, _ = await cli(gateway, "sessions")
+    assert rc == 0 and sid in out and "from the terminal" in out
+    rc, out, _ = await cli(gateway, "prompt", sid, "hello cli")
+    # a chat, not a log: the answer's text as it streams, no per-chunk prefixes
+    assert rc == 0 and out.splitlines() == ["echo: hello cli", "stop reason: end_turn"], out
+    rc, out, _ = await cli(gateway, "history", sid)
+    assert rc == 0 and "[user_message] hello cli" in out and "[agent_message] echo: hello cli" in out
+    rc, out, _ = await cli(gateway, "status", sid)
+    assert rc == 0 and out.startswith("WAITING_FOR_INPUT")
+    rc, out, _ = await cli(gateway, "resume", sid)
+    assert rc == 0 and "agent running: True" in out
+    rc, out, _ = await cli(gateway, "cancel-turn", sid)
+    assert rc == 0 and "WAITING_FOR_INPUT" in out
+    rc, out, _ = await cli(gateway, "cancel", sid)
+    assert rc == 0 and out.strip() == "CANCELLED"
+    rc, out, _ = await cli(gateway, "cancel", sid)  # already terminal: still success
+    assert rc == 0 and out.strip() == "CANCELLED"
+    rc, _, err = await cli(gateway, "status", "s-nope")
+    assert rc == 1 and "not found (code -32002)" in err
+
+
+async def test_a_permission_answered_by_the_permission_command(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"))
+    sid = out.split()[0]
+    prompt = asyncio.ensure_future(cli(gateway, "prompt", sid, "/permission"))
+
+    async def pending() -> str:
+        while True:  # the request exists once the agent asked: until then, the list is empty
+            rc, out, _ = await cli(gateway, "permission", sid)
+            assert rc == 0
+            if "permission request" in out:
+                return out
+    listed = await asyncio.wait_for(pending(), 60)
+    request_id = listed.split()[2].rstrip(":")
+    assert "allow-once (Allow once)" in listed
+    rc, out, _ = await cli(gateway, "permission", sid, request_id, "allow-once")
+    assert rc == 0 and out.strip() == "answered"
+    rc, out, _ = await prompt
+    assert rc == 0 and "answer with: acp-gateway permission" in out  # not a terminal: it says how
+    assert 'permission: {"outcome":"selected","optionId":"allow-once"}' in out  # what the agent got
+    assert out.rstrip().endswith("stop reason: end_turn")
+    rc, _, err = await cli(gateway, "permission", sid, request_id, "allow-once")  # answered already
+    assert rc == 1 and "-32009" in err
+
+
+async def test_a_permission_answered_interactively_on_a_terminal(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"))
+    sid = out.split()[0]
+    primary, secondary = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "prompt", sid, "/permission", "--url", gateway.url,
+        "--token", gateway.token or "", stdin=secondary, stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    seen = b""
+
+    async def read_until(marker: bytes) -> None:
+        nonlocal seen
+        while marker not in seen:
+            seen += await asyncio.get_running_loop().run_in_executor(None, os.read, primary, 4096)
+
+    try:
+        await asyncio.wait_for(read_until(b"choose a number"), 60)
+        assert b"1) Allow once [allow_once]" in seen
+        os.write(primary, b"2\n")  # Reject
+        await asyncio.wait_for(read_until(b"stop reason:"), 60)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        os.close(primary)
+    text = seen.decode()
+    assert '"optionId":"reject-once"' in text and "(by user)" in text
+
+
+async def test_usage_version_and_run_print_what_a_user_needs(tmp_path: Path) -> None:
+    rc, out, _ = await cli(None, "--version")
+    assert rc == 0 and out.strip() == f"acp-gateway {__version__}"
+    rc, _, err = await cli(None, "status", "--colour", "s-1")
+    assert rc == 2 and err.startswith("usage: acp-gateway status") and "--colour" in err  # its own usage
+    rc, out, err = await cli(None, "run", "--agent", "reference", "--prompt", "hi", "--cwd", str(tmp_path))
+    assert rc == 0 and out.splitlines() == ["echo: hi", "stop reason: end_turn"]
+    assert "session: ref-" in err and "--resume-token ref-" in err  # the id the next run continues with
