@@ -62,6 +62,7 @@ async def test_a_session_from_start_to_cancel(gateway: GatewayProcess, tmp_path:
 
 async def test_a_permission_answered_by_the_permission_command(gateway: GatewayProcess, tmp_path: Path) -> None:
     rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"))
+    assert rc == 0
     sid = out.split()[0]
     prompt = asyncio.ensure_future(cli(gateway, "prompt", sid, "/permission"))
 
@@ -86,6 +87,7 @@ async def test_a_permission_answered_by_the_permission_command(gateway: GatewayP
 
 async def test_a_permission_answered_interactively_on_a_terminal(gateway: GatewayProcess, tmp_path: Path) -> None:
     rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"))
+    assert rc == 0
     sid = out.split()[0]
     primary, secondary = pty.openpty()
     proc = await asyncio.create_subprocess_exec(
