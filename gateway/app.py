@@ -21,8 +21,11 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from pythonjsonlogger.json import JsonFormatter
+
 from agents.profiles import default_state_dir, load_profiles
 
+from . import metrics
 from .config import ServeConfig
 from .events import EventBus
 from .memory import return_large_buffers
@@ -140,10 +143,17 @@ class Gateway:
             index_html = (resources.files("gateway") / "ui" / "index.html").read_bytes()
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
-                                   ui=ui_pages(index_html, lambda: self.metrics()), outbox_limit=config.outbox_limit,
+                                   ui=ui_pages(index_html, metrics.exposition), outbox_limit=config.outbox_limit,
                                    outbox_limit_bytes=config.outbox_limit_bytes, health=store.health,
                                    max_connections_per_owner=config.max_connections_per_owner)
             self.sessions, self.server, self.store = sessions, server, store
+            metrics.gauge("acp_gateway_live_sessions", "Sessions whose agent runs in this gateway",
+                          lambda: len(sessions.live))
+            metrics.gauge("acp_gateway_connections", "Open WebSocket connections", lambda: len(server.connections))
+            metrics.gauge("acp_gateway_events_committed", "Events committed to the journal since start",
+                          lambda: bus.committed)
+            metrics.gauge("acp_gateway_store_healthy", "1 while the store accepts writes, 0 after a refused one",
+                          lambda: 0 if store.health() else 1)
             await server.start()
             tune_gc_for_serving()
             self._announce(state_dir, generated, server.port)
@@ -158,15 +168,6 @@ class Gateway:
             await store.close()
         finally:
             lock.release()
-
-    def metrics(self) -> str:
-        lines = [
-            "# TYPE acp_gateway_live_sessions gauge", f"acp_gateway_live_sessions {len(self.sessions.live)}",
-            "# TYPE acp_gateway_connections gauge", f"acp_gateway_connections {len(self.server.connections)}",
-            "# TYPE acp_gateway_events_committed_total counter",
-            f"acp_gateway_events_committed_total {self.sessions.bus.committed}",
-        ]
-        return "\n".join(lines) + "\n"
 
     def _announce(self, state_dir: Path, generated: str | None, port: int) -> None:
         host = self.config.host
@@ -195,8 +196,13 @@ def tune_gc_for_serving() -> None:
 
 
 def serve_command(config: ServeConfig, config_file: Path | None = None) -> int:
-    logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    if config.log_format == "json":  # one object a line; a record's `extra` fields (session_id, agent, …) included
+        handler.setFormatter(JsonFormatter("{asctime}{levelname}{name}{message}", style="{",
+                                           rename_fields={"asctime": "time", "levelname": "level", "name": "logger"}))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO), handlers=[handler])
     return_large_buffers()  # a burst's memory goes back to the system (see gateway.memory)
     gateway = Gateway(config, config_file=config_file)
     try:

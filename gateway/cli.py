@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
     serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
+    serve.add_argument("--log-format", choices=["text", "json"], help="json: one object a line, with session_id, "
+                       "agent and each restore's plan, attempts and outcome as fields (default text)")
     serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
@@ -147,7 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {
         "host": args.host, "port": args.port, "state_dir": args.state_dir, "agents_dir": args.agents_dir,
         "token": args.token or os.environ.get("ACP_GATEWAY_TOKEN") or None, "default_agent": args.default_agent,
-        "workspace_roots": args.workspace_roots,
+        "workspace_roots": args.workspace_roots, "log_format": args.log_format,
     }
     try:
         config = load_config(args.config, overrides)

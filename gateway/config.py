@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,6 +54,7 @@ class ServeConfig(BaseModel):
     max_batch: int = Field(default=100, ge=1, le=100_000)  # requests in one JSON-RPC batch
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = "text"  # json: one object a line, with session_id, agent, restore
     auth: AuthConfig = Field(default_factory=AuthConfig)
 
 

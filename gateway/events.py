@@ -21,12 +21,14 @@ from typing import Any, Protocol
 
 import orjson
 
+from . import metrics
 from .errors import log_fault, resync_required
 from .store import EventGroup, EventRow, PruneGoal, Store
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 25.0
+relay_lag = metrics.RELAY_LAG
 
 
 def synthetic_frame(type_: str, data: dict[str, Any], session_id: str | None = None,
@@ -266,6 +268,7 @@ class EventBus:
         the group, so the heads move once, after the whole group was handed out."""
         events = group.events
         self.committed += len(events)
+        relay_lag.observe(time.time() - events[0].ts)
         for owner, freed in pruned.items():
             self._bytes[owner] -= freed
         for sub in list(self._subs.values()):

@@ -25,7 +25,7 @@ from jsonrpcserver.sentinels import NOID
 from oslash.either import Left  # type: ignore[import-untyped]  # jsonrpcserver's own result type
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import __version__
+from . import __version__, metrics
 from .errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -227,6 +227,8 @@ class RpcAdapter:
 
     # -- dispatch ----------------------------------------------------------------------
     def _wrap(self, name: str, model: type[Params], handler: Handler) -> Callable[..., Awaitable[Any]]:
+        calls, seconds = metrics.RPC_CALLS, metrics.RPC_SECONDS.labels(name)
+
         async def method(ctx: RpcContext, *args: Any, **params: Any) -> Any:
             if args:
                 return Error(INVALID_PARAMS, "Invalid params: params must be an object (by-name)",
@@ -237,15 +239,22 @@ class RpcAdapter:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"]) or "params"
                 return Error(INVALID_PARAMS, f"Invalid params: {where}: {first['msg']}", {"field": where})
+            started, outcome = time.perf_counter(), "ok"
             try:
                 return Success(await handler(ctx, parsed))
             except GatewayError as err:
+                outcome = str(err.code)
                 return Error(err.code, err.message, err.data) if err.data is not None else Error(err.code, err.message)
             except asyncio.CancelledError:
+                outcome = "cancelled"
                 raise
             except Exception as exc:
                 failed = unexpected(log, f"method {name}", exc)
+                outcome = str(failed.code)
                 return Error(failed.code, failed.message, failed.data)
+            finally:
+                calls.labels(name, outcome).inc()
+                seconds.observe(time.perf_counter() - started)
 
         # jsonrpcserver checks the call against `inspect.signature(method)` on every request; computed
         # here once, that check stops rebuilding the signature each time (a third of a small call's cost).

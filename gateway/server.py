@@ -373,14 +373,16 @@ UI_HEADERS = [
 ]
 
 
-def ui_pages(index_html: bytes, metrics: Any) -> Any:
-    """The HTTP side besides /rpc and /healthz: the web UI at `/`, Prometheus text at `/metrics`."""
+def ui_pages(index_html: bytes, metrics: Callable[[], tuple[bytes, str]]) -> Any:
+    """The HTTP side besides /rpc and /healthz: the web UI at `/`, Prometheus text at `/metrics` (the body and its
+    content type)."""
 
     def route(connection: ServerConnection, request: Request, path: str) -> Response | None:
         if path in ("/", "/index.html"):
             return typed_response(connection, "text/html; charset=utf-8", index_html, UI_HEADERS)
         if path == "/metrics":
-            return typed_response(connection, "text/plain; version=0.0.4", metrics().encode())
+            body, content_type = metrics()
+            return typed_response(connection, content_type, body)
         return None
 
     return route

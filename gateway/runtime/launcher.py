@@ -24,6 +24,7 @@ from acp.restore import Outcome
 from acp.session_setup import RestoreResult, establish_session
 from agents.profiles import AgentProfile
 
+from .. import metrics
 from ..errors import not_resumable, workspace_missing, workspace_refused
 from ..store import SessionRow, Store
 from . import reaper, workspace
@@ -165,6 +166,7 @@ class Launcher:
             await self.writer.apply(row, SessionEvent.FAIL, error_message=reason)
             await self.writer.message(row, "error", reason)
             return LaunchResult(False, error=reason)
+        metrics.LAUNCHES.labels(profile.id).inc()
         pid = client.process.pid
         # The agent's identity is written while it starts up (the write hides behind its start-up time); every
         # later write of the executor row waits for it, so it can never overwrite how the launch ended.
@@ -183,6 +185,12 @@ class Launcher:
         except (AcpError, TimeoutError) as exc:
             failure = exc
         await identity
+        _count_restore(profile.id, result if failure is None else None)
+        if failure is None:
+            restore = result.to_json()
+            log.info("session %s: agent %s %s (plan %s, attempts %s)", row.id, profile.id, restore["outcome"],
+                     restore["plan"], [a["method"] for a in restore["attempts"]],
+                     extra={"session_id": row.id, "agent": profile.id, "restore": restore})
         if failure is not None:
             await client.stop()
             await history.idle()
@@ -285,4 +293,15 @@ class Launcher:
                 task.cancel()
         with contextlib.suppress(Exception):
             await live.client.stop()
+        metrics.EXITS.labels(live.profile.id, status).inc()
         await self.store.executors.set_stopped(live.session_id, status)
+
+
+def _count_restore(agent: str, result: RestoreResult | None) -> None:
+    """One restore, labelled by the method that settled it (the last one sent), its outcome and failure class."""
+    if result is None:  # the agent failed before any decision (initialize, a transport error)
+        metrics.RESTORES.labels(agent, "none", "failed", "transport").inc()
+        return
+    method = result.attempts[-1].method.value if result.attempts else "none"
+    failure = result.failure_class.value if result.failure_class is not None else ""
+    metrics.RESTORES.labels(agent, method, result.outcome.value, failure).inc()

@@ -18,6 +18,7 @@ from typing import Any
 
 from acp.errors import RpcError, TransportError
 
+from .. import metrics
 from ..errors import GatewayError, agent_failed, busy, not_resumable, storage_failed, unexpected
 from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, Store
@@ -165,6 +166,7 @@ class TurnRunner:
             live.history.add(live.coalescer.flush())
             await live.history.idle()
         data: dict[str, Any] = {"stop_reason": end.stop_reason}
+        metrics.TURNS.labels(live.profile.id, end.stop_reason or "error").inc()
         if end.error is not None:
             data["error"] = end.error
         fields: dict[str, Any] = {"turn_event_id": None}

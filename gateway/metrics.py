@@ -1,0 +1,42 @@
+"""The gateway's Prometheus metrics (prometheus_client), in one registry of its own: what `/metrics` serves.
+
+Each metric is defined once here; the rooms that observe something import its metric. Labels are bounded:
+agent profile ids, method names of the API's table, stop reasons and restore outcomes are finite sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RESTORES = Counter("acp_gateway_restores", "Agent launches by how the session was established: the method that "
+                   "settled it (session/resume, session/load, session/new, none), the outcome and the failure class",
+                   ["agent", "method", "outcome", "failure_class"], registry=REGISTRY)
+LAUNCHES = Counter("acp_gateway_agent_launches", "Agent processes started", ["agent"], registry=REGISTRY)
+EXITS = Counter("acp_gateway_agent_exits", "Agent processes stopped, by why: stopped (asked), exited (on its own), "
+                "cancelled, failed", ["agent", "reason"], registry=REGISTRY)
+TURNS = Counter("acp_gateway_turns", "Turns ended, by stop reason (error: the agent failed the turn)",
+                ["agent", "stop_reason"], registry=REGISTRY)
+RPC_CALLS = Counter("acp_gateway_rpc_calls", "JSON-RPC calls by method and outcome (ok, or the error code)",
+                    ["method", "outcome"], registry=REGISTRY)
+RPC_SECONDS = Histogram("acp_gateway_rpc_seconds", "JSON-RPC call latency by method", ["method"], registry=REGISTRY,
+                        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
+RELAY_LAG = Histogram("acp_gateway_relay_lag_seconds", "From an event being queued (an agent's update read) to its "
+                      "commit and fan-out, per group commit", registry=REGISTRY,
+                      buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1))
+
+
+def gauge(name: str, documentation: str, read: Callable[[], float]) -> None:
+    """A gauge read when scraped (live sessions, connections, …), set up once the gateway runs."""
+    if name in REGISTRY._names_to_collectors:  # a second gateway in one process (tests) rebinds it
+        REGISTRY.unregister(REGISTRY._names_to_collectors[name])
+    Gauge(name, documentation, registry=REGISTRY).set_function(read)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text format and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
