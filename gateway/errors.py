@@ -18,7 +18,8 @@ from typing import Any
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
-    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST",
+    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "ERROR_MEANINGS", "INTERNAL_ERROR", "INVALID_PARAMS",
+    "INVALID_REQUEST",
     "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
     "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal",
     "busy", "internal_error", "invalid_params", "is_storage_error", "limit_exceeded", "log_fault", "not_found",
@@ -50,6 +51,25 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     LIMIT_EXCEEDED: (frozenset({"limit"}),),
     AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
     STORAGE_FAILED: (frozenset({"reason"}),),
+}
+
+# code -> what it means, in one line (the OpenRPC document's errors; docs/api.md says the same at length)
+ERROR_MEANINGS: dict[int, str] = {
+    PARSE_ERROR: "Parse error: the frame is not JSON",
+    INVALID_REQUEST: "Invalid request (or an empty or oversized batch)",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params: data.field names the param",
+    INTERNAL_ERROR: "Internal error: a bug; data.error_id finds the traceback in the log",
+    UNAUTHORIZED: "Unauthorized",
+    NOT_FOUND: "Not found (another owner's ids too)",
+    ALREADY_TERMINAL: "Already terminal: treat as success",
+    BUSY: "Busy: a turn is running",
+    WORKSPACE_MISSING: "Workspace missing or refused (data.rule)",
+    RESYNC_REQUIRED: "Resync required: subscribe from task.session.list's event_cursor",
+    NOT_RESUMABLE: "Not resumable",
+    LIMIT_EXCEEDED: "A limit was reached",
+    AGENT_FAILED: "The agent failed the turn",
+    STORAGE_FAILED: "The store refused a write: free space, then retry",
 }
 
 

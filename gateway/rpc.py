@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import orjson
 from jsonrpcserver import Error, Success
@@ -23,9 +23,18 @@ from jsonrpcserver.dispatcher import create_request, to_response
 from jsonrpcserver.response import InvalidRequestResponse, to_serializable
 from jsonrpcserver.sentinels import NOID
 from oslash.either import Left  # type: ignore[import-untyped]  # jsonrpcserver's own result type
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from . import __version__, metrics
+from . import __version__, metrics, openrpc
+from .contract import (
+    METHODS,
+    NoParams,
+    Params,
+    SessionParams,
+    StartParams,
+    SubscribeParams,
+    UnsubscribeParams,
+)
 from .errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -40,7 +49,6 @@ from .events import EventBus, Sink, Subscription
 from .runtime import SessionManager
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
-MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger cursor is a bad param, not an overflow deep in the store
 
 log = logging.getLogger(__name__)
 
@@ -53,73 +61,6 @@ class RpcContext:
     sink: Sink | None = None  # where this connection's notifications go
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     after_response: list[Callable[[], None]] = field(default_factory=list)
-
-
-SessionStateName = Literal["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT", "COMPLETED", "FAILED", "CANCELLED"]
-
-
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class NoParams(Params):
-    pass
-
-
-class SessionParams(Params):
-    session_id: str = Field(min_length=1, max_length=200)
-
-
-class StartParams(Params):
-    agent: str | None = Field(default=None, min_length=1, max_length=200)
-    cwd: str = Field(min_length=1, max_length=4096)
-    description: str | None = Field(default=None, max_length=1_000_000)
-    title: str | None = Field(default=None, max_length=1000)
-    task_id: str | None = Field(default=None, min_length=1, max_length=200)
-    wait_ready: bool = False
-
-
-class ResumeParams(SessionParams):
-    wait_ready: bool = True
-
-
-class RecoverParams(SessionParams):
-    action: Literal["retry", "fresh_start"]
-
-
-class PromptParams(SessionParams):
-    prompt: str | list[dict[str, Any]] = Field(min_length=1)
-
-
-class ListParams(Params):
-    states: list[SessionStateName] | None = None
-    limit: int = Field(default=50, ge=1, le=500)
-    cursor: str | None = Field(default=None, max_length=100)
-
-
-class SubscribeParams(Params):
-    since: int | None = Field(default=None, ge=0, le=MAX_ID)
-    session_id: str | None = Field(default=None, min_length=1, max_length=200)
-    batch: bool = False  # several notifications may arrive as one JSON array (many JSON-RPC clients reject those)
-
-
-class UnsubscribeParams(Params):
-    subscription_id: str = Field(min_length=1, max_length=100)
-
-
-class PermissionParams(SessionParams):
-    request_id: str = Field(min_length=1, max_length=100)
-    option_id: str | None = Field(default=None, min_length=1, max_length=500)
-    cancelled: bool = False
-
-
-class HistoryParams(SessionParams):
-    after: int = Field(default=0, ge=0, le=MAX_ID)
-    limit: int = Field(default=100, ge=1, le=1000)
-
-
-class TitleParams(SessionParams):
-    title: str = Field(max_length=1000)
 
 
 Handler = Callable[[RpcContext, Any], Awaitable[Any]]
@@ -135,32 +76,36 @@ class RpcAdapter:
         self.default_agent = default_agent
         self.info = info or {}
         self._agents_cache: tuple[float, list[dict[str, Any]]] | None = None
-        self.table: dict[str, tuple[type[Params], Handler]] = {
-            "gateway.info": (NoParams, self._info),
-            "task.session.start": (StartParams, self._start),
-            "task.session.status": (SessionParams, lambda c, p: sessions.status(c.owner, p.session_id)),
-            "task.session.resume": (ResumeParams,
-                                    lambda c, p: sessions.resume(c.owner, p.session_id, wait_ready=p.wait_ready)),
-            "task.session.recover": (RecoverParams, lambda c, p: sessions.recover(c.owner, p.session_id, p.action)),
-            "task.session.prompt": (PromptParams, lambda c, p: sessions.prompt(c.owner, p.session_id, p.prompt)),
-            "task.session.cancel_turn": (SessionParams, lambda c, p: sessions.cancel_turn(c.owner, p.session_id)),
-            "task.session.list": (ListParams, lambda c, p: sessions.list(
-                c.owner, states=list(p.states) if p.states else None, limit=p.limit,
-                cursor=p.cursor)),
-            "task.session.get": (SessionParams, self._get),
-            "task.session.history": (HistoryParams,
-                                     lambda c, p: sessions.history(c.owner, p.session_id, p.after, p.limit)),
-            "task.session.set_title": (TitleParams, lambda c, p: sessions.set_title(c.owner, p.session_id, p.title)),
-            "task.session.delete": (SessionParams, self._delete),
-            "task.session.cancel": (SessionParams, lambda c, p: sessions.cancel(c.owner, p.session_id)),
-            "task.session.subscribe": (SubscribeParams, self._subscribe),
-            "task.session.unsubscribe": (UnsubscribeParams, self._unsubscribe),
-            "task.session.permission.respond": (PermissionParams, lambda c, p: sessions.respond_permission(
-                c.owner, p.session_id, p.request_id, p.option_id, p.cancelled)),
+        # The handler of each method of the contract (gateway.contract: its params model and result shape).
+        self.handlers: dict[str, Handler] = {
+            "gateway.info": self._info,
+            "task.session.start": self._start,
+            "task.session.status": lambda c, p: sessions.status(c.owner, p.session_id),
+            "task.session.resume": lambda c, p: sessions.resume(c.owner, p.session_id, wait_ready=p.wait_ready),
+            "task.session.recover": lambda c, p: sessions.recover(c.owner, p.session_id, p.action),
+            "task.session.prompt": lambda c, p: sessions.prompt(c.owner, p.session_id, p.prompt),
+            "task.session.cancel_turn": lambda c, p: sessions.cancel_turn(c.owner, p.session_id),
+            "task.session.list": lambda c, p: sessions.list(c.owner, states=list(p.states) if p.states else None,
+                                                            limit=p.limit, cursor=p.cursor),
+            "task.session.get": self._get,
+            "task.session.history": lambda c, p: sessions.history(c.owner, p.session_id, p.after, p.limit),
+            "task.session.set_title": lambda c, p: sessions.set_title(c.owner, p.session_id, p.title),
+            "task.session.delete": self._delete,
+            "task.session.cancel": lambda c, p: sessions.cancel(c.owner, p.session_id),
+            "task.session.subscribe": self._subscribe,
+            "task.session.unsubscribe": self._unsubscribe,
+            "task.session.permission.respond": lambda c, p: sessions.respond_permission(
+                c.owner, p.session_id, p.request_id, p.option_id, p.cancelled),
         }
-        self.methods = {name: self._wrap(name, model, handler) for name, (model, handler) in self.table.items()}
+        assert set(self.handlers) == set(METHODS), "every method of the contract has a handler, and no other"
+        self.methods = {name: self._wrap(name, METHODS[name].params, handler)
+                        for name, handler in self.handlers.items()}
+        self.methods["rpc.discover"] = self._wrap("rpc.discover", NoParams, self._discover)
 
     # -- handlers that are more than one call --------------------------------------------
+    async def _discover(self, ctx: RpcContext, p: NoParams) -> dict[str, Any]:
+        return openrpc.document()
+
     async def _info(self, ctx: RpcContext, p: NoParams) -> dict[str, Any]:
         return {
             "version": __version__,

@@ -19,11 +19,12 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
-from . import __version__
+from . import __version__, openrpc
 from .eager import start_eagerly
 from .rpc import RpcAdapter, RpcContext
 
@@ -375,7 +376,7 @@ UI_HEADERS = [
 
 def ui_pages(index_html: bytes, metrics: Callable[[], tuple[bytes, str]]) -> Any:
     """The HTTP side besides /rpc and /healthz: the web UI at `/`, Prometheus text at `/metrics` (the body and its
-    content type)."""
+    content type), the API's OpenRPC document at `/openrpc.json`."""
 
     def route(connection: ServerConnection, request: Request, path: str) -> Response | None:
         if path in ("/", "/index.html"):
@@ -383,6 +384,8 @@ def ui_pages(index_html: bytes, metrics: Callable[[], tuple[bytes, str]]) -> Any
         if path == "/metrics":
             body, content_type = metrics()
             return typed_response(connection, content_type, body)
+        if path == "/openrpc.json":
+            return typed_response(connection, "application/json", orjson.dumps(openrpc.document()))
         return None
 
     return route

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from acp.client import AcpClient
+from tests.contract_check import ContractCheck
 
 _EXPORTER = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -33,6 +34,43 @@ def gateway_logs_have_no_traceback() -> Iterator[None]:
     for gw in GatewayProcess.started:
         log = "".join(gw.stderr_lines)
         assert "Traceback" not in log, f"the gateway logged a traceback:\n{log[-4000:]}"
+
+
+_CONTRACT = ContractCheck()
+
+
+@pytest.fixture(autouse=True)
+def traffic_matches_the_contract(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every answer, error and event a test's GatewayClient receives is validated against the OpenRPC document
+    (but in tests marked `fake_gateway`, whose peer breaks the contract on purpose)."""
+    from gateway.client import GatewayClient, RpcCallError
+
+    if request.node.get_closest_marker("fake_gateway") is not None:
+        yield
+        return
+
+    call, dispatch = GatewayClient.call, GatewayClient._dispatch
+
+    async def checked_call(self: GatewayClient, method: str, params: dict[str, Any] | None = None,
+                           timeout: float | None = None) -> Any:
+        try:
+            result = await call(self, method, params, timeout)
+        except RpcCallError as err:
+            _CONTRACT.check_error(method, err.code, err.data)
+            raise
+        _CONTRACT.check_result(method, result)
+        return result
+
+    def checked_dispatch(self: GatewayClient, item: Any) -> None:
+        if isinstance(item, dict) and item.get("method") == "task.session.event":
+            _CONTRACT.check_event(item.get("params"))
+        dispatch(self, item)
+
+    monkeypatch.setattr(GatewayClient, "call", checked_call)
+    monkeypatch.setattr(GatewayClient, "_dispatch", checked_dispatch)
+    _CONTRACT.violations.clear()
+    yield
+    assert not _CONTRACT.violations, "\n".join(_CONTRACT.violations[:10])
 
 
 @pytest.fixture

@@ -176,6 +176,7 @@ async def test_auto_resume_once_per_view(gateway: GatewayProcess, tmp_path: Path
     await osc.close()
 
 
+@pytest.mark.fake_gateway
 async def test_malformed_events_force_a_reconciliation() -> None:
     """A gateway cannot be made to send malformed events, so a minimal real peer does."""
     lists = 0

@@ -1,0 +1,216 @@
+"""The API's contract: every method's params and result, and the event notification, as pydantic models.
+
+One vocabulary: `rpc` validates params with these models, `openrpc` publishes them (`/openrpc.json`,
+`rpc.discover`), and the test suite checks every answer and event it sees against that document. Results are
+described, not built, here: the runtime returns plain dicts (its hot paths avoid a model per answer), and
+the suite holds them to these shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger cursor is a bad param, not an overflow deep in the store
+
+SessionStateName = Literal["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT", "COMPLETED", "FAILED", "CANCELLED"]
+TaskStateName = Literal["TODO", "IN_PROGRESS", "REVIEW", "COMPLETED", "FAILED", "CANCELLED"]
+ResumeReasonName = Literal["agent_running", "stale_execution", "agent_not_running", "agent_not_running_fresh_start",
+                           "terminal_state", "error_recovery", "not_started"]
+EventTypeName = Literal[
+    "session_created", "session_status", "session_deleted", "session_active_stage", "session_cancel_requested",
+    "session_title", "session_update", "session_message", "permission_requested", "permission_resolved",
+    "turn_started", "turn_ended", "caught_up", "heartbeat"]
+
+
+# -- params ----------------------------------------------------------------------------------------------
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NoParams(Params):
+    pass
+
+
+class SessionParams(Params):
+    session_id: str = Field(min_length=1, max_length=200, description="the session's id (`s-…`)")
+
+
+class StartParams(Params):
+    agent: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="agent profile id; default: the gateway's default agent")
+    cwd: str = Field(min_length=1, max_length=4096, description="absolute directory, inside a workspace root")
+    description: str | None = Field(default=None, max_length=1_000_000,
+                                    description="the task: sent as the first prompt on the first launch")
+    title: str | None = Field(default=None, max_length=1000)
+    task_id: str | None = Field(default=None, min_length=1, max_length=200,
+                                description="one of your task ids (created if new); default: a new task")
+    wait_ready: bool = Field(default=False, description="answer once the agent is ready")
+
+
+class ResumeParams(SessionParams):
+    wait_ready: bool = True
+
+
+class RecoverParams(SessionParams):
+    action: Literal["retry", "fresh_start"]
+
+
+class PromptParams(SessionParams):
+    prompt: str | list[dict[str, Any]] = Field(min_length=1, description="text, or ACP content blocks")
+
+
+class ListParams(Params):
+    states: list[SessionStateName] | None = None
+    limit: int = Field(default=50, ge=1, le=500)
+    cursor: str | None = Field(default=None, max_length=100, description="a `next_cursor` from the page before")
+
+
+class SubscribeParams(Params):
+    since: int | None = Field(default=None, ge=0, le=MAX_ID,
+                              description="replay the events after this id first; default: from now")
+    session_id: str | None = Field(default=None, min_length=1, max_length=200, description="only this session")
+    batch: bool = Field(default=False, description="a backlog may arrive as one JSON array of notifications "
+                        "(many JSON-RPC clients reject those: off by default)")
+
+
+class UnsubscribeParams(Params):
+    subscription_id: str = Field(min_length=1, max_length=100)
+
+
+class PermissionParams(SessionParams):
+    request_id: str = Field(min_length=1, max_length=100)
+    option_id: str | None = Field(default=None, min_length=1, max_length=500)
+    cancelled: bool = False
+
+
+class HistoryParams(SessionParams):
+    after: int = Field(default=0, ge=0, le=MAX_ID, description="an entry id: the page starts after it")
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class TitleParams(SessionParams):
+    title: str = Field(max_length=1000)
+
+
+# -- results ---------------------------------------------------------------------------------------------
+class Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionView(Result):
+    session_id: str
+    task_id: str
+    agent: str
+    cwd: str
+    title: str | None
+    state: SessionStateName
+    task_state: TaskStateName
+    error_message: str | None
+    is_agent_running: bool
+    has_resume_token: bool
+    acp_session_id: str | None = Field(description="the ACP session id the agent knows (the resume token)")
+    created_at: float
+    updated_at: float
+
+
+class StatusView(SessionView):
+    needs_resume: bool
+    is_resumable: bool
+    resume_reason: ResumeReasonName
+    pending_permissions: int
+
+
+class ResumeView(SessionView):
+    already_running: bool
+
+
+class PromptResult(Result):
+    stop_reason: str | None = Field(description="the agent's stop reason (`end_turn`, `cancelled`, …)")
+
+
+class SessionPage(Result):
+    sessions: list[SessionView]
+    next_cursor: str | None
+    event_cursor: int = Field(description="subscribe from this id to miss nothing after this page was read")
+
+
+class HistoryItem(Result):
+    id: int
+    kind: str = Field(description="`user_message`, `agent_message`, `tool_call`, `tool_result`, `turn_interrupted`")
+    name: str
+    content: str
+    ts: float
+
+
+class HistoryPage(Result):
+    entries: list[HistoryItem]
+    next: int | None
+
+
+class Subscribed(Result):
+    subscription_id: str
+    cursor: int
+
+
+class PermissionAnswer(Result):
+    request_id: str
+    outcome: dict[str, Any] = Field(description="what the agent was told: the ACP permission outcome")
+
+
+class AgentInfo(Result):
+    id: str
+    name: str
+    native_session_resume: bool
+    history_context_injection: bool
+    command_found: bool
+
+
+class GatewayInfo(Result):
+    version: str
+    protocol_version: int
+    owner: str
+    default_agent: str
+    agents: list[AgentInfo]
+    instance_id: str
+
+
+class Event(Result):
+    """The params of a `task.session.event` notification."""
+
+    id: int | None = Field(description="per owner, from 1, no gaps; null for caught_up, heartbeat and re-offers")
+    type: EventTypeName
+    session_id: str | None
+    task_id: str | None
+    ts: float
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    params: type[Params]
+    result: type[Result] | None  # None: the result is null
+    summary: str
+
+
+METHODS: dict[str, MethodSpec] = {
+    "gateway.info": MethodSpec(NoParams, GatewayInfo, "The gateway's version, your owner name and the agents"),
+    "task.session.start": MethodSpec(StartParams, SessionView, "Start a session (a new agent)"),
+    "task.session.status": MethodSpec(SessionParams, StatusView, "A session and whether it needs a resume"),
+    "task.session.resume": MethodSpec(ResumeParams, ResumeView, "Bring the session's agent back"),
+    "task.session.recover": MethodSpec(RecoverParams, ResumeView, "Retry a failed restore, or start fresh"),
+    "task.session.prompt": MethodSpec(PromptParams, PromptResult, "Send a prompt; answers when the turn ends"),
+    "task.session.cancel_turn": MethodSpec(SessionParams, SessionView, "Stop the running turn"),
+    "task.session.cancel": MethodSpec(SessionParams, SessionView, "End the session for good"),
+    "task.session.list": MethodSpec(ListParams, SessionPage, "Your sessions, newest first"),
+    "task.session.get": MethodSpec(SessionParams, SessionView, "One session"),
+    "task.session.history": MethodSpec(HistoryParams, HistoryPage, "What the session recorded, oldest first"),
+    "task.session.set_title": MethodSpec(TitleParams, SessionView, "Rename a session"),
+    "task.session.delete": MethodSpec(SessionParams, None, "Delete a session and its history"),
+    "task.session.subscribe": MethodSpec(SubscribeParams, Subscribed, "Receive task.session.event notifications"),
+    "task.session.unsubscribe": MethodSpec(UnsubscribeParams, None, "Stop a subscription"),
+    "task.session.permission.respond": MethodSpec(PermissionParams, PermissionAnswer,
+                                                  "Answer a permission request"),
+}
