@@ -352,15 +352,18 @@ async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
         rate = sdk_rate(N_UPDATES)
         if rate is not None:
             sdk.append(rate)
-    ten_each = [min(await relay(gw, 10, N_UPDATES // 4)) for _ in range(RUNS)]
+    # Ten subscribers take their events in arrays: with a message per event, the ten clients (in this one driver
+    # process) spent more time receiving than the gateway spent sending, and the figure measured them.
+    ten_each = [min(await relay(gw, 10, N_UPDATES // 4, batch=True)) for _ in range(RUNS)]
     gw.stop()
     if sdk:
         rows.append(row("relay throughput, 1 subscriber", one, sdk, "upd/s", "≥ 2× SDK",
                         statistics.median(one) >= 2 * statistics.median(sdk), "official Python SDK client"))
     else:
         rows.append("| relay throughput vs SDK | – | the SDK could not be installed | – | ≥ 2× | not measured |")
-    rows.append(row("relay, each of 10 subscribers", ten_each, one, "upd/s", "≥ 0.5× of 1 subscriber",
-                    statistics.median(ten_each) >= 0.5 * statistics.median(one), "1 subscriber"))
+    rows.append(row("relay, each of 10 subscribers {batch: true}", ten_each, batched, "upd/s",
+                    "≥ 0.5× of 1 subscriber", statistics.median(ten_each) >= 0.5 * statistics.median(batched),
+                    "1 subscriber {batch: true}"))
     rows.append(row("relay throughput, 1 subscriber", one, bare, "upd/s", "≥ 0.7× bare relay",
                     statistics.median(one) >= 0.7 * statistics.median(bare), "bare asyncio→websockets relay"))
     rows.append(row("relay, 1 subscriber with subscribe {batch: true}", batched, one, "upd/s", "reported", True,

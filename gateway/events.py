@@ -46,9 +46,11 @@ def _consume_exception(fut: asyncio.Future[EventRow]) -> None:
 class Sink(Protocol):
     def send(self, frame: bytes) -> None: ...
 
-    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False) -> None:
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
+                  shared: dict[str, Any] | None = None) -> None:
         """Frames in order, each its own message; with `batch`, several may go as one JSON array (`message`, when
-        given, is them already joined as one)."""
+        given, is them already joined as one). `shared`, when given, lives as long as these frames and is the same
+        for every sink they go to: a place to keep an encoding of them made once."""
 
     async def drain(self) -> None:
         """Return once what was sent so far has left (or the sink is gone): replay paces itself by it."""
@@ -83,7 +85,7 @@ class Subscription:
                 return
         self.last_id = events[-1].id
         if group is not None:
-            self.sink.send_many(group.frames, group.message() if self.batch else None, self.batch)
+            self.sink.send_many(group.frames, group.message() if self.batch else None, self.batch, group.shared)
         else:
             self.sink.send_many([e.frame() for e in events], None, self.batch)
 

@@ -22,7 +22,9 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers, MultipleValuesError
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from . import __version__, openrpc
 from .eager import start_eagerly
@@ -247,22 +249,30 @@ class Outbox:
         else:
             self._enqueue(frame, batchable)
 
-    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False) -> None:
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
+                  shared: dict[str, Any] | None = None) -> None:
         """Event notifications in order, one message each. With `batch` (the subscriber asked for it), more than
         one go out as one JSON array (a JSON-RPC batch of notifications): one WebSocket message instead of
         hundreds, so a burst costs the reader one receive. `message` is that array when the caller has it
         joined already (shared by every subscriber)."""
-        if not batch:
-            for frame in frames:
-                self.send(frame, batchable=False)
-            return
         start = 0
+        if not batch:
+            while start < len(frames) and not self.closed and self._can_write_now():
+                end = self._group_end(frames, start)
+                if start == 0 and end == len(frames):
+                    self._write_messages(frames, shared)
+                else:
+                    self._write_messages(frames[start:end])
+                start = end
+            for frame in frames[start:]:
+                self._enqueue(frame, False)
+            return
         while start < len(frames) and not self.closed and self._can_write_now():
             end = self._group_end(frames, start)
             if end - start == 1:
                 self._write(frames[start])
             elif message is not None and start == 0 and end == len(frames):
-                self._write(message)
+                self._write_messages([message], shared, "websocket-array")
             else:
                 self._write(b"[" + b",".join(frames[start:end]) + b"]")
             start = end
@@ -294,6 +304,33 @@ class Outbox:
             log.debug("write failed, closing the connection: %s", exc)
             self._cut("write failed")
 
+    def _write_messages(self, frames: list[bytes], shared: dict[str, Any] | None = None,
+                        key: str = "websocket") -> None:
+        """Frames as messages of their own, written to the socket at once: what `broadcast` does for one message,
+        with one write for all of them (a write per message cost half the relay rate of an array, measured).
+        Without an extension (deflate) on the connection a server's frames are the same bytes for every client, so
+        with `shared` they are encoded once for all subscribers (ten subscribers each encoding every frame
+        relayed at a sixth of one subscriber's rate)."""
+        connection = self.connection
+        protocol = connection.protocol
+        if protocol.state is not State.OPEN or connection.send_in_progress is not None:
+            return  # closing, as `broadcast` skips it
+        try:
+            if shared is not None and not protocol.extensions:
+                wire = shared.get(key)
+                if wire is None:
+                    wire = shared[key] = b"".join(
+                        Frame(Opcode.TEXT, frame).serialize(mask=False) for frame in frames)
+                connection.transport.write(wire)
+                return
+            for frame in frames:
+                protocol.send_text(frame)
+            data = protocol.data_to_send()
+            connection.transport.writelines([chunk for chunk in data if chunk])
+        except Exception as exc:
+            log.debug("write failed, closing the connection: %s", exc)
+            self._cut("write failed")
+
     def _enqueue(self, frame: bytes, batchable: bool) -> None:
         if self.closed:
             return
@@ -321,19 +358,22 @@ class Outbox:
                 self._ready.clear()
                 while self.queue and not self.closed:
                     self._busy = True
-                    frame, batchable = self.queue.popleft()
-                    self.queued_bytes -= len(frame)
-                    if not batchable or not self.queue or not self.queue[0][1]:
-                        await self.connection.send(frame, text=True)
-                        continue
-                    batch, size = [frame], len(frame)
-                    while (self.queue and self.queue[0][1] and len(batch) < self.MAX_BATCH
+                    # A run of frames of one kind: joinable ones go as one array, the others as messages of their
+                    # own written at once; then wait until the socket takes more.
+                    joinable = self.queue[0][1]
+                    chunk: list[bytes] = []
+                    size = 0
+                    while (self.queue and self.queue[0][1] == joinable and len(chunk) < self.MAX_BATCH
                            and size < self.MAX_BATCH_BYTES):
-                        item = self.queue.popleft()[0]
-                        self.queued_bytes -= len(item)
-                        batch.append(item)
-                        size += len(item)
-                    await self.connection.send(b"[" + b",".join(batch) + b"]", text=True)
+                        frame = self.queue.popleft()[0]
+                        self.queued_bytes -= len(frame)
+                        chunk.append(frame)
+                        size += len(frame)
+                    if joinable and len(chunk) > 1:
+                        self._write(b"[" + b",".join(chunk) + b"]")
+                    else:
+                        self._write_messages(chunk)
+                    await self.connection.drain()
                 self._busy = False
                 self._idle.set()
 

@@ -177,7 +177,7 @@ class Store:
 
     def reclaim_soon(self) -> None:
         """Give the pages that deletes freed back to the file system, a step at a time, unless that already runs
-        (called after a session is deleted and after the journal is pruned)."""
+        (called after a session is deleted; a pruned journal's pages are reused by the events that follow)."""
         if self._reclaim is None or self._reclaim.done():
             self._reclaim = asyncio.ensure_future(self._run_reclaim())
 

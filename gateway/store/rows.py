@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
@@ -133,6 +133,9 @@ class EventGroup:
     frames: list[bytes]
     stream: tuple[str, str | None] | None
     _message: bytes | None = None
+    # Other encodings of these frames, made once and shared by every subscriber that gets them all (a sink's
+    # wire format, say): what a sink puts here is its own business.
+    shared: dict[str, Any] = field(default_factory=dict)
 
     def message(self) -> bytes:
         """The frames as one JSON array (a JSON-RPC batch of notifications), joined once for every
