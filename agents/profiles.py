@@ -46,6 +46,7 @@ class AgentProfile(BaseModel):
     resume_args: list[str] = Field(default_factory=list)
     permission_policy: PermissionPolicy = "ask"
     permission_timeout: float | None = Field(default=None, gt=0)
+    auto_resume: bool = True  # frontends may relaunch it on their own when a viewed session needs it (paid agents: off)
     description: str = ""
     source: str = Field(default="", exclude=True)
 

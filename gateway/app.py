@@ -17,7 +17,6 @@ import secrets
 import signal
 import sys
 import uuid
-from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,7 +31,7 @@ from .memory import return_large_buffers
 from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
 from .runtime.workspace import resolved
-from .server import GatewayServer, ui_pages
+from .server import GatewayServer, ui_files, ui_pages
 from .store import Store
 
 log = logging.getLogger("acp-gateway")
@@ -140,10 +139,9 @@ class Gateway:
             await sessions.open()
             adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id},
                                  max_batch=config.max_batch)
-            index_html = (resources.files("gateway") / "ui" / "index.html").read_bytes()
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
-                                   ui=ui_pages(index_html, metrics.exposition), outbox_limit=config.outbox_limit,
+                                   ui=ui_pages(ui_files(), metrics.exposition), outbox_limit=config.outbox_limit,
                                    outbox_limit_bytes=config.outbox_limit_bytes, health=store.health,
                                    max_connections_per_owner=config.max_connections_per_owner)
             self.sessions, self.server, self.store = sessions, server, store

@@ -158,6 +158,7 @@ class OwnerSessionClient:
         self.health = StreamHealth()
         self.malformed = MalformedCounter()
         self.auto_resume = AutoResumeGuard()
+        self._manual_agents: set[str] | None = None  # agents whose profile says auto_resume = false
         self.reconciliations = 0
         self.reconnects = 0
         self.events_seen = 0
@@ -316,10 +317,14 @@ class OwnerSessionClient:
             return status
 
     async def open_view(self, session_id: str) -> dict[str, Any]:
-        """What a UI does when a session is shown: its status, auto-resumed at most once per view."""
+        """What a UI does when a session is shown: its status, auto-resumed at most once per view — unless its
+        agent's profile says `auto_resume = false` (a launch that costs money waits for an explicit resume)."""
         self.auto_resume.open_view(session_id)
         status: dict[str, Any] = await self.call("task.session.status", {"session_id": session_id})
-        if self.auto_resume.should_resume(session_id, status):
+        if self._manual_agents is None:
+            info = await self.call("gateway.info")
+            self._manual_agents = {a["id"] for a in info["agents"] if not a.get("auto_resume", True)}
+        if status.get("agent") not in self._manual_agents and self.auto_resume.should_resume(session_id, status):
             await self.call("task.session.resume", {"session_id": session_id})
             status = await self.call("task.session.status", {"session_id": session_id})
         return status

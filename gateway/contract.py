@@ -166,6 +166,7 @@ class AgentInfo(Result):
     native_session_resume: bool
     history_context_injection: bool
     command_found: bool
+    auto_resume: bool = Field(description="frontends may resume its sessions on their own (off for paid agents)")
 
 
 class GatewayInfo(Result):

@@ -126,7 +126,8 @@ class RpcAdapter:
         if self._agents_cache is None or now - self._agents_cache[0] > self.AGENTS_FRESH_SECONDS:
             self._agents_cache = (now, [
                 {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
-                 "history_context_injection": pr.history_context_injection, "command_found": pr.command_found()}
+                 "history_context_injection": pr.history_context_injection, "command_found": pr.command_found(),
+                 "auto_resume": pr.auto_resume}
                 for pr in self.sessions.profiles.values()])
         return self._agents_cache[1]
 

@@ -16,6 +16,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
+from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -145,9 +146,12 @@ class GatewayServer:
                 return _plain(connection, HTTPStatus.SERVICE_UNAVAILABLE,
                               f"store refuses writes ({fault}): free space under the state directory\n")
             return _plain(connection, HTTPStatus.OK, "ok\n")
-        if path == "/metrics" and find_owner(self.tokens, presented_token(request)) is None:
+        if path in ("/metrics", "/whoami") and find_owner(self.tokens, presented_token(request)) is None:
             return _plain(connection, HTTPStatus.UNAUTHORIZED,
                           "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
+        if path == "/whoami":  # lets a page tell a refused token from a gateway that is down
+            owner = find_owner(self.tokens, presented_token(request))
+            return typed_response(connection, "application/json", orjson.dumps({"owner": owner}))
         if path == "/rpc":
             if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.allowed_origins):
                 return _plain(connection, HTTPStatus.FORBIDDEN, "origin not allowed\n")
@@ -406,21 +410,36 @@ def typed_response(connection: ServerConnection, content_type: str, body: bytes,
 
 
 UI_HEADERS = [
-    # Everything the page needs is inline or on this origin: nothing else may load.
-    ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                                "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'"),
+    # Everything the page needs comes from this origin, as files (no inline script or style): an agent's message
+    # that slipped past the sanitiser still could not run a script or load anything from elsewhere.
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                                "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
     ("X-Content-Type-Options", "nosniff"),
     ("Referrer-Policy", "no-referrer"),
 ]
 
 
-def ui_pages(index_html: bytes, metrics: Callable[[], tuple[bytes, str]]) -> Any:
-    """The HTTP side besides /rpc and /healthz: the web UI at `/`, Prometheus text at `/metrics` (the body and its
-    content type), the API's OpenRPC document at `/openrpc.json`."""
+UI_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+            ".css": "text/css; charset=utf-8"}
+
+
+def ui_files() -> dict[str, tuple[bytes, str]]:
+    """The web UI's files, read once from the package: URL path -> (body, content type). Nothing else is served."""
+    base = resources.files("gateway") / "ui"
+    files = {"/": (base / "index.html").read_bytes()}
+    for name in ("app.js", "app.css", "vendor/marked.min.js", "vendor/purify.min.js"):
+        files[f"/ui/{name}"] = (base / name).read_bytes()
+    return {path: (body, UI_TYPES[".html" if path == "/" else path[path.rfind("."):]]) for path, body in files.items()}
+
+
+def ui_pages(files: dict[str, tuple[bytes, str]], metrics: Callable[[], tuple[bytes, str]]) -> Any:
+    """The HTTP side besides /rpc and /healthz: the web UI at `/` (and its files under `/ui/`), Prometheus text at
+    `/metrics` (the body and its content type), the API's OpenRPC document at `/openrpc.json`."""
 
     def route(connection: ServerConnection, request: Request, path: str) -> Response | None:
-        if path in ("/", "/index.html"):
-            return typed_response(connection, "text/html; charset=utf-8", index_html, UI_HEADERS)
+        page = files.get("/" if path == "/index.html" else path)
+        if page is not None:
+            return typed_response(connection, page[1], page[0], UI_HEADERS)
         if path == "/metrics":
             body, content_type = metrics()
             return typed_response(connection, content_type, body)

@@ -84,6 +84,12 @@ async def test_kill9_then_lazy_resume_keeps_the_same_acp_session(gateway: Gatewa
     assert resumed["already_running"] is False and resumed["acp_session_id"] == acp_id
     assert resumed["state"] == "WAITING_FOR_INPUT" and resumed["task_state"] == "REVIEW"
     assert [e["params"]["sessionId"] for e in sent_methods(env["log"], method)] == [acp_id]
+    # the relaunch is said, with how the session came back (a user of a paid agent wants to know)
+    db = sqlite3.connect(env["state"] / "gateway.db")
+    said = [e["data"] for e in journal_events(db) if e["type"] == "session_message"]
+    db.close()
+    assert said == [{"level": "info", "text": f"Agent {agent} relaunched; session {acp_id} restored by {method}"
+                     + (", which replayed the conversation" if method == "session/load" else "") + "."}]
     assert await c2.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "second"}) == \
         {"stop_reason": "end_turn"}
     history = await c2.call("task.session.history", {"session_id": view["session_id"]})

@@ -1,7 +1,9 @@
-"""The web UI end to end in headless Chromium (Debian's, driven by Playwright): start, echo, cancel, recover."""
+"""The web UI end to end in headless Chromium (Debian's, driven by Playwright), one behaviour per test, each state
+it reaches saved as a screenshot in `.screenshots/` (look at them: a green test says nothing of a broken layout)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +16,8 @@ from tests.gateway_harness import GatewayProcess, free_port, reference_profile
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / ".screenshots"
+expect = playwright_api.expect
 
 
 @pytest.fixture
@@ -22,131 +26,259 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     agents.mkdir()
     (tmp_path / "work").mkdir()
     reference_profile(agents, tmp_path / "agent-state", "ref")
+    reference_profile(agents, tmp_path / "agent-state", "ref-once-internal", "--fault-once", "session/resume=internal")
+    reference_profile(agents, tmp_path / "agent-state", "paid")
+    with (agents / "paid.toml").open("a") as profile:
+        profile.write("auto_resume = false\n")
     gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "ref", port=free_port())
     await gw.start()
     yield gw
     await gw.stop()
 
 
+@pytest.fixture
+async def browser() -> AsyncIterator[playwright_api.Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium)")
+    async with playwright_api.async_playwright() as pw:
+        launched = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+async def new_page(browser: playwright_api.Browser, width: int = 1200) -> tuple[playwright_api.Page, list[str]]:
+    page = await browser.new_page(viewport={"width": width, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # A gateway that is down (the restart tests kill it) is the browser's complaint, not the page's.
+    page.on("console", lambda msg: errors.append(msg.text)
+            if msg.type in ("error", "warning") and "ERR_CONNECTION_REFUSED" not in msg.text else None)
+    return page, errors
+
+
+async def shot(page: playwright_api.Page, name: str) -> None:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
+
+
 def ui_url(gateway: GatewayProcess) -> str:
     return f"http://127.0.0.1:{gateway.port}/?token={gateway.token}"
 
 
-async def start_in_page(page: playwright_api.Page, gateway: GatewayProcess, cwd: Path) -> None:
-    """Open the UI, wait for the live stream, start a session in `cwd` and wait until it waits for input."""
-    expect = playwright_api.expect
+async def start_in_page(page: playwright_api.Page, gateway: GatewayProcess, cwd: Path, agent: str = "ref",
+                        title: str = "") -> None:
     await page.goto(ui_url(gateway))
     await expect(page.locator("#stream")).to_have_text("live")
+    await page.select_option("#agent", agent)
     await page.fill("#cwd", str(cwd))
+    await page.fill("#title", title)
     await page.click("#start")
     await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
 
 
-async def test_browser_start_echo_cancel_and_recover(gateway: GatewayProcess, tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's chromium is not installed: .ci/run installs it (apt-get install chromium)")
-    async with playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = await browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        await page.goto(ui_url(gateway))
-        expect = playwright_api.expect
-        await expect(page.locator("#stream")).to_have_text("live")
-        assert "token" not in page.url  # the token leaves the address bar
-
-        # Start a session, see the echo.
-        await page.fill("#cwd", str(tmp_path / "work"))
-        await page.fill("#title", "first")
-        await page.click("#start")
-        await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
-        await page.fill("#prompt", "hello browser")
-        await page.press("#prompt", "Enter")
-        await expect(page.locator(".msg.agent")).to_have_text("echo: hello browser")
-        await expect(page.locator(".msg.user")).to_have_text("hello browser")
-
-        # Cancel it.
-        await page.click("#cancel")
-        await expect(page.locator("#session-state")).to_have_text("CANCELLED")
-        await expect(page.locator("#prompt")).to_be_disabled()
-
-        # A second session, still active, viewed while the gateway restarts.
-        await page.fill("#title", "second")
-        await page.click("#start")
-        await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
-        await expect(page.locator("#agent-running")).to_have_text("agent running")
-        await gateway.kill9()
-        await expect(page.locator("#stream")).to_have_text("reconnecting…")
-        await gateway.start()
-        # By itself: reconnect, reconcile, resubscribe, and auto-resume the viewed session (once).
-        await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
-        await expect(page.locator("#agent-running")).to_have_text("agent running", timeout=30_000)
-        await page.fill("#prompt", "after restart")
-        await page.press("#prompt", "Enter")
-        await expect(page.locator(".msg.agent").last).to_have_text("echo: after restart")
-        await expect(page.locator("#sessions li")).to_have_count(2)
-        shot = tmp_path / "web-ui.png"
-        await page.screenshot(path=str(shot), full_page=True)
-        assert shot.stat().st_size > 0
-        assert errors == []
-        await browser.close()
+async def say(page: playwright_api.Page, text: str) -> None:
+    await page.fill("#prompt", text)
+    await page.press("#prompt", "Enter")
 
 
-async def test_permission_dialog(gateway: GatewayProcess, tmp_path: Path) -> None:
-    async with playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = await browser.new_page()
-        await start_in_page(page, gateway, tmp_path / "work")
-        expect = playwright_api.expect
-        await page.fill("#prompt", "/permission")
-        await page.press("#prompt", "Enter")
-        await expect(page.locator("#permission")).to_be_visible()
-        await page.click("#permission-options button[data-option-id='allow-once']")
-        await expect(page.locator(".msg.agent").last).to_contain_text('"optionId":"allow-once"')
-        await expect(page.locator("#permission")).to_be_hidden()
-        await browser.close()
+async def test_start_prompt_markdown_and_cancel(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", title="first")
+    assert "token" not in page.url  # the token leaves the address bar
+    await say(page, "**bold** and `code`")
+    await expect(page.locator(".msg.agent strong")).to_have_text("bold")  # markdown, rendered
+    await expect(page.locator(".msg.agent code")).to_have_text("code")
+    await expect(page.locator(".msg.user")).to_have_text("**bold** and `code`")  # what the user typed, as typed
+    await expect(page.locator(".msg.turn").last).to_contain_text("turn ended: end_turn")  # every stop reason
+    assert await page.locator(".msg[data-ts]").count() >= 3  # timestamps
+    assert errors == [], "\n".join(errors)
+    # An agent's message cannot run script: sanitised, and the policy forbids it anyway. (The browser reports the
+    # sanitiser's parse of the handler as blocked, and the image `x` as missing: nothing else may go wrong.)
+    await say(page, '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>')
+    await expect(page.locator(".msg.turn")).to_have_count(2)
+    assert await page.evaluate("window.__pwned") is None
+    assert await page.locator(".msg.agent img[onerror], .msg.agent script").count() == 0
+    assert all("Content Security Policy" in e or "404" in e for e in errors), errors
+    await shot(page, "ui-markdown")
+    await page.click("#cancel")
+    await expect(page.locator("#session-state")).to_have_text("CANCELLED")
+    await expect(page.locator("#prompt")).to_be_disabled()
+
+
+async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: GatewayProcess,
+                                                                       browser: playwright_api.Browser,
+                                                                       tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work")
+    await say(page, "before")
+    await expect(page.locator(".msg.agent")).to_have_text("echo: before")
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    await gateway.kill9()
+    await expect(page.locator("#status-line")).to_contain_text("Connection lost")  # no stale "agent running" alone
+    await gateway.start()
+    # Within seconds of the reconnect: the state the gateway reports, with the reason and an enabled Resume.
+    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+    await expect(page.locator("#agent-running")).to_have_text("agent stopped")
+    await expect(page.locator("#status-line")).to_contain_text("Needs resume: the agent is not running")
+    await expect(page.locator("#resume")).to_be_enabled()
+    await shot(page, "ui-needs-resume")
+    # Reopening the session resumes it, once, and says how.
+    await page.locator("#sessions li").first.click()
+    await expect(page.locator(".msg.notice").filter(has_text="Resuming automatically")).to_have_count(1)
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    await expect(page.locator("#status-line")).to_be_hidden()
+    await say(page, "after")
+    await expect(page.locator(".msg.agent").last).to_have_text("echo: after")
+    await shot(page, "ui-resumed")
+    assert errors == []
+
+
+async def test_auto_resume_off_waits_for_a_click(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                 tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", agent="paid")
+    await gateway.kill9()
+    await gateway.start()
+    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+    await page.locator("#sessions li").first.click()
+    await expect(page.locator(".msg.notice").filter(has_text="Auto-resume is off")).to_have_count(1)
+    await expect(page.locator("#status-line")).to_contain_text("press Resume")
+    await expect(page.locator("#agent-running")).to_have_text("agent stopped")
+    await shot(page, "ui-auto-resume-off")
+    await page.click("#resume")
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    assert errors == []
+
+
+async def test_a_failed_restore_offers_recover(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                               tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", agent="ref-once-internal")
+    await gateway.kill9()
+    await gateway.start()
+    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+    await page.locator("#sessions li").first.click()  # auto-resume: the agent fails it once (-32603)
+    await expect(page.locator("#status-line")).to_contain_text("Restore failed", timeout=30_000)
+    await expect(page.locator("#recover-retry")).to_be_enabled()
+    await shot(page, "ui-error-recovery")
+    await page.click("#recover-retry")
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(page.locator("#status-line")).to_be_hidden()
+    assert errors == []
+
+
+async def test_permission_inline_with_its_diff_and_answer(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                          tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work")
+    await say(page, "/permission")
+    card = page.locator(".card.permission")
+    await expect(card).to_contain_text("Permission: Write notes.txt")
+    await expect(card.locator(".kind")).to_have_text("edit")
+    await expect(card).to_contain_text(str(tmp_path / "work" / "notes.txt"))
+    await expect(card.locator(".diff .del")).to_have_text("- draft")
+    await expect(card.locator(".diff .add")).to_have_text("+ final")
+    await expect(page.locator("#sessions li").first).to_contain_text("1 permission request")
+    await shot(page, "ui-permission")
+    await card.locator("button[data-option-id='allow-once']").click()
+    await expect(card.locator(".answered")).to_have_text("Answered: Allow once (by user)")
+    await expect(page.locator(".msg.agent").last).to_contain_text('"optionId":"allow-once"')
+    assert errors == []
+
+
+async def test_tool_calls_unknown_updates_and_the_raw_pane(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                           tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work")
+    await say(page, "/tool ls README.md")
+    tool = page.locator(".card.tool")
+    await expect(tool).to_contain_text("⚙ ls")
+    await expect(tool.locator(".status")).to_have_text("completed")
+    await say(page, "/unknown-update")
+    raw = page.locator("details.raw-entry")
+    await expect(raw.locator("summary")).to_have_text("[_reference_future_kind]")  # folded, not a box
+    await raw.locator("summary").click()
+    await expect(raw.locator("pre")).to_contain_text('"payload"')
+    await page.click("#raw-toggle")
+    await expect(page.locator("#raw-log")).to_contain_text('"type":"session_update"')
+    await shot(page, "ui-tools-raw")
+    # After a reload the transcript comes from the history: the tool call looks the same.
+    await page.reload()
+    await expect(page.locator("#stream")).to_have_text("live")
+    await page.locator("#sessions li").first.click()
+    await expect(page.locator(".card.tool").first).to_contain_text("⚙ ls")
+    await expect(page.locator(".card.tool .status").first).to_have_text("completed")
+    assert errors == []
+
+
+async def test_usable_at_400_pixels(gateway: GatewayProcess, browser: playwright_api.Browser, tmp_path: Path) -> None:
+    page, errors = await new_page(browser, width=400)
+    await start_in_page(page, gateway, tmp_path / "work", title="a long title that must not push the page sideways")
+    await say(page, "a message on a phone")
+    await expect(page.locator(".msg.agent")).to_have_text("echo: a message on a phone")
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 400
+    for control in ("#prompt", "#send", "#resume", "#cancel"):
+        box = await page.locator(control).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 400, (control, box)
+    await shot(page, "ui-400px")
+    assert errors == []
+
+
+async def test_a_missing_or_wrong_token_asks_for_one(gateway: GatewayProcess, browser: playwright_api.Browser) -> None:
+    page, _ = await new_page(browser)
+    await page.goto(f"http://127.0.0.1:{gateway.port}/")
+    await expect(page.locator("#login")).to_be_visible()
+    await expect(page.locator("#login-reason")).to_have_text("This page needs the gateway's token.")
+    await page.fill("#token", "not-the-token-at-all")
+    await page.click("#connect")
+    await expect(page.locator("#login-reason")).to_contain_text("refused this token")
+    await shot(page, "ui-token-refused")
+    await page.fill("#token", gateway.token or "")
+    await page.click("#connect")
+    await expect(page.locator("#stream")).to_have_text("live")
+    await expect(page.locator("#login")).to_be_hidden()
 
 
 async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gateway: GatewayProcess,
+                                                                             browser: playwright_api.Browser,
                                                                              tmp_path: Path) -> None:
-    async with playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        expect = playwright_api.expect
-        first = await browser.new_page()
-        await start_in_page(first, gateway, tmp_path / "work")
-        # A turn that ends by itself, and the tab that asked for it is closed meanwhile.
-        await first.fill("#prompt", "/sleep 0.5")
-        await first.press("#prompt", "Enter")
-        await expect(first.locator("#session-state")).to_have_text("RUNNING")
-        await first.close()
-        second = await browser.new_page()
-        await second.goto(ui_url(gateway))
-        await second.locator("#sessions li").first.click()
-        await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
-        # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.
-        await second.fill("#prompt", "/hang")
-        await second.press("#prompt", "Enter")
-        await expect(second.locator("#session-state")).to_have_text("RUNNING")
-        await gateway.kill9()
-        await gateway.start()
-        await expect(second.locator("#stream")).to_have_text("live", timeout=30_000)
-        await expect(second.locator(".msg.notice").last).to_contain_text("turn interrupted", timeout=30_000)
-        await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
-        await second.fill("#prompt", "after the crash")
-        await second.press("#prompt", "Enter")
-        await expect(second.locator(".msg.agent").last).to_have_text("echo: after the crash", timeout=30_000)
-        shot = tmp_path / "web-ui-interrupted.png"
-        await second.screenshot(path=str(shot), full_page=True)
-        await browser.close()
+    first, _ = await new_page(browser)
+    await start_in_page(first, gateway, tmp_path / "work")
+    # A turn that ends by itself, and the tab that asked for it is closed meanwhile.
+    await say(first, "/sleep 0.5")
+    await expect(first.locator("#session-state")).to_have_text("RUNNING")
+    await first.close()
+    second, _ = await new_page(browser)
+    await second.goto(ui_url(gateway))
+    await second.locator("#sessions li").first.click()
+    await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.
+    await say(second, "/hang")
+    await expect(second.locator("#session-state")).to_have_text("RUNNING")
+    await gateway.kill9()
+    await gateway.start()
+    await expect(second.locator("#stream")).to_have_text("live", timeout=30_000)
+    await expect(second.locator(".msg.turn").last).to_contain_text("turn interrupted", timeout=30_000)
+    await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")  # not a stale RUNNING
+    await expect(second.locator("#sessions li .badge").first).to_have_text("WAITING_FOR_INPUT")
+    await say(second, "after the crash")  # a prompt resumes the agent lazily
+    await expect(second.locator(".msg.agent").last).to_have_text("echo: after the crash", timeout=30_000)
+    await shot(second, "ui-interrupted")
 
 
 async def test_ui_is_served_with_a_strict_policy(gateway: GatewayProcess) -> None:
-    import asyncio
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
-    writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    await writer.drain()
-    head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode().lower()
-    assert head.startswith("http/1.1 200") and "content-security-policy: default-src 'none'" in head
-    assert "text/html" in head
-    writer.close()
+    for path, kind in (("/", "text/html"), ("/ui/app.js", "text/javascript"), ("/ui/app.css", "text/css"),
+                       ("/ui/vendor/marked.min.js", "text/javascript")):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        await writer.drain()
+        head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode().lower()
+        writer.close()
+        assert head.startswith("http/1.1 200") and kind in head, (path, head)
+        assert "content-security-policy: default-src 'none'; script-src 'self'; style-src 'self'" in head
+        assert "unsafe-inline" not in head

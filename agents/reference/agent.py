@@ -393,7 +393,10 @@ class ReferenceAgent:
     async def _ask_permission(self, session: Session) -> Any:
         assert self.conn is not None
         call_id = f"call-{uuid.uuid4().hex[:8]}"
-        tool_call = {"toolCallId": call_id, "title": "Write notes.txt", "kind": "edit", "status": "pending"}
+        path = os.path.join(session.cwd, "notes.txt")
+        tool_call = {"toolCallId": call_id, "title": "Write notes.txt", "kind": "edit", "status": "pending",
+                     "locations": [{"path": path}],
+                     "content": [{"type": "diff", "path": path, "oldText": "draft\n", "newText": "final\n"}]}
         request = asyncio.ensure_future(self.conn.request("session/request_permission", {
             "sessionId": session.session_id,
             "toolCall": tool_call,

@@ -217,6 +217,16 @@ class Launcher:
             await self.writer.message(row, "warning",
                                       f"The agent no longer knew session {token} ({result.failure_class}); "
                                       f"a fresh session {result.session_id} was started.")
+        elif result.outcome is Outcome.RESTORED:  # a relaunch the user should see (it may cost a paid agent's start)
+            method = result.attempts[-1].method.value
+            await self.writer.message(row, "info", f"Agent {profile.id} relaunched; session {result.session_id} "
+                                      f"restored by {method}" + (", which replayed the conversation"
+                                                                 if result.replayed else "") + ".")
+        elif not first_launch:
+            why = ("its profile does not restore sessions natively" if not profile.native_session_resume
+                   else "no ACP session was saved")
+            await self.writer.message(row, "info", f"Agent {profile.id} relaunched with a fresh session "
+                                      f"{result.session_id}: {why}.")
         has_history = await self.store.history.exists(row.id)
         task = await self.store.tasks.get(row.owner, row.task_id)
         boot = decide_boot(BootFacts(
