@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -218,3 +219,21 @@ class FakeClock:
                 await asyncio.sleep(0)
         self._sleepers = [(d, f) for d, f in self._sleepers if not f.done()]
         self.t = target
+
+
+def frozen_websocket(port: int, token: str, requests: list[bytes]) -> socket.socket:
+    """A WebSocket client that sends `requests` (one JSON-RPC text frame each) and then reads nothing at all (a
+    frozen browser tab): a tiny receive buffer, so the gateway's outbox is what fills up."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                 f"Authorization: Bearer {token}\r\n\r\n".encode())
+    for payload in requests:
+        assert len(payload) < 65536
+        mask = os.urandom(4)
+        size = len(payload)
+        length = bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
+        sock.sendall(bytes([0x81]) + length + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    return sock

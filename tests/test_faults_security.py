@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from gateway.client import GatewayClient, RpcCallError
-from tests.gateway_harness import EventLog, GatewayProcess, reference_profile
+from tests.gateway_harness import EventLog, GatewayProcess, frozen_websocket, reference_profile
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
 
@@ -114,17 +114,8 @@ async def test_exit_during_load_replay(gateway: GatewayProcess, env: dict[str, P
 
 
 def raw_subscriber(port: int, token: str) -> socket.socket:
-    """A WebSocket client that subscribes and then reads nothing at all (a frozen browser tab)."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(f"GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                 f"Authorization: Bearer {token}\r\n\r\n".encode())
-    payload = b'{"jsonrpc":"2.0","id":1,"method":"task.session.subscribe","params":{}}'
-    mask = os.urandom(4)
-    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-    return sock
+    """A client that subscribes and then reads nothing at all (a frozen browser tab)."""
+    return frozen_websocket(port, token, [b'{"jsonrpc":"2.0","id":1,"method":"task.session.subscribe","params":{}}'])
 
 
 async def test_slow_consumer_is_cut_off_others_keep_going(gateway: GatewayProcess, env: dict[str, Path]) -> None:

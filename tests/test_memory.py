@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.gateway_harness import ALICE, BOB, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, frozen_websocket, two_owner_gateway
 
 MB = 1 << 20
 
@@ -25,19 +24,9 @@ def rss(pid: int) -> int:
 
 def greedy_reader(port: int, token: str, session_id: str, requests: int) -> socket.socket:
     """A WebSocket client that asks for the session's whole history `requests` times and reads nothing."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(f"GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                 f"Authorization: Bearer {token}\r\n\r\n".encode())
-    for n in range(requests):
-        payload = (f'{{"jsonrpc":"2.0","id":{n},"method":"task.session.history",'
-                   f'"params":{{"session_id":"{session_id}","limit":1000}}}}').encode()
-        mask = os.urandom(4)
-        sock.sendall(bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + mask
-                     + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-    return sock
+    return frozen_websocket(port, token, [(f'{{"jsonrpc":"2.0","id":{n},"method":"task.session.history",'
+                                           f'"params":{{"session_id":"{session_id}","limit":1000}}}}').encode()
+                                          for n in range(requests)])
 
 
 async def sample_until(done: Callable[[], bool], sample: Callable[[], int], timeout: float) -> int:
