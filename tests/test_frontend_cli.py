@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gateway import __version__
@@ -121,3 +122,25 @@ async def test_usage_version_and_run_print_what_a_user_needs(tmp_path: Path) -> 
     rc, out, err = await cli(None, "run", "--agent", "reference", "--prompt", "hi", "--cwd", str(tmp_path))
     assert rc == 0 and out.splitlines() == ["echo: hi", "stop reason: end_turn"]
     assert "session: ref-" in err and "--resume-token ref-" in err  # the id the next run continues with
+
+
+async def test_watch_prints_events_as_they_happen(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"), "--title", "watched")
+    assert rc == 0
+    sid = out.split()[0]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "watch", "--since", "0", "--json", "--url", gateway.url,
+        "--token", gateway.token or "", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    try:
+        first = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 30))  # replayed from the journal
+        assert first["type"] == "session_created" and first["session_id"] == sid and first["id"] == 1
+        await cli(gateway, "prompt", sid, "watch this")
+        while True:  # then live, as they happen
+            event = orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            if event["type"] == "turn_ended":
+                break
+        assert event["data"]["stop_reason"] == "end_turn"
+    finally:
+        proc.kill()
+        await proc.wait()
