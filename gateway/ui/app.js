@@ -7,9 +7,6 @@ const RECONCILE_INTERVAL = 60000, RECONCILE_JITTER = 15000, HEALTH_SAMPLE = 5000
       RAW_KEEP = 500;
 const backoff = (attempt) => Math.min(BACKOFF_CAP, BACKOFF_BASE * 2 ** Math.min(attempt, 30)) * (0.5 + Math.random() / 2);
 const TERMINAL = ["CANCELLED", "FAILED", "COMPLETED"];
-// Updates a reader of the conversation does not need as boxes: folded into a raw-JSON disclosure like unknown kinds.
-const KNOWN_QUIET = ["available_commands_update", "current_mode_update", "config_option_update", "session_info_update",
-                     "usage_update"];
 const REASONS = {
   agent_not_running: "the agent is not running; its ACP session was saved and can be restored",
   agent_not_running_fresh_start: "the agent is not running and no ACP session was saved: a resume starts a fresh one",
@@ -213,7 +210,9 @@ function addUpdate(sid, u, replay, ts) {
     const i = t.findIndex((e) => e.kind === "plan");
     const entry = { kind: "plan", entries: u.entries || [], replay, ts };
     if (i >= 0) t[i] = entry; else t.push(entry);
-  } else { t.push({ kind: "raw", label: kind || "update", json: u, replay, ts }); }
+  } else {  // any other kind (available commands, modes, kinds newer than this page): folded, as raw JSON
+    t.push({ kind: "raw", label: kind || "update", json: u, replay, ts });
+  }
   closeOpen(sid);
   if (sid === state.viewed) renderTranscript();
 }
