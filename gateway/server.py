@@ -356,30 +356,40 @@ class Outbox:
         self._closer = asyncio.ensure_future(self.connection.close(self.CLOSE_CODE, reason))
 
     async def _run(self) -> None:
-        with contextlib.suppress(Exception):
-            while True:
-                await self._ready.wait()
-                self._ready.clear()
-                while self.queue and not self.closed:
-                    self._busy = True
-                    # A run of frames of one kind: joinable ones go as one array, the others as messages of their
-                    # own written at once; then wait until the socket takes more.
-                    joinable = self.queue[0][1]
-                    chunk: list[bytes] = []
-                    size = 0
-                    while (self.queue and self.queue[0][1] == joinable and len(chunk) < self.MAX_BATCH
-                           and size < self.MAX_BATCH_BYTES):
-                        frame = self.queue.popleft()[0]
-                        self.queued_bytes -= len(frame)
-                        chunk.append(frame)
-                        size += len(frame)
-                    if joinable and len(chunk) > 1:
-                        self._write(b"[" + b",".join(chunk) + b"]")
-                    else:
-                        self._write_messages(chunk)
-                    await self.connection.drain()
-                self._busy = False
-                self._idle.set()
+        try:
+            await self._write_queued()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a writer that stopped would leave the client waiting for nothing: close instead
+            log.debug("writer failed, closing the connection: %s", exc)
+            if not self.closed:
+                self._cut("write failed: reconnect and resubscribe")
+
+    async def _write_queued(self) -> None:
+        """Write what queues up, a run of frames at a time, pacing by the socket (flow control)."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self.queue and not self.closed:
+                self._busy = True
+                # A run of frames of one kind: joinable ones go as one array, the others as messages of their
+                # own written at once; then wait until the socket takes more.
+                joinable = self.queue[0][1]
+                chunk: list[bytes] = []
+                size = 0
+                while (self.queue and self.queue[0][1] == joinable and len(chunk) < self.MAX_BATCH
+                       and size < self.MAX_BATCH_BYTES):
+                    frame = self.queue.popleft()[0]
+                    self.queued_bytes -= len(frame)
+                    chunk.append(frame)
+                    size += len(frame)
+                if joinable and len(chunk) > 1:
+                    self._write(b"[" + b",".join(chunk) + b"]")
+                else:
+                    self._write_messages(chunk)
+                await self.connection.drain()
+            self._busy = False
+            self._idle.set()
 
     async def drain(self) -> None:
         """Wait until nothing is queued for this connection (or it is closed)."""

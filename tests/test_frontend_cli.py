@@ -71,7 +71,7 @@ async def test_a_permission_answered_by_the_permission_command(gateway: GatewayP
         while True:  # the request exists once the agent asked: until then, the list is empty
             rc, out, _ = await cli(gateway, "permission", sid)
             assert rc == 0
-            if "permission request" in out:
+            if out.startswith("permission request "):
                 return out
     listed = await asyncio.wait_for(pending(), 60)
     request_id = listed.split()[2].rstrip(":")

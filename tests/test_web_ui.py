@@ -255,6 +255,7 @@ async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gate
     await first.close()
     second, _ = await new_page(browser)
     await second.goto(ui_url(gateway))
+    await expect(second.locator("#stream")).to_have_text("live")
     await second.locator("#sessions li").first.click()
     await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
     # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.
