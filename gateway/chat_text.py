@@ -20,6 +20,7 @@ class ChatPrinter:
         self.out = out
         self._speaker: str | None = None  # whose text the current line continues
         self._tool_status: dict[str, str] = {}
+        self._tool_title: dict[str, str] = {}  # an update names its call by id only: say it by its title
 
     def update(self, update: dict[str, Any], replay: bool = False) -> None:
         kind = str(update.get("sessionUpdate", "?"))
@@ -39,7 +40,7 @@ class ChatPrinter:
             if kind == "tool_call_update" and self._tool_status.get(call_id) == status:
                 return
             self._tool_status[call_id] = status
-            title = update.get("title") or call_id
+            title = self._tool_title[call_id] = str(update.get("title") or self._tool_title.get(call_id) or call_id)
             self._line(f"[tool] {title}" + (f" ({status})" if status else ""))
         elif kind == "plan":
             entries = update.get("entries") or []

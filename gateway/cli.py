@@ -71,6 +71,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `acp-gateway agents | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args_in, command = _split_command(list(sys.argv[1:] if argv is None else argv))
     parser = _parser()
     args, unknown = parser.parse_known_args(args_in)

@@ -152,7 +152,8 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
     elif command == "history":
         page = await client.call("task.session.history", {"session_id": args.session_id, "after": args.after,
                                                           "limit": args.limit})
-        lines = [f"[{e['kind']}{' ' + e['name'] if e['name'] else ''}] {e['content']}" for e in page["entries"]]
+        lines = [f"[{e['kind']}{' ' + e['name'] if e['name'] else ''}] {e['content']}".rstrip()
+                 for e in page["entries"]]
         if page["next"] is not None:
             lines.append(f"(more: --after {page['next']})")
         _print(args, page, "\n".join(lines) or "no history")

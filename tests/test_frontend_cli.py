@@ -45,8 +45,11 @@ async def test_a_session_from_start_to_cancel(gateway: GatewayProcess, tmp_path:
     rc, out, _ = await cli(gateway, "prompt", sid, "hello cli")
     # a chat, not a log: the answer's text as it streams, no per-chunk prefixes
     assert rc == 0 and out.splitlines() == ["echo: hello cli", "stop reason: end_turn"], out
+    rc, out, _ = await cli(gateway, "prompt", sid, "/tool ls README.md")
+    assert rc == 0 and out.splitlines()[:2] == ["[tool] ls (pending)", "[tool] ls (completed)"], out
     rc, out, _ = await cli(gateway, "history", sid)
     assert rc == 0 and "[user_message] hello cli" in out and "[agent_message] echo: hello cli" in out
+    assert "[tool_call ls]\n[tool_result ls] README.md" in out
     rc, out, _ = await cli(gateway, "status", sid)
     assert rc == 0 and out.startswith("WAITING_FOR_INPUT")
     rc, out, _ = await cli(gateway, "resume", sid)
@@ -144,3 +147,24 @@ async def test_watch_prints_events_as_they_happen(gateway: GatewayProcess, tmp_p
     finally:
         proc.kill()
         await proc.wait()
+
+
+def test_a_reader_that_stops_early_is_no_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`acp-gateway agents | head -1`: the pipe closes under the command, which ends quietly (no traceback)."""
+    from gateway.cli import main
+
+    class ClosedPipe:
+        def __init__(self) -> None:
+            self.file = open(tmp_path / "out", "w")
+
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            return self.file.fileno()
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["agents"]) == 0
