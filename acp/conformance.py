@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -629,10 +630,12 @@ def all_checks() -> list[Check]:
 # -- running ------------------------------------------------------------------------------------------------
 
 async def run_checks(argv: Sequence[str], *, only: Sequence[str] = (), env: dict[str, str] | None = None,
-                     concurrency: int = 4, check_timeout: float = 60.0) -> list[CheckResult]:
+                     concurrency: int = 4, check_timeout: float = 60.0,
+                     on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
+    """Every selected check, each against its own agent process; `on_result` hears of each as it ends."""
     workdir = tempfile.mkdtemp(prefix="acp-check-")
     try:
-        return await _run(argv, workdir, only, env, concurrency, check_timeout)
+        return await _run(argv, workdir, only, env, concurrency, check_timeout, on_result)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -649,7 +652,8 @@ async def _discover(argv: Sequence[str], workdir: str, env: dict[str, str] | Non
 
 
 async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict[str, str] | None,
-               concurrency: int, check_timeout: float) -> list[CheckResult]:
+               concurrency: int, check_timeout: float,
+               on_result: Callable[[CheckResult], None] | None) -> list[CheckResult]:
     caps = await _discover(argv, workdir, env)
     selected = [c for c in CHECKS if not only or c.id in only]
     gate = asyncio.Semaphore(concurrency)
@@ -657,7 +661,10 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
 
     async def one(c: Check) -> CheckResult:
         async with gate:
-            return await _run_one(c, argv, workdir, env, caps, check_timeout, all_violations)
+            result = await _run_one(c, argv, workdir, env, caps, check_timeout, all_violations)
+        if on_result is not None:
+            on_result(result)
+        return result
 
     results = list(await asyncio.gather(*(one(c) for c in selected)))
     if not only or SCHEMA_CHECK.id in only:
@@ -667,6 +674,8 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
                                        violations=[str(v) for v in all_violations[:50]]))
         else:
             results.append(CheckResult(SCHEMA_CHECK, Result.PASS, "every agent message matched the schema"))
+        if on_result is not None:
+            on_result(results[-1])
     return results
 
 
@@ -699,7 +708,7 @@ async def _run_one(c: Check, argv: Sequence[str], workdir: str, env: dict[str, s
     return CheckResult(c, result, evidence, transcript, [str(v) for v in violations], time.monotonic() - started)
 
 
-def render_table(results: Sequence[CheckResult]) -> str:
+def render_table(results: Sequence[CheckResult], seconds: float | None = None) -> str:
     width = max((len(r.check.id) for r in results), default=10)
     lines = [f"{'check':{width}}  {'tier':13}  {'result':6}  evidence"]
     for r in results:
@@ -709,14 +718,44 @@ def render_table(results: Sequence[CheckResult]) -> str:
     lines.append("")
     lines.append(f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.SKIP]} skipped, "
                  f"{counts[Result.INFO]} informational; "
-                 + ("conformant" if not failed else f"NOT conformant ({', '.join(r.check.id for r in failed)})"))
+                 + ("conformant" if not failed else f"NOT conformant ({', '.join(r.check.id for r in failed)})")
+                 + (f"; {seconds:.1f} s" if seconds is not None else ""))
     return "\n".join(lines)
 
 
-def report_json(argv: Sequence[str], results: Sequence[CheckResult]) -> dict[str, Any]:
+def report_json(argv: Sequence[str], results: Sequence[CheckResult], seconds: float | None = None) -> dict[str, Any]:
     return {
         "agent": list(argv),
         "schema": "ACP v1 (acp/schema/v1/schema.json)",
         "conformant": not any(r.fatal for r in results),
+        "seconds": None if seconds is None else round(seconds, 3),
         "checks": [r.to_json(with_transcript=r.result is Result.FAIL) for r in results],
     }
+
+
+def progress_line(result: CheckResult, done: int, total: int) -> str:
+    """One line per check as it ends (stderr): an agent author sees where a slow run is."""
+    return (f"[{done:>{len(str(total))}}/{total}] {result.result.value.upper():4} {result.check.id} "
+            f"({result.seconds:.1f} s) {result.evidence[:100]}")
+
+
+def report_junit(argv: Sequence[str], results: Sequence[CheckResult], seconds: float) -> bytes:
+    """The report as JUnit XML (one testcase per check; FAIL of a mandatory or advertised-capability check is a
+    failure, of an advisory one a testcase that passes with the finding in its output; SKIP is skipped), for
+    the CI systems agent authors use."""
+    suite = ET.Element("testsuite", name="acp-conformance", tests=str(len(results)),
+                       failures=str(sum(1 for r in results if r.fatal)),
+                       skipped=str(sum(1 for r in results if r.result is Result.SKIP)), errors="0",
+                       time=f"{seconds:.3f}")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="agent", value=" ".join(argv))
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=f"acp.{r.check.tier.value}",
+                             name=f"{r.check.id} {r.check.title}", time=f"{r.seconds:.3f}")
+        if r.fatal:
+            failure = ET.SubElement(case, "failure", message=r.evidence[:500], type=r.check.tier.value)
+            failure.text = f"{r.evidence}\n{r.check.citation}" + "".join(f"\n{v}" for v in r.violations[:10])
+        elif r.result is Result.SKIP:
+            ET.SubElement(case, "skipped", message=r.evidence[:500])
+        ET.SubElement(case, "system-out").text = f"{r.result.value.upper()}: {r.evidence}"
+    return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))

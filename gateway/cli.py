@@ -45,10 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
-                           usage="acp-gateway check [--json] [--only ID ...] -- CMD ARGS...")
+                           usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] -- CMD ARGS...")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
     check.add_argument("--list", action="store_true", help="list the checks and exit")
+    check.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML (for CI)")
     rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
                          usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
     rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
@@ -125,10 +126,19 @@ def _main(argv: list[str] | None) -> int:
 
 def _check(args: argparse.Namespace, command: list[str]) -> int:
     import asyncio
+    import time
 
     import orjson
 
-    from acp.conformance import all_checks, render_table, report_json, run_checks
+    from acp.conformance import (
+        CheckResult,
+        all_checks,
+        progress_line,
+        render_table,
+        report_json,
+        report_junit,
+        run_checks,
+    )
 
     if args.list:
         for c in all_checks():
@@ -142,11 +152,23 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     if unknown:
         print(f"acp-gateway check: unknown check id(s) {', '.join(unknown)}; see --list", file=sys.stderr)
         return 2
-    results = asyncio.run(run_checks(command, only=args.only))
+    total = len(args.only) if args.only else len(all_checks())
+    done = 0
+
+    def progress(result: CheckResult) -> None:
+        nonlocal done
+        done += 1
+        print(progress_line(result, done, total), file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    results = asyncio.run(run_checks(command, only=args.only, on_result=progress))
+    seconds = time.monotonic() - started
+    if args.junit is not None:
+        args.junit.write_bytes(report_junit(command, results, seconds))
     if args.json:
-        print(orjson.dumps(report_json(command, results)).decode())
+        print(orjson.dumps(report_json(command, results, seconds)).decode())
     else:
-        print(render_table(results))
+        print(render_table(results, seconds))
     return 1 if any(r.fatal for r in results) else 0
 
 

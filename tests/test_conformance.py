@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -73,10 +74,20 @@ def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "gateway.cli", "check"]
     ok = subprocess.run([*base, "--", *agent(tmp_path)], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "conformant" in ok.stdout.splitlines()[-1]
-    bad = subprocess.run([*base, "--json", "--only", "ACP-RESUME-001", "ACP-LOAD-001", "--",
+    assert "; conformant; " in ok.stdout.splitlines()[-1] and ok.stdout.rstrip().endswith(" s")  # the total time
+    progress = ok.stderr.splitlines()  # a line per check as it ends, on stderr
+    assert len(progress) == 21 and progress[-1].startswith("[21/21] ") and all("ACP-" in line for line in progress)
+    assert "Task was destroyed" not in ok.stderr and "Traceback" not in ok.stderr  # a clean exit
+    junit = tmp_path / "report.xml"
+    bad = subprocess.run([*base, "--json", "--junit", str(junit), "--only", "ACP-RESUME-001", "ACP-LOAD-001", "--",
                           *agent(tmp_path, "--replay-on-resume")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
+    suite = ElementTree.parse(junit).getroot()  # a standard parser reads it
+    assert (suite.tag, suite.get("tests"), suite.get("failures")) == ("testsuite", "2", "1")
+    failures = [case.get("name", "") for case in suite.iter("testcase") if case.find("failure") is not None]
+    assert len(failures) == 1 and failures[0].startswith("ACP-RESUME-001 ")
     report = json.loads(bad.stdout)
+    assert report["seconds"] > 0
     assert report["conformant"] is False
     checks = {c["id"]: c for c in report["checks"]}
     assert set(checks) == {"ACP-RESUME-001", "ACP-LOAD-001"}
