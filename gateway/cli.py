@@ -45,11 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
-                           usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] -- CMD ARGS...")
+                           usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] "
+                                 "(--agent ID | -- CMD ARGS...)")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
     check.add_argument("--list", action="store_true", help="list the checks and exit")
     check.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML (for CI)")
+    check.add_argument("--agent", help="check this agent profile (its command and env) instead of -- CMD")
+    check.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
     rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
                          usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
     rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
@@ -144,9 +147,17 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
         for c in all_checks():
             print(f"{c.id:16} {c.tier.value:13} {c.title}")
         return 0
-    if not command:
-        print("acp-gateway check: give the agent's command after --", file=sys.stderr)
+    if bool(args.agent) == bool(command):
+        print("acp-gateway check: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
         return 2
+    env: dict[str, str] | None = None
+    if args.agent:
+        profiles = load_profiles(args.agents_dir)
+        if args.agent not in profiles:
+            print(f"acp-gateway check: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
+                  file=sys.stderr)
+            return 2
+        command, env = profiles[args.agent].argv(), profiles[args.agent].launch_env(os.environ)
     known = {c.id for c in all_checks()}
     unknown = [i for i in args.only if i not in known]
     if unknown:
@@ -161,7 +172,7 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
         print(progress_line(result, done, total), file=sys.stderr, flush=True)
 
     started = time.monotonic()
-    results = asyncio.run(run_checks(command, only=args.only, on_result=progress))
+    results = asyncio.run(run_checks(command, only=args.only, env=env, on_result=progress))
     seconds = time.monotonic() - started
     if args.junit is not None:
         args.junit.write_bytes(report_junit(command, results, seconds))

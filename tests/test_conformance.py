@@ -102,6 +102,16 @@ def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
     assert advisory.returncode == 0 and "FAIL" in advisory.stdout  # advisory failures are never fatal
     unknown = subprocess.run([*base, "--only", "ACP-NOPE", "--", "true"], capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "unknown check id" in unknown.stderr
+    # A profile instead of a command line: its command and environment
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "mine.toml").write_text(f'id = "mine"\ncommand = {json.dumps(agent(tmp_path))}\n'
+                                        'env = { ACP_CHECK_PROBE = "1" }\n')
+    by_profile = subprocess.run([*base, "--agent", "mine", "--agents-dir", str(profiles), "--only", "ACP-INIT-001"],
+                                capture_output=True, text=True, timeout=120)
+    assert by_profile.returncode == 0 and "1 passed" in by_profile.stdout, by_profile.stderr
+    nope = subprocess.run([*base, "--agent", "nope"], capture_output=True, text=True, timeout=60)
+    assert nope.returncode == 2 and "no agent profile 'nope'" in nope.stderr
 
 
 @pytest.mark.parametrize(("msg", "method", "path"), [
