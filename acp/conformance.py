@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from .client import AcpClient, ClientOptions
-from .errors import RESOURCE_NOT_FOUND, AcpError, RpcError
+from .errors import AUTH_REQUIRED, RESOURCE_NOT_FOUND, AcpError, RpcError
 from .models import STOP_REASONS
 from .schema_check import Violation, acp_v1_schema
 
@@ -41,9 +41,15 @@ class Tier(StrEnum):
 
 class Result(StrEnum):
     PASS = "pass"
-    FAIL = "fail"
-    SKIP = "skip"
+    FAIL = "fail"  # the agent broke a rule: evidence and citation
+    BLOCKED = "blocked"  # a prerequisite failed (authentication, a failing turn): named, with what would unblock it
+    INCONCLUSIVE = "inconclusive"  # the observation could not decide (a turn ended before a cancel could reach it)
+    SKIP = "skip"  # not advertised, not applicable
     INFO = "info"
+
+
+# The verdicts that say "could not be checked here", as opposed to "not conformant".
+UNDECIDED = (Result.BLOCKED, Result.INCONCLUSIVE)
 
 
 class CheckFailed(Exception):
@@ -52,6 +58,27 @@ class CheckFailed(Exception):
 
 class CheckSkipped(Exception):
     pass
+
+
+class CheckBlocked(Exception):
+    """A prerequisite failed: not the agent's fault as far as this check can tell."""
+
+
+class CheckInconclusive(Exception):
+    pass
+
+
+def blocked_by_error(err: RpcError, doing: str) -> CheckBlocked | None:
+    """The errors that block a check instead of failing it: authentication that could not be done here, and a turn
+    the agent could not run (its model unreachable or unconfigured)."""
+    if err.code == AUTH_REQUIRED:
+        return CheckBlocked(f"{doing} needs authentication ({err.message}) and no credentials worked here: give the "
+                            "agent its credentials (its API key in the environment, or --agent with a profile whose "
+                            "env sets them) and run again")
+    if doing == "a prompt turn":
+        return CheckBlocked(f"a prompt turn failed ({err.code} {err.message}): the model behind the agent may be "
+                            "unreachable or unconfigured; make a turn work, then run again")
+    return None
 
 
 @dataclass
@@ -129,15 +156,19 @@ class Probe:
                     raise
                 result = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
         except RpcError as err:
-            raise CheckFailed(f"session/new answered an error: {err.message} ({err.code})") from None
+            raise blocked_by_error(err, "session/new") or CheckFailed(
+                f"session/new answered an error: {err.message} ({err.code})") from None
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise CheckFailed(f"session/new answered no sessionId: {result!r:.200}")
         return sid
 
     async def prompt(self, sid: str, text: str, timeout: float = 30.0) -> dict[str, Any]:
-        result = await self.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
-                                 timeout)
+        try:
+            result = await self.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
+                                     timeout)
+        except RpcError as err:
+            raise blocked_by_error(err, "a prompt turn") or err from None
         if not isinstance(result, dict):
             raise CheckFailed(f"session/prompt answered {result!r:.200}")
         return result
@@ -342,32 +373,44 @@ async def update_shapes(ctx: CheckContext) -> str:
 
 
 async def _cancel_turn(ctx: CheckContext, text: str, wait_for: str) -> str:
+    """Cancel a turn only while it demonstrably runs (an update came, or a permission is pending). A turn that
+    ends as the cancel goes out, with no update after it, raced it: tried once more, then INCONCLUSIVE. A turn
+    that went on after the cancel and ended otherwise than `cancelled` broke the rule."""
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
-    turn = asyncio.ensure_future(p.prompt(sid, text, timeout=30))
-    waiter = p.permission_asked if wait_for == "permission" else p.first_update
-    try:
-        await asyncio.wait_for(asyncio.shield(waiter.wait()), 3.0)
-    except TimeoutError:
-        if wait_for == "permission":
-            turn.cancel()
-            raise CheckSkipped("the agent did not ask for permission, so a pending request could not be "
-                               "cancelled") from None
-    if turn.done():
-        result = turn.result()
-        raise CheckSkipped(f"the turn ended ({result.get('stopReason')!r}) before it could be cancelled")
-    await p.client.cancel(sid)
-    try:
-        result = await asyncio.wait_for(turn, CANCEL_GRACE)
-    except TimeoutError:
-        raise CheckFailed(f"the turn did not end within {CANCEL_GRACE:g} s of session/cancel") from None
-    except RpcError as err:
-        raise CheckFailed(f"the cancelled turn answered an error ({err.code} {err.message}) instead of "
-                          "stopReason 'cancelled'") from None
-    if result.get("stopReason") != "cancelled":
-        raise CheckFailed(f"the cancelled turn ended with stopReason {result.get('stopReason')!r}")
-    return "stopReason 'cancelled' after session/cancel"
+    raced = ""
+    for _attempt in range(2):
+        waiter = p.permission_asked if wait_for == "permission" else p.first_update
+        waiter.clear()
+        turn = asyncio.ensure_future(p.prompt(sid, text, timeout=30))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.wait()), 3.0)
+        except TimeoutError:
+            if wait_for == "permission":
+                turn.cancel()
+                raise CheckSkipped("the agent did not ask for permission, so a pending request could not be "
+                                   "cancelled") from None
+        if turn.done():  # over before the cancel could be sent: nothing to judge
+            raced = f"the turn ended ({turn.result().get('stopReason')!r}) before session/cancel could be sent"
+            continue
+        updates_at_cancel = len(p.updates)
+        await p.client.cancel(sid)
+        try:
+            result = await asyncio.wait_for(turn, CANCEL_GRACE)
+        except TimeoutError:
+            raise CheckFailed(f"the turn did not end within {CANCEL_GRACE:g} s of session/cancel") from None
+        except RpcError as err:
+            raise CheckFailed(f"the cancelled turn answered an error ({err.code} {err.message}) instead of "
+                              "stopReason 'cancelled'") from None
+        reason = result.get("stopReason")
+        if reason == "cancelled":
+            return "stopReason 'cancelled' after session/cancel"
+        if len(p.updates) > updates_at_cancel:
+            raise CheckFailed(f"the turn went on after session/cancel and ended with stopReason {reason!r}")
+        raced = f"the turn ended ({reason!r}) as session/cancel was sent, with no update after it"
+    raise CheckInconclusive(f"{raced}, twice: the agent's turns end too soon for a cancel to reach one; "
+                            "give it a longer task to tell")
 
 
 @check("ACP-CANCEL-001", Tier.MANDATORY, "session/cancel ends the turn with stopReason 'cancelled', not an error",
@@ -470,6 +513,8 @@ async def _unknown(ctx: CheckContext, method: str) -> str:
     try:
         await p.call(method, {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
+        if err.code == AUTH_REQUIRED:  # it may not say anything of sessions before authentication
+            raise blocked_by_error(err, method) or CheckBlocked(err.message) from None
         if err.code != RESOURCE_NOT_FOUND:
             raise CheckFailed(f"{method} of an unknown id answered {err.code} {err.message!r}, not -32002") from None
         return f"-32002 {err.message!r}"
@@ -693,10 +738,16 @@ async def _run_one(c: Check, argv: Sequence[str], workdir: str, env: dict[str, s
         result, evidence = Result.FAIL, str(exc)
     except CheckSkipped as exc:
         result, evidence = Result.SKIP, str(exc)
+    except CheckBlocked as exc:
+        result, evidence = Result.BLOCKED, str(exc)
+    except CheckInconclusive as exc:
+        result, evidence = Result.INCONCLUSIVE, str(exc)
     except TimeoutError:
         result, evidence = Result.FAIL, f"no verdict within {check_timeout:g} s (the agent stopped answering)"
     except RpcError as err:
-        result, evidence = Result.FAIL, f"unexpected error answer {err.code} {err.message}"
+        blocked = blocked_by_error(err, "a session method")
+        result, evidence = ((Result.BLOCKED, str(blocked)) if blocked is not None
+                            else (Result.FAIL, f"unexpected error answer {err.code} {err.message}"))
     except AcpError as exc:
         result, evidence = Result.FAIL, f"transport: {exc}"
     finally:
@@ -710,15 +761,18 @@ async def _run_one(c: Check, argv: Sequence[str], workdir: str, env: dict[str, s
 
 def render_table(results: Sequence[CheckResult], seconds: float | None = None) -> str:
     width = max((len(r.check.id) for r in results), default=10)
-    lines = [f"{'check':{width}}  {'tier':13}  {'result':6}  evidence"]
+    lines = [f"{'check':{width}}  {'tier':13}  {'result':12}  evidence"]
     for r in results:
-        lines.append(f"{r.check.id:{width}}  {r.check.tier.value:13}  {r.result.value.upper():6}  {r.evidence}")
+        lines.append(f"{r.check.id:{width}}  {r.check.tier.value:13}  {r.result.value.upper():12}  {r.evidence}")
     failed = [r for r in results if r.fatal]
+    undecided = [r.check.id for r in results if r.result in UNDECIDED]
     counts = {res: sum(1 for r in results if r.result is res) for res in Result}
     lines.append("")
-    lines.append(f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.SKIP]} skipped, "
+    lines.append(f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.BLOCKED]} blocked, "
+                 f"{counts[Result.INCONCLUSIVE]} inconclusive, {counts[Result.SKIP]} skipped, "
                  f"{counts[Result.INFO]} informational; "
                  + ("conformant" if not failed else f"NOT conformant ({', '.join(r.check.id for r in failed)})")
+                 + (f"; could not be checked here: {', '.join(undecided)}" if undecided else "")
                  + (f"; {seconds:.1f} s" if seconds is not None else ""))
     return "\n".join(lines)
 
@@ -728,6 +782,7 @@ def report_json(argv: Sequence[str], results: Sequence[CheckResult], seconds: fl
         "agent": list(argv),
         "schema": "ACP v1 (acp/schema/v1/schema.json)",
         "conformant": not any(r.fatal for r in results),
+        "could_not_check": [r.check.id for r in results if r.result in UNDECIDED],
         "seconds": None if seconds is None else round(seconds, 3),
         "checks": [r.to_json(with_transcript=r.result is Result.FAIL) for r in results],
     }
@@ -745,7 +800,8 @@ def report_junit(argv: Sequence[str], results: Sequence[CheckResult], seconds: f
     the CI systems agent authors use."""
     suite = ET.Element("testsuite", name="acp-conformance", tests=str(len(results)),
                        failures=str(sum(1 for r in results if r.fatal)),
-                       skipped=str(sum(1 for r in results if r.result is Result.SKIP)), errors="0",
+                       skipped=str(sum(1 for r in results if r.result is Result.SKIP or r.result in UNDECIDED)),
+                       errors="0",
                        time=f"{seconds:.3f}")
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="agent", value=" ".join(argv))
@@ -755,7 +811,7 @@ def report_junit(argv: Sequence[str], results: Sequence[CheckResult], seconds: f
         if r.fatal:
             failure = ET.SubElement(case, "failure", message=r.evidence[:500], type=r.check.tier.value)
             failure.text = f"{r.evidence}\n{r.check.citation}" + "".join(f"\n{v}" for v in r.violations[:10])
-        elif r.result is Result.SKIP:
-            ET.SubElement(case, "skipped", message=r.evidence[:500])
+        elif r.result is Result.SKIP or r.result in UNDECIDED:
+            ET.SubElement(case, "skipped", message=f"{r.result.value.upper()}: {r.evidence[:500]}")
         ET.SubElement(case, "system-out").text = f"{r.result.value.upper()}: {r.evidence}"
     return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))

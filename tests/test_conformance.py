@@ -31,10 +31,23 @@ FAULTS: list[tuple[list[str], set[str]]] = [
     (["--fault", "session/close=unsupported"], {"ACP-CAPS-001", "ACP-CLOSE-001"}),
     (["--linger"], {"ACP-SHUTDOWN-001"}),
     (["--require-auth"], set()),  # the checker authenticates with the advertised method, as a client would
-    (["--require-auth", "--auth-fails"], {  # auth required and no way in: every session method fails
+    # Not the agent's fault: blocked (authentication without credentials, a turn the model could not run) or
+    # inconclusive (turns that end before a cancel can reach them) — never FAIL (see the verdict test below).
+    (["--require-auth", "--auth-fails"], set()),
+    (["--fault", "session/prompt=internal"], set()),
+    (["--brief-turns"], set()),
+]
+
+# fault flags -> the checks that must come out BLOCKED / INCONCLUSIVE, with the exit status
+UNDECIDED: list[tuple[list[str], Result, set[str]]] = [
+    (["--require-auth", "--auth-fails"], Result.BLOCKED, {
         "ACP-SESSION-001", "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002",
         "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-UNKNOWN-001", "ACP-UNKNOWN-002", "ACP-CAPS-001",
         "ACP-LIST-001", "ACP-CLOSE-001", "ACP-CLIENT-001"}),
+    (["--fault", "session/prompt=internal"], Result.BLOCKED, {
+        "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-LOAD-001", "ACP-LOAD-002",
+        "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENT-001"}),
+    (["--brief-turns"], Result.INCONCLUSIVE, {"ACP-CANCEL-001"}),
 ]
 
 
@@ -60,6 +73,18 @@ async def test_each_fault_fails_exactly_its_checks(tmp_path: Path, flags: list[s
     for r in results:
         if r.result is Result.FAIL:
             assert r.transcript or r.check.id == "ACP-SCHEMA-001" or r.violations
+
+
+@pytest.mark.parametrize(("flags", "verdict", "checks"), UNDECIDED, ids=[" ".join(f) for f, _, _ in UNDECIDED])
+async def test_what_the_agent_is_not_to_blame_for_is_blocked_or_inconclusive(
+        tmp_path: Path, flags: list[str], verdict: Result, checks: set[str]) -> None:
+    results = await run_checks(agent(tmp_path, *flags))
+    got = {r.check.id for r in results if r.result is verdict}
+    assert got == checks, {r.check.id: (r.result, r.evidence) for r in results if r.check.id in got ^ checks}
+    assert not [r for r in results if r.fatal]  # the exit status counts FAILs only
+    for r in results:
+        if r.result is Result.BLOCKED:
+            assert "run again" in r.evidence  # it says what would unblock it
 
 
 async def test_capability_checks_skip_when_not_advertised(tmp_path: Path) -> None:

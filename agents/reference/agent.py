@@ -73,6 +73,7 @@ class Config:
     auth_env: str | None = None
     auth_fails: bool = False
     ignore_cancel: bool = False
+    brief_turns: bool = False  # every turn is one update and its answer, whatever the prompt asks
     grandchild_pidfile: str | None = None
     faults_once: dict[str, str] = field(default_factory=dict)
     replay_on_resume: bool = False
@@ -357,6 +358,9 @@ class ReferenceAgent:
 
     async def _turn(self, session: Session, text: str) -> str:
         cfg = self.config
+        if cfg.brief_turns:  # a conformant agent whose turns end before a client can cancel them
+            await self._message(session, "done")
+            return "end_turn"
         for _ in range(cfg.noise):
             self._raw(b"reference-agent noise: this line is not JSON\n")
         if cfg.tool_calls:
@@ -511,6 +515,7 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--bad-update", action="store_true", help="fault: send a malformed session/update per prompt")
     p.add_argument("--linger", action="store_true", help="fault: keep running after stdin closes")
     p.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel")
+    p.add_argument("--brief-turns", action="store_true", help="end every turn after one update, at once")
     p.add_argument("--grandchild-pidfile", metavar="FILE", help="spawn a long-lived grandchild, write its pid")
     ns = p.parse_args(argv)
     def faults_of(items: list[str], flag: str) -> dict[str, str]:
@@ -543,6 +548,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         auth_env=ns.auth_env,
         auth_fails=ns.auth_fails,
         ignore_cancel=ns.ignore_cancel,
+        brief_turns=ns.brief_turns,
         grandchild_pidfile=ns.grandchild_pidfile,
         faults_once=faults_of(ns.fault_once, "--fault-once"),
         replay_on_resume=ns.replay_on_resume,
