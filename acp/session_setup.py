@@ -49,6 +49,11 @@ class RestoreResult:
     rule: str = ""
 
     @property
+    def settled_by(self) -> str:
+        """The method that settled the outcome (the last one sent), or "none" when nothing was sent."""
+        return self.attempts[-1].method.value if self.attempts else "none"
+
+    @property
     def replayed(self) -> bool:
         return any(a.method is Method.LOAD and a.succeeded for a in self.attempts)
 

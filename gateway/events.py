@@ -125,9 +125,12 @@ class EventBus:
     def next_id(self, owner: str) -> int:
         """The id the owner's next queued event will get: each of its events queued from now on has this id or a
         greater one (a promise: ids lost to a failed write are never handed out again below it)."""
-        next_id = self._next.get(owner, self._floor + 1)
+        next_id = self._upcoming(owner)
         self._reserved[owner] = max(self._reserved.get(owner, 0), next_id)
         return next_id
+
+    def _upcoming(self, owner: str) -> int:
+        return self._next.get(owner, self._floor + 1)
 
     def head(self, owner: str) -> int:
         """The owner's newest event that is committed and handed out: subscribing from it misses nothing."""
@@ -170,7 +173,7 @@ class EventBus:
         """Queue an event without waiting: its id and order are fixed now, its commit comes with the next
         group, and subscribers see nothing before it. For streams (session updates) that must not wait one
         commit per event; a failed write is logged. Returns the event's id."""
-        event_id = self._next.get(owner, self._floor + 1)
+        event_id = self._upcoming(owner)
         self._next[owner] = event_id + 1
         event = EventRow(event_id, type_, owner, session_id, task_id, time.time(), data)
         self._queue.append(event)
@@ -212,20 +215,26 @@ class EventBus:
         by_count = self.committed + len(group.events) - self._pruned_at >= self.PRUNE_EVERY
         if by_count:
             self._pruned_at = self.committed + len(group.events)
-        owners = {event.owner for event in group.events}
-        for owner in owners:  # a row per owner holds its frames joined by newlines
-            self._bytes[owner] = self._bytes.get(owner, 0) - 1
-        for frame, event in zip(group.frames, group.events, strict=True):
-            self._bytes[event.owner] += len(frame) + 1
-        for owner in (self._next if by_count else owners):
+        written = self._group_bytes(group)
+        for owner, size in written.items():
+            self._bytes[owner] = self._bytes.get(owner, 0) + size
+        for owner in (self._next if by_count else written):
             goal = self._goal(owner, by_count)
             if goal.through > 0 or goal.drop_bytes > 0:
                 goals[owner] = goal
         return goals or None
 
+    @staticmethod
+    def _group_bytes(group: EventGroup) -> dict[str, int]:
+        """The bytes each owner's journal row of this group holds: its frames joined by newlines."""
+        sizes: dict[str, int] = {}
+        for frame, event in zip(group.frames, group.events, strict=True):
+            sizes[event.owner] = sizes.get(event.owner, -1) + len(frame) + 1
+        return sizes
+
     def _goal(self, owner: str, count: bool) -> PruneGoal:
         excess = self._bytes.get(owner, 0) - self.retention_bytes
-        return PruneGoal(through=self._next.get(owner, self._floor + 1) - 1 - self.retention if count else 0,
+        return PruneGoal(through=self._upcoming(owner) - 1 - self.retention if count else 0,
                          drop_bytes=excess + self.retention_bytes // 10 if excess > 0 else 0)
 
     async def _commit_when_free(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
@@ -256,10 +265,8 @@ class EventBus:
         for owner, event_id in first.items():
             if owner not in queued and self._reserved.get(owner, 0) <= event_id:
                 self._next[owner] = event_id
-        for frame, event in zip(group.frames, group.events, strict=True):
-            self._bytes[event.owner] -= len(frame) + 1
-        for owner in first:
-            self._bytes[owner] += 1
+        for owner, size in self._group_bytes(group).items():
+            self._bytes[owner] -= size
         for _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)

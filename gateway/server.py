@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
+from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers, MultipleValuesError
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
@@ -146,12 +146,13 @@ class GatewayServer:
                 return _plain(connection, HTTPStatus.SERVICE_UNAVAILABLE,
                               f"store refuses writes ({fault}): free space under the state directory\n")
             return _plain(connection, HTTPStatus.OK, "ok\n")
-        if path in ("/metrics", "/whoami") and find_owner(self.tokens, presented_token(request)) is None:
-            return _plain(connection, HTTPStatus.UNAUTHORIZED,
-                          "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
-        if path == "/whoami":  # lets a page tell a refused token from a gateway that is down
+        if path in ("/metrics", "/whoami"):
             owner = find_owner(self.tokens, presented_token(request))
-            return typed_response(connection, "application/json", orjson.dumps({"owner": owner}))
+            if owner is None:
+                return _plain(connection, HTTPStatus.UNAUTHORIZED,
+                              "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
+            if path == "/whoami":  # lets a page tell a refused token from a gateway that is down
+                return typed_response(connection, "application/json", orjson.dumps({"owner": owner}))
         if path == "/rpc":
             if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.allowed_origins):
                 return _plain(connection, HTTPStatus.FORBIDDEN, "origin not allowed\n")
@@ -249,7 +250,7 @@ class Outbox:
         if self.closed:
             return
         if self._can_write_now():
-            self._write(frame)
+            self._write_messages([frame])
         else:
             self._enqueue(frame, batchable)
 
@@ -274,11 +275,11 @@ class Outbox:
         while start < len(frames) and not self.closed and self._can_write_now():
             end = self._group_end(frames, start)
             if end - start == 1:
-                self._write(frames[start])
+                self._write_messages([frames[start]])
             elif message is not None and start == 0 and end == len(frames):
                 self._write_messages([message], shared, "websocket-array")
             else:
-                self._write(b"[" + b",".join(frames[start:end]) + b"]")
+                self._write_messages([b"[" + b",".join(frames[start:end]) + b"]"])
             start = end
         for frame in frames[start:]:
             self._enqueue(frame, True)
@@ -300,21 +301,13 @@ class Outbox:
         transport = self.connection.transport
         return transport is not None and transport.get_write_buffer_size() < transport.get_write_buffer_limits()[1]
 
-    def _write(self, data: bytes) -> None:
-        try:
-            # websockets' public synchronous write (it skips a connection that is not open any more).
-            broadcast((self.connection,), data, text=True, raise_exceptions=True)
-        except Exception as exc:
-            log.debug("write failed, closing the connection: %s", exc)
-            self._cut("write failed")
-
     def _write_messages(self, frames: list[bytes], shared: dict[str, Any] | None = None,
                         key: str = "websocket") -> None:
-        """Frames as messages of their own, written to the socket at once: what `broadcast` does for one message,
-        with one write for all of them (a write per message cost half the relay rate of an array, measured).
-        Without an extension (deflate) on the connection a server's frames are the same bytes for every client, so
-        with `shared` they are encoded once for all subscribers (ten subscribers each encoding every frame
-        relayed at a sixth of one subscriber's rate)."""
+        """Frames as messages of their own, written to the socket at once (the only way the outbox writes): what
+        websockets' `broadcast` does for one message, with one write for all of them (a write per message cost
+        half the relay rate of an array, measured). Without an extension (deflate) on the connection a server's
+        frames are the same bytes for every client, so with `shared` they are encoded once for all subscribers
+        (ten subscribers each encoding every frame relayed at a sixth of one subscriber's rate)."""
         connection = self.connection
         protocol = connection.protocol
         if protocol.state is not State.OPEN or connection.send_in_progress is not None:
@@ -384,7 +377,7 @@ class Outbox:
                     chunk.append(frame)
                     size += len(frame)
                 if joinable and len(chunk) > 1:
-                    self._write(b"[" + b",".join(chunk) + b"]")
+                    self._write_messages([b"[" + b",".join(chunk) + b"]"])
                 else:
                     self._write_messages(chunk)
                 await self.connection.drain()

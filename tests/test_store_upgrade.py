@@ -72,12 +72,13 @@ async def test_a_deleted_sessions_space_goes_back_to_the_file_system(tmp_path: P
                                               task_id=None, task_state="WAITING", session_state="STARTING")
             await store.history.append(row.id, [HistoryEntry("agent", "x" * 100_000) for _ in range(20)])
             rows.append(row)
-        full, _ = await store.file_pages()
+        assert store.journal is not None
+        full, _, _ = store.journal.page_counts()
         for row in rows[:3]:
             await store.sessions.delete(row.id)
         assert store._reclaim is not None
         await store._reclaim  # the reclaim that the deletes started
-        pages, free = await store.file_pages()
+        pages, free, _ = store.journal.page_counts()
         assert free == 0
         assert pages < full * 0.5, (pages, full)  # three of four sessions' history gone from the file
     finally:

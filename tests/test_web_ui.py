@@ -78,6 +78,13 @@ async def start_in_page(page: playwright_api.Page, gateway: GatewayProcess, cwd:
     await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
 
 
+async def crash_and_restart(page: playwright_api.Page, gateway: GatewayProcess) -> None:
+    """`kill -9` the gateway, start it again, and wait until the page is live on it."""
+    await gateway.kill9()
+    await gateway.start()
+    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+
+
 async def say(page: playwright_api.Page, text: str) -> None:
     await page.fill("#prompt", text)
     await page.press("#prompt", "Enter")
@@ -141,9 +148,7 @@ async def test_auto_resume_off_waits_for_a_click(gateway: GatewayProcess, browse
                                                  tmp_path: Path) -> None:
     page, errors = await new_page(browser)
     await start_in_page(page, gateway, tmp_path / "work", agent="paid")
-    await gateway.kill9()
-    await gateway.start()
-    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+    await crash_and_restart(page, gateway)
     await page.locator("#sessions li").first.click()
     await expect(page.locator(".msg.notice").filter(has_text="Auto-resume is off")).to_have_count(1)
     await expect(page.locator("#status-line")).to_contain_text("press Resume")
@@ -159,9 +164,7 @@ async def test_a_failed_restore_offers_recover(gateway: GatewayProcess, browser:
                                                tmp_path: Path) -> None:
     page, errors = await new_page(browser)
     await start_in_page(page, gateway, tmp_path / "work", agent="ref-once-internal")
-    await gateway.kill9()
-    await gateway.start()
-    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+    await crash_and_restart(page, gateway)
     await page.locator("#sessions li").first.click()  # auto-resume: the agent fails it once (-32603)
     await expect(page.locator("#status-line")).to_contain_text("Restore failed", timeout=30_000)
     await expect(page.locator("#recover-retry")).to_be_enabled()
@@ -261,9 +264,7 @@ async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gate
     # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.
     await say(second, "/hang")
     await expect(second.locator("#session-state")).to_have_text("RUNNING")
-    await gateway.kill9()
-    await gateway.start()
-    await expect(second.locator("#stream")).to_have_text("live", timeout=30_000)
+    await crash_and_restart(second, gateway)
     await expect(second.locator(".msg.turn").last).to_contain_text("turn interrupted", timeout=30_000)
     await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")  # not a stale RUNNING
     await expect(second.locator("#sessions li .badge").first).to_have_text("WAITING_FOR_INPUT")

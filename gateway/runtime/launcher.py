@@ -218,9 +218,8 @@ class Launcher:
                                       f"The agent no longer knew session {token} ({result.failure_class}); "
                                       f"a fresh session {result.session_id} was started.")
         elif result.outcome is Outcome.RESTORED:  # a relaunch the user should see (it may cost a paid agent's start)
-            method = result.attempts[-1].method.value
             await self.writer.message(row, "info", f"Agent {profile.id} relaunched; session {result.session_id} "
-                                      f"restored by {method}" + (", which replayed the conversation"
+                                      f"restored by {result.settled_by}" + (", which replayed the conversation"
                                                                  if result.replayed else "") + ".")
         elif not first_launch:
             why = ("its profile does not restore sessions natively" if not profile.native_session_resume
@@ -312,6 +311,5 @@ def _count_restore(agent: str, result: RestoreResult | None) -> None:
     if result is None:  # the agent failed before any decision (initialize, a transport error)
         metrics.RESTORES.labels(agent, "none", "failed", "transport").inc()
         return
-    method = result.attempts[-1].method.value if result.attempts else "none"
     failure = result.failure_class.value if result.failure_class is not None else ""
-    metrics.RESTORES.labels(agent, method, result.outcome.value, failure).inc()
+    metrics.RESTORES.labels(agent, result.settled_by, result.outcome.value, failure).inc()

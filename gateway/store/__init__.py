@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 
 async def _reclaimable(db: aiosqlite.Connection, path: Path) -> None:
-    """Make the file give back the pages that deletes free (`Store.reclaim`). A new file only needs the
+    """Make the file give back the pages that deletes free (`Store.reclaim_soon`). A new file only needs the
     setting before its first table; a file made before it needs one VACUUM, which rewrites it (once)."""
     async with db.execute("PRAGMA auto_vacuum") as cur:
         row = await cur.fetchone()
@@ -108,9 +108,7 @@ class Store:
         await db.execute("PRAGMA foreign_keys=ON")
         store.journal = JournalWriter(path)
         if max_bytes > 0:
-            async with db.execute("PRAGMA page_size") as cur:
-                row = await cur.fetchone()
-            pages = max(1, max_bytes // int(row[0] if row else 4096))
+            pages = max(1, max_bytes // store.journal.page_counts()[2])
             await db.execute(f"PRAGMA max_page_count = {pages}")
             store.journal.cap_pages(pages)
             store.max_pages = pages
@@ -194,11 +192,6 @@ class Store:
                 await asyncio.sleep(0)
         except Exception as exc:
             log.warning("giving freed space back failed (the next delete retries): %s", exc)
-
-    async def file_pages(self) -> tuple[int, int]:
-        """(pages in the file, of which free): what the database occupies on disk, WAL aside."""
-        row = await self.fetchone("SELECT * FROM pragma_page_count, pragma_freelist_count")
-        return int(row[0]), int(row[1])
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
