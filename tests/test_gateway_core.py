@@ -199,6 +199,11 @@ async def test_recover_fresh_start(gateway: GatewayProcess, client: GatewayClien
     await c2.call("task.session.resume", {"session_id": view["session_id"]})
     fresh = await c2.call("task.session.recover", {"session_id": view["session_id"], "action": "fresh_start"})
     assert fresh["acp_session_id"] != view["acp_session_id"] and fresh["is_agent_running"] is True
+    db = sqlite3.connect(env["state"] / "gateway.db")
+    said = [e["data"] for e in journal_events(db) if e["type"] == "session_message"]
+    db.close()
+    assert said[-1] == {"level": "info", "text": f"Agent ref-once-internal relaunched with a fresh session "
+                        f"{fresh['acp_session_id']}: a fresh start was asked for; the saved session was given up."}
     await c2.close()
 
 

@@ -222,7 +222,8 @@ class Launcher:
                                       f"restored by {result.settled_by}" + (", which replayed the conversation"
                                                                  if result.replayed else "") + ".")
         elif not first_launch:
-            why = ("its profile does not restore sessions natively" if not profile.native_session_resume
+            why = ("a fresh start was asked for; the saved session was given up" if fresh_start
+                   else "its profile does not restore sessions natively" if not profile.native_session_resume
                    else "no ACP session was saved")
             await self.writer.message(row, "info", f"Agent {profile.id} relaunched with a fresh session "
                                       f"{result.session_id}: {why}.")
