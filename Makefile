@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser interop bench
+.PHONY: run test lint browser interop sdk bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,9 +37,19 @@ interop:
 	    else echo "make test: install npm (apt-get install npm) for the interop tests" >&2; exit 1; fi; }; \
 	  npm install --silent --no-audit --no-fund --prefix .interop node@20 @augmentcode/auggie@0.36.0 >/dev/null; }
 
-test: lint browser interop
+# The official Python ACP SDK in a venv of its own (its import name `acp` is also ours), pinned: an agent built on
+# it is checked by `acp-gateway check` in the tests, and its client is the benchmark's baseline.
+SDK_VENV := .sdk-venv
+SDK      := $(SDK_VENV)/.installed
+$(SDK):
+	test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/pip install -q 'agent-client-protocol[http]==0.12.1'
+	touch $(SDK)
+sdk: $(SDK)
+
+test: lint browser interop sdk
 	$(VENV)/bin/pytest -q
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
-bench: $(STAMP)
+bench: $(STAMP) sdk
 	env -u PYTHONUNBUFFERED $(PY) bench/run.py

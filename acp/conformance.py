@@ -1,11 +1,12 @@
-"""The conformance checker behind `acp-gateway check`: requirements with stable ids, tiers and citations.
+"""The conformance checks behind `acp-gateway check`: requirements with stable ids, tiers, citations and verdicts.
 
-Modelled on the ACP test-compatibility kit: every check runs against its own fresh agent process
-(two processes where a session must survive a restart), ends in a verdict with one line of
-evidence, and keeps the transcript of what was said. Every message the agent sends is validated
-against the ACP v1 JSON Schema. Beyond the kit, the checks cover what a gateway needs across an
-agent restart: load (history replayed before the answer) and resume (no replay, usable after) in
-a new process, and `-32002` for unknown sessions.
+Modelled on the ACP Test Compatibility Kit (`acp-tck`; `Check.tck` names its overlapping requirement ids): each
+check ends in a verdict that says whose fault it is (FAIL: the agent broke a rule; BLOCKED: a prerequisite failed
+here; INCONCLUSIVE: the observation could not decide), with one line of evidence and the transcript of what was
+said. Every message the agent sends is validated against the ACP v1 JSON Schema. Beyond the kit, the checks cover
+what a gateway needs across an agent restart: load (history replayed before the answer) and resume (no replay,
+usable after) in a new process, and `-32002` for unknown sessions. Running them is `conformance_run.py`; the
+reports are `conformance_report.py`; what is said to the agent is `conformance_options.py`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import tempfile
 import time
 import uuid
-import xml.etree.ElementTree as ET
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .auth import choose_auth_method
 from .client import AcpClient, ClientOptions
-from .errors import AUTH_REQUIRED, RESOURCE_NOT_FOUND, AcpError, RpcError
-from .models import STOP_REASONS
+from .conformance_options import CheckOptions
+from .errors import AUTH_REQUIRED, RESOURCE_NOT_FOUND, RequestTimeout, RpcError
+from .models import STOP_REASONS, AuthMethod
+from .process import AgentProcess
 from .schema_check import Violation, acp_v1_schema
 
 SPEC = "https://agentclientprotocol.com/protocol"
@@ -73,8 +74,8 @@ def blocked_by_error(err: RpcError, doing: str) -> CheckBlocked | None:
     the agent could not run (its model unreachable or unconfigured)."""
     if err.code == AUTH_REQUIRED:
         return CheckBlocked(f"{doing} needs authentication ({err.message}) and no credentials worked here: give the "
-                            "agent its credentials (its API key in the environment, or --agent with a profile whose "
-                            "env sets them) and run again")
+                            "agent its credentials (its API key in the environment, --auth-method ID, or --agent "
+                            "with a profile whose env and auth_method set them) and run again")
     if doing == "a prompt turn":
         return CheckBlocked(f"a prompt turn failed ({err.code} {err.message}): the model behind the agent may be "
                             "unreachable or unconfigured; make a turn work, then run again")
@@ -83,19 +84,31 @@ def blocked_by_error(err: RpcError, doing: str) -> CheckBlocked | None:
 
 @dataclass
 class Probe:
-    """One agent process under test, with everything it said."""
+    """One agent process under test, with everything it said since the check using it began."""
 
     client: AcpClient
     started: float
+    options: CheckOptions = field(default_factory=CheckOptions)
     transcript: list[dict[str, Any]] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)
     requests_in: list[dict[str, Any]] = field(default_factory=list)
+    sessions: set[str] = field(default_factory=set)  # every session this process created, over its whole life
     _answering: dict[Any, str] = field(default_factory=dict)
+    _noise_before: int = 0
     init: dict[str, Any] | None = None
+    init_seconds: float | None = None
     authenticated: bool = False
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))  # for env_var auth methods
     permission_asked: asyncio.Event = field(default_factory=asyncio.Event)
     first_update: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def begin(self) -> None:
+        """A check starts using this (shared) process: what it observes from now on is that check's evidence."""
+        self.transcript, self.violations, self.updates, self.requests_in = [], [], [], []
+        self._noise_before = self._noise_total
+        self.permission_asked.clear()
+        self.first_update.clear()
 
     def observe(self, direction: str, msg: dict[str, Any]) -> None:
         self.transcript.append({"t": round(time.monotonic() - self.started, 4), "dir": direction,
@@ -111,7 +124,8 @@ class Probe:
         if violation is not None:
             self.violations.append(violation)
 
-    async def call(self, method: str, params: dict[str, Any], timeout: float = 15.0) -> Any:
+    async def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
+        timeout = timeout or self.options.setup_timeout
         try:
             return await self.client.request(method, params, timeout=timeout)
         except RpcError as err:
@@ -119,7 +133,12 @@ class Probe:
                 return await self.client.request(method, params, timeout=timeout)
             raise
 
-    async def initialize(self, version: int = 1) -> dict[str, Any]:
+    async def initialize(self, version: int = 1, judged: bool = False) -> dict[str, Any]:
+        """The handshake. A shared process was initialized (with version 1) before its first check: that answer is
+        reused. Without an answer in time, a check that judges initialize FAILs; any other is BLOCKED by it."""
+        if self.init is not None and version == 1:
+            return self.init
+        began = time.monotonic()
         try:
             result = await self.call("initialize", {
                 "protocolVersion": version,
@@ -127,25 +146,39 @@ class Probe:
                 "clientInfo": {"name": "acp-gateway-check", "version": "0.1.0"}})
         except RpcError as err:
             raise CheckFailed(f"initialize answered an error: {err.message} ({err.code})") from None
+        except RequestTimeout:
+            said = (f"no answer to initialize within {self.options.setup_timeout:g} s (if the agent is only slow, "
+                    "raise --setup-timeout)")
+            raise (CheckFailed(said) if judged else CheckBlocked(f"{said}; see ACP-INIT-001, then run again")) from None
         if not isinstance(result, dict):
             raise CheckFailed(f"initialize answered {result!r}")
-        self.init = result
+        self.init_seconds = time.monotonic() - began
+        if version == 1:
+            self.init = result
         return result
 
     async def authenticate_if_asked(self, err: RpcError) -> bool:
-        """On -32000, authenticate once with an advertised method the agent handles itself (no credentials
-        are ever invented). True when it worked and the call should be retried."""
-        if err.code != -32000 or self.authenticated:
+        """On -32000, authenticate once: with the profile's method if it names one, else an `env_var` method whose
+        variables are set, else one the agent handles itself (no credentials are ever invented). True when it
+        worked and the call should be retried."""
+        if err.code != AUTH_REQUIRED or self.authenticated:
             return False
         self.authenticated = True
-        for method in (self.init or {}).get("authMethods") or []:
-            if isinstance(method, dict) and method.get("type", "agent") == "agent" and method.get("id"):
-                try:
-                    await self.call("authenticate", {"methodId": method["id"]})
-                    return True
-                except RpcError:
-                    return False
-        return False
+        advertised = [m for m in (self.init or {}).get("authMethods") or [] if isinstance(m, dict) and m.get("id")]
+        parsed = []
+        for raw in advertised:
+            with contextlib.suppress(ValueError):
+                parsed.append(AuthMethod.model_validate(raw))
+        method = choose_auth_method(parsed, self.options.auth_method, self.env)
+        if method is None:
+            method = next((m["id"] for m in advertised if m.get("type", "agent") == "agent"), None)
+        if method is None:
+            return False
+        try:
+            await self.call("authenticate", {"methodId": method})
+        except RpcError:
+            return False
+        return True
 
     async def new_session(self, cwd: str) -> str:
         try:
@@ -161,14 +194,18 @@ class Probe:
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise CheckFailed(f"session/new answered no sessionId: {result!r:.200}")
+        self.sessions.add(sid)
         return sid
 
-    async def prompt(self, sid: str, text: str, timeout: float = 30.0) -> dict[str, Any]:
+    async def prompt(self, sid: str, text: str) -> dict[str, Any]:
         try:
             result = await self.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
-                                     timeout)
+                                     self.options.turn_timeout)
         except RpcError as err:
             raise blocked_by_error(err, "a prompt turn") or err from None
+        except RequestTimeout:
+            raise CheckFailed(f"the prompt turn did not end within {self.options.turn_timeout:g} s (raise "
+                              "--turn-timeout if the agent is only slow)") from None
         if not isinstance(result, dict):
             raise CheckFailed(f"session/prompt answered {result!r:.200}")
         return result
@@ -177,9 +214,17 @@ class Probe:
         return "".join(_chunk_text(u, "agent_message_chunk") for u in (self.updates if updates is None else updates))
 
     @property
-    def stdout_noise(self) -> int:
+    def _noise_total(self) -> int:
         stats = self.client.conn.stats
         return stats.non_json + stats.non_jsonrpc
+
+    @property
+    def stdout_noise(self) -> int:
+        return self._noise_total - self._noise_before
+
+    @property
+    def alive(self) -> bool:
+        return self.client.process.returncode is None
 
 
 def _chunk_text(params: dict[str, Any], kind: str) -> str:
@@ -198,6 +243,32 @@ def _clip(value: Any, limit: int = 2000) -> Any:
     return value
 
 
+async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | None,
+                       options: CheckOptions) -> Probe:
+    """A new agent process, observed. Its permission requests stay pending until the checker cancels the turn."""
+    probe_ref: dict[str, Probe] = {}
+
+    def on_update(params: dict[str, Any], replay: bool) -> None:
+        probe = probe_ref["p"]
+        probe.updates.append(params)
+        probe.first_update.set()
+
+    async def hold_permission(params: dict[str, Any]) -> dict[str, Any]:
+        probe_ref["p"].permission_asked.set()
+        await asyncio.Event().wait()  # until the client cancels it
+        return {"outcome": "cancelled"}
+
+    # The process runs where the checker was started (a relative `python my_agent.py` works, as the user meant it);
+    # its sessions and the files it may ask the checker for are in the scratch directory.
+    process = await AgentProcess.spawn(argv, cwd=options.agent_cwd or os.getcwd(), env=env)
+    client = AcpClient(process, cwd=workdir, on_update=on_update, on_permission=hold_permission,
+                       options=ClientOptions(request_timeout=options.setup_timeout, stop_grace=1.0))
+    probe = Probe(client, time.monotonic(), options, env=env if env is not None else dict(os.environ))
+    probe_ref["p"] = probe
+    client.conn.observers.append(probe.observe)
+    return probe
+
+
 CheckFn = Callable[["CheckContext"], Awaitable[str]]
 
 
@@ -209,6 +280,8 @@ class Check:
     citation: str
     fn: CheckFn
     needs: str | None = None  # the capability that must be advertised: "loadSession", "resume", "list", "close"
+    fresh: bool = False  # needs agent processes of its own (a new initialize, stdin closed, a restart)
+    tck: tuple[str, ...] = ()  # the ACP TCK's v1 requirement ids this check overlaps
 
 
 @dataclass
@@ -224,48 +297,23 @@ class CheckResult:
     def fatal(self) -> bool:
         return self.result is Result.FAIL and self.check.tier in (Tier.MANDATORY, Tier.CAPABILITY)
 
-    def to_json(self, with_transcript: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.check.id, "tier": self.check.tier.value, "title": self.check.title,
-                               "result": self.result.value, "evidence": self.evidence,
-                               "citation": self.check.citation, "seconds": round(self.seconds, 3)}
-        if self.violations:
-            out["schema_violations"] = self.violations
-        if with_transcript:
-            out["transcript"] = self.transcript
-        return out
-
 
 class CheckContext:
-    def __init__(self, argv: Sequence[str], workdir: str, env: dict[str, str] | None, caps: dict[str, Any]) -> None:
-        self.argv = list(argv)
+    """What one check works with: its processes (a fresh one per `probe()`, or the shared process), the working
+    directory, what the agent advertised, and the options."""
+
+    def __init__(self, workdir: str, caps: dict[str, Any], options: CheckOptions,
+                 launch: Callable[[], Awaitable[Probe]], owns_probes: bool = True) -> None:
         self.workdir = workdir
-        self.env = env
         self.caps = caps  # what the agent advertised to a first initialize
+        self.options = options
+        self.prompts = options.prompts
         self.probes: list[Probe] = []
-        self.extra_violations: list[Violation] = []
+        self._launch = launch
+        self._owns_probes = owns_probes
 
-    async def probe(self, on_permission: Any = None) -> Probe:
-        probe_ref: dict[str, Probe] = {}
-
-        def on_update(params: dict[str, Any], replay: bool) -> None:
-            probe = probe_ref["p"]
-            probe.updates.append(params)
-            probe.first_update.set()
-
-        async def hold_permission(params: dict[str, Any]) -> dict[str, Any]:
-            probe_ref["p"].permission_asked.set()
-            if on_permission is not None:
-                result: dict[str, Any] = await on_permission(params)
-                return result
-            await asyncio.Event().wait()  # until the client cancels it
-            return {"outcome": "cancelled"}
-
-        client = await AcpClient.launch(self.argv, cwd=self.workdir, env=self.env, on_update=on_update,
-                                        on_permission=hold_permission,
-                                        options=ClientOptions(request_timeout=20.0, stop_grace=1.0))
-        probe = Probe(client, time.monotonic())
-        probe_ref["p"] = probe
-        client.conn.observers.append(probe.observe)
+    async def probe(self) -> Probe:
+        probe = await self._launch()
         self.probes.append(probe)
         return probe
 
@@ -276,6 +324,8 @@ class CheckContext:
         return (agent_caps.get("sessionCapabilities") or {}).get(capability) is not None
 
     async def close(self) -> None:
+        if not self._owns_probes:
+            return
         for probe in self.probes:
             with contextlib.suppress(Exception):
                 await probe.client.stop()
@@ -284,9 +334,10 @@ class CheckContext:
 CHECKS: list[Check] = []
 
 
-def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = None) -> Callable[[CheckFn], CheckFn]:
+def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = None, fresh: bool = False,
+          tck: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
     def register(fn: CheckFn) -> CheckFn:
-        CHECKS.append(Check(id_, tier, title, citation, fn, needs))
+        CHECKS.append(Check(id_, tier, title, citation, fn, needs, fresh, tck))
         return fn
 
     return register
@@ -295,20 +346,22 @@ def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = N
 # -- the checks ------------------------------------------------------------------------------------------
 
 @check("ACP-INIT-001", Tier.MANDATORY, "initialize answers the requested protocol version it supports",
-       f"{SPEC}/initialization: If the Agent supports the requested version, it MUST respond with the same version.")
+       f"{SPEC}/initialization: If the Agent supports the requested version, it MUST respond with the same version.",
+       fresh=True, tck=("ACP-INIT-001", "ACP-INIT-002"))
 async def init_version(ctx: CheckContext) -> str:
     p = await ctx.probe()
-    result = await p.initialize(1)
+    result = await p.initialize(1, judged=True)
     if result.get("protocolVersion") != 1:
         raise CheckFailed(f"asked for version 1, the agent answered {result.get('protocolVersion')!r}")
     return "protocolVersion 1 answered"
 
 
 @check("ACP-INIT-002", Tier.MANDATORY, "an unsupported requested version gets the agent's latest, not an error",
-       f"{SPEC}/initialization: Otherwise, the Agent MUST respond with the latest version it supports.")
+       f"{SPEC}/initialization: Otherwise, the Agent MUST respond with the latest version it supports.",
+       fresh=True, tck=("ACP-INIT-003",))
 async def init_unsupported(ctx: CheckContext) -> str:
     p = await ctx.probe()
-    result = await p.initialize(65535)
+    result = await p.initialize(65535, judged=True)
     version = result.get("protocolVersion")
     if not isinstance(version, int) or isinstance(version, bool) or not 0 < version < 65535:
         raise CheckFailed(f"asked for version 65535, the agent answered {version!r}")
@@ -316,12 +369,13 @@ async def init_unsupported(ctx: CheckContext) -> str:
 
 
 @check("ACP-STDOUT-001", Tier.MANDATORY, "stdout carries only ACP messages",
-       f"{SPEC}/transports: The agent MUST NOT write anything to its stdout that is not a valid ACP message.")
+       f"{SPEC}/transports: The agent MUST NOT write anything to its stdout that is not a valid ACP message.",
+       tck=("ACP-TRANSPORT-001",))
 async def stdout_hygiene(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
-    await p.prompt(sid, "Say hello in one word.")
+    await p.prompt(sid, ctx.prompts.short)
     if p.stdout_noise:
         sample = p.client.conn.stats.samples[0] if p.client.conn.stats.samples else ""
         raise CheckFailed(f"{p.stdout_noise} stdout line(s) were not JSON-RPC, e.g. {sample[:120]!r}")
@@ -329,7 +383,8 @@ async def stdout_hygiene(ctx: CheckContext) -> str:
 
 
 @check("ACP-SESSION-001", Tier.MANDATORY, "session/new answers a session id",
-       f"{SPEC}/session-setup: The Agent MUST respond with a unique Session ID that identifies this conversation.")
+       f"{SPEC}/session-setup: The Agent MUST respond with a unique Session ID that identifies this conversation.",
+       tck=("ACP-SESSION-001", "ACP-SESSION-002"))
 async def session_new(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
@@ -341,12 +396,13 @@ async def session_new(ctx: CheckContext) -> str:
 
 
 @check("ACP-PROMPT-001", Tier.MANDATORY, "a prompt turn ends with a valid stop reason",
-       f"{SPEC}/prompt-turn#stop-reasons: When an Agent stops processing, it MUST respond with a StopReason.")
+       f"{SPEC}/prompt-turn#stop-reasons: When an Agent stops processing, it MUST respond with a StopReason.",
+       tck=("ACP-PROMPT-001",))
 async def prompt_stop_reason(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
-    result = await p.prompt(sid, "Say hello in one word.")
+    result = await p.prompt(sid, ctx.prompts.short)
     reason = result.get("stopReason")
     if reason not in STOP_REASONS:
         raise CheckFailed(f"stopReason {reason!r} is not one of {sorted(STOP_REASONS)}")
@@ -355,13 +411,14 @@ async def prompt_stop_reason(ctx: CheckContext) -> str:
 
 @check("ACP-UPDATE-001", Tier.MANDATORY, "session/update notifications are well formed and name the session",
        f"{SPEC}/prompt-turn#3-agent-reports-output: The Agent reports the model's output to the Client via "
-       "session/update notifications.")
+       "session/update notifications.", tck=("ACP-PROMPT-002",))
 async def update_shapes(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
-    await p.prompt(sid, "Say hello in one word.")
-    wrong = [u.get("sessionId") for u in p.updates if u.get("sessionId") != sid]
+    await p.prompt(sid, ctx.prompts.short)
+    # A shared process may still report on an earlier check's session; an id it never created is the finding.
+    wrong = [u.get("sessionId") for u in p.updates if u.get("sessionId") not in p.sessions]
     if wrong:
         raise CheckFailed(f"updates named session(s) {sorted(set(map(str, wrong)))} instead of {sid!r}")
     bad = [v for v in p.violations if v.role == "notification session/update"]
@@ -372,25 +429,35 @@ async def update_shapes(ctx: CheckContext) -> str:
     return f"{len(p.updates)} update(s) valid"
 
 
-async def _cancel_turn(ctx: CheckContext, text: str, wait_for: str) -> str:
-    """Cancel a turn only while it demonstrably runs (an update came, or a permission is pending). A turn that
-    ends as the cancel goes out, with no update after it, raced it: tried once more, then INCONCLUSIVE. A turn
-    that went on after the cancel and ended otherwise than `cancelled` broke the rule."""
+async def _cancel_turn(ctx: CheckContext, wait_for: str) -> str:
+    """Cancel a turn only while it demonstrably runs (an update came and the turn goes on, or a permission request
+    is pending). A turn that ends as the cancel goes out, with no update after it, raced it: tried once more with
+    a longer task, then INCONCLUSIVE. A turn that went on after the cancel and ended otherwise than `cancelled`
+    broke the rule, as does an update for the session after the `cancelled` answer."""
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
     raced = ""
-    for _attempt in range(2):
+    texts = [ctx.prompts.permission] * 2 if wait_for == "permission" else [ctx.prompts.long, ctx.prompts.longer]
+    for text in texts:
         waiter = p.permission_asked if wait_for == "permission" else p.first_update
         waiter.clear()
-        turn = asyncio.ensure_future(p.prompt(sid, text, timeout=30))
+        turn = asyncio.ensure_future(p.prompt(sid, text))
+        seen = asyncio.ensure_future(waiter.wait())
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.wait()), 3.0)
-        except TimeoutError:
+            await asyncio.wait({turn, seen}, timeout=ctx.options.turn_timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            seen.cancel()
+        if not waiter.is_set() and not turn.done():
+            turn.cancel()
+            raise CheckFailed(f"no update and no answer within {ctx.options.turn_timeout:g} s of the prompt (raise "
+                              "--turn-timeout if the agent is only slow)")
+        if turn.done() and (turn.cancelled() or turn.exception() is not None):
+            await turn  # a failing turn: BLOCKED (or its own verdict), as in every other check
+        if not waiter.is_set():
             if wait_for == "permission":
-                turn.cancel()
-                raise CheckSkipped("the agent did not ask for permission, so a pending request could not be "
-                                   "cancelled") from None
+                raise CheckSkipped("the agent asked no permission in the turn, so a pending request could not be "
+                                   "cancelled (set [check] permission to a prompt that makes it ask)")
         if turn.done():  # over before the cancel could be sent: nothing to judge
             raced = f"the turn ended ({turn.result().get('stopReason')!r}) before session/cancel could be sent"
             continue
@@ -405,27 +472,32 @@ async def _cancel_turn(ctx: CheckContext, text: str, wait_for: str) -> str:
                               "stopReason 'cancelled'") from None
         reason = result.get("stopReason")
         if reason == "cancelled":
-            return "stopReason 'cancelled' after session/cancel"
+            answered_at = len(p.updates)
+            await _settle(p)
+            late = [u for u in p.updates[answered_at:] if u.get("sessionId") == sid]
+            if late:
+                raise CheckFailed(f"{len(late)} update(s) for the session came after the 'cancelled' answer; the "
+                                  "agent must send them before it answers")
+            return "stopReason 'cancelled' after session/cancel, no update after the answer"
         if len(p.updates) > updates_at_cancel:
             raise CheckFailed(f"the turn went on after session/cancel and ended with stopReason {reason!r}")
         raced = f"the turn ended ({reason!r}) as session/cancel was sent, with no update after it"
-    raise CheckInconclusive(f"{raced}, twice: the agent's turns end too soon for a cancel to reach one; "
-                            "give it a longer task to tell")
+    raise CheckInconclusive(f"{raced}, twice (the second time with a longer task): the agent's turns end too soon "
+                            "for a cancel to reach one; give it a longer task ([check] long and longer) to tell")
 
 
 @check("ACP-CANCEL-001", Tier.MANDATORY, "session/cancel ends the turn with stopReason 'cancelled', not an error",
        f"{SPEC}/prompt-turn#cancellation: The Agent MUST respond to the original session/prompt request with the "
-       "cancelled stop reason.")
+       "cancelled stop reason.", tck=("ACP-CANCEL-001", "ACP-CANCEL-002"))
 async def cancel_turn(ctx: CheckContext) -> str:
-    return await _cancel_turn(ctx, "/hang Count slowly from one to one thousand, one number per line.", "update")
+    return await _cancel_turn(ctx, "update")
 
 
 @check("ACP-CANCEL-002", Tier.MANDATORY, "cancel with a permission request pending ends the turn 'cancelled'",
        f"{SPEC}/prompt-turn#cancellation: The Client MUST respond to all pending session/request_permission requests "
        "with the cancelled outcome.")
 async def cancel_with_permission(ctx: CheckContext) -> str:
-    return await _cancel_turn(ctx, "/permission Create a file named notes.txt containing 'hi' (ask first).",
-                              "permission")
+    return await _cancel_turn(ctx, "permission")
 
 
 async def _session_from_earlier_process(ctx: CheckContext, word: str) -> tuple[str, str]:
@@ -446,7 +518,8 @@ async def _settle(p: Probe, seconds: float = 0.5) -> None:
 @check("ACP-LOAD-001", Tier.CAPABILITY, "session/load in a new process replays the history before answering",
        f"{SPEC}/session-setup#loading-sessions: The Agent MUST replay the entire conversation to the Client in the "
        "form of session/update notifications ... When all the conversation entries have been streamed to the "
-       "Client, the Agent MUST respond to the original session/load request.", needs="loadSession")
+       "Client, the Agent MUST respond to the original session/load request.", needs="loadSession", fresh=True,
+       tck=("ACP-LOAD-001", "ACP-LOAD-002"))
 async def load_replays(ctx: CheckContext) -> str:
     word = f"kiwi-{uuid.uuid4().hex[:6]}"
     sid, said = await _session_from_earlier_process(ctx, word)
@@ -472,7 +545,8 @@ async def load_replays(ctx: CheckContext) -> str:
 
 
 @check("ACP-LOAD-002", Tier.CAPABILITY, "a loaded session is usable: it can be prompted",
-       f"{SPEC}/session-setup#loading-sessions: the Client can continue the conversation.", needs="loadSession")
+       f"{SPEC}/session-setup#loading-sessions: the Client can continue the conversation.", needs="loadSession",
+       fresh=True)
 async def load_usable(ctx: CheckContext) -> str:
     sid, _ = await _session_from_earlier_process(ctx, "plum")
     second = await ctx.probe()
@@ -487,7 +561,7 @@ async def load_usable(ctx: CheckContext) -> str:
 
 @check("ACP-RESUME-001", Tier.CAPABILITY, "session/resume in a new process answers without replay and is usable",
        f"{SPEC}/session-setup: session/resume resumes an existing session without returning previous messages "
-       "(unlike session/load).", needs="resume")
+       "(unlike session/load).", needs="resume", fresh=True, tck=("ACP-RESUME-001", "ACP-RESUME-002"))
 async def resume_no_replay(ctx: CheckContext) -> str:
     sid, _ = await _session_from_earlier_process(ctx, "fig")
     second = await ctx.probe()
@@ -562,12 +636,13 @@ async def capabilities_consistent(ctx: CheckContext) -> str:
 
 
 @check("ACP-LIST-001", Tier.CAPABILITY, "session/list lists a session that was created",
-       f"{SPEC}/session-list: session/list returns the sessions the Agent knows.", needs="list")
+       f"{SPEC}/session-list: session/list returns the sessions the Agent knows.", needs="list",
+       tck=("ACP-LIST-001",))
 async def list_sessions(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
-    await p.prompt(sid, "Say hello in one word.")
+    await p.prompt(sid, ctx.prompts.short)
     seen: list[str] = []
     cursor = None
     for _ in range(50):
@@ -585,7 +660,8 @@ async def list_sessions(ctx: CheckContext) -> str:
 
 
 @check("ACP-CLOSE-001", Tier.CAPABILITY, "session/close closes a session",
-       f"{SPEC}/session-setup: session/close closes an active session.", needs="close")
+       f"{SPEC}/session-setup: session/close closes an active session.", needs="close",
+       tck=("ACP-CLOSE-001",))
 async def close_session(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
@@ -599,7 +675,7 @@ async def close_session(ctx: CheckContext) -> str:
 
 @check("ACP-AUTH-001", Tier.MANDATORY, "an agent that requires authentication advertises how",
        f"{SPEC}/initialization: authMethods lists the authentication methods the Agent supports; -32000 means "
-       "authentication is required.")
+       "authentication is required.", fresh=True, tck=("ACP-AUTH-005",))
 async def auth_required(ctx: CheckContext) -> str:
     p = await ctx.probe()
     init = await p.initialize()
@@ -620,11 +696,14 @@ async def auth_required(ctx: CheckContext) -> str:
 @check("ACP-CLIENT-001", Tier.MANDATORY, "the agent survives -32601 from the client for a method it does not have",
        "https://www.jsonrpc.org/specification#error_object: -32601 Method not found.")
 async def unknown_client_method(ctx: CheckContext) -> str:
+    if ctx.prompts.client_method is None:
+        raise CheckSkipped("no prompt makes an agent call a client method the checker lacks; set [check] "
+                           "client_method (or --prompt client_method=TEXT) to one that does")
     p = await ctx.probe()
     await p.initialize()
     sid = await p.new_session(ctx.workdir)
     try:
-        result = await p.prompt(sid, "/call _acp_check/unknown_method")
+        result = await p.prompt(sid, ctx.prompts.client_method)
     except RpcError as err:
         raise CheckFailed(f"the turn failed: {err.code} {err.message}") from None
     asked = [m["method"] for m in p.requests_in if m["method"] not in
@@ -635,7 +714,8 @@ async def unknown_client_method(ctx: CheckContext) -> str:
 
 
 @check("ACP-SHUTDOWN-001", Tier.ADVISORY, "the agent exits when its stdin closes",
-       f"{SPEC}/transports: The client closes the agent's stdin to end the connection; the agent SHOULD exit.")
+       f"{SPEC}/transports: The client closes the agent's stdin to end the connection; the agent SHOULD exit.",
+       fresh=True, tck=("ACP-SHUTDOWN-001",))
 async def shutdown_on_stdin_close(ctx: CheckContext) -> str:
     p = await ctx.probe()
     await p.initialize()
@@ -649,7 +729,7 @@ async def shutdown_on_stdin_close(ctx: CheckContext) -> str:
 
 
 @check("ACP-INFO-001", Tier.INFORMATIONAL, "what the agent says about itself",
-       f"{SPEC}/initialization: agentInfo, agentCapabilities and authMethods.")
+       f"{SPEC}/initialization: agentInfo, agentCapabilities and authMethods.", tck=("ACP-INIT-004",))
 async def agent_info(ctx: CheckContext) -> str:
     info = ctx.caps.get("agentInfo") or {}
     caps = ctx.caps.get("agentCapabilities") or {}
@@ -660,158 +740,31 @@ async def agent_info(ctx: CheckContext) -> str:
     return f"{name}; advertises {advertised}; prompt capabilities {prompt_caps}"
 
 
+# Judged from what every other check saw, not run on their own.
+STARTUP_CHECK = Check("ACP-STARTUP-001", Tier.ADVISORY, "initialize is answered within a few seconds",
+                      f"{SPEC}/initialization: Before a Session can be created, Clients MUST initialize the "
+                      "connection; clients wait for the answer before showing anything.", lambda ctx: _never())
 SCHEMA_CHECK = Check("ACP-SCHEMA-001", Tier.MANDATORY, "every message the agent sent matches the ACP v1 JSON Schema",
-                     f"{SPEC}/schema: the ACP v1 JSON Schema (schema/v1/schema.json).", lambda ctx: _never())
+                     f"{SPEC}/schema: the ACP v1 JSON Schema (schema/v1/schema.json).", lambda ctx: _never(),
+                     tck=("ACP-SCHEMA-001",))
 
 
 async def _never() -> str:
-    raise AssertionError("ACP-SCHEMA-001 is computed from every other check")
+    raise AssertionError("computed from every other check")
+
+
+def startup_verdict(init_seconds: float | None, options: CheckOptions, unusable: str | None) -> tuple[Result, str]:
+    """ACP-STARTUP-001 from the first initialize: slow is a finding (advisory), never a transport failure."""
+    if init_seconds is None:
+        return Result.BLOCKED, unusable or "initialize was not answered (see ACP-INIT-001)"
+    if init_seconds > options.slow_initialize:
+        return Result.FAIL, (f"initialize took {init_seconds:.1f} s (over {options.slow_initialize:g} s): clients "
+                             "with a shorter timeout give up; answer initialize first and do slow set-up (finding a "
+                             "CLI, logging in) afterwards or on session/new")
+    return Result.PASS, f"initialize answered in {init_seconds:.2f} s"
 
 
 def all_checks() -> list[Check]:
-    return [*CHECKS, SCHEMA_CHECK]
+    return [*CHECKS, STARTUP_CHECK, SCHEMA_CHECK]
 
 
-# -- running ------------------------------------------------------------------------------------------------
-
-async def run_checks(argv: Sequence[str], *, only: Sequence[str] = (), env: dict[str, str] | None = None,
-                     concurrency: int = 4, check_timeout: float = 60.0,
-                     on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
-    """Every selected check, each against its own agent process; `on_result` hears of each as it ends."""
-    workdir = tempfile.mkdtemp(prefix="acp-check-")
-    try:
-        return await _run(argv, workdir, only, env, concurrency, check_timeout, on_result)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-async def _discover(argv: Sequence[str], workdir: str, env: dict[str, str] | None) -> dict[str, Any]:
-    ctx = CheckContext(argv, workdir, env, {})
-    try:
-        p = await ctx.probe()
-        return await p.initialize()
-    except (AcpError, CheckFailed, TimeoutError):
-        return {}
-    finally:
-        await ctx.close()
-
-
-async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict[str, str] | None,
-               concurrency: int, check_timeout: float,
-               on_result: Callable[[CheckResult], None] | None) -> list[CheckResult]:
-    caps = await _discover(argv, workdir, env)
-    selected = [c for c in CHECKS if not only or c.id in only]
-    gate = asyncio.Semaphore(concurrency)
-    all_violations: list[Violation] = []
-
-    async def one(c: Check) -> CheckResult:
-        async with gate:
-            result = await _run_one(c, argv, workdir, env, caps, check_timeout, all_violations)
-        if on_result is not None:
-            on_result(result)
-        return result
-
-    results = list(await asyncio.gather(*(one(c) for c in selected)))
-    if not only or SCHEMA_CHECK.id in only:
-        if all_violations:
-            first = all_violations[0]
-            results.append(CheckResult(SCHEMA_CHECK, Result.FAIL, f"{len(all_violations)} violation(s); first: {first}",
-                                       violations=[str(v) for v in all_violations[:50]]))
-        else:
-            results.append(CheckResult(SCHEMA_CHECK, Result.PASS, "every agent message matched the schema"))
-        if on_result is not None:
-            on_result(results[-1])
-    return results
-
-
-async def _run_one(c: Check, argv: Sequence[str], workdir: str, env: dict[str, str] | None, caps: dict[str, Any],
-                   check_timeout: float, all_violations: list[Violation]) -> CheckResult:
-    ctx = CheckContext(argv, os.path.join(workdir, c.id.lower()), env, caps)
-    os.makedirs(ctx.workdir, exist_ok=True)
-    started = time.monotonic()
-    if c.needs and not ctx.advertised(c.needs):
-        return CheckResult(c, Result.SKIP, f"{c.needs} is not advertised")
-    try:
-        evidence = await asyncio.wait_for(c.fn(ctx), check_timeout)
-        result = Result.INFO if c.tier is Tier.INFORMATIONAL else Result.PASS
-    except CheckFailed as exc:
-        result, evidence = Result.FAIL, str(exc)
-    except CheckSkipped as exc:
-        result, evidence = Result.SKIP, str(exc)
-    except CheckBlocked as exc:
-        result, evidence = Result.BLOCKED, str(exc)
-    except CheckInconclusive as exc:
-        result, evidence = Result.INCONCLUSIVE, str(exc)
-    except TimeoutError:
-        result, evidence = Result.FAIL, f"no verdict within {check_timeout:g} s (the agent stopped answering)"
-    except RpcError as err:
-        blocked = blocked_by_error(err, "a session method")
-        result, evidence = ((Result.BLOCKED, str(blocked)) if blocked is not None
-                            else (Result.FAIL, f"unexpected error answer {err.code} {err.message}"))
-    except AcpError as exc:
-        result, evidence = Result.FAIL, f"transport: {exc}"
-    finally:
-        await ctx.close()
-    violations = [v for p in ctx.probes for v in p.violations]
-    all_violations.extend(violations)
-    transcript = [dict(frame, process=i) for i, p in enumerate(ctx.probes) for frame in p.transcript]
-    transcript.sort(key=lambda f: f["t"])
-    return CheckResult(c, result, evidence, transcript, [str(v) for v in violations], time.monotonic() - started)
-
-
-def render_table(results: Sequence[CheckResult], seconds: float | None = None) -> str:
-    width = max((len(r.check.id) for r in results), default=10)
-    lines = [f"{'check':{width}}  {'tier':13}  {'result':12}  evidence"]
-    for r in results:
-        lines.append(f"{r.check.id:{width}}  {r.check.tier.value:13}  {r.result.value.upper():12}  {r.evidence}")
-    failed = [r for r in results if r.fatal]
-    undecided = [r.check.id for r in results if r.result in UNDECIDED]
-    counts = {res: sum(1 for r in results if r.result is res) for res in Result}
-    lines.append("")
-    lines.append(f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.BLOCKED]} blocked, "
-                 f"{counts[Result.INCONCLUSIVE]} inconclusive, {counts[Result.SKIP]} skipped, "
-                 f"{counts[Result.INFO]} informational; "
-                 + ("conformant" if not failed else f"NOT conformant ({', '.join(r.check.id for r in failed)})")
-                 + (f"; could not be checked here: {', '.join(undecided)}" if undecided else "")
-                 + (f"; {seconds:.1f} s" if seconds is not None else ""))
-    return "\n".join(lines)
-
-
-def report_json(argv: Sequence[str], results: Sequence[CheckResult], seconds: float | None = None) -> dict[str, Any]:
-    return {
-        "agent": list(argv),
-        "schema": "ACP v1 (acp/schema/v1/schema.json)",
-        "conformant": not any(r.fatal for r in results),
-        "could_not_check": [r.check.id for r in results if r.result in UNDECIDED],
-        "seconds": None if seconds is None else round(seconds, 3),
-        "checks": [r.to_json(with_transcript=r.result is Result.FAIL) for r in results],
-    }
-
-
-def progress_line(result: CheckResult, done: int, total: int) -> str:
-    """One line per check as it ends (stderr): an agent author sees where a slow run is."""
-    return (f"[{done:>{len(str(total))}}/{total}] {result.result.value.upper():4} {result.check.id} "
-            f"({result.seconds:.1f} s) {result.evidence[:100]}")
-
-
-def report_junit(argv: Sequence[str], results: Sequence[CheckResult], seconds: float) -> bytes:
-    """The report as JUnit XML (one testcase per check; FAIL of a mandatory or advertised-capability check is a
-    failure, of an advisory one a testcase that passes with the finding in its output; SKIP is skipped), for
-    the CI systems agent authors use."""
-    suite = ET.Element("testsuite", name="acp-conformance", tests=str(len(results)),
-                       failures=str(sum(1 for r in results if r.fatal)),
-                       skipped=str(sum(1 for r in results if r.result is Result.SKIP or r.result in UNDECIDED)),
-                       errors="0",
-                       time=f"{seconds:.3f}")
-    props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", name="agent", value=" ".join(argv))
-    for r in results:
-        case = ET.SubElement(suite, "testcase", classname=f"acp.{r.check.tier.value}",
-                             name=f"{r.check.id} {r.check.title}", time=f"{r.seconds:.3f}")
-        if r.fatal:
-            failure = ET.SubElement(case, "failure", message=r.evidence[:500], type=r.check.tier.value)
-            failure.text = f"{r.evidence}\n{r.check.citation}" + "".join(f"\n{v}" for v in r.violations[:10])
-        elif r.result is Result.SKIP or r.result in UNDECIDED:
-            ET.SubElement(case, "skipped", message=f"{r.result.value.upper()}: {r.evidence[:500]}")
-        ET.SubElement(case, "system-out").text = f"{r.result.value.upper()}: {r.evidence}"
-    return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))

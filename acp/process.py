@@ -123,6 +123,13 @@ class AgentProcess:
     async def wait(self) -> int:
         return await self.proc.wait()
 
+    async def stderr_tail(self, lines: int = 3, drain_wait: float = 1.0) -> str:
+        """The last lines of stderr, once the drain has read what an exited process left in the pipe."""
+        if self.proc.returncode is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._drain_task), drain_wait)
+        return " | ".join(line.strip() for line in self.stderr.tail_lines(lines) if line.strip())
+
     def _signal_group(self, sig: signal.Signals) -> None:
         # The child leads its own group (start_new_session), so its pid is the group id; the
         # group outlives the leader while grandchildren remain, which is exactly who we want.

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from acp.conformance_options import CheckPrompts
+
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 SECRET_ENV_PREFIX = "ACP_GATEWAY_"  # the gateway's token and config never reach an agent
 
@@ -48,6 +50,7 @@ class AgentProfile(BaseModel):
     permission_timeout: float | None = Field(default=None, gt=0)
     auto_resume: bool = True  # frontends may relaunch it on their own when a viewed session needs it (paid agents: off)
     description: str = ""
+    check: CheckPrompts = Field(default_factory=CheckPrompts)  # what `acp-gateway check --agent ID` says to it
     source: str = Field(default="", exclude=True)
 
     @field_validator("command")

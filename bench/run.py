@@ -33,7 +33,7 @@ RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 N_UPDATES = int(os.environ.get("BENCH_UPDATES", "200000"))
 LATENCY_SAMPLES = 3000
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED",) and not k.startswith("ACP_")}
-SDK_VENV = ROOT / "bench" / ".sdk-venv"
+SDK_VENV = ROOT / ".sdk-venv"  # made by `make sdk`
 WORK = Path(tempfile.gettempdir()) / "acp-bench-work"  # the sessions' workspace (outside every state directory)
 
 
@@ -160,10 +160,8 @@ async def bare_relay(count: int) -> float:
 
 def sdk_rate(count: int) -> float | None:
     python = SDK_VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(SDK_VENV)], check=True)
-        subprocess.run([str(SDK_VENV / "bin" / "pip"), "install", "-q", "agent-client-protocol>=0.12,<1"],
-                       check=False, capture_output=True)
+    if not python.exists():  # `make bench` makes it; a direct `python bench/run.py` may not have
+        subprocess.run(["make", "-s", "sdk"], cwd=ROOT, check=False)
     if not python.exists():
         return None
     out = subprocess.run([str(python), str(ROOT / "bench" / "sdk_client.py"), str(count), *FLOOD],

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from agents.profiles import ProfileError, adhoc_profile, load_profiles
 
@@ -45,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
-                           usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] "
+                           usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] [--prompt KEY=TEXT] "
+                                 "[--setup-timeout S] [--turn-timeout S] [--auth-method ID] "
                                  "(--agent ID | -- CMD ARGS...)")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
@@ -53,6 +56,17 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML (for CI)")
     check.add_argument("--agent", help="check this agent profile (its command and env) instead of -- CMD")
     check.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
+    check.add_argument("--prompt", action="append", default=[], metavar="KEY=TEXT",
+                       help="what a check says to the agent: short, long, longer, permission or client_method "
+                            "(repeatable; over the profile's [check] table; default: plain requests)")
+    check.add_argument("--setup-timeout", type=float, default=60.0, metavar="S",
+                       help="wait this long for initialize, authenticate and session set-up (default 60, as the "
+                            "gateway)")
+    check.add_argument("--turn-timeout", type=float, default=120.0, metavar="S",
+                       help="wait this long for one prompt turn (default 120)")
+    check.add_argument("--agent-cwd", type=Path, metavar="DIR", help="run the agent in DIR (default: here)")
+    check.add_argument("--auth-method", metavar="ID", help="authenticate with this advertised method when asked "
+                       "(default: the profile's auth_method, else one whose env vars are set, else an agent-run one)")
     rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
                          usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
     rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
@@ -133,15 +147,10 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
 
     import orjson
 
-    from acp.conformance import (
-        CheckResult,
-        all_checks,
-        progress_line,
-        render_table,
-        report_json,
-        report_junit,
-        run_checks,
-    )
+    from acp.conformance import all_checks
+    from acp.conformance_options import CheckOptions, CheckPrompts
+    from acp.conformance_report import Progress, render_table, report_json, report_junit
+    from acp.conformance_run import run_checks
 
     if args.list:
         for c in all_checks():
@@ -151,28 +160,48 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
         print("acp-gateway check: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
         return 2
     env: dict[str, str] | None = None
+    prompts, auth_method = CheckPrompts(), args.auth_method
     if args.agent:
         profiles = load_profiles(args.agents_dir)
         if args.agent not in profiles:
             print(f"acp-gateway check: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
                   file=sys.stderr)
             return 2
-        command, env = profiles[args.agent].argv(), profiles[args.agent].launch_env(os.environ)
+        profile = profiles[args.agent]
+        command, env, prompts = profile.argv(), profile.launch_env(os.environ), profile.check
+        auth_method = auth_method or profile.auth_method
+    exe = command[0]
+    if not (os.path.isfile(exe) if "/" in exe else shutil.which(exe)):
+        print(f"acp-gateway check: agent command not found: {exe!r}", file=sys.stderr)
+        return 2
+    try:
+        prompts = prompts.with_overrides(args.prompt)
+    except ValueError as exc:
+        print(f"acp-gateway check: {exc}", file=sys.stderr)
+        return 2
     known = {c.id for c in all_checks()}
     unknown = [i for i in args.only if i not in known]
     if unknown:
         print(f"acp-gateway check: unknown check id(s) {', '.join(unknown)}; see --list", file=sys.stderr)
         return 2
-    total = len(args.only) if args.only else len(all_checks())
-    done = 0
+    if args.setup_timeout <= 0 or args.turn_timeout <= 0:
+        print("acp-gateway check: --setup-timeout and --turn-timeout must be positive", file=sys.stderr)
+        return 2
+    options = CheckOptions(prompts=prompts, setup_timeout=args.setup_timeout, turn_timeout=args.turn_timeout,
+                           auth_method=auth_method, agent_cwd=str(args.agent_cwd) if args.agent_cwd else None)
+    progress = Progress(len(args.only) if args.only else len(all_checks()), sys.stderr, live=sys.stderr.isatty())
 
-    def progress(result: CheckResult) -> None:
-        nonlocal done
-        done += 1
-        print(progress_line(result, done, total), file=sys.stderr, flush=True)
+    async def run() -> list[Any]:
+        ticker = asyncio.ensure_future(_tick(progress))
+        try:
+            return await run_checks(command, only=args.only, env=env, options=options, on_start=progress.started,
+                                    on_result=progress.ended)
+        finally:
+            ticker.cancel()
+            progress.close()
 
     started = time.monotonic()
-    results = asyncio.run(run_checks(command, only=args.only, env=env, on_result=progress))
+    results = asyncio.run(run())
     seconds = time.monotonic() - started
     if args.junit is not None:
         args.junit.write_bytes(report_junit(command, results, seconds))
@@ -181,6 +210,15 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     else:
         print(render_table(results, seconds))
     return 1 if any(r.fatal for r in results) else 0
+
+
+async def _tick(progress: Any) -> None:
+    """Redraw the live progress line twice a second (it only draws on a terminal)."""
+    import asyncio
+
+    while True:
+        await asyncio.sleep(0.5)
+        progress.tick()
 
 
 def _serve(args: argparse.Namespace) -> int:

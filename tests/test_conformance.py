@@ -1,8 +1,11 @@
-"""The conformance checker against the reference agent: clean, then one row per fault mode."""
+"""The conformance checker: against the reference agent (clean, then one row per fault mode), against an agent built
+on the official Python SDK, and the CLI's reports."""
 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +13,16 @@ from xml.etree import ElementTree
 
 import pytest
 
-from acp.conformance import CHECKS, Result, Tier, all_checks, run_checks
+from acp.conformance import CHECKS, Result, Tier, all_checks
+from acp.conformance_options import CheckOptions, CheckPrompts
+from acp.conformance_run import run_checks
 from acp.schema_check import acp_v1_schema
+from agents.profiles import load_profiles
 
+ROOT = Path(__file__).resolve().parent.parent
 ALL_IDS = {c.id for c in all_checks()}
+# The reference agent's own commands, from its profile's [check] table; other agents get plain requests.
+REFERENCE = CheckOptions(prompts=load_profiles()["reference"].check)
 
 # fault flags -> exactly the checks that must fail (everything else passes, skips or informs)
 FAULTS: list[tuple[list[str], set[str]]] = [
@@ -45,8 +54,8 @@ UNDECIDED: list[tuple[list[str], Result, set[str]]] = [
         "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-UNKNOWN-001", "ACP-UNKNOWN-002", "ACP-CAPS-001",
         "ACP-LIST-001", "ACP-CLOSE-001", "ACP-CLIENT-001"}),
     (["--fault", "session/prompt=internal"], Result.BLOCKED, {
-        "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-LOAD-001", "ACP-LOAD-002",
-        "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENT-001"}),
+        "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002", "ACP-LOAD-001",
+        "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENT-001"}),
     (["--brief-turns"], Result.INCONCLUSIVE, {"ACP-CANCEL-001"}),
 ]
 
@@ -56,7 +65,7 @@ def agent(tmp_path: Path, *flags: str) -> list[str]:
 
 
 async def test_reference_agent_passes_every_mandatory_check(tmp_path: Path) -> None:
-    results = await run_checks(agent(tmp_path))
+    results = await run_checks(agent(tmp_path), options=REFERENCE)
     assert {r.check.id for r in results} == ALL_IDS
     by_id = {r.check.id: r for r in results}
     assert [r.check.id for r in results if r.result is Result.FAIL] == []
@@ -67,7 +76,7 @@ async def test_reference_agent_passes_every_mandatory_check(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("flags", "failing"), FAULTS, ids=[" ".join(f) for f, _ in FAULTS])
 async def test_each_fault_fails_exactly_its_checks(tmp_path: Path, flags: list[str], failing: set[str]) -> None:
-    results = await run_checks(agent(tmp_path, *flags))
+    results = await run_checks(agent(tmp_path, *flags), options=REFERENCE)
     failed = {r.check.id for r in results if r.result is Result.FAIL}
     assert failed == failing, {r.check.id: r.evidence for r in results if r.check.id in failed ^ failing}
     for r in results:
@@ -78,7 +87,7 @@ async def test_each_fault_fails_exactly_its_checks(tmp_path: Path, flags: list[s
 @pytest.mark.parametrize(("flags", "verdict", "checks"), UNDECIDED, ids=[" ".join(f) for f, _, _ in UNDECIDED])
 async def test_what_the_agent_is_not_to_blame_for_is_blocked_or_inconclusive(
         tmp_path: Path, flags: list[str], verdict: Result, checks: set[str]) -> None:
-    results = await run_checks(agent(tmp_path, *flags))
+    results = await run_checks(agent(tmp_path, *flags), options=REFERENCE)
     got = {r.check.id for r in results if r.result is verdict}
     assert got == checks, {r.check.id: (r.result, r.evidence) for r in results if r.check.id in got ^ checks}
     assert not [r for r in results if r.fatal]  # the exit status counts FAILs only
@@ -88,7 +97,8 @@ async def test_what_the_agent_is_not_to_blame_for_is_blocked_or_inconclusive(
 
 
 async def test_capability_checks_skip_when_not_advertised(tmp_path: Path) -> None:
-    results = await run_checks(agent(tmp_path, "--no-load", "--no-resume", "--no-list", "--no-close"))
+    results = await run_checks(agent(tmp_path, "--no-load", "--no-resume", "--no-list", "--no-close"),
+                               options=REFERENCE)
     skipped = {r.check.id for r in results if r.result is Result.SKIP}
     assert {"ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-UNKNOWN-001", "ACP-UNKNOWN-002",
             "ACP-LIST-001", "ACP-CLOSE-001"} <= skipped
@@ -101,8 +111,11 @@ def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
     assert ok.returncode == 0 and "conformant" in ok.stdout.splitlines()[-1]
     assert "; conformant; " in ok.stdout.splitlines()[-1] and ok.stdout.rstrip().endswith(" s")  # the total time
     progress = ok.stderr.splitlines()  # a line per check as it ends, on stderr
-    assert len(progress) == 21 and progress[-1].startswith("[21/21] ") and all("ACP-" in line for line in progress)
+    total = len(ALL_IDS)
+    assert len(progress) == total and progress[-1].startswith(f"[{total}/{total}] ")
+    assert all("ACP-" in line for line in progress)
     assert "Task was destroyed" not in ok.stderr and "Traceback" not in ok.stderr  # a clean exit
+    assert agents_running(tmp_path) == []  # and no agent left behind
     junit = tmp_path / "report.xml"
     bad = subprocess.run([*base, "--json", "--junit", str(junit), "--only", "ACP-RESUME-001", "ACP-LOAD-001", "--",
                           *agent(tmp_path, "--replay-on-resume")], capture_output=True, text=True, timeout=120)
@@ -111,6 +124,9 @@ def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
     assert (suite.tag, suite.get("tests"), suite.get("failures")) == ("testsuite", "2", "1")
     failures = [case.get("name", "") for case in suite.iter("testcase") if case.find("failure") is not None]
     assert len(failures) == 1 and failures[0].startswith("ACP-RESUME-001 ")
+    tck = {case.get("name", "").split()[0]: prop.get("value") for case in suite.iter("testcase")
+           for prop in case.iter("property")}
+    assert tck == {"ACP-RESUME-001": "ACP-RESUME-001 ACP-RESUME-002", "ACP-LOAD-001": "ACP-LOAD-001 ACP-LOAD-002"}
     report = json.loads(bad.stdout)
     assert report["seconds"] > 0
     assert report["conformant"] is False
@@ -130,13 +146,124 @@ def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
     # A profile instead of a command line: its command and environment
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    (profiles / "mine.toml").write_text(f'id = "mine"\ncommand = {json.dumps(agent(tmp_path))}\n'
-                                        'env = { ACP_CHECK_PROBE = "1" }\n')
-    by_profile = subprocess.run([*base, "--agent", "mine", "--agents-dir", str(profiles), "--only", "ACP-INIT-001"],
+    log = tmp_path / "agent.log"
+    command = agent(tmp_path, "--require-auth", "--auth-env", "REF_KEY", "--log", str(log))
+    # REF_KEY set would pick the env_var method; the profile's auth_method says otherwise, and wins.
+    (profiles / "mine.toml").write_text(f'id = "mine"\ncommand = {json.dumps(command)}\n'
+                                        'auth_method = "reference-login"\nenv = { REF_KEY = "k" }\n')
+    by_profile = subprocess.run([*base, "--agent", "mine", "--agents-dir", str(profiles), "--only", "ACP-SESSION-001"],
                                 capture_output=True, text=True, timeout=120)
-    assert by_profile.returncode == 0 and "1 passed" in by_profile.stdout, by_profile.stderr
+    assert by_profile.returncode == 0 and "1 passed" in by_profile.stdout, by_profile.stdout + by_profile.stderr
+    asked = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {m["params"]["methodId"] for m in asked if m.get("method") == "authenticate"} == {"reference-login"}
     nope = subprocess.run([*base, "--agent", "nope"], capture_output=True, text=True, timeout=60)
     assert nope.returncode == 2 and "no agent profile 'nope'" in nope.stderr
+
+
+def agents_running(tmp_path: Path) -> list[str]:
+    """Processes whose command line names this test's directory (the agents it started)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp_path) in cmdline and int(pid) != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+async def test_plain_prompts_blame_no_agent_for_what_it_was_not_asked(tmp_path: Path) -> None:
+    """Without a [check] table the checks send plain requests: the reference agent only echoes them, so its turns
+    are too short to cancel (INCONCLUSIVE), it asks no permission and calls no client method (SKIP), and nothing
+    FAILs. No check sends the reference agent's slash commands."""
+    results = await run_checks(agent(tmp_path))
+    by_id = {r.check.id: r for r in results}
+    assert [r.check.id for r in results if r.result is Result.FAIL] == []
+    assert by_id["ACP-CANCEL-001"].result is Result.INCONCLUSIVE
+    assert "longer task" in by_id["ACP-CANCEL-001"].evidence
+    assert by_id["ACP-CANCEL-002"].result is Result.SKIP and by_id["ACP-CLIENT-001"].result is Result.SKIP
+    sent = [block["text"] for r in results for frame in r.transcript if frame["dir"] == "out"
+            for block in frame["msg"].get("params", {}).get("prompt", [])]
+    assert sent and not [text for text in sent if text.startswith("/")]
+    assert CheckPrompts().long in sent and CheckPrompts().longer in sent  # the retry asks for a longer task
+
+
+async def test_one_agent_process_serves_every_check_that_needs_no_fresh_one(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    results = await run_checks(agent(tmp_path, "--log", str(log)), options=REFERENCE)
+    assert not [r for r in results if r.result is Result.FAIL]
+    initializes = sum(1 for line in log.read_text().splitlines() if json.loads(line).get("method") == "initialize")
+    restarts = {"ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001"}  # a first process and a second
+    fresh = [c for c in CHECKS if c.fresh]
+    # one shared process, plus those of the checks that need their own: not one (or two) per check
+    assert initializes == 1 + len(fresh) + len(restarts & {c.id for c in fresh})
+    assert agents_running(tmp_path) == []
+
+
+async def test_a_slow_initialize_is_an_advisory_finding_and_the_checks_run(tmp_path: Path) -> None:
+    """An adapter that takes 20 s to answer initialize (it probes for its CLI) is told so, advisory; with a setup
+    timeout above that, the other checks run on the one process that paid for it."""
+    options = CheckOptions(prompts=REFERENCE.prompts, setup_timeout=30.0)
+    results = await run_checks(agent(tmp_path, "--slow-init", "20"), options=options,
+                               only=["ACP-STARTUP-001", "ACP-SESSION-001", "ACP-PROMPT-001", "ACP-CANCEL-001"])
+    by_id = {r.check.id: r for r in results}
+    startup = by_id["ACP-STARTUP-001"]
+    assert startup.result is Result.FAIL and startup.check.tier is Tier.ADVISORY and not startup.fatal
+    assert "initialize took 2" in startup.evidence
+    assert {by_id[i].result for i in ("ACP-SESSION-001", "ACP-PROMPT-001", "ACP-CANCEL-001")} == {Result.PASS}
+
+
+def sdk_python() -> Path:
+    """The official Python SDK's venv (`make sdk`, pinned); made here if a bare `pytest` runs before it."""
+    python = ROOT / ".sdk-venv" / "bin" / "python"
+    if not (ROOT / ".sdk-venv" / ".installed").exists():
+        subprocess.run(["make", "-s", "sdk"], cwd=ROOT, check=True, timeout=600)
+    return python
+
+
+@pytest.mark.parametrize(("flags", "cancel"), [([], "pass"), (["--echo-once"], "inconclusive")],
+                         ids=["streaming", "echo-once"])
+def test_an_agent_built_on_the_official_python_sdk_passes(tmp_path: Path, flags: list[str], cancel: str) -> None:
+    """A conformant agent someone else's library speaks for: exit 0, the JUnit file parses. Its turns stream the
+    prompt back; `--echo-once` ends each turn after one update, as the SDK's echo example does, which used to be
+    reported as a failed cancel."""
+    junit = tmp_path / "sdk.xml"
+    run = subprocess.run([sys.executable, "-m", "gateway.cli", "check", "--json", "--junit", str(junit), "--",
+                          str(sdk_python()), str(ROOT / "tests" / "sdk" / "streaming_agent.py"), *flags],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    report = json.loads(run.stdout)
+    assert run.returncode == 0, [c for c in report["checks"] if c["result"] == "fail"]
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["ACP-CANCEL-001"]["result"] == cancel
+    assert checks["ACP-INFO-001"]["evidence"].startswith("sdk-streaming-agent")
+    assert not [c for c in report["checks"] if c["result"] in ("fail", "blocked")]
+    suite = ElementTree.parse(junit).getroot()
+    assert suite.get("failures") == "0" and int(suite.get("tests", "0")) == len(ALL_IDS)
+
+
+def test_progress_is_live_on_a_terminal(tmp_path: Path) -> None:
+    """On a TTY the line naming what runs now is redrawn in place; the per-check lines stay."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "check", "--only", "ACP-CANCEL-001",
+                             "ACP-LOAD-001", "--agent", "reference"], stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal closed: every writer exited
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    assert proc.stdout is not None and "conformant" in proc.stdout.read().decode()
+    text = seen.decode(errors="replace")
+    assert "running: ACP-" in text and "\r\x1b[2K" in text
+    assert "PASS    ACP-CANCEL-001" in text and "PASS    ACP-LOAD-001" in text
 
 
 @pytest.mark.parametrize(("msg", "method", "path"), [

@@ -73,6 +73,7 @@ class Config:
     auth_env: str | None = None
     auth_fails: bool = False
     ignore_cancel: bool = False
+    slow_init: float = 0.0  # seconds before initialize is answered
     brief_turns: bool = False  # every turn is one update and its answer, whatever the prompt asks
     grandchild_pidfile: str | None = None
     faults_once: dict[str, str] = field(default_factory=dict)
@@ -183,6 +184,8 @@ class ReferenceAgent:
         if not isinstance(params, dict):
             params = {}
         if method == "initialize":
+            if self.config.slow_init:  # an adapter that probes for its CLI before it answers
+                await asyncio.sleep(self.config.slow_init)
             return self._initialize(params)
         if method == "authenticate":
             return self._authenticate(params)
@@ -515,6 +518,7 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--bad-update", action="store_true", help="fault: send a malformed session/update per prompt")
     p.add_argument("--linger", action="store_true", help="fault: keep running after stdin closes")
     p.add_argument("--ignore-cancel", action="store_true", help="ignore session/cancel")
+    p.add_argument("--slow-init", type=float, default=0.0, metavar="SECONDS", help="answer initialize this late")
     p.add_argument("--brief-turns", action="store_true", help="end every turn after one update, at once")
     p.add_argument("--grandchild-pidfile", metavar="FILE", help="spawn a long-lived grandchild, write its pid")
     ns = p.parse_args(argv)
@@ -549,6 +553,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         auth_fails=ns.auth_fails,
         ignore_cancel=ns.ignore_cancel,
         brief_turns=ns.brief_turns,
+        slow_init=ns.slow_init,
         grandchild_pidfile=ns.grandchild_pidfile,
         faults_once=faults_of(ns.fault_once, "--fault-once"),
         replay_on_resume=ns.replay_on_resume,

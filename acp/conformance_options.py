@@ -1,0 +1,61 @@
+"""What `acp-gateway check` says to an agent and how long it waits: prompts, timeouts and the auth method.
+
+Pure data, shared by the checker, the CLI and agent profiles (a profile's `[check]` table is `CheckPrompts`).
+The default prompts are plain requests any agent understands; nothing here knows one agent's commands
+(the reference agent's profile carries its own in `agents/profiles/reference.toml`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CheckPrompts(BaseModel):
+    """The stimuli: one prompt per kind of turn a check needs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    short: str = Field(default="Say hello in one word.", min_length=1)
+    # A turn that runs long enough for session/cancel to reach it while updates are still arriving.
+    long: str = Field(default="Count from one to three hundred in words, one number per line, with nothing else. "
+                              "Do not use any tools.", min_length=1)
+    # The retry when the long turn ended as the cancel went out.
+    longer: str = Field(default="Write every number from one to two thousand in words, one per line, with nothing "
+                                "else. Do not use any tools.", min_length=1)
+    # A turn in which the agent asks the client's permission (a file edit, in most agents).
+    permission: str = Field(default="Create a file named notes.txt in the current directory containing the word hi. "
+                                    "Ask me for permission before you write it.", min_length=1)
+    # A turn in which the agent calls a client method the checker does not offer. No agent-neutral request makes
+    # an agent do that, so by default ACP-CLIENT-001 is skipped and says how to set one.
+    client_method: str | None = None
+
+    def with_overrides(self, pairs: list[str]) -> CheckPrompts:
+        """`KEY=TEXT` pairs (the CLI's `--prompt`) over these prompts; ValueError names a bad key."""
+        changes: dict[str, str] = {}
+        for pair in pairs:
+            key, sep, text = pair.partition("=")
+            if not sep or key not in type(self).model_fields:
+                raise ValueError(f"--prompt {pair!r}: give KEY=TEXT with KEY one of "
+                                 f"{', '.join(type(self).model_fields)}")
+            changes[key] = text
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    prompts: CheckPrompts = field(default_factory=CheckPrompts)
+    # initialize, authenticate, session/new|load|resume and every other non-turn call. As patient as the gateway
+    # (its `initialize_timeout`): adapters that probe for their CLI take 20 s and more to answer initialize.
+    setup_timeout: float = 60.0
+    turn_timeout: float = 120.0  # one prompt turn (a real model)
+    auth_method: str | None = None  # the profile's `auth_method`: authenticate with it when asked
+    concurrency: int = 3  # checks that need their own agent process, run beside the shared process's sequence
+    agent_cwd: str | None = None  # where the agent process runs (default: where the checker was started)
+    slow_initialize: float = 5.0  # ACP-STARTUP-001: an initialize slower than this is an advisory finding
+
+    @property
+    def check_timeout(self) -> float:
+        """The deadline of one check: the restore checks set up two processes and run two turns."""
+        return 2 * self.setup_timeout + 2 * self.turn_timeout + 10.0
