@@ -673,7 +673,9 @@ async def close_session(ctx: CheckContext) -> str:
     return "closed"
 
 
-@check("ACP-AUTH-001", Tier.MANDATORY, "an agent that requires authentication advertises how",
+# Advisory: no MUST says an agent that answers -32000 must list a method (the TCK files it advisory too), but a
+# client can do nothing with such an agent but tell its user to log in elsewhere.
+@check("ACP-AUTH-001", Tier.ADVISORY, "an agent that requires authentication advertises how",
        f"{SPEC}/initialization: authMethods lists the authentication methods the Agent supports; -32000 means "
        "authentication is required.", fresh=True, tck=("ACP-AUTH-005",))
 async def auth_required(ctx: CheckContext) -> str:
