@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser interop sdk bench
+.PHONY: run test lint browser interop sdk postgres bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,7 +47,17 @@ $(SDK):
 	touch $(SDK)
 sdk: $(SDK)
 
-test: lint browser interop sdk
+# A PostgreSQL server for the store tests: ACP_GATEWAY_TEST_PG names one, else one answering at 127.0.0.1:5432
+# is used, else the tests start a throwaway cluster with Debian's postgresql package, installed here if missing.
+postgres: $(STAMP)
+	@test -n "$$ACP_GATEWAY_TEST_PG" && [ "$$ACP_GATEWAY_TEST_PG" != throwaway ] || \
+	  $(PY) -c "import socket; socket.create_connection(('127.0.0.1', 5432), 2)" 2>/dev/null || \
+	  command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null; \
+	  else echo "make test: install PostgreSQL (apt-get install postgresql) or set ACP_GATEWAY_TEST_PG" >&2; exit 1; fi; }
+
+test: lint browser interop sdk postgres
 	$(VENV)/bin/pytest -q
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.

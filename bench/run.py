@@ -501,9 +501,45 @@ async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                         "bare websockets JSON-RPC server"))
 
 
+async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """The same gateway on a PostgreSQL store beside SQLite, interleaved: relay throughput (every update committed
+    before it is published) and status calls of a live session. The server is the tests' (tests/pg_server.py:
+    ACP_GATEWAY_TEST_PG, else 127.0.0.1:5432, else a throwaway cluster), a fresh database for each gateway."""
+    from tests.pg_server import fresh_database, test_server
+
+    relay_pg: list[float] = []
+    relay_lite: list[float] = []
+    status_pg: list[float] = []
+    status_lite: list[float] = []
+
+    async def measure(extra: list[str], state: Path, relays: list[float], statuses: list[float]) -> None:
+        gw = Gateway(state, agents, extra).start()
+        try:
+            await relay(gw, 1, N_UPDATES // 10)  # warm-up
+            relays.append((await relay(gw, 1, N_UPDATES // 2))[0])
+            admin = await GatewayClient.connect(gw.url, TOKEN)
+            view = await admin.call("task.session.start", {"agent": "ref", "cwd": str(WORK), "wait_ready": True})
+            await admin.close()
+            statuses.append(await status_calls(f"{gw.url}?token={TOKEN}", view["session_id"], 1, 3000))
+        finally:
+            gw.stop()
+
+    with test_server() as server:
+        for i in range(RUNS):
+            async with fresh_database(server) as url:
+                await measure(["--store", url], tmp / f"pg-{i}", relay_pg, status_pg)
+            await measure([], tmp / f"lite-{i}", relay_lite, status_lite)
+    rows.append(row("relay throughput, 1 subscriber, PostgreSQL store", relay_pg, relay_lite, "upd/s",
+                    "≥ 0.5× SQLite", statistics.median(relay_pg) >= 0.5 * statistics.median(relay_lite),
+                    "the same on SQLite"))
+    rows.append(row("task.session.status of a live session, PostgreSQL store", status_pg, status_lite, "calls/s",
+                    "reported", True, "the same on SQLite"))
+
+
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
     "journal": journal_section, "resume": resume_section, "dispatch": dispatch_section, "rpc": rpc_section,
+    "postgres": postgres_section,
 }
 
 

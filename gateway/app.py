@@ -26,13 +26,14 @@ from agents.profiles import default_state_dir, load_profiles
 
 from . import metrics
 from .config import ServeConfig
+from .errors import is_storage_error
 from .events import EventBus
 from .memory import return_large_buffers
 from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
 from .runtime.workspace import resolved
 from .server import GatewayServer, ui_files, ui_pages
-from .store import Store
+from .store import StoreBase, StoreInUse, open_store, redacted
 
 log = logging.getLogger("acp-gateway")
 
@@ -123,7 +124,7 @@ class Gateway:
         lock.acquire()
         try:
             tokens, generated = resolve_tokens(config, state_dir)
-            store = await Store.open(state_dir / "gateway.db", max_bytes=config.store_max_bytes)
+            store = await self._open_store(config.store or str(state_dir / "gateway.db"))
             bus = EventBus(store, retention=config.event_retention, heartbeat=config.heartbeat_interval,
                            retention_bytes=config.event_retention_bytes)
             await bus.open()
@@ -166,6 +167,24 @@ class Gateway:
             await store.close()
         finally:
             lock.release()
+
+    async def _open_store(self, url: str) -> StoreBase:
+        """Open the store and claim it for this gateway: a store the gateway cannot reach is a one-line start-up
+        error naming it (its password left out), not a traceback."""
+        shown = redacted(url)
+        try:
+            store = await open_store(url, max_bytes=self.config.store_max_bytes)
+        except Exception as exc:
+            if is_storage_error(exc) or type(exc).__module__.startswith("asyncpg"):
+                raise StartupError(f"cannot open the store {shown}: {exc}") from None
+            raise
+        try:
+            await store.claim()
+        except StoreInUse as exc:
+            await store.close()
+            raise StartupError(str(exc)) from None
+        log.info("store: %s (%s)", shown, store.kind)
+        return store
 
     def _announce(self, state_dir: Path, generated: str | None, port: int) -> None:
         host = self.config.host

@@ -31,6 +31,9 @@ class ServeConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     state_dir: str | None = None
+    # Where sessions, history and events are kept: a SQLite path (default `<state_dir>/gateway.db`; also
+    # `sqlite:///path`) or a `postgresql://` URL (nodes on one PostgreSQL form a cluster)
+    store: str | None = None
     agents_dir: list[str] = Field(default_factory=list)
     token: str | None = Field(default=None, min_length=16)
     default_agent: str = "reference"

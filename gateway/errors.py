@@ -144,11 +144,20 @@ def agent_failed(session_id: str, agent: str, message: str, agent_error: dict[st
 def is_storage_error(exc: BaseException) -> bool:
     """A fault of the disk under the store, as opposed to a bug: full, I/O error, read-only, gone."""
     if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
+        # ECONNREFUSED: the PostgreSQL server is not there (nothing else the gateway's store code connects to)
+        return exc.errno in (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT, errno.ECONNREFUSED)
     if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
         text = str(exc).lower()
         return any(s in text for s in ("full", "disk i/o", "readonly", "unable to open", "no such file"))
-    return False
+    sqlstate = getattr(exc, "sqlstate", None)  # PostgreSQL (asyncpg's errors carry the SQLSTATE)
+    if isinstance(sqlstate, str):
+        # 53: insufficient resources (disk full), 08: connection, 57: operator intervention (shutdown),
+        # 58: system error (I/O), 25006: a read-only transaction (a standby)
+        return sqlstate[:2] in ("53", "08", "57", "58") or sqlstate == "25006"
+    # asyncpg's errors of a connection the server ended carry no SQLSTATE: "connection is closed", and the protocol
+    # confusion of asyncpg#1069 ("cannot switch to state 12") on the next use of an idle connection it ended
+    return type(exc).__module__.startswith("asyncpg") and type(exc).__name__ in (
+        "ConnectionDoesNotExistError", "InterfaceError", "InternalClientError")
 
 
 def log_fault(log: logging.Logger, what: str, exc: BaseException) -> None:

@@ -23,7 +23,7 @@ import orjson
 
 from . import metrics
 from .errors import log_fault, resync_required
-from .store import EventGroup, EventRow, PruneGoal, Store
+from .store import EventGroup, EventRow, PruneGoal, StoreBase
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class EventBus:
 
     PRUNE_EVERY = 1000  # events between count-retention deletes (each rides along with a group commit)
 
-    def __init__(self, store: Store, retention: int = 100_000, heartbeat: float = HEARTBEAT_SECONDS,
+    def __init__(self, store: StoreBase, retention: int = 100_000, heartbeat: float = HEARTBEAT_SECONDS,
                  retention_bytes: int = 256 << 20) -> None:
         self.store = store
         self.retention = retention

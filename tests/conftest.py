@@ -160,3 +160,40 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A real PostgreSQL server for the whole run (see tests/pg_server.py: never a skip)."""
+    from tests.pg_server import test_server
+
+    with test_server() as url:
+        yield url
+
+
+@pytest.fixture
+async def pg_url(pg_server: str) -> AsyncIterator[str]:
+    """A database of this test's own on that server."""
+    from tests.pg_server import fresh_database
+
+    async with fresh_database(pg_server) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """The store, on each backend in turn: the store suite runs against both."""
+    from gateway.store import open_store
+
+    if request.param == "sqlite":
+        store = await open_store(str(tmp_path / "gateway.db"))
+        yield store
+        await store.close()
+        return
+    server = request.getfixturevalue("pg_server")
+    from tests.pg_server import fresh_database
+
+    async with fresh_database(server) as url:
+        store = await open_store(url)
+        yield store
+        await store.close()

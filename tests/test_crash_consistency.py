@@ -1,8 +1,9 @@
-"""Crash consistency: a mixed workload against a real gateway, `kill -9` at random moments, 30 times.
+"""Crash consistency: a mixed workload against a real gateway, `kill -9` at random moments, 30 times, on a SQLite
+store and on a PostgreSQL store.
 
-After every restart: each acknowledged resume token, history entry, cancellation and event is
-still there, `PRAGMA integrity_check` is ok, no session is lost or duplicated, no agent process is
-left behind, and at the end every active session resumes.
+After every restart: each acknowledged resume token, history entry, cancellation and event is still there
+(`PRAGMA integrity_check` ok on SQLite), no session is lost or duplicated, no event id is duplicated or skipped,
+no agent process is left behind, and at the end every active session resumes.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import contextlib
 import os
 import random
 import sqlite3
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+import pytest
+
 from gateway.client import RpcCallError
+from gateway.store import journal_frames, open_store, store_kind
 from tests.conftest import process_alive, wait_until
-from tests.gateway_harness import GatewayProcess, journal_events, reference_profile
+from tests.gateway_harness import GatewayProcess, reference_profile
+from tests.pg_server import fresh_database
 
 ITERATIONS = 30
 SEED = int(os.environ.get("CRASH_SEED", "20261130"))
@@ -44,27 +51,39 @@ def agents_of(agent_state: Path) -> list[int]:
     return pids
 
 
-def check_database(db_path: Path, acked: Acked) -> None:
-    db = sqlite3.connect(db_path)
-    try:
+async def check_database(url: str, acked: Acked) -> None:
+    """What was acknowledged is in the store (SQLite or PostgreSQL, read through the store's own SQL), nothing is
+    duplicated, and each owner's event ids run without a gap."""
+    if store_kind(url) == "sqlite":
+        db = sqlite3.connect(url)
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        ids = [r[0] for r in db.execute("SELECT id FROM sessions")]
+        db.close()
+    store = await open_store(url)
+    try:
+        ids = [r[0] for r in await store.fetchall("SELECT id FROM sessions")]
         assert len(ids) == len(set(ids)), "a session is duplicated"
-        tokens = dict(db.execute("SELECT session_id, resume_token FROM executors").fetchall())
+        tokens = dict(await store.fetchall("SELECT session_id, resume_token FROM executors"))
         for sid, token in acked.tokens.items():
             assert sid in ids, f"acknowledged session {sid} is lost"
             assert tokens.get(sid) == token, f"session {sid}: token {tokens.get(sid)!r}, acknowledged {token!r}"
         for sid, count in acked.prompts.items():
-            kinds = [r[0] for r in db.execute("SELECT kind FROM history WHERE session_id = ?", (sid,))]
+            kinds = [r[0] for r in await store.fetchall("SELECT kind FROM history WHERE session_id = ?", (sid,))]
             assert kinds.count("user_message") >= count and kinds.count("agent_message") >= count, sid
-        states = dict(db.execute("SELECT id, state FROM sessions").fetchall())
+        states = dict(await store.fetchall("SELECT id, state FROM sessions"))
         for sid in acked.cancelled:
             assert states[sid] == "CANCELLED", f"cancelled session {sid} is {states[sid]}"
-        journal = {e["id"] for e in journal_events(db)}
-        missing = acked.events - journal
+        by_owner: dict[str, list[int]] = {}
+        for owner, spans, frames in await store.fetchall("SELECT owner, spans, frames FROM journal "
+                                                         "ORDER BY owner, last_id"):
+            by_owner.setdefault(owner, []).extend(orjson.loads(frame)["params"]["id"]
+                                                  for frame in journal_frames(spans, frames, 0, 1 << 62, None))
+        for owner, journal in by_owner.items():
+            assert journal == list(range(journal[0], journal[0] + len(journal))), \
+                f"owner {owner}: event ids duplicated or skipped"
+        missing = acked.events - {i for journal in by_owner.values() for i in journal}
         assert not missing, f"acknowledged events lost: {sorted(missing)[:10]}"
     finally:
-        db.close()
+        await store.close()
 
 
 async def workload(gw: GatewayProcess, work: Path, acked: Acked, rng: random.Random) -> None:
@@ -124,20 +143,31 @@ async def workload(gw: GatewayProcess, work: Path, acked: Acked, rng: random.Ran
     await watcher.close()
 
 
-async def test_kill9_at_random_moments(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The loop runs on each backend: a SQLite file, and a database of its own on a real PostgreSQL server."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "state" / "gateway.db")
+        return
+    async with fresh_database(request.getfixturevalue("pg_server")) as url:
+        yield url
+
+
+async def test_kill9_at_random_moments(tmp_path: Path, store_url: str) -> None:
     rng = random.Random(SEED)
     agents, work, agent_state = tmp_path / "agents", tmp_path / "work", tmp_path / "agent-state"
     agents.mkdir()
     work.mkdir()
     reference_profile(agents, agent_state, "ref", "--permission")
-    gw = GatewayProcess(tmp_path / "state", agents)
+    url = store_url
+    gw = GatewayProcess(tmp_path / "state", agents, "--store", url)
     acked = Acked()
     for iteration in range(ITERATIONS):
         await gw.start()
         await workload(gw, work, acked, rng)
         await wait_until(lambda: not agents_of(agent_state), timeout=15,
                          what=f"agents of the killed gateway to exit (iteration {iteration}, seed {SEED})")
-        check_database(tmp_path / "state" / "gateway.db", acked)
+        await check_database(url, acked)
     assert len(acked.tokens) >= 3 and sum(acked.prompts.values()) >= 3, "the workload did too little to mean much"
     await gw.start()
     client = await gw.client()

@@ -19,6 +19,7 @@ from gateway.store import (
     EventRow,
     PruneGoal,
     Store,
+    StoreBase,
     journal_frames,
     journal_rows,
 )
@@ -97,50 +98,44 @@ def test_journal_frames_cut_a_row_by_range_and_session(since: int, until: int, s
     assert ids(journal_frames(row[3], row[4], since, until, session_id)) == expected
 
 
-async def test_replay_pages_keep_id_order_across_owners_and_commits(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "g.db")
-    try:
-        expected: dict[str, list[int]] = {"a": [], "b": []}
-        next_id = 1
-        for batch in range(30):  # 30 group commits of interleaved owners
-            rows = []
-            for k in range(batch % 4 + 1):
-                owner = "a" if (batch + k) % 3 else "b"
-                rows.append(event(next_id, owner, session_id=f"s{k % 2}"))
-                expected[owner].append(next_id)
-                next_id += 1
-            store.events.append_batch_now(EventGroup.of(rows))
-        head = next_id - 1
-        assert await store.events.head("a") == expected["a"][-1]
-        assert await store.events.head("b") == expected["b"][-1]
-        for owner in ("a", "b"):
-            got: list[int] = []
-            cursor: int | None = 0
-            while cursor is not None:
-                frames, cursor = await store.events.after(owner, cursor, head, window=3)
-                got += ids(frames)
-            assert got == expected[owner]
-        frames, _ = await store.events.after("a", 10, 20, session_id="s1")
-        assert all(10 < i <= 20 for i in ids(frames)) and ids(frames) == sorted(ids(frames))
-    finally:
-        await store.close()
+async def test_replay_pages_keep_id_order_across_owners_and_commits(any_store: StoreBase) -> None:
+    store = any_store
+    expected: dict[str, list[int]] = {"a": [], "b": []}
+    next_id = 1
+    for batch in range(30):  # 30 group commits of interleaved owners
+        rows = []
+        for k in range(batch % 4 + 1):
+            owner = "a" if (batch + k) % 3 else "b"
+            rows.append(event(next_id, owner, session_id=f"s{k % 2}"))
+            expected[owner].append(next_id)
+            next_id += 1
+        await store.events.append_batch(EventGroup.of(rows))
+    head = next_id - 1
+    assert await store.events.head("a") == expected["a"][-1]
+    assert await store.events.head("b") == expected["b"][-1]
+    for owner in ("a", "b"):
+        got: list[int] = []
+        cursor: int | None = 0
+        while cursor is not None:
+            frames, cursor = await store.events.after(owner, cursor, head, window=3)
+            got += ids(frames)
+        assert got == expected[owner]
+    frames, _ = await store.events.after("a", 10, 20, session_id="s1")
+    assert all(10 < i <= 20 for i in ids(frames)) and ids(frames) == sorted(ids(frames))
 
 
-async def test_pruning_moves_each_owners_horizon_and_never_loses_a_newer_event(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "g.db")
-    try:
-        store.events.append_batch_now(EventGroup.of([event(i, "a") for i in (1, 2, 3)] + [event(1, "b")]))
-        pruned = store.events.append_batch_now(EventGroup.of([event(4, "a"), event(2, "b")]),
-                                               {"a": PruneGoal(through=3)})
-        assert pruned["a"] > 0 and set(pruned) == {"a"}
-        assert (await store.events.horizon("a"), await store.events.horizon("b")) == (3, 0)
-        assert ids((await store.events.after("a", 3, 4))[0]) == [4]
-        assert ids((await store.events.after("b", 0, 2))[0]) == [1, 2]  # another owner's journal is untouched
-        assert await store.events.prune("b", PruneGoal(through=1)) > 0
-        assert await store.events.horizon("b") == 1
-        assert ids((await store.events.after("b", 1, 2))[0]) == [2]
-    finally:
-        await store.close()
+async def test_pruning_moves_each_owners_horizon_and_never_loses_a_newer_event(any_store: StoreBase) -> None:
+    store = any_store
+    await store.events.append_batch(EventGroup.of([event(i, "a") for i in (1, 2, 3)] + [event(1, "b")]))
+    pruned = await store.events.append_batch(EventGroup.of([event(4, "a"), event(2, "b")]),
+                                           {"a": PruneGoal(through=3)})
+    assert pruned["a"] > 0 and set(pruned) == {"a"}
+    assert (await store.events.horizon("a"), await store.events.horizon("b")) == (3, 0)
+    assert ids((await store.events.after("a", 3, 4))[0]) == [4]
+    assert ids((await store.events.after("b", 0, 2))[0]) == [1, 2]  # another owner's journal is untouched
+    assert await store.events.prune("b", PruneGoal(through=1)) > 0
+    assert await store.events.horizon("b") == 1
+    assert ids((await store.events.after("b", 1, 2))[0]) == [2]
 
 
 @pytest.mark.parametrize(("drop_bytes", "horizon", "kept"), [
@@ -149,24 +144,21 @@ async def test_pruning_moves_each_owners_horizon_and_never_loses_a_newer_event(t
     (10**9, 3, [4]),  # more than all: everything but the newest row
 ])
 async def test_pruning_by_bytes_drops_the_oldest_rows_and_keeps_the_newest(
-        tmp_path: Path, drop_bytes: int, horizon: int, kept: list[int]) -> None:
-    store = await Store.open(tmp_path / "g.db")
-    try:
-        for i in (1, 2, 3, 4):
-            store.events.append_batch_now(EventGroup.of([event(i, "a")]))
-        size = len(event(1, "a").frame())
-        freed = await store.events.prune("a", PruneGoal(through=0, drop_bytes=drop_bytes))
-        assert freed == pytest.approx(size * (4 - len(kept)), abs=4)
-        assert await store.events.horizon("a") == horizon
-        assert ids((await store.events.after("a", 0, 4))[0]) == kept
-        heads, _floor = await store.events.heads()
-        assert heads["a"].head == 4 and heads["a"].bytes == pytest.approx(size * len(kept), abs=4)
-    finally:
-        await store.close()
+        any_store: StoreBase, drop_bytes: int, horizon: int, kept: list[int]) -> None:
+    store = any_store
+    for i in (1, 2, 3, 4):
+        await store.events.append_batch(EventGroup.of([event(i, "a")]))
+    size = len(event(1, "a").frame())
+    freed = await store.events.prune("a", PruneGoal(through=0, drop_bytes=drop_bytes))
+    assert freed == pytest.approx(size * (4 - len(kept)), abs=4)
+    assert await store.events.horizon("a") == horizon
+    assert ids((await store.events.after("a", 0, 4))[0]) == kept
+    heads, _floor = await store.events.heads()
+    assert heads["a"].head == 4 and heads["a"].bytes == pytest.approx(size * len(kept), abs=4)
 
 
-async def test_event_ids_count_per_owner_and_say_nothing_of_other_owners(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "g.db")
+async def test_event_ids_count_per_owner_and_say_nothing_of_other_owners(any_store: StoreBase) -> None:
+    store = any_store
     bus = EventBus(store)
     await bus.open()
     try:
@@ -183,11 +175,10 @@ async def test_event_ids_count_per_owner_and_say_nothing_of_other_owners(tmp_pat
         assert ids(sink.frames)[:-1] == [1, 2]
     finally:
         await bus.close()
-        await store.close()
 
 
-async def test_an_owners_journal_is_bounded_in_bytes(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "g.db")
+async def test_an_owners_journal_is_bounded_in_bytes(any_store: StoreBase) -> None:
+    store = any_store
     limit = 200_000
     bus = EventBus(store, retention_bytes=limit)
     await bus.open()
@@ -206,11 +197,10 @@ async def test_an_owners_journal_is_bounded_in_bytes(tmp_path: Path) -> None:
         assert await store.events.horizon("a") > 0
     finally:
         await bus.close()
-        await store.close()
 
 
-async def test_subscribe_behind_the_horizon_must_resync(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "g.db")
+async def test_subscribe_behind_the_horizon_must_resync(any_store: StoreBase) -> None:
+    store = any_store
     bus = EventBus(store, retention=10)
     bus.PRUNE_EVERY = 10
     await bus.open()
@@ -230,7 +220,6 @@ async def test_subscribe_behind_the_horizon_must_resync(tmp_path: Path) -> None:
         assert replayed[:-1] == list(range(horizon + 1, 41)) and replayed[-1] is None  # then caught_up
     finally:
         await bus.close()
-        await store.close()
 
 
 async def test_migration_5_keeps_the_old_events_and_their_horizon(tmp_path: Path) -> None:
@@ -286,7 +275,7 @@ async def test_a_replay_page_seeks_by_index_and_never_scans_the_journal(tmp_path
     store = await Store.open(tmp_path / "g.db")
     await store.close()
     db = sqlite3.connect(tmp_path / "g.db")
-    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + REPLAY_PAGE, {"owner": "o", "since": 1, "end": 9})]
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + REPLAY_PAGE, ("o", 1, 9, "o", 9, 9))]
     db.close()
     assert plan and not any(step.startswith("SCAN journal") for step in plan), plan
     # the window is bounded on both sides, not read from `since` to the end of the owner's rows

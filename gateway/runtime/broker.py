@@ -17,13 +17,13 @@ from agents.profiles import AgentProfile
 
 from ..errors import already_terminal, invalid_params, permission_not_found
 from ..events import Subscription, synthetic_frame
-from ..store import SessionRow, Store
+from ..store import SessionRow, StoreBase
 from .permissions import CANCELLED, decide_permission, option_ids, refusal, selected
 from .writer import SessionWriter
 
 
 class PermissionBroker:
-    def __init__(self, store: Store, writer: SessionWriter, profiles: Callable[[str], AgentProfile | None]) -> None:
+    def __init__(self, store: StoreBase, writer: SessionWriter, profiles: Callable[[str], AgentProfile | None]) -> None:
         self.store = store
         self.writer = writer
         self.profiles = profiles

@@ -26,7 +26,7 @@ from agents.profiles import AgentProfile
 
 from .. import metrics
 from ..errors import not_resumable, workspace_missing, workspace_refused
-from ..store import SessionRow, Store
+from ..store import SessionRow, StoreBase
 from . import reaper, workspace
 from .broker import PermissionBroker
 from .history import HistoryCoalescer
@@ -86,7 +86,7 @@ def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) 
 
 
 class Launcher:
-    def __init__(self, store: Store, writer: SessionWriter, broker: PermissionBroker,
+    def __init__(self, store: StoreBase, writer: SessionWriter, broker: PermissionBroker,
                  profiles: Mapping[str, AgentProfile], settings: Settings, instance_id: str,
                  live: dict[str, LiveSession], spawn: Callable[[Any], asyncio.Task[Any]],
                  on_ready: Callable[[LiveSession, str], None]) -> None:

@@ -19,7 +19,7 @@ from agents.profiles import AgentProfile
 
 from ..errors import already_terminal, invalid_params, limit_exceeded, not_resumable
 from ..events import EventBus
-from ..store import SessionRow, Store
+from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
 from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 
 class SessionManager:
-    def __init__(self, store: Store, bus: EventBus, profiles: Mapping[str, AgentProfile], settings: Settings,
+    def __init__(self, store: StoreBase, bus: EventBus, profiles: Mapping[str, AgentProfile], settings: Settings,
                  instance_id: str) -> None:
         self.store = store
         self.bus = bus

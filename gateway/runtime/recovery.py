@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..store import Store
+from ..store import StoreBase
 from . import reaper
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState
 from .turns import TurnRunner
@@ -18,7 +18,7 @@ from .writer import SessionWriter
 log = logging.getLogger(__name__)
 
 
-async def recover_after_crash(store: Store, writer: SessionWriter, turns: TurnRunner, instance_id: str) -> None:
+async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: TurnRunner, instance_id: str) -> None:
     leftovers = await store.executors.leftovers(instance_id)
     killed = await reaper.reap(reaper.Execution(e.execution_id, e.pid, e.proc_start, e.boot_id)
                                for e in leftovers if e.execution_id)

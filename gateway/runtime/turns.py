@@ -21,7 +21,7 @@ from acp.errors import RpcError, TransportError
 from .. import metrics
 from ..errors import GatewayError, agent_failed, busy, not_resumable, storage_failed, unexpected
 from ..events import EventBus
-from ..store import HistoryEntry, SessionRow, Store
+from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
 from .commands import Command, Decision, decide
 from .live import LiveSession
@@ -56,7 +56,7 @@ class TurnEnd:
 
 
 class TurnRunner:
-    def __init__(self, store: Store, bus: EventBus, writer: SessionWriter, broker: PermissionBroker,
+    def __init__(self, store: StoreBase, bus: EventBus, writer: SessionWriter, broker: PermissionBroker,
                  on_agent_gone: Callable[[LiveSession], Awaitable[None]], cancel_grace: float) -> None:
         self.store = store
         self.bus = bus

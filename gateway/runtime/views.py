@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import invalid_params, not_found
 from ..events import EventBus
-from ..store import SessionRow, Store
+from ..store import SessionRow, StoreBase
 from .live import LiveSession
 from .states import SessionState
 from .status import StatusFacts, evaluate_status
@@ -39,7 +39,7 @@ def live_view(live: LiveSession) -> dict[str, Any]:
 
 
 class SessionViews:
-    def __init__(self, store: Store, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
+    def __init__(self, store: StoreBase, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
                  stale_window: float, pending_permissions: Callable[[str], int]) -> None:
         self.store = store
         self.bus = bus

@@ -15,14 +15,14 @@ from typing import Any
 
 from ..errors import log_fault
 from ..events import EventBus
-from ..store import EventRow, HistoryEntry, SessionRow, Store
+from ..store import EventRow, HistoryEntry, SessionRow, StoreBase
 from .states import SessionEvent, SessionState, TaskState, transition
 
 log = logging.getLogger(__name__)
 
 
 class SessionWriter:
-    def __init__(self, store: Store, bus: EventBus, on_row: Callable[[SessionRow], bool]) -> None:
+    def __init__(self, store: StoreBase, bus: EventBus, on_row: Callable[[SessionRow], bool]) -> None:
         self.store = store
         self.bus = bus
         # Called with each committed row; answers whether the session's agent is live (and keeps its view).
@@ -81,7 +81,7 @@ def status_data(row: SessionRow, live: bool) -> dict[str, Any]:
 class HistoryWriter:
     """Appends a session's history entries in order, off the update path; `idle()` waits for the writes."""
 
-    def __init__(self, store: Store, session_id: str) -> None:
+    def __init__(self, store: StoreBase, session_id: str) -> None:
         self.store = store
         self.session_id = session_id
         self._pending: list[HistoryEntry] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,25 @@ def journal_rows(group: EventGroup) -> list[tuple[int, int, str, bytes, bytes]]:
                 spans.append([event.id, 1, event.session_id])
         out.append((pairs[0][0].id, pairs[-1][0].id, owner, orjson.dumps(spans), b"\n".join([f for _, f in pairs])))
     return out
+
+
+# The journal's reads that both backends' prunes make (the writes differ: `max` is `GREATEST` in PostgreSQL).
+OLDEST_ROWS = ("SELECT last_id, size FROM journal WHERE owner = ? AND last_id < "
+               "(SELECT COALESCE(MAX(last_id), 0) FROM journal WHERE owner = ?) ORDER BY last_id")
+PRUNED_BYTES = "SELECT COALESCE(SUM(size), 0) FROM journal WHERE owner = ? AND last_id <= ?"
+
+
+def prune_through(goal: PruneGoal, oldest_rows: Sequence[tuple[int, int]]) -> int:
+    """The id an owner's journal is pruned through: whole rows, those ending at or before `goal.through`, then
+    more, oldest first, until `goal.drop_bytes` are gone (`oldest_rows`: (last_id, size) of every row but the
+    newest, which is never pruned)."""
+    through, dropped = goal.through, 0
+    if goal.drop_bytes > 0:
+        for last_id, size in oldest_rows:
+            through, dropped = max(through, int(last_id)), dropped + int(size)
+            if dropped >= goal.drop_bytes:
+                break
+    return through
 
 
 def journal_frames(spans: str | bytes, frames: bytes, since: int, until: int,
@@ -126,22 +145,15 @@ class JournalWriter:
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, owner: str, goal: PruneGoal) -> int:
-        """Delete the owner's oldest rows, whole rows at a time: those ending at or before `goal.through`, then
-        more until `goal.drop_bytes` are gone, never the newest row. Moves the owner's horizon; returns the
-        bytes deleted."""
-        through = goal.through
+        """Delete the owner's oldest rows (see `prune_through`). Moves the owner's horizon; returns the bytes
+        deleted."""
+        rows: list[tuple[int, int]] = []
         if goal.drop_bytes > 0:
-            newest = conn.execute("SELECT MAX(last_id) FROM journal WHERE owner = ?", (owner,)).fetchone()[0]
-            dropped = 0
-            for last_id, size in conn.execute("SELECT last_id, size FROM journal WHERE owner = ? AND last_id < ? "
-                                              "ORDER BY last_id", (owner, newest or 0)).fetchall():
-                through, dropped = max(through, last_id), dropped + size
-                if dropped >= goal.drop_bytes:
-                    break
+            rows = conn.execute(OLDEST_ROWS, (owner, owner)).fetchall()
+        through = prune_through(goal, rows)
         if through <= 0:
             return 0
-        freed = conn.execute("SELECT COALESCE(SUM(size), 0) FROM journal WHERE owner = ? AND last_id <= ?",
-                             (owner, through)).fetchone()[0]
+        freed = conn.execute(PRUNED_BYTES, (owner, through)).fetchone()[0]
         conn.execute("DELETE FROM journal WHERE owner = ? AND last_id <= ?", (owner, through))
         conn.execute("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT(owner) DO UPDATE SET "
                      "through = max(through, excluded.through)", (owner, through))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .journal import JournalWriter, PruneGoal, journal_frames
+from .journal import PruneGoal, journal_frames
 from .rows import (
     EXECUTOR_COLUMNS,
     SESSION_COLUMNS,
@@ -26,7 +26,7 @@ from .rows import (
 )
 
 if TYPE_CHECKING:
-    from . import Store
+    from .base import StoreBase
 
 
 # A session row with its task: task ids are per owner.
@@ -34,7 +34,7 @@ SESSIONS_WITH_TASKS = "FROM sessions s JOIN tasks t ON t.owner = s.owner AND t.i
 
 
 class _Repo:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreBase) -> None:
         self.store = store
 
 
@@ -57,7 +57,7 @@ class SessionRepo(_Repo):
                 await db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
                                  (task_id, owner, title, description, task_state, now, now))
             else:
-                await db.execute("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                await db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                                  (task_id, owner, title, description, task_state, now, now))
             await db.execute(
                 "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at) "
@@ -136,8 +136,7 @@ class SessionRepo(_Repo):
 
     async def delete(self, session_id: str) -> None:
         async with self.store.transaction() as db:
-            row = await (await db.execute("SELECT owner, task_id FROM sessions WHERE id = ?",
-                                          (session_id,))).fetchone()
+            row = await db.fetchone("SELECT owner, task_id FROM sessions WHERE id = ?", (session_id,))
             await db.execute("DELETE FROM history WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM executors WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
@@ -212,7 +211,8 @@ class HistoryRepo(_Repo):
 
 class CancelRepo(_Repo):
     async def request(self, session_id: str) -> None:
-        await self.store.write("INSERT OR IGNORE INTO cancel_requests VALUES (?, ?)", (session_id, time.time()))
+        await self.store.write("INSERT INTO cancel_requests VALUES (?, ?) ON CONFLICT DO NOTHING",
+                               (session_id, time.time()))
 
     async def pending(self) -> list[str]:
         return [r[0] for r in await self.store.fetchall("SELECT session_id FROM cancel_requests")]
@@ -223,50 +223,31 @@ class CancelRepo(_Repo):
 
 # The owner's rows that end inside (since, end], and the one row that may start inside it and end
 # after it (an owner's rows never overlap, so it is their first one past `end`): two index seeks on
-# (owner, last_id), whatever the size of the journal.
+# (owner, last_id), whatever the size of the journal. Parameters: owner, since, end, owner, end, end.
 REPLAY_PAGE = """
-    SELECT last_id, spans, frames FROM journal WHERE owner = :owner AND last_id > :since AND last_id <= :end
+    SELECT last_id, spans, frames FROM journal WHERE owner = ? AND last_id > ? AND last_id <= ?
     UNION ALL
     SELECT last_id, spans, frames FROM (
-        SELECT first_id, last_id, spans, frames FROM journal WHERE owner = :owner AND last_id > :end
-        ORDER BY last_id LIMIT 1)
-    WHERE first_id <= :end
+        SELECT first_id, last_id, spans, frames FROM journal WHERE owner = ? AND last_id > ?
+        ORDER BY last_id LIMIT 1) AS next_row
+    WHERE first_id <= ?
     ORDER BY 1
 """
 
 
 class EventRepo(_Repo):
     def can_append_now(self) -> bool:
-        """True when no other statement holds the store, so `append_batch_now` may write at once."""
-        return not self.store._lock.locked()
+        """True when `append_batch_now` may write at once (the SQLite store, free of other statements)."""
+        return self.store.can_append_now()
 
     def append_batch_now(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None = None) -> dict[str, int]:
         """One transaction for a whole batch (group commit), written synchronously: only when
         `can_append_now()`, which nothing can change before this returns. Returns the bytes pruned per owner."""
-        if self.store._lock.locked():
-            raise RuntimeError("append_batch_now while the store is busy: use append_batch")
-        return self._append(group, prune)
+        return self.store.append_now(group, prune)
 
     async def append_batch(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None = None) -> dict[str, int]:
         """The same, waiting for the store when another statement holds it."""
-        async with self.store._lock:
-            return self._append(group, prune)
-
-    def _journal(self) -> JournalWriter:
-        if self.store.journal is None:
-            raise RuntimeError("the store is closed")
-        return self.store.journal
-
-    def _append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[str, int]:
-        journal = self._journal()
-        with self.store.watching():
-            pruned = journal.append(group, prune)
-        if journal.unchecked_bytes >= journal.CHECKPOINT_BYTES:
-            self.store.start_checkpoint()
-        # No reclaim here: the pages a prune frees are what the next events are written into (giving them back
-        # to the file system mid-stream held the store's lock and sent every group commit down its slow path:
-        # a third of a flood's time, measured).
-        return pruned
+        return await self.store.append(group, prune)
 
     async def heads(self) -> tuple[dict[str, JournalHead], int]:
         """Each owner's head (its newest id ever handed out: pruning never goes past it) and bytes stored, and the
@@ -297,7 +278,7 @@ class EventRepo(_Repo):
         """The owner's notifications with since < id <= until, in id order, a window of ids at a time (so
         a page holds at most `window` frames): (frames, the cursor to ask from next, or None when done)."""
         end = min(until, since + window)
-        rows = await self.store.fetchall(REPLAY_PAGE, {"owner": owner, "since": since, "end": end})
+        rows = await self.store.fetchall(REPLAY_PAGE, (owner, since, end, owner, end, end))
         frames: list[bytes] = []
         for _last, spans, blob in rows:
             frames.extend(journal_frames(spans, blob, since, end, session_id))
@@ -319,10 +300,7 @@ class EventRepo(_Repo):
 
     async def prune(self, owner: str, goal: PruneGoal) -> int:
         """Prune one owner's journal now (see `PruneGoal`); returns the bytes deleted."""
-        async with self.store._lock:
-            with self.store.watching():
-                freed = self._journal().prune({owner: goal})[owner]
-        return freed
+        return (await self.store.prune({owner: goal}))[owner]
 
 
 class PermissionRepo(_Repo):

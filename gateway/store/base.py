@@ -1,0 +1,108 @@
+"""The store's interface: repositories over one backend, SQLite (embedded, the default) or PostgreSQL (a cluster).
+
+Rules of this package (`base`, `sqlite`, `postgres`, `migrations`, `pg_migrations`, `rows`, `journal`, `repos`):
+- All SQL of the gateway lives here; callers see repositories and row dataclasses.
+- The repositories' SQL is written once, in the dialect both engines speak (`?` placeholders, which the PostgreSQL
+  backend numbers); what differs (the journal's writes, connections, health, schema) is each backend's own.
+- A write returns only after it is committed: what the gateway acknowledged survives `kill -9`.
+- Multi-statement changes go through `transaction()`.
+- Schema changes are numbered migrations, per backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from .journal import PruneGoal
+from .repos import (
+    CancelRepo,
+    EventRepo,
+    ExecutorRepo,
+    HistoryRepo,
+    InstanceRepo,
+    PermissionRepo,
+    SessionRepo,
+    TaskRepo,
+)
+from .rows import EventGroup
+
+
+class Tx(Protocol):
+    """The statements of one transaction."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...  # rows changed
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+
+class StoreInUse(RuntimeError):
+    """Another gateway serves this store, and this one may not share it."""
+
+
+class StoreBase(abc.ABC):
+    """What the repositories need of a backend, and the repositories themselves."""
+
+    kind = ""  # "sqlite" or "postgresql": shown in /healthz and the logs
+
+    def __init__(self) -> None:
+        self.tasks = TaskRepo(self)
+        self.sessions = SessionRepo(self)
+        self.executors = ExecutorRepo(self)
+        self.history = HistoryRepo(self)
+        self.cancels = CancelRepo(self)
+        self.events = EventRepo(self)
+        self.permissions = PermissionRepo(self)
+        self.instances = InstanceRepo(self)
+
+    # -- statements ----------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    @abc.abstractmethod
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+    @abc.abstractmethod
+    async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """One statement in a transaction of its own; the rows it changed."""
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Tx]: ...
+
+    # -- the event journal ---------------------------------------------------------------------------------
+    def can_append_now(self) -> bool:
+        """True when `append_now` may write a group at once, synchronously (SQLite with the store free)."""
+        return False
+
+    def append_now(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[str, int]:
+        raise RuntimeError(f"the {self.kind} store has no synchronous append: use append")
+
+    @abc.abstractmethod
+    async def append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[str, int]:
+        """Commit a group (one journal row per owner) and prune the owners named, in one transaction. Returns the
+        bytes pruned per owner."""
+
+    @abc.abstractmethod
+    async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]: ...
+
+    # -- upkeep ----------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def health(self) -> str | None:
+        """None while writes succeed; else the fault, until a write succeeds again."""
+
+    @abc.abstractmethod
+    async def claim(self) -> None:
+        """Claim the store for this gateway process, or raise StoreInUse."""
+
+    @abc.abstractmethod
+    def reclaim_soon(self) -> None:
+        """Give the space deletes freed back (SQLite: to the file system, a step at a time)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...

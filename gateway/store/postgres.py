@@ -1,0 +1,186 @@
+"""The PostgreSQL store (DESIGN §10): the same repositories over a pool of asyncpg connections.
+
+asyncpg, not psycopg 3: on the gateway's two hottest statements (a journal group commit and a status read),
+`bench/pg_drivers.py` measured asyncpg faster on both in the same run (commits ~10%, reads ~30%), and both
+drivers do what else the store needs (transactions, LISTEN/NOTIFY). The repositories' SQL uses `?`
+placeholders; they are numbered (`$1`, `$2`, …) here, once per statement text.
+
+Every write commits before it returns (PostgreSQL's default `synchronous_commit = on`). Migrations run under an
+advisory lock, so nodes starting together migrate once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from ..errors import is_storage_error
+from .base import StoreBase, StoreInUse, Tx
+from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through
+from .pg_migrations import PG_MIGRATIONS
+from .rows import EventGroup
+
+log = logging.getLogger(__name__)
+
+MIGRATION_LOCK = 0x61637067  # pg_advisory_xact_lock key: "acpg"
+NODE_LOCK = 0x61637068  # held by the one gateway serving the store, until clustering (DESIGN §10) lands
+
+
+@functools.lru_cache(maxsize=512)
+def numbered(sql: str) -> str:
+    """`?` placeholders as PostgreSQL's `$1`, `$2`, … (the repositories' SQL holds no `?` inside a literal)."""
+    counter = iter(range(1, 10_000))
+    return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
+
+
+def _changed(status: str) -> int:
+    """The row count of a command status such as `UPDATE 3` or `INSERT 0 1`."""
+    last = status.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
+class _PgTx:
+    def __init__(self, conn: PoolConnectionProxy[Any]) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return _changed(await self.conn.execute(numbered(sql), *params))
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        await self.conn.executemany(numbered(sql), list(rows))
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = await self.conn.fetchrow(numbered(sql), *params)
+        return tuple(row) if row is not None else None
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return [tuple(r) for r in await self.conn.fetch(numbered(sql), *params)]
+
+
+class PostgresStore(StoreBase):
+    kind = "postgresql"
+
+    def __init__(self, pool: asyncpg.Pool, url: str) -> None:
+        super().__init__()
+        self.pool = pool
+        self.url = url
+        self.failure: str | None = None  # the last write's fault, until a write succeeds again
+        self._claim: asyncpg.Connection | None = None  # holds NODE_LOCK for this gateway's life
+
+    @classmethod
+    async def open(cls, url: str, max_bytes: int = 0, pool_size: int = 10) -> PostgresStore:
+        """Connect and migrate. `max_bytes` is SQLite's file cap: on PostgreSQL, the server's own quotas apply."""
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, command_timeout=60,
+                                         server_settings={"application_name": "acp-gateway"})
+        store = cls(pool, url)
+        try:
+            await store._migrate()
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def _migrate(self) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+            await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+            version = await conn.fetchval("SELECT MAX(version) FROM schema_version") or 0
+            if version > len(PG_MIGRATIONS):
+                raise RuntimeError(f"the PostgreSQL store has schema version {version}, newer than this gateway "
+                                   f"({len(PG_MIGRATIONS)}): upgrade the gateway")
+            for number, script in enumerate(PG_MIGRATIONS[version:], start=version + 1):
+                await conn.execute(script)
+                await conn.execute("INSERT INTO schema_version VALUES ($1)", number)
+                log.info("PostgreSQL store migrated to schema version %d", number)
+
+    async def claim(self) -> None:
+        """One gateway per PostgreSQL store for now: the state this gateway keeps in memory (event ids, live
+        sessions) is not yet shared between nodes, so a second one would corrupt it. A session-level advisory
+        lock on a connection of its own says so; it goes with the connection if this gateway dies."""
+        conn = await asyncpg.connect(self.url, server_settings={"application_name": "acp-gateway-claim"})
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", NODE_LOCK):
+            await conn.close()
+            raise StoreInUse("another acp-gateway serves this PostgreSQL store; several gateways on one store (a "
+                             "cluster) is not available yet: give each gateway a database of its own")
+        self._claim = conn
+
+    async def close(self) -> None:
+        if self._claim is not None:
+            await self._claim.close()
+            self._claim = None
+        await self.pool.close()
+
+    # -- statements ----------------------------------------------------------------------------------------
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self.watching(reading=True):
+            row = await self.pool.fetchrow(numbered(sql), *params)
+        return tuple(row) if row is not None else None
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        async with self.watching(reading=True):
+            rows = await self.pool.fetch(numbered(sql), *params)
+        return [tuple(r) for r in rows]
+
+    async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self.watching():
+            return _changed(await self.pool.execute(numbered(sql), *params))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        async with self.watching(), self.pool.acquire() as conn, conn.transaction():
+            yield _PgTx(conn)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, reading: bool = False) -> AsyncIterator[None]:
+        """Record whether the statements inside reached the server: `health()` reports the last fault until a
+        write succeeds again (a read that succeeds says nothing of writes). After a connection fault every pooled
+        connection is replaced: when the server ended one (a restart, a failover, an operator), it ended them all,
+        and asyncpg may hand out such a connection again in a confused state (asyncpg#1069)."""
+        try:
+            yield
+        except Exception as exc:
+            if is_storage_error(exc):
+                self.failure = f"PostgreSQL: {exc}"
+                await self.pool.expire_connections()
+            raise
+        if not reading:
+            self.failure = None
+
+    def health(self) -> str | None:
+        return self.failure
+
+    def reclaim_soon(self) -> None:
+        """Nothing to do: PostgreSQL's autovacuum reuses the space deletes free."""
+
+    # -- the event journal ---------------------------------------------------------------------------------
+    async def append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[str, int]:
+        rows = [(owner, first, last, len(frames), spans.decode(), frames)
+                for first, last, owner, spans, frames in journal_rows(group)]
+        async with self.transaction() as tx:
+            await tx.executemany("INSERT INTO journal (owner, first_id, last_id, size, spans, frames) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            return {owner: await _prune(tx, owner, goal) for owner, goal in (prune or {}).items()}
+
+    async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:
+        async with self.transaction() as tx:
+            return {owner: await _prune(tx, owner, goal) for owner, goal in prune.items()}
+
+
+async def _prune(tx: Tx, owner: str, goal: PruneGoal) -> int:
+    """Delete the owner's oldest rows (see `prune_through`), move its horizon; the bytes deleted."""
+    rows = await tx.fetchall(OLDEST_ROWS, (owner, owner)) if goal.drop_bytes > 0 else []
+    through = prune_through(goal, rows)
+    if through <= 0:
+        return 0
+    freed = (await tx.fetchone(PRUNED_BYTES, (owner, through)))[0]
+    await tx.execute("DELETE FROM journal WHERE owner = ? AND last_id <= ?", (owner, through))
+    await tx.execute("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET "
+                     "through = GREATEST(journal_horizon.through, excluded.through)", (owner, through))
+    return int(freed)

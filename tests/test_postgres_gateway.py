@@ -1,0 +1,111 @@
+"""A real gateway process on a real PostgreSQL store: sessions, turns, events and a `kill -9` restore, as on SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from gateway.client import GatewayClient, RpcCallError
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+from tests.test_storage_faults import healthz
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, pg_url: str) -> AsyncIterator[GatewayProcess]:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref", log=tmp_path / "agent.log")
+    reference_profile(agents, tmp_path / "agent-state", "ref-load", "--no-resume", log=tmp_path / "agent.log")
+    gw = GatewayProcess(tmp_path / "state", agents, "--store", pg_url)
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+@pytest.mark.parametrize(("agent", "method"), [("ref", "session/resume"), ("ref-load", "session/load")])
+async def test_kill9_then_resume_restores_the_same_acp_session_from_postgresql(
+        gateway: GatewayProcess, tmp_path: Path, agent: str, method: str) -> None:
+    client = await gateway.client()
+    view = await client.call("task.session.start", {"agent": agent, "cwd": str(tmp_path / "work"),
+                                                    "wait_ready": True})
+    sid, acp_id = view["session_id"], view["acp_session_id"]
+    assert await client.call("task.session.prompt", {"session_id": sid, "prompt": "first"}) == \
+        {"stop_reason": "end_turn"}
+    await client.close()
+    await gateway.kill9()
+    assert not (tmp_path / "state" / "gateway.db").exists()  # nothing of it went to a SQLite file
+    await gateway.start()
+    again = await gateway.client()
+    status = await again.call("task.session.status", {"session_id": sid})
+    assert (status["needs_resume"], status["resume_reason"]) == (True, "agent_not_running")
+    resumed = await again.call("task.session.resume", {"session_id": sid})
+    assert resumed["acp_session_id"] == acp_id
+    assert [e["params"]["sessionId"] for e in agent_log(tmp_path / "agent.log") if e["method"] == method] == [acp_id]
+    assert await again.call("task.session.prompt", {"session_id": sid, "prompt": "second"}) == \
+        {"stop_reason": "end_turn"}
+    history = await again.call("task.session.history", {"session_id": sid})
+    assert [(e["kind"], e["content"]) for e in history["entries"]] == [
+        ("user_message", "first"), ("agent_message", "echo: first"),
+        ("user_message", "second"), ("agent_message", "echo: second")]
+    reader = await gateway.client()
+    replay = EventLog(reader)
+    await reader.call("task.session.subscribe", {"since": 0})  # the whole journal, across the restart
+    await replay.wait(lambda e: e["type"] == "caught_up")
+    ids = replay.ids()
+    assert len(ids) > 10 and ids == list(range(1, len(ids) + 1))  # gap-free and in order
+    assert [e["data"]["stop_reason"] for e in replay.of_type("turn_ended")] == ["end_turn", "end_turn"]
+    await reader.close()
+    await again.close()
+
+
+async def test_a_lost_database_connection_costs_at_most_one_call_and_health_says_so(gateway: GatewayProcess,
+                                                                            tmp_path: Path, pg_url: str) -> None:
+    """The server ends the gateway's connections (a restart, a failover of the database): the next call that needs
+    a write may answer -32016, with /healthz 503 meanwhile; the pool reconnects and the call after works, health back
+    to 200, with no traceback (the autouse check)."""
+    client = await gateway.client()
+    view = await client.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
+                                                    "wait_ready": True})
+    admin = await asyncpg.connect(pg_url)
+    ended = await admin.fetchval("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                 "WHERE application_name = 'acp-gateway'")
+    await admin.close()
+    assert ended >= 1
+    codes = []
+    for title in ("one", "two", "three"):
+        try:
+            await client.call("task.session.set_title", {"session_id": view["session_id"], "title": title})
+            codes.append(0)
+        except RpcCallError as err:
+            codes.append(err.code)
+            assert await healthz(gateway.port) == "HTTP/1.1 503 Service Unavailable"
+    assert codes[1:] == [0, 0] and codes[0] in (0, -32016), codes
+    assert await healthz(gateway.port) == "HTTP/1.1 200 OK"
+    assert (await client.call("task.session.get", {"session_id": view["session_id"]}))["title"] == "three"
+    await client.close()
+
+
+async def test_a_second_gateway_on_the_same_postgresql_store_is_refused(gateway: GatewayProcess, tmp_path: Path,
+                                                                         pg_url: str) -> None:
+    """Until nodes share their state (the cluster), one store serves one gateway: the second says so and exits."""
+    second = GatewayProcess(tmp_path / "state2", gateway.agents_dir, "--store", pg_url)
+    with pytest.raises(RuntimeError, match="another acp-gateway serves this PostgreSQL store"):
+        await second.start()
+    client: GatewayClient = await gateway.client()
+    assert (await client.call("task.session.list", {}))["sessions"] == []  # the first one is unharmed
+    await client.close()
+
+
+async def test_an_unreachable_store_is_a_one_line_start_up_error(tmp_path: Path, unused_tcp_port: int) -> None:
+    gw = GatewayProcess(tmp_path / "state", tmp_path, "--store",
+                        f"postgresql://postgres:secret@127.0.0.1:{unused_tcp_port}/test")
+    with pytest.raises(RuntimeError) as err:
+        await gw.start()
+    said = str(err.value)
+    assert "cannot open the store postgresql://postgres:***@127.0.0.1" in said and "secret" not in said
+    assert "Traceback" not in said
+    GatewayProcess.started.remove(gw)
