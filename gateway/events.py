@@ -121,6 +121,13 @@ class EventBus:
         self._pruned_at = 0
         self.reoffer: Reoffer | None = None
         self.committed = 0
+        # A journal other nodes write too (PostgreSQL): their events reach this node's subscribers by catching up
+        # from the journal, woken by the store (NOTIFY) or the poll; `_delivery` keeps every owner's events in id
+        # order however they arrive.
+        self._delivery = asyncio.Lock()
+        self._waking: dict[str, asyncio.Task[None]] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self.poll_interval = 1.0
 
     def next_id(self, owner: str) -> int:
         """The id the owner's next queued event will get: each of its events queued from now on has this id or a
@@ -145,8 +152,15 @@ class EventBus:
             self._next[owner], self._heads[owner], self._bytes[owner] = head + 1, head, size
             freed = await self.store.events.prune(owner, self._goal(owner, count=True))
             self._bytes[owner] -= freed
+        if self.store.shared_journal:
+            await self.store.listen(self._heard)
+            self._poller = asyncio.ensure_future(self._poll())
 
     async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        for task in list(self._waking.values()):
+            task.cancel()
         await self.flush()
         for sub in list(self._subs.values()):
             self.unsubscribe(sub.id)
@@ -244,7 +258,10 @@ class EventBus:
         except Exception as exc:
             self._failed(group, waiters, exc)
         else:
-            self._committed(group, waiters, pruned)
+            if self.store.shared_journal:
+                await self._committed_in_order(group, waiters, pruned)
+            else:
+                self._committed(group, waiters, pruned)
         finally:
             self._in_flight = None
         if self._queue:
@@ -280,6 +297,87 @@ class EventBus:
         relay_lag.observe(time.time() - events[0].ts)
         for owner, freed in pruned.items():
             self._bytes[owner] -= freed
+        self._fan_out(group)
+        for event, fut in waiters:
+            if not fut.done():
+                fut.set_result(event)
+
+    async def _committed_in_order(self, group: EventGroup,
+                                  waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
+                                  pruned: dict[str, int]) -> None:
+        """A group committed to a journal other nodes write too: the store gave its final ids, which may come after
+        other nodes' events this node has not handed out yet; those go first, from the journal."""
+        async with self._delivery:
+            firsts: dict[str, int] = {}
+            for event in group.events:
+                firsts.setdefault(event.owner, event.id)
+                self._next[event.owner] = max(self._upcoming(event.owner), event.id + 1)
+            for owner, first in firsts.items():
+                await self._catch_up(owner, first - 1)
+            self._committed(group, waiters, pruned)
+
+    # -- other nodes' events (a shared journal) --------------------------------------------------------------
+    def _heard(self, owner: str, last_id: int) -> None:
+        """The store says another writer committed the owner's events up to `last_id`."""
+        if last_id > self.head(owner) and any(sub.owner == owner for sub in self._subs.values()):
+            self._wake(owner, last_id)
+
+    def _wake(self, owner: str, last_id: int) -> None:
+        if owner in self._waking and not self._waking[owner].done():
+            return  # the running catch-up reads to the journal's end as it is then, or the next wake-up does
+
+        async def catch_up() -> None:
+            try:
+                async with self._delivery:
+                    await self._catch_up(owner, last_id)
+            except Exception as exc:  # the poll tries again
+                log_fault(log, f"catching up on {owner}'s events from the journal failed", exc)
+
+        self._waking[owner] = asyncio.ensure_future(catch_up())
+
+    async def _poll(self) -> None:
+        """A notification is only a wake-up: every `poll_interval`, the owners with subscribers here are compared
+        with the journal, so a lost notification costs latency, never an event."""
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            owners = {sub.owner for sub in self._subs.values()}
+            try:
+                heads = await self.store.events.heads_of(owners)
+            except Exception as exc:
+                log_fault(log, "polling the journal's heads failed", exc)
+                continue
+            for owner, last_id in heads.items():
+                if last_id > self.head(owner):
+                    self._wake(owner, last_id)
+
+    async def _refresh(self, owner: str) -> None:
+        """Bring this node's head of the owner up to the journal's: through its subscribers when it has some, else
+        at once (nobody here is owed those events)."""
+        latest = (await self.store.events.heads_of([owner])).get(owner, 0)
+        if latest <= self.head(owner):
+            return
+        async with self._delivery:
+            if any(sub.owner == owner for sub in self._subs.values()):
+                await self._catch_up(owner, latest)
+            elif latest > self.head(owner):
+                self._heads[owner] = latest
+                self._next[owner] = max(self._upcoming(owner), latest + 1)
+
+    async def _catch_up(self, owner: str, until: int) -> None:
+        """Hand out the owner's events from this node's head to `until`, read from the journal (with `_delivery`
+        held, so nothing else is handed out meanwhile)."""
+        cursor: int | None = self.head(owner)
+        while cursor is not None and cursor < until:
+            entries, cursor = await self.store.events.entries_after(owner, cursor, until)
+            if entries:
+                events = [EventRow(event_id, "", owner, session_id, None, 0.0, {}, frame)
+                          for event_id, session_id, frame in entries]
+                self._fan_out(EventGroup(events, [e.frame() for e in events], None))
+                self._next[owner] = max(self._upcoming(owner), events[-1].id + 1)
+
+    def _fan_out(self, group: EventGroup) -> None:
+        """Hand committed events (in id order) to every subscription that wants them; move the heads after."""
+        events = group.events
         for sub in list(self._subs.values()):
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
@@ -293,14 +391,13 @@ class EventBus:
                 log.exception("subscription %s failed", sub.id)
         for event in events:
             self._heads[event.owner] = event.id
-        for event, fut in waiters:
-            if not fut.done():
-                fut.set_result(event)
 
     # -- subscriptions -----------------------------------------------------------------
     async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None,
                         batch: bool = False) -> Subscription:
         """Register now (live events are held), so nothing committed from here on can be missed."""
+        if self.store.shared_journal:
+            await self._refresh(owner)  # a cursor another node handed out is not "ahead"
         head = self.head(owner)
         if since is not None:
             if since > head:

@@ -101,16 +101,16 @@ def test_journal_frames_cut_a_row_by_range_and_session(since: int, until: int, s
 async def test_replay_pages_keep_id_order_across_owners_and_commits(any_store: StoreBase) -> None:
     store = any_store
     expected: dict[str, list[int]] = {"a": [], "b": []}
-    next_id = 1
+    next_id = {"a": 1, "b": 1}  # ids count per owner, as the event bus gives them
     for batch in range(30):  # 30 group commits of interleaved owners
         rows = []
         for k in range(batch % 4 + 1):
             owner = "a" if (batch + k) % 3 else "b"
-            rows.append(event(next_id, owner, session_id=f"s{k % 2}"))
-            expected[owner].append(next_id)
-            next_id += 1
+            rows.append(event(next_id[owner], owner, session_id=f"s{k % 2}"))
+            expected[owner].append(next_id[owner])
+            next_id[owner] += 1
         await store.events.append_batch(EventGroup.of(rows))
-    head = next_id - 1
+    head = max(next_id.values()) - 1
     assert await store.events.head("a") == expected["a"][-1]
     assert await store.events.head("b") == expected["b"][-1]
     for owner in ("a", "b"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .journal import PruneGoal
@@ -50,6 +50,9 @@ class StoreBase(abc.ABC):
     """What the repositories need of a backend, and the repositories themselves."""
 
     kind = ""  # "sqlite" or "postgresql": shown in /healthz and the logs
+    # Other processes may write the journal (nodes on one PostgreSQL): event ids are given at commit (`append`
+    # renumbers a group whose provisional ids another writer took), and `listen` says when they wrote.
+    shared_journal = False
 
     def __init__(self) -> None:
         self.tasks = TaskRepo(self)
@@ -90,6 +93,11 @@ class StoreBase(abc.ABC):
 
     @abc.abstractmethod
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    async def listen(self, on_commit: Callable[[str, int], None]) -> None:
+        """Call `on_commit(owner, last_id)` when another process commits events (a wake-up only: it may come late,
+        twice, or not at all). A store only this process writes has nothing to say."""
 
     # -- upkeep ----------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -67,9 +67,29 @@ def prune_through(goal: PruneGoal, oldest_rows: Sequence[tuple[int, int]]) -> in
     return through
 
 
+def renumber(group: EventGroup, firsts: Mapping[str, int]) -> bool:
+    """Give each owner's events in the group the ids from `firsts[owner]` on, in order, where they differ from the
+    provisional ones (another node took those): the events, their frames and the group's encodings are made
+    again in place. True when anything changed."""
+    changed = False
+    next_ids = dict(firsts)
+    for event in group.events:
+        wanted = next_ids[event.owner]
+        next_ids[event.owner] = wanted + 1
+        if event.id != wanted:
+            event.id, event._frame = wanted, None
+            changed = True
+    if changed:
+        group.frames = [event.frame() for event in group.events]
+        group._message = None
+        group.shared.clear()
+    return changed
+
+
 def journal_frames(spans: str | bytes, frames: bytes, since: int, until: int,
                    session_id: str | None) -> list[bytes]:
-    """The frames of one journal row with since < id <= until (and of `session_id`, when given)."""
+    """The frames of one journal row with since < id <= until (and of `session_id`, when given): slices, not a
+    loop per event (a replay reads many)."""
     parts = bytes(frames).split(b"\n")
     out: list[bytes] = []
     index = 0
@@ -78,6 +98,20 @@ def journal_frames(spans: str | bytes, frames: bytes, since: int, until: int,
             lo, hi = max(first, since + 1), min(first + count - 1, until)
             if lo <= hi:
                 out.extend(parts[index + lo - first: index + hi - first + 1])
+        index += count
+    return out
+
+
+def journal_entries(spans: str | bytes, frames: bytes, since: int,
+                    until: int) -> list[tuple[int, str | None, bytes]]:
+    """(id, session id, frame) of each event of one journal row with since < id <= until, in id order."""
+    parts = bytes(frames).split(b"\n")
+    out: list[tuple[int, str | None, bytes]] = []
+    index = 0
+    for first, count, sid in orjson.loads(spans):
+        lo, hi = max(first, since + 1), min(first + count - 1, until)
+        for event_id in range(lo, hi + 1):
+            out.append((event_id, sid, parts[index + event_id - first]))
         index += count
     return out
 

@@ -95,4 +95,10 @@ PG_MIGRATIONS: list[str] = [
     );
     CREATE TABLE journal_horizon (owner TEXT PRIMARY KEY, through BIGINT NOT NULL)
     """,
+    # 2: each owner's newest event id, bumped in the transaction that writes its events: the row lock orders the
+    # writers of one owner (on any node), so ids are gap-free and visible in commit order
+    """
+    CREATE TABLE journal_heads (owner TEXT PRIMARY KEY, last_id BIGINT NOT NULL);
+    INSERT INTO journal_heads SELECT owner, MAX(last_id) FROM journal GROUP BY owner
+    """,
 ]

@@ -11,11 +11,13 @@ advisory lock, so nodes starting together migrate once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -23,13 +25,14 @@ from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import is_storage_error
 from .base import StoreBase, StoreInUse, Tx
-from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through
+from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through, renumber
 from .pg_migrations import PG_MIGRATIONS
 from .rows import EventGroup
 
 log = logging.getLogger(__name__)
 
 MIGRATION_LOCK = 0x61637067  # pg_advisory_xact_lock key: "acpg"
+JOURNAL_CHANNEL = "acp_gateway_journal"  # NOTIFY payload: "<last id> <writer id> <owner>"
 NODE_LOCK = 0x61637068  # held by the one gateway serving the store, until clustering (DESIGN §10) lands
 
 
@@ -66,6 +69,7 @@ class _PgTx:
 
 class PostgresStore(StoreBase):
     kind = "postgresql"
+    shared_journal = True
 
     def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         super().__init__()
@@ -73,6 +77,9 @@ class PostgresStore(StoreBase):
         self.url = url
         self.failure: str | None = None  # the last write's fault, until a write succeeds again
         self._claim: asyncpg.Connection | None = None  # holds NODE_LOCK for this gateway's life
+        self._on_commit: Callable[[str, int], None] | None = None
+        self.writer_id = uuid.uuid4().hex[:12]  # in its notifications, so it does not wake itself
+        self._listening: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, url: str, max_bytes: int = 0, pool_size: int = 10) -> PostgresStore:
@@ -112,6 +119,10 @@ class PostgresStore(StoreBase):
         self._claim = conn
 
     async def close(self) -> None:
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listening
         if self._claim is not None:
             await self._claim.close()
             self._claim = None
@@ -161,12 +172,59 @@ class PostgresStore(StoreBase):
 
     # -- the event journal ---------------------------------------------------------------------------------
     async def append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[str, int]:
-        rows = [(owner, first, last, len(frames), spans.decode(), frames)
-                for first, last, owner, spans, frames in journal_rows(group)]
+        """Each owner's ids are taken from its `journal_heads` row in this transaction (its lock orders the owner's
+        writers on every node, so ids are gap-free and visible in commit order). Where another writer took the
+        group's provisional ids, its events are renumbered in place, frames and all, before they are written; the
+        caller's EventRows carry the final ids. Listeners hear of the commit (NOTIFY, sent at commit)."""
+        counts: dict[str, int] = {}
+        for event in group.events:
+            counts[event.owner] = counts.get(event.owner, 0) + 1
         async with self.transaction() as tx:
+            lasts: dict[str, int] = {}
+            for owner in sorted(counts):  # one order on every node: no deadlock between two owners' rows
+                row = await tx.fetchone("INSERT INTO journal_heads VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET "
+                                        "last_id = journal_heads.last_id + excluded.last_id RETURNING last_id",
+                                        (owner, counts[owner]))
+                lasts[owner] = int(row[0])
+            renumber(group, {owner: last - counts[owner] + 1 for owner, last in lasts.items()})
+            rows = [(owner, first, last, len(frames), spans.decode(), frames)
+                    for first, last, owner, spans, frames in journal_rows(group)]
             await tx.executemany("INSERT INTO journal (owner, first_id, last_id, size, spans, frames) "
                                  "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            for owner, last in lasts.items():
+                await tx.execute("SELECT pg_notify(?, ?)", (JOURNAL_CHANNEL, f"{last} {self.writer_id} {owner}"))
             return {owner: await _prune(tx, owner, goal) for owner, goal in (prune or {}).items()}
+
+    async def listen(self, on_commit: Callable[[str, int], None]) -> None:
+        """LISTEN on a connection of its own; a lost connection is replaced (the caller polls meanwhile: a
+        notification is only a wake-up)."""
+        self._on_commit = on_commit
+        self._listening = asyncio.ensure_future(self._keep_listening())
+
+    async def _keep_listening(self) -> None:
+        def heard(_conn: asyncpg.Connection | PoolConnectionProxy[Any], _pid: int, _channel: str,
+                  payload: object) -> None:
+            last, _, rest = str(payload).partition(" ")
+            writer, _, owner = rest.partition(" ")
+            if self._on_commit is not None and last.isdigit() and writer != self.writer_id:  # not its own commits
+                self._on_commit(owner, int(last))
+
+        while True:
+            lost = asyncio.Event()
+            try:
+                conn = await asyncpg.connect(self.url, server_settings={"application_name": "acp-gateway-listen"})
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(JOURNAL_CHANNEL, heard)
+                try:
+                    await lost.wait()
+                finally:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("listening for journal commits failed (polling meanwhile): %s", exc)
+            await asyncio.sleep(1.0)
 
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:
         async with self.transaction() as tx:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .journal import PruneGoal, journal_frames
+from .journal import PruneGoal, journal_entries, journal_frames
 from .rows import (
     EXECUTOR_COLUMNS,
     SESSION_COLUMNS,
@@ -283,6 +283,26 @@ class EventRepo(_Repo):
         for _last, spans, blob in rows:
             frames.extend(journal_frames(spans, blob, since, end, session_id))
         return frames, (end if end < until else None)
+
+    async def entries_after(self, owner: str, since: int, until: int,
+                            window: int = 5000) -> tuple[list[tuple[int, str | None, bytes]], int | None]:
+        """(id, session id, frame) of the owner's events with since < id <= until, a window of ids at a time (as
+        `after`): what another node committed, for this node's subscribers."""
+        end = min(until, since + window)
+        rows = await self.store.fetchall(REPLAY_PAGE, (owner, since, end, owner, end, end))
+        entries: list[tuple[int, str | None, bytes]] = []
+        for _last, spans, blob in rows:
+            entries.extend(journal_entries(spans, blob, since, end))
+        return entries, (end if end < until else None)
+
+    async def heads_of(self, owners: Iterable[str]) -> dict[str, int]:
+        """The newest committed id of each of these owners (one index seek each)."""
+        wanted = sorted(set(owners))
+        if not wanted:
+            return {}
+        rows = await self.store.fetchall(f"SELECT owner, MAX(last_id) FROM journal WHERE owner IN "
+                                         f"({', '.join('?' * len(wanted))}) GROUP BY owner", wanted)
+        return {owner: int(last) for owner, last in rows}
 
     async def types_after(self, owner: str, session_id: str, types: frozenset[str], since: int,
                           until: int) -> list[str]:

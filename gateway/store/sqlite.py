@@ -15,7 +15,7 @@ import fcntl
 import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -303,6 +303,9 @@ class SqliteStore(StoreBase):
         # to the file system mid-stream held the store's lock and sent every group commit down its slow path:
         # a third of a flood's time, measured).
         return pruned
+
+    async def listen(self, on_commit: Callable[[str, int], None]) -> None:
+        """Only this gateway writes its SQLite file: there is nobody else to hear of."""
 
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:
         async with self._lock:
