@@ -26,6 +26,7 @@ from asyncpg.pool import PoolConnectionProxy
 from ..errors import is_storage_error
 from .base import StoreBase, StoreInUse, Tx
 from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through, renumber
+from .leases import LeaseRepo
 from .pg_migrations import PG_MIGRATIONS
 from .rows import EventGroup
 
@@ -79,6 +80,7 @@ class PostgresStore(StoreBase):
         self._claim: asyncpg.Connection | None = None  # holds NODE_LOCK for this gateway's life
         self._on_commit: Callable[[str, int], None] | None = None
         self.writer_id = uuid.uuid4().hex[:12]  # in its notifications, so it does not wake itself
+        self.leases = LeaseRepo(self)
         self._listening: asyncio.Task[None] | None = None
 
     @classmethod

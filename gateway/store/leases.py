@@ -1,0 +1,69 @@
+"""Session leases on a PostgreSQL store (DESIGN §10): which node runs a session's agent, until when, in which epoch.
+
+Every decision is one statement, judged on the database's clock (`now()`), so two nodes never disagree on who
+holds a lease and their own clocks do not matter:
+- acquire: a lease that is free, ended or expired is taken with epoch + 1; one's own unexpired lease is kept (same
+  epoch); anyone else's unexpired lease is not taken (None). Of several nodes acquiring at once, exactly one wins.
+- renew: only unexpired leases of this node, in the epoch it holds; what is not renewed is lost, and its agent
+  must stop.
+- release: ends the lease at once (SIGTERM hands leases back), keeping the row so epochs only grow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+
+@dataclass(frozen=True)
+class Lease:
+    session_id: str
+    node: str
+    epoch: int
+    expires_in: float  # seconds left, on the database's clock
+
+
+class LeaseRepo:
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    async def acquire(self, session_id: str, node: str, ttl: float) -> Lease | None:
+        async with self.store.transaction() as tx:  # a write (health follows it), one statement
+            row = await tx.fetchone(
+                "INSERT INTO leases VALUES (?, ?, 1, now() + ? * interval '1 second') "
+                "ON CONFLICT (session_id) DO UPDATE SET node = excluded.node, expires_at = excluded.expires_at, "
+                "epoch = CASE WHEN leases.node = excluded.node AND leases.expires_at > now() THEN leases.epoch "
+                "ELSE leases.epoch + 1 END "
+                "WHERE leases.node = excluded.node OR leases.expires_at <= now() "
+                "RETURNING epoch, EXTRACT(EPOCH FROM expires_at - now())", (session_id, node, float(ttl)))
+        return Lease(session_id, node, int(row[0]), float(row[1])) if row else None
+
+    async def renew(self, node: str, held: Mapping[str, int], ttl: float) -> set[str]:
+        """Renew this node's leases (session id → the epoch it holds); returns the ones still held."""
+        if not held:
+            return set()
+        async with self.store.transaction() as tx:
+            rows = await tx.fetchall(
+                "UPDATE leases SET expires_at = now() + ? * interval '1 second' WHERE node = ? "
+                "AND expires_at > now() AND session_id = ANY(?) RETURNING session_id, epoch",
+                (float(ttl), node, list(held)))
+        return {sid for sid, epoch in rows if held.get(sid) == int(epoch)}
+
+    async def release(self, session_id: str, node: str, epoch: int) -> bool:
+        return await self.store.write("UPDATE leases SET expires_at = now() WHERE session_id = ? AND node = ? "
+                                      "AND epoch = ? AND expires_at > now()", (session_id, node, epoch)) == 1
+
+    async def release_all(self, node: str) -> int:
+        """Hand back every lease of this node at once (a clean shutdown): others need not wait for expiry."""
+        return await self.store.write("UPDATE leases SET expires_at = now() WHERE node = ? AND expires_at > now()",
+                                      (node,))
+
+    async def holder(self, session_id: str) -> Lease | None:
+        """The unexpired lease of the session, if any."""
+        row = await self.store.fetchone("SELECT node, epoch, EXTRACT(EPOCH FROM expires_at - now()) FROM leases "
+                                        "WHERE session_id = ? AND expires_at > now()", (session_id,))
+        return Lease(session_id, row[0], int(row[1]), float(row[2])) if row else None
