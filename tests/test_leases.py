@@ -7,9 +7,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
-from gateway.store import open_store
+from gateway.store import EventGroup, EventRow, HistoryEntry, open_store
 from gateway.store.postgres import PostgresStore
 
 
@@ -77,3 +78,44 @@ async def test_release_hands_the_lease_over_at_once(nodes: tuple[PostgresStore, 
     assert await a.leases.release_all("node-a") == 2  # SIGTERM: the rest at once
     assert {(await b.leases.acquire(f"s-{i}", "node-b", 15)).epoch for i in (1, 2)} == {2}  # type: ignore[union-attr]
     assert await a.leases.renew("node-a", {"s-1": 1, "s-2": 1}, 15) == set()
+
+
+async def test_the_database_refuses_a_write_for_a_session_another_node_holds(pg_url: str) -> None:
+    """Fencing: node a lost the lease (frozen past it, say) and b took it. Whatever a believes, the database
+    refuses its writes for that session (SQLSTATE AL001): the session row, its history, executor, permissions and
+    journal. b writes; a writes for other sessions; a tool's connection (no node) is not fenced."""
+    a = await open_store(pg_url, node="node-a/1")
+    b = await open_store(pg_url, node="node-b/1")
+    tool = await open_store(pg_url)
+    assert isinstance(a, PostgresStore) and isinstance(b, PostgresStore)
+    try:
+        row = await a.sessions.create(owner="o", agent="ref", cwd="/w", title=None, description=None, task_id=None,
+                                      task_state="CREATED", session_state="CREATED")
+        other = await a.sessions.create(owner="o", agent="ref", cwd="/w", title=None, description=None,
+                                        task_id=None, task_state="CREATED", session_state="CREATED")
+        first = await a.leases.acquire(row.id, "node-a/1", 0.3)
+        assert first is not None
+        await a.history.append(row.id, [HistoryEntry("user_message", "while a holds it")])
+        await expired(b, row.id)
+        assert await b.leases.acquire(row.id, "node-b/1", 15) is not None
+        refused = [
+            a.history.append(row.id, [HistoryEntry("agent_message", "late")]),
+            a.sessions.update(row.id, title="late"),
+            a.executors.set_token(row.id, "late"),
+            a.executors.set_running(row.id, execution_id="x", instance_id="i", cwd="/w"),
+            a.permissions.add("p-late", row.id, "o", {}),
+            a.events.append_batch(EventGroup.of([EventRow(1, "session_update", "o", row.id, None, 0.0, {})])),
+        ]
+        for write in refused:
+            with pytest.raises(asyncpg.PostgresError) as err:
+                await write
+            assert err.value.sqlstate == "AL001" and "leased to node node-b/1" in str(err.value)
+        await b.history.append(row.id, [HistoryEntry("agent_message", "b writes")])
+        await b.sessions.update(row.id, title="b's")
+        await a.sessions.update(other.id, title="a's other session")  # not leased: anyone writes
+        await tool.sessions.update(row.id, title="a tool is no node")
+        kinds = [e.content for e in await tool.history.all(row.id)]
+        assert kinds == ["while a holds it", "b writes"]
+    finally:
+        for store in (a, b, tool):
+            await store.close()

@@ -69,10 +69,10 @@ def sqlite_path(url: str) -> Path:
     return Path(url[len("sqlite://"):]) if url.startswith("sqlite://") else Path(url)
 
 
-async def open_store(url: str, max_bytes: int = 0) -> StoreBase:
-    """Open (creating and migrating) the store `url` names."""
+async def open_store(url: str, max_bytes: int = 0, node: str | None = None) -> StoreBase:
+    """Open (creating and migrating) the store `url` names; on PostgreSQL, writing as `node` (fenced by leases)."""
     if store_kind(url) == "postgresql":
         from .postgres import PostgresStore
 
-        return await PostgresStore.open(url, max_bytes=max_bytes)
+        return await PostgresStore.open(url, max_bytes=max_bytes, node=node)
     return await SqliteStore.open(sqlite_path(url), max_bytes=max_bytes)

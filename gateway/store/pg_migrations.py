@@ -112,4 +112,56 @@ PG_MIGRATIONS: list[str] = [
     );
     CREATE INDEX leases_by_node ON leases(node)
     """,
+    # 4: fencing. A write for a session whose unexpired lease another node holds is refused by the database
+    # itself (SQLSTATE AL001), whatever the writer believes: a node frozen past its lease, or cut off from the
+    # database while another took over, can never write for that session again. The writer is the connection's
+    # `acp.node` setting (each gateway process sets it: its node id and incarnation); connections without it
+    # (migrations, tools) are not nodes and are not fenced.
+    """
+    CREATE FUNCTION acp_fenced(session TEXT) RETURNS VOID LANGUAGE plpgsql AS $fn$
+    DECLARE holder TEXT;
+    DECLARE writer TEXT := current_setting('acp.node', true);
+    BEGIN
+        IF writer IS NULL OR writer = '' OR session IS NULL THEN
+            RETURN;
+        END IF;
+        SELECT node INTO holder FROM leases WHERE session_id = session AND expires_at > now();
+        IF holder IS NOT NULL AND holder <> writer THEN
+            RAISE EXCEPTION 'session % is leased to node %, not to %', session, holder, writer
+                USING ERRCODE = 'AL001';
+        END IF;
+    END
+    $fn$;
+    CREATE FUNCTION acp_fence_session() RETURNS TRIGGER LANGUAGE plpgsql AS $fn$
+    BEGIN
+        PERFORM acp_fenced(NEW.id);
+        RETURN NEW;
+    END
+    $fn$;
+    CREATE FUNCTION acp_fence_row() RETURNS TRIGGER LANGUAGE plpgsql AS $fn$
+    BEGIN
+        PERFORM acp_fenced(NEW.session_id);
+        RETURN NEW;
+    END
+    $fn$;
+    CREATE FUNCTION acp_fence_journal() RETURNS TRIGGER LANGUAGE plpgsql AS $fn$
+    DECLARE session TEXT;
+    BEGIN
+        IF coalesce(current_setting('acp.node', true), '') = '' THEN
+            RETURN NEW;  -- not a node: nothing to fence, and no spans to read
+        END IF;
+        FOR session IN SELECT DISTINCT span->>2 FROM jsonb_array_elements(NEW.spans::jsonb) AS span LOOP
+            PERFORM acp_fenced(session);
+        END LOOP;
+        RETURN NEW;
+    END
+    $fn$;
+    CREATE TRIGGER fence_sessions BEFORE UPDATE ON sessions FOR EACH ROW EXECUTE FUNCTION acp_fence_session();
+    CREATE TRIGGER fence_executors BEFORE INSERT OR UPDATE ON executors
+        FOR EACH ROW EXECUTE FUNCTION acp_fence_row();
+    CREATE TRIGGER fence_history BEFORE INSERT ON history FOR EACH ROW EXECUTE FUNCTION acp_fence_row();
+    CREATE TRIGGER fence_permissions BEFORE INSERT OR UPDATE ON permissions
+        FOR EACH ROW EXECUTE FUNCTION acp_fence_row();
+    CREATE TRIGGER fence_journal BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION acp_fence_journal()
+    """,
 ]

@@ -84,10 +84,12 @@ class PostgresStore(StoreBase):
         self._listening: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, url: str, max_bytes: int = 0, pool_size: int = 10) -> PostgresStore:
-        """Connect and migrate. `max_bytes` is SQLite's file cap: on PostgreSQL, the server's own quotas apply."""
+    async def open(cls, url: str, max_bytes: int = 0, pool_size: int = 10, node: str | None = None) -> PostgresStore:
+        """Connect and migrate. `max_bytes` is SQLite's file cap: on PostgreSQL, the server's own quotas apply.
+        `node` (a gateway process: its node id and incarnation) is who its writes are fenced as (migration 4)."""
+        settings = {"application_name": "acp-gateway", **({"acp.node": node} if node else {})}
         pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, command_timeout=60,
-                                         server_settings={"application_name": "acp-gateway"})
+                                         server_settings=settings)
         store = cls(pool, url)
         try:
             await store._migrate()
