@@ -36,10 +36,13 @@ POLL = 0.01
 async def notify_only(dsn: str, n: int) -> list[float]:
     holder, requester = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
     answers: dict[str, asyncio.Future[str]] = {}
+    replies: set[asyncio.Future[str]] = set()
 
     def on_command(conn: object, pid: int, channel: str, payload: object) -> None:
         command_id = str(payload).split(" ", 1)[0]
-        asyncio.ensure_future(holder.execute("SELECT pg_notify('bench_answers', $1)", f"{command_id} done"))
+        reply = asyncio.ensure_future(holder.execute("SELECT pg_notify('bench_answers', $1)", f"{command_id} done"))
+        replies.add(reply)
+        reply.add_done_callback(replies.discard)
 
     def on_answer(conn: object, pid: int, channel: str, payload: object) -> None:
         command_id = str(payload).split(" ", 1)[0]
