@@ -164,4 +164,18 @@ PG_MIGRATIONS: list[str] = [
         FOR EACH ROW EXECUTE FUNCTION acp_fence_row();
     CREATE TRIGGER fence_journal BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION acp_fence_journal()
     """,
+    # 5: commands one node forwards to another (the holder of a session's lease) and their answers. Measured
+    # against NOTIFY payloads alone (capped at 8 kB) and polled rows: bench/pg_forwarding.py.
+    """
+    CREATE TABLE commands (
+        id TEXT PRIMARY KEY,
+        target TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        request TEXT NOT NULL,
+        state TEXT NOT NULL,
+        answer TEXT,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    CREATE INDEX commands_pending ON commands(target, created_at) WHERE state = 'pending'
+    """,
 ]

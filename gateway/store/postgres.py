@@ -25,6 +25,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import is_storage_error
 from .base import StoreBase, StoreInUse, Tx
+from .commands import CommandRepo
 from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through, renumber
 from .leases import LeaseRepo
 from .pg_migrations import PG_MIGRATIONS
@@ -78,9 +79,11 @@ class PostgresStore(StoreBase):
         self.url = url
         self.failure: str | None = None  # the last write's fault, until a write succeeds again
         self._claim: asyncpg.Connection | None = None  # holds NODE_LOCK for this gateway's life
-        self._on_commit: Callable[[str, int], None] | None = None
+        self._channels: dict[str, Callable[[str], None]] = {}  # LISTENed to, on `_listener`
+        self._listener: asyncpg.Connection | None = None
         self.writer_id = uuid.uuid4().hex[:12]  # in its notifications, so it does not wake itself
         self.leases = LeaseRepo(self)
+        self.commands = CommandRepo(self)
         self._listening: asyncio.Task[None] | None = None
 
     @classmethod
@@ -200,34 +203,52 @@ class PostgresStore(StoreBase):
             return {owner: await _prune(tx, owner, goal) for owner, goal in (prune or {}).items()}
 
     async def listen(self, on_commit: Callable[[str, int], None]) -> None:
-        """LISTEN on a connection of its own; a lost connection is replaced (the caller polls meanwhile: a
-        notification is only a wake-up)."""
-        self._on_commit = on_commit
-        self._listening = asyncio.ensure_future(self._keep_listening())
+        def heard(payload: str) -> None:
+            last, _, rest = payload.partition(" ")
+            writer, _, owner = rest.partition(" ")
+            if last.isdigit() and writer != self.writer_id:  # not its own commits
+                on_commit(owner, int(last))
 
-    async def _keep_listening(self) -> None:
+        await self.hear(JOURNAL_CHANNEL, heard)
+
+    async def hear(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call `callback(payload)` for each NOTIFY on `channel`, on one listening connection of this store's own
+        (replaced when lost: a notification is only a wake-up, and whoever listens also polls)."""
+        self._channels[channel] = callback
+        if self._listening is None:
+            self._listening = asyncio.ensure_future(self._keep_listening())
+        elif self._listener is not None:
+            await self._add_listener(self._listener, channel)
+
+    async def _add_listener(self, conn: asyncpg.Connection, channel: str) -> None:
         def heard(_conn: asyncpg.Connection | PoolConnectionProxy[Any], _pid: int, _channel: str,
                   payload: object) -> None:
-            last, _, rest = str(payload).partition(" ")
-            writer, _, owner = rest.partition(" ")
-            if self._on_commit is not None and last.isdigit() and writer != self.writer_id:  # not its own commits
-                self._on_commit(owner, int(last))
+            callback = self._channels.get(channel)
+            if callback is not None:
+                callback(str(payload))
 
+        with contextlib.suppress(Exception):
+            await conn.add_listener(channel, heard)
+
+    async def _keep_listening(self) -> None:
         while True:
             lost = asyncio.Event()
             try:
                 conn = await asyncpg.connect(self.url, server_settings={"application_name": "acp-gateway-listen"})
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                await conn.add_listener(JOURNAL_CHANNEL, heard)
+                for channel in list(self._channels):
+                    await self._add_listener(conn, channel)
+                self._listener = conn
                 try:
                     await lost.wait()
                 finally:
+                    self._listener = None
                     with contextlib.suppress(Exception):
                         await conn.close()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("listening for journal commits failed (polling meanwhile): %s", exc)
+                log.warning("listening for notifications failed (polling meanwhile): %s", exc)
             await asyncio.sleep(1.0)
 
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:

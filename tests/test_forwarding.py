@@ -1,0 +1,84 @@
+"""Forwarding between two nodes on a real PostgreSQL server: an answer or the other node's error comes back as it
+was, each command runs once however many of a node's tasks claim, and a caller stops waiting when its target is
+gone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gateway.errors import GatewayError, busy
+from gateway.runtime.forwarding import Forwarder, TargetGone
+from gateway.store import open_store
+from gateway.store.postgres import PostgresStore
+
+
+class Node:
+    def __init__(self, store: PostgresStore, name: str) -> None:
+        self.ran: list[dict[str, Any]] = []
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
+        self.forwarder = Forwarder(store, name, self.run, poll=0.2)
+
+    async def run(self, request: dict[str, Any]) -> Any:
+        self.ran.append(request)
+        self.started.set()
+        await self.release.wait()
+        if request["method"] == "busy":
+            raise busy(request["session_id"], "RUNNING")
+        if request["method"] == "crash":
+            raise RuntimeError("a bug on the other node")
+        return {"echo": request, "by": self.forwarder.node}
+
+
+@pytest.fixture
+async def nodes(pg_url: str) -> AsyncIterator[tuple[Node, Node]]:
+    stores = [await open_store(pg_url), await open_store(pg_url)]
+    pair = tuple(Node(store, name) for store, name in zip(stores, ("node-a", "node-b"), strict=True))  # type: ignore[arg-type]
+    for node in pair:
+        await node.forwarder.start()
+    yield pair  # type: ignore[misc]
+    for node in pair:
+        await node.forwarder.close()
+    for store in stores:
+        await store.close()
+
+
+async def test_a_call_runs_on_the_target_and_its_answer_comes_back(nodes: tuple[Node, Node]) -> None:
+    a, b = nodes
+    answer = await a.forwarder.call("node-b", {"method": "prompt", "session_id": "s-1", "text": "x" * 100_000})
+    assert answer["by"] == "node-b" and len(answer["echo"]["text"]) == 100_000  # no 8 kB NOTIFY limit
+    answers = await asyncio.gather(*(a.forwarder.call("node-b", {"method": "n", "n": i}) for i in range(30)))
+    assert [x["echo"]["n"] for x in answers] == list(range(30))
+    assert sorted(r["n"] for r in b.ran if r["method"] == "n") == list(range(30))  # each ran once
+    assert a.ran == []
+
+
+async def test_the_other_nodes_error_comes_back_as_it_was(nodes: tuple[Node, Node]) -> None:
+    a, _b = nodes
+    with pytest.raises(GatewayError) as err:
+        await a.forwarder.call("node-b", {"method": "busy", "session_id": "s-2"})
+    assert err.value.code == -32010 and err.value.data == busy("s-2", "RUNNING").data
+    with pytest.raises(GatewayError) as crash:
+        await a.forwarder.call("node-b", {"method": "crash"})
+    assert crash.value.code == -32603 and "log has the details" in crash.value.message
+
+
+async def test_a_caller_stops_waiting_when_its_target_is_gone(nodes: tuple[Node, Node]) -> None:
+    a, b = nodes
+    b.release.clear()  # b takes the command and never answers (it died mid-call, as far as a can tell)
+    there = [True]
+
+    async def still_there() -> bool:
+        return there[0]
+
+    call = asyncio.ensure_future(a.forwarder.call("node-b", {"method": "slow"}, still_there))
+    await asyncio.wait_for(b.started.wait(), 10)
+    there[0] = False  # its lease expired
+    with pytest.raises(TargetGone):
+        await asyncio.wait_for(call, 5)
+    b.release.set()
