@@ -172,10 +172,11 @@ def sdk_rate(count: int) -> float | None:
     return float(data["updates"] / data["seconds"])
 
 
-async def latency_gateway(gw: Gateway, count: int) -> list[float]:
+async def latency_gateway(gw: Gateway, count: int, watched_from: Gateway | None = None) -> list[float]:
+    """`watched_from`: the subscriber on another node of a cluster than the one running the agent."""
     admin = await GatewayClient.connect(gw.url, TOKEN)
     view = await admin.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
-    sub = await lean_subscriber(gw, view["session_id"])
+    sub = await lean_subscriber(watched_from or gw, view["session_id"])
     lat: list[float] = []
 
     async def collect() -> None:
@@ -534,6 +535,27 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                     "the same on SQLite"))
     rows.append(row("task.session.status of a live session, PostgreSQL store", status_pg, status_lite, "calls/s",
                     "reported", True, "the same on SQLite"))
+
+    def percentiles(samples: list[float]) -> tuple[float, float]:
+        return statistics.median(samples) * 1000, statistics.quantiles(samples, n=100)[98] * 1000
+
+    cross: list[tuple[float, float]] = []
+    same: list[tuple[float, float]] = []
+    with test_server() as server:
+        for i in range(RUNS):
+            async with fresh_database(server) as url:
+                a = Gateway(tmp / f"node-a-{i}", agents, ["--store", url, "--node-id", "a"]).start()
+                b = Gateway(tmp / f"node-b-{i}", agents, ["--store", url, "--node-id", "b"]).start()
+                try:
+                    same.append(percentiles(await latency_gateway(a, LATENCY_SAMPLES)))
+                    cross.append(percentiles(await latency_gateway(a, LATENCY_SAMPLES, watched_from=b)))
+                finally:
+                    b.stop()
+                    a.stop()
+    rows.append(row("delivery latency p50, subscriber on another node", [c[0] for c in cross], [s[0] for s in same],
+                    "µs", "reported", True, "subscriber on the agent's node"))
+    rows.append(row("delivery latency p99, subscriber on another node", [c[1] for c in cross], [s[1] for s in same],
+                    "µs", "reported", True, "subscriber on the agent's node"))
 
 
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {

@@ -31,6 +31,7 @@ from .events import EventBus
 from .memory import return_large_buffers
 from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
+from .runtime.cluster import node_name
 from .runtime.workspace import resolved
 from .server import GatewayServer, ui_files, ui_pages
 from .store import StoreBase, StoreInUse, open_store, redacted
@@ -124,7 +125,8 @@ class Gateway:
         lock.acquire()
         try:
             tokens, generated = resolve_tokens(config, state_dir)
-            store = await self._open_store(config.store or str(state_dir / "gateway.db"))
+            node = node_name(config.node_id)
+            store = await self._open_store(config.store or str(state_dir / "gateway.db"), node)
             bus = EventBus(store, retention=config.event_retention, heartbeat=config.heartbeat_interval,
                            retention_bytes=config.event_retention_bytes)
             await bus.open()
@@ -133,7 +135,8 @@ class Gateway:
                                 cancel_grace=config.cancel_grace, request_timeout=config.request_timeout,
                                 initialize_timeout=config.initialize_timeout,
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
-                                agents_die_with_gateway=config.agents_die_with_gateway,
+                                agents_die_with_gateway=config.agents_die_with_gateway, node=node,
+                                lease_ttl=config.lease_ttl,
                                 environ={k: v for k, v in os.environ.items()},
                                 **workspace_settings(config, state_dir, self.config_file))
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
@@ -143,7 +146,8 @@ class Gateway:
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
                                    ui=ui_pages(ui_files(), metrics.exposition), outbox_limit=config.outbox_limit,
-                                   outbox_limit_bytes=config.outbox_limit_bytes, health=store.health,
+                                   outbox_limit_bytes=config.outbox_limit_bytes,
+                                   health=lambda: node_fault(store, sessions), healthy=lambda: node_ok(store, sessions),
                                    max_connections_per_owner=config.max_connections_per_owner)
             self.sessions, self.server, self.store = sessions, server, store
             metrics.gauge("acp_gateway_live_sessions", "Sessions whose agent runs in this gateway",
@@ -168,12 +172,12 @@ class Gateway:
         finally:
             lock.release()
 
-    async def _open_store(self, url: str) -> StoreBase:
+    async def _open_store(self, url: str, node: str) -> StoreBase:
         """Open the store and claim it for this gateway: a store the gateway cannot reach is a one-line start-up
         error naming it (its password left out), not a traceback."""
         shown = redacted(url)
         try:
-            store = await open_store(url, max_bytes=self.config.store_max_bytes)
+            store = await open_store(url, max_bytes=self.config.store_max_bytes, node=node)
         except Exception as exc:
             if is_storage_error(exc) or type(exc).__module__.startswith("asyncpg"):
                 raise StartupError(f"cannot open the store {shown}: {exc}") from None
@@ -183,7 +187,7 @@ class Gateway:
         except StoreInUse as exc:
             await store.close()
             raise StartupError(str(exc)) from None
-        log.info("store: %s (%s)", shown, store.kind)
+        log.info("store: %s (%s)%s", shown, store.kind, f"; cluster node {node}" if store.shared_journal else "")
         return store
 
     def _announce(self, state_dir: Path, generated: str | None, port: int) -> None:
@@ -210,6 +214,25 @@ def tune_gc_for_serving() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(10_000, gen1, gen2)
+
+
+def node_fault(store: StoreBase, sessions: SessionManager) -> str | None:
+    """/healthz's 503: what is wrong with this node, and where to look."""
+    fault = store.health()
+    if fault is not None:
+        where = ("check the database server" if store.kind == "postgresql"
+                 else "free space under the state directory")
+        return f"store refuses writes ({fault}): {where}"
+    if sessions.cluster.lease_failure is not None:
+        return (f"node {sessions.cluster.node} cannot renew its session leases ({sessions.cluster.lease_failure}): "
+                "check the database server; its sessions move to other nodes when the leases run out")
+    return None
+
+
+def node_ok(store: StoreBase, sessions: SessionManager) -> str:
+    if not sessions.cluster.enabled:
+        return "ok"
+    return f"ok: node {sessions.cluster.node}, {len(sessions.cluster.held)} session lease(s) held, {store.kind} store"
 
 
 def serve_command(config: ServeConfig, config_file: Path | None = None) -> int:

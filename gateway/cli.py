@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
     serve.add_argument("--store", metavar="URL", help="a SQLite path (default: STATE_DIR/gateway.db) or a "
                        "postgresql://user@host/db URL")
+    serve.add_argument("--node-id", help="this node's name in a cluster (PostgreSQL store; default: the host name)")
     serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
     serve.add_argument("--log-format", choices=["text", "json"], help="json: one object a line, with session_id, "
@@ -231,6 +232,7 @@ def _serve(args: argparse.Namespace) -> int:
         "host": args.host, "port": args.port, "state_dir": args.state_dir, "agents_dir": args.agents_dir,
         "token": args.token or os.environ.get("ACP_GATEWAY_TOKEN") or None, "default_agent": args.default_agent,
         "workspace_roots": args.workspace_roots, "log_format": args.log_format, "store": args.store,
+        "node_id": args.node_id,
     }
     try:
         config = load_config(args.config, overrides)

@@ -34,6 +34,8 @@ class ServeConfig(BaseModel):
     # Where sessions, history and events are kept: a SQLite path (default `<state_dir>/gateway.db`; also
     # `sqlite:///path`) or a `postgresql://` URL (nodes on one PostgreSQL form a cluster)
     store: str | None = None
+    node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # default: host name
+    lease_ttl: float = Field(default=15.0, gt=0)  # seconds a cluster node's lease lasts without renewal
     agents_dir: list[str] = Field(default_factory=list)
     token: str | None = Field(default=None, min_length=16)
     default_agent: str = "reference"

@@ -160,20 +160,33 @@ def is_storage_error(exc: BaseException) -> bool:
         "ConnectionDoesNotExistError", "InterfaceError", "InternalClientError")
 
 
+def is_fenced(exc: BaseException) -> bool:
+    """The database refused a write for a session another node of the cluster holds now (SQLSTATE AL001)."""
+    return getattr(exc, "sqlstate", None) == "AL001"
+
+
 def log_fault(log: logging.Logger, what: str, exc: BaseException) -> None:
-    """A storage fault is the disk's, not a bug: one line. Anything else: the traceback."""
+    """A storage fault is the disk's, and a fenced write the cluster's doing, not bugs: one line. Anything else:
+    the traceback."""
     if is_storage_error(exc):
         log.error("%s: the store refused a write: %s", what, exc)
+    elif is_fenced(exc):
+        log.warning("%s: %s", what, exc)
     else:
         log.error("%s", what, exc_info=exc)
 
 
 def unexpected(log: logging.Logger, what: str, exc: BaseException) -> GatewayError:
-    """What a client gets for an exception no handler turned into a GatewayError: a storage fault is -32016;
-    anything else is a bug, -32603 with the id its traceback is logged under."""
+    """What a client gets for an exception no handler turned into a GatewayError: a storage fault is -32016; a
+    fenced write -32013 (the session moved to another node); anything else is a bug, -32603 with the id its
+    traceback is logged under."""
     if is_storage_error(exc):
         log_fault(log, what, exc)
         return storage_failed(exc)
+    if is_fenced(exc):
+        log_fault(log, what, exc)
+        return not_resumable(getattr(exc, "detail", None) or "", None,
+                             f"{exc}: the session runs on another node now; ask again")
     error_id = uuid.uuid4().hex[:12]
     log_fault(log, f"{what} failed (error id {error_id})", exc)
     return internal_error(error_id)

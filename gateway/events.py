@@ -350,9 +350,11 @@ class EventBus:
                 if last_id > self.head(owner):
                     self._wake(owner, last_id)
 
-    async def _refresh(self, owner: str) -> None:
-        """Bring this node's head of the owner up to the journal's: through its subscribers when it has some, else
-        at once (nobody here is owed those events)."""
+    async def refresh(self, owner: str) -> None:
+        """Bring this node's head of the owner up to the journal's (a journal other nodes write too; else a no-op):
+        through its subscribers when it has some, else at once (nobody here is owed those events)."""
+        if not self.store.shared_journal:
+            return
         latest = (await self.store.events.heads_of([owner])).get(owner, 0)
         if latest <= self.head(owner):
             return
@@ -396,8 +398,7 @@ class EventBus:
     async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None,
                         batch: bool = False) -> Subscription:
         """Register now (live events are held), so nothing committed from here on can be missed."""
-        if self.store.shared_journal:
-            await self._refresh(owner)  # a cursor another node handed out is not "ahead"
+        await self.refresh(owner)  # on a shared journal, a cursor another node handed out is not "ahead"
         head = self.head(owner)
         if since is not None:
             if since > head:

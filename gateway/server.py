@@ -96,8 +96,10 @@ class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
                  outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
-                 outbox_limit_bytes: int = 8 << 20, health: Callable[[], str | None] | None = None) -> None:
-        self.health = health  # None when the store takes writes; else what is wrong
+                 outbox_limit_bytes: int = 8 << 20, health: Callable[[], str | None] | None = None,
+                 healthy: Callable[[], str] | None = None) -> None:
+        self.health = health  # None when the gateway can serve; else what is wrong and what to do
+        self.healthy = healthy  # what /healthz says when all is well
         self.outbox_limit = outbox_limit
         self.outbox_limit_bytes = outbox_limit_bytes
         self.max_connections_per_owner = max_connections_per_owner
@@ -143,9 +145,8 @@ class GatewayServer:
         if path == "/healthz":
             fault = self.health() if self.health is not None else None
             if fault is not None:
-                return _plain(connection, HTTPStatus.SERVICE_UNAVAILABLE,
-                              f"store refuses writes ({fault}): free space under the state directory\n")
-            return _plain(connection, HTTPStatus.OK, "ok\n")
+                return _plain(connection, HTTPStatus.SERVICE_UNAVAILABLE, f"{fault}\n")
+            return _plain(connection, HTTPStatus.OK, f"{self.healthy()}\n" if self.healthy is not None else "ok\n")
         if path in ("/metrics", "/whoami"):
             owner = find_owner(self.tokens, presented_token(request))
             if owner is None:

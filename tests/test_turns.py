@@ -13,6 +13,9 @@ ROWS = [
     ([S], True),  # started, never ended
     ([S, E], False),  # ended, but the state change after it was lost
     ([E], False),  # an earlier turn's end cannot be above the floor; nothing of this turn was committed
+    # a floor taken on a node that had not seen another node's events yet: an earlier turn is above it
+    ([S, E, S], True),
+    ([S, E, S, E], False),
 ]
 
 

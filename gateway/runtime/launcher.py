@@ -29,6 +29,7 @@ from ..errors import not_resumable, workspace_missing, workspace_refused
 from ..store import SessionRow, StoreBase
 from . import reaper, workspace
 from .broker import PermissionBroker
+from .cluster import Cluster
 from .history import HistoryCoalescer
 from .live import LiveSession
 from .settings import Settings
@@ -89,7 +90,7 @@ class Launcher:
     def __init__(self, store: StoreBase, writer: SessionWriter, broker: PermissionBroker,
                  profiles: Mapping[str, AgentProfile], settings: Settings, instance_id: str,
                  live: dict[str, LiveSession], spawn: Callable[[Any], asyncio.Task[Any]],
-                 on_ready: Callable[[LiveSession, str], None]) -> None:
+                 on_ready: Callable[[LiveSession, str], None], cluster: Cluster) -> None:
         self.store = store
         self.writer = writer
         self.broker = broker
@@ -100,6 +101,7 @@ class Launcher:
         self._spawn = spawn
         self._on_ready = on_ready  # (live, the task's description): a first launch's initial prompt
         self.launches: dict[str, Launch] = {}  # session id -> its launch in progress
+        self.cluster = cluster  # the session's lease is held while its agent runs here, and handed back after
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -122,8 +124,12 @@ class Launcher:
 
     async def _launch(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
         try:
-            return await self._launch_inner(row, fresh_start=fresh_start, cancel=cancel)
+            result = await self._launch_inner(row, fresh_start=fresh_start, cancel=cancel)
+            if not result.live:
+                await self.cluster.release(row.id)
+            return result
         except Exception as exc:  # a bug must not leave the session STARTING forever
+            await self.cluster.release(row.id)
             log.exception("launch of session %s failed", row.id)
             with contextlib.suppress(Exception):
                 current = await self.store.sessions.get(row.id)
@@ -304,7 +310,23 @@ class Launcher:
         with contextlib.suppress(Exception):
             await live.client.stop()
         metrics.EXITS.labels(live.profile.id, status).inc()
-        await self.store.executors.set_stopped(live.session_id, status)
+        try:
+            await self.store.executors.set_stopped(live.session_id, status)
+        finally:
+            await self.cluster.release(live.session_id)
+
+    async def abandon(self, live: LiveSession) -> None:
+        """Stop an agent whose session another node holds now (this node lost the lease): its turn and process
+        end here, and nothing is written for the session (that node writes for it; the database refuses us)."""
+        if self.live.get(live.session_id) is live:
+            del self.live[live.session_id]
+        live.stopping = True
+        for task in [*live.tasks, *([live.turn] if live.turn is not None else [])]:
+            if task is not asyncio.current_task():
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await live.client.stop()
+        metrics.EXITS.labels(live.profile.id, "lease_lost").inc()
 
 
 def _count_restore(agent: str, result: RestoreResult | None) -> None:

@@ -21,6 +21,7 @@ from ..errors import already_terminal, invalid_params, limit_exceeded, not_resum
 from ..events import EventBus
 from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
+from .cluster import Cluster, HeldElsewhere
 from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
 from .recovery import recover_after_crash
@@ -48,11 +49,13 @@ class SessionManager:
         self._background: set[asyncio.Task[Any]] = set()
         self.writer = SessionWriter(store, bus, self._refresh_live_row)
         self.broker = PermissionBroker(store, self.writer, profiles.get)
+        self.cluster = Cluster(store, settings.node or instance_id, settings.lease_ttl, self._lease_lost)
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
-                                 self._spawn, self._initial_prompt)
+                                 self._spawn, self._initial_prompt, self.cluster)
         self.turns = TurnRunner(store, bus, self.writer, self.broker,
                                 lambda live: self.launcher.stop(live, "exited"), settings.cancel_grace)
-        self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count)
+        self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count,
+                                  self.cluster.holder if self.cluster.enabled else None)
 
     def _refresh_live_row(self, row: SessionRow) -> bool:
         live = self.live.get(row.id)
@@ -72,17 +75,73 @@ class SessionManager:
 
     # -- life of the runtime -------------------------------------------------------------
     async def open(self) -> None:
-        """Before any client: what a crashed instance left is ended and settled (see `recovery`)."""
-        await self.store.instances.register(self.instance_id)
-        await recover_after_crash(self.store, self.writer, self.turns, self.instance_id)
+        """Before any client: what a crashed instance left is ended and settled (see `recovery`); in a cluster,
+        only what no live node holds, and this node starts renewing its leases and running forwarded commands."""
+        await self.store.instances.register(self.instance_id, only_this=self.cluster.enabled)
+        await self.cluster.prepare()
+        await recover_after_crash(self.store, self.writer, self.turns, self.instance_id,
+                                  self.cluster.holder if self.cluster.enabled else None)
         self.bus.reoffer = self.broker.reoffer
+        await self.cluster.start(self._run_forwarded)
 
     async def shutdown(self) -> None:
-        """End running turns, stop every agent; sessions stay resumable (their tokens are stored)."""
+        """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
+        hand the leases back at once, so another node resumes them without waiting for expiry."""
         await asyncio.gather(*(self._stop_live(live) for live in list(self.live.values())), return_exceptions=True)
         for task in list(self._background):
             task.cancel()
+        await self.cluster.close()
         await self.store.instances.mark_dead(self.instance_id)
+
+    async def _lease_lost(self, session_id: str) -> None:
+        """Another node runs the session now (this node could not renew its lease): stop the agent here, writing
+        nothing for the session (the database would refuse it)."""
+        live = self.live.get(session_id)
+        if live is not None:
+            await self.launcher.abandon(live)
+
+    # -- the cluster: commands for a session another node holds run there ---------------------------------------
+    async def _elsewhere(self, row: SessionRow, method: str, forwarded: bool, **args: Any) -> tuple[bool, Any]:
+        """(True, its answer) when the command ran on the node holding the session; (False, None) to run it here."""
+        if forwarded or not self.cluster.enabled:
+            return False, None
+        holder = await self.cluster.holder(row.id)
+        if holder is None:
+            return False, None
+        return True, await self._forward(holder, row, method, args)
+
+    async def _forward(self, node: str, row: SessionRow, method: str, args: dict[str, Any]) -> Any:
+        return await self.cluster.forward(node, row.id, row.agent, {"method": method, "owner": row.owner,
+                                                                    "session_id": row.id, "args": args})
+
+    async def _run_forwarded(self, request: dict[str, Any]) -> Any:
+        """A command another node forwarded here, as the holder (or the next holder) of its session."""
+        handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
+                    "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
+                    "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete}
+        handler = handlers.get(str(request.get("method")))
+        if handler is None:
+            raise invalid_params("method", f"not a command a node forwards: {request.get('method')!r}")
+        return await handler(request["owner"], request["session_id"], **request.get("args", {}),  # type: ignore[operator]
+                             forwarded=True)
+
+    async def _take(self, row: SessionRow, forwarded: bool) -> tuple[str | None, SessionRow]:
+        """Hold the session's lease before its agent starts here. (the node holding it, row): a node to forward to
+        when another one won it; else the row, with a turn a dead node left open closed as `interrupted`."""
+        try:
+            await self.cluster.acquire(row.id)
+        except HeldElsewhere as held:
+            if forwarded:
+                raise not_resumable(row.id, row.state, f"session {row.id} moved to node {held.node} meanwhile: "
+                                    "ask again") from None
+            return held.node, row
+        if self.cluster.enabled and row.id not in self.live and row.id not in self.launcher.launches:
+            current = await self.store.sessions.get(row.id) or row
+            if SessionState(current.state) is SessionState.RUNNING:
+                await self.turns.close_interrupted(current)
+                current = await self.store.sessions.get(row.id) or current
+            row = current
+        return None, row
 
     async def _stop_live(self, live: LiveSession, status: str = "stopped", *, close_session: bool = False) -> None:
         """Interrupt the turn (cancel grace), optionally ACP `session/close` it (a cancel for good), stop the
@@ -134,6 +193,7 @@ class SessionManager:
                 owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
                 task_state=TaskState.TODO, session_state=SessionState.CREATED)
             await self.writer.publish(row, "session_created", await self.views.view(row))
+            await self.cluster.acquire(row.id)  # a new session: no other node can hold it
         finally:
             self._starting[owner] -= 1
         future = self.launcher.launch_once(row, fresh_start=False)  # no await since: the launch takes the slot
@@ -141,20 +201,31 @@ class SessionManager:
             await asyncio.shield(future)
         return await self.views.get(owner, row.id)
 
-    async def resume(self, owner: str, session_id: str, *, wait_ready: bool = True) -> dict[str, Any]:
+    async def resume(self, owner: str, session_id: str, *, wait_ready: bool = True,
+                     forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)
         if row.id in self.live:
             return {**await self.views.get(owner, row.id), "already_running": True}
+        routed, answer = await self._elsewhere(row, "resume", forwarded, wait_ready=wait_ready)
+        if routed:
+            return dict(answer)
         check_resumable(row, self.settings)
         if row.id not in self.launcher.launches:
             self._check_live_limit(owner)
+        holder, row = await self._take(row, forwarded)
+        if holder is not None:
+            return dict(await self._forward(holder, row, "resume", {"wait_ready": wait_ready}))
+        check_resumable(row, self.settings)
         future = self.launcher.launch_once(row, fresh_start=False)
         if wait_ready:
             await asyncio.shield(future)
         return {**await self.views.get(owner, row.id), "already_running": False}
 
-    async def recover(self, owner: str, session_id: str, action: str) -> dict[str, Any]:
+    async def recover(self, owner: str, session_id: str, action: str, forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "recover", forwarded, action=action)
+        if routed:
+            return dict(answer)
         live = self.live.get(row.id)
         if live is not None and action == "retry":
             return {**await self.views.get(owner, row.id), "already_running": True}
@@ -167,6 +238,8 @@ class SessionManager:
             await self._stop_live(live)
         row = await self.row(row.owner, row.id)
         check_resumable(row, self.settings)
+        holder, row = await self._take(row, forwarded=True)  # a node that won it meanwhile: ask again
+        assert holder is None
         if fresh:
             await self.store.executors.set_token(row.id, None)
         await asyncio.shield(self.launcher.launch_once(row, fresh_start=fresh))
@@ -184,12 +257,19 @@ class SessionManager:
             raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first")
 
     # -- turns ---------------------------------------------------------------------------
-    async def prompt(self, owner: str, session_id: str, prompt: Any) -> dict[str, Any]:
+    async def prompt(self, owner: str, session_id: str, prompt: Any, forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)
         blocks = content_blocks(prompt)
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
+        routed, answer = await self._elsewhere(row, "prompt", forwarded, prompt=prompt)
+        if routed:
+            return dict(answer)
         for attempt in range(2):
+            if row.id not in self.live:
+                holder, row = await self._take(row, forwarded)
+                if holder is not None:
+                    return dict(await self._forward(holder, row, "prompt", {"prompt": prompt}))
             live = await self._ensure_live(row)
             if not live.client.alive and attempt == 0 and not live.turn_running:
                 # The execution vanished between the resume and the send: resume once, retry once.
@@ -224,8 +304,11 @@ class SessionManager:
         with contextlib.suppress(Exception):
             self.turns.start(live, content_blocks(description))
 
-    async def cancel_turn(self, owner: str, session_id: str) -> dict[str, Any]:
+    async def cancel_turn(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "cancel_turn", forwarded)
+        if routed:
+            return dict(answer)
         return await self._owned(self._cancel_turn(row))
 
     async def _cancel_turn(self, row: SessionRow) -> dict[str, Any]:
@@ -237,14 +320,21 @@ class SessionManager:
         return await self.views.get(row.owner, row.id)
 
     async def respond_permission(self, owner: str, session_id: str, request_id: str, option_id: str | None,
-                                 cancelled: bool) -> dict[str, Any]:
+                                 cancelled: bool, forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "respond_permission", forwarded, request_id=request_id,
+                                               option_id=option_id, cancelled=cancelled)
+        if routed:
+            return dict(answer)
         return await self._owned(self.broker.respond(row, request_id, option_id, cancelled))
 
     # -- ending ----------------------------------------------------------------------------
-    async def cancel(self, owner: str, session_id: str) -> dict[str, Any]:
+    async def cancel(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
         """End the session for good (DESIGN §4.5); concurrent calls share one cancellation."""
         row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "cancel", forwarded)
+        if routed:
+            return dict(answer)
         pending = self._cancels.get(row.id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -272,8 +362,11 @@ class SessionManager:
         await self.store.cancels.clear(row.id)
         return await self.views.view(current)
 
-    async def set_title(self, owner: str, session_id: str, title: str) -> dict[str, Any]:
+    async def set_title(self, owner: str, session_id: str, title: str, forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "set_title", forwarded, title=title)
+        if routed:
+            return dict(answer)
         return await self._owned(self._set_title(row, title))
 
     async def _set_title(self, row: SessionRow, title: str) -> dict[str, Any]:
@@ -281,9 +374,11 @@ class SessionManager:
         await self.writer.publish(row, "session_title", {"title": title})
         return await self.views.view(row)
 
-    async def delete(self, owner: str, session_id: str) -> None:
+    async def delete(self, owner: str, session_id: str, forwarded: bool = False) -> None:
         row = await self.row(owner, session_id)
-        await self._owned(self._delete(row))
+        routed, _ = await self._elsewhere(row, "delete", forwarded)
+        if not routed:
+            await self._owned(self._delete(row))
 
     async def _delete(self, row: SessionRow) -> None:
         # A launch in progress is told to give up and is waited for to the end (it writes the session's rows

@@ -8,6 +8,7 @@ permission requests expire (no agent waits for them any more); a turn that was r
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from ..store import StoreBase
 from . import reaper
@@ -18,8 +19,14 @@ from .writer import SessionWriter
 log = logging.getLogger(__name__)
 
 
-async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: TurnRunner, instance_id: str) -> None:
-    leftovers = await store.executors.leftovers(instance_id)
+async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: TurnRunner, instance_id: str,
+                              held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+    """`held_elsewhere` (a cluster): what a live node holds is that node's, running, and is left alone; the rest
+    was a dead node's (or this one's before a crash) and is settled here."""
+    async def orphaned(session_id: str) -> bool:
+        return held_elsewhere is None or await held_elsewhere(session_id) is None
+
+    leftovers = [e for e in await store.executors.leftovers(instance_id) if await orphaned(e.session_id)]
     killed = await reaper.reap(reaper.Execution(e.execution_id, e.pid, e.proc_start, e.boot_id)
                                for e in leftovers if e.execution_id)
     if killed:
@@ -27,10 +34,18 @@ async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: Tu
                     ", ".join(str(p.pid) for p in killed))
     for executor in leftovers:
         await store.executors.set_stopped(executor.session_id, "stopped")
-    await store.permissions.expire_all()
+    if held_elsewhere is None:
+        await store.permissions.expire_all()
+    else:
+        for session_id in await store.permissions.sessions_pending():
+            if await orphaned(session_id):
+                await store.permissions.expire(session_id)
     for row in await store.sessions.running():
-        await turns.close_interrupted(row)
+        if await orphaned(row.id):
+            await turns.close_interrupted(row)
     for session_id in await store.cancels.pending():
+        if not await orphaned(session_id):
+            continue
         cancelled = await store.sessions.get(session_id)
         if cancelled is not None and SessionState(cancelled.state) not in TERMINAL_SESSION_STATES:
             await writer.apply(cancelled, SessionEvent.CANCEL)

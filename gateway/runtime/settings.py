@@ -27,6 +27,10 @@ class Settings:
     workspace_roots: tuple[Path, ...] = ()
     owner_workspace_roots: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
     protected_paths: tuple[Path, ...] = ()
+    # A cluster (PostgreSQL store): this process's node name (id and incarnation) and how long a lease lasts
+    # without renewal (a dead node's sessions can be taken over after it)
+    node: str = ""
+    lease_ttl: float = 15.0
 
     def roots_of(self, owner: str) -> tuple[Path, ...]:
         return self.owner_workspace_roots.get(owner, self.workspace_roots)

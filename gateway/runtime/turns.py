@@ -107,6 +107,7 @@ class TurnRunner:
                         *(b for b in blocks if b.get("type") != "text")]
             # RUNNING is stored before `turn_started` can be seen, with a floor of its id: a restart then knows
             # whether this turn's `turn_started` was committed (and so owes a `turn_ended`) by reading from there.
+            await self.bus.refresh(row.owner)  # on a shared journal, other nodes' events of this owner come first
             row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=self.bus.next_id(row.owner))
             await self.writer.publish(row, "turn_started", {"prompt": blocks})
             await self.writer.stage(row, "prompting")
@@ -191,6 +192,7 @@ class TurnRunner:
         stored (at the next prompt). Its `turn_ended` says `interrupted` (unless no `turn_started` was
         committed, or its `turn_ended` was), history records it, and the session waits for input."""
         floor = row.turn_event_id
+        await self.bus.refresh(row.owner)  # another node may have written the turn's events
         if floor is None:  # stored by a gateway before the runtime: a turn_started is there to close
             types = ["turn_started"]
         else:
@@ -207,9 +209,13 @@ TURN_EVENTS = frozenset({"turn_started", "turn_ended"})
 
 
 def owes_turn_ended(types: list[str]) -> bool:
-    """Given the types of a session's turn events from the open turn's floor on: was its turn started and not
-    ended? (Every earlier turn's events are below the floor.)"""
-    return "turn_started" in types and "turn_ended" not in types[types.index("turn_started"):]
+    """Given the types of a session's turn events from the open turn's floor on: was its (last) turn started and
+    not ended? Earlier turns' events are below the floor, or (a floor taken on a node that had not seen another
+    node's events yet) before the last `turn_started`."""
+    if "turn_started" not in types:
+        return False
+    last_start = len(types) - 1 - types[::-1].index("turn_started")
+    return "turn_ended" not in types[last_start:]
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

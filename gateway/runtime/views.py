@@ -4,7 +4,7 @@ view (no store round-trip); any other from the store, in one read per call."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import invalid_params, not_found
@@ -40,13 +40,15 @@ def live_view(live: LiveSession) -> dict[str, Any]:
 
 class SessionViews:
     def __init__(self, store: StoreBase, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
-                 stale_window: float, pending_permissions: Callable[[str], int]) -> None:
+                 stale_window: float, pending_permissions: Callable[[str], int],
+                 held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         self.store = store
         self.bus = bus
         self.live = live
         self.instance_id = instance_id
         self.stale_window = stale_window
         self._pending_permissions = pending_permissions
+        self._held_elsewhere = held_elsewhere  # a cluster: the node holding a session's lease, if another
 
     def _live(self, owner: str, session_id: str) -> LiveSession | None:
         live = self.live.get(session_id)
@@ -83,7 +85,9 @@ class SessionViews:
             raise not_found(session_id)
         row, executor, pending_permissions = found
         other_seen_ago = None
-        if (executor is not None and executor.status == "running" and executor.instance_id
+        if self._held_elsewhere is not None:  # case 2 in a cluster: another node holds an unexpired lease
+            other_seen_ago = 0.0 if await self._held_elsewhere(session_id) is not None else None
+        elif (executor is not None and executor.status == "running" and executor.instance_id
                 and executor.instance_id != self.instance_id
                 and await self.store.instances.is_alive(executor.instance_id)):
             other_seen_ago = time.time() - executor.last_seen

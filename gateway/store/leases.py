@@ -62,6 +62,24 @@ class LeaseRepo:
         return await self.store.write("UPDATE leases SET expires_at = now() WHERE node = ? AND expires_at > now()",
                                       (node,))
 
+    async def register_node(self, node: str, pid: int, proc_start: int | None, boot_id: str | None) -> None:
+        await self.store.write("INSERT INTO nodes (node, pid, proc_start, boot_id) VALUES (?, ?, ?, ?) "
+                               "ON CONFLICT (node) DO NOTHING", (node, pid, proc_start, boot_id))
+
+    async def node_process(self, node: str) -> tuple[int, int | None, str | None] | None:
+        """(pid, start time, boot id) of a node's process, as it registered."""
+        row = await self.store.fetchone("SELECT pid, proc_start, boot_id FROM nodes WHERE node = ?", (node,))
+        return (int(row[0]), row[1], row[2]) if row else None
+
+    async def holders(self) -> list[str]:
+        """The nodes holding unexpired leases."""
+        return [r[0] for r in await self.store.fetchall("SELECT DISTINCT node FROM leases WHERE expires_at > now()")]
+
+    async def end(self, session_id: str, node: str) -> bool:
+        """End a dead node's lease now (its process is gone: no need to wait for expiry)."""
+        return await self.store.write("UPDATE leases SET expires_at = now() WHERE session_id = ? AND node = ? "
+                                      "AND expires_at > now()", (session_id, node)) == 1
+
     async def holder(self, session_id: str) -> Lease | None:
         """The unexpired lease of the session, if any."""
         row = await self.store.fetchone("SELECT node, epoch, EXTRACT(EPOCH FROM expires_at - now()) FROM leases "

@@ -128,7 +128,7 @@ PG_MIGRATIONS: list[str] = [
         SELECT node INTO holder FROM leases WHERE session_id = session AND expires_at > now();
         IF holder IS NOT NULL AND holder <> writer THEN
             RAISE EXCEPTION 'session % is leased to node %, not to %', session, holder, writer
-                USING ERRCODE = 'AL001';
+                USING ERRCODE = 'AL001', DETAIL = session;
         END IF;
     END
     $fn$;
@@ -177,5 +177,16 @@ PG_MIGRATIONS: list[str] = [
         created_at TIMESTAMPTZ NOT NULL DEFAULT now()
     );
     CREATE INDEX commands_pending ON commands(target, created_at) WHERE state = 'pending'
+    """,
+    # 6: the nodes, with what tells a node on the same machine that one of them is dead at once (its pid and
+    # start time in this boot), not only when its leases run out
+    """
+    CREATE TABLE nodes (
+        node TEXT PRIMARY KEY,
+        pid BIGINT NOT NULL,
+        proc_start BIGINT,
+        boot_id TEXT,
+        started_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    )
     """,
 ]

@@ -24,7 +24,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import is_storage_error
-from .base import StoreBase, StoreInUse, Tx
+from .base import StoreBase, Tx
 from .commands import CommandRepo
 from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through, renumber
 from .leases import LeaseRepo
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 MIGRATION_LOCK = 0x61637067  # pg_advisory_xact_lock key: "acpg"
 JOURNAL_CHANNEL = "acp_gateway_journal"  # NOTIFY payload: "<last id> <writer id> <owner>"
-NODE_LOCK = 0x61637068  # held by the one gateway serving the store, until clustering (DESIGN §10) lands
 
 
 @functools.lru_cache(maxsize=512)
@@ -78,7 +77,6 @@ class PostgresStore(StoreBase):
         self.pool = pool
         self.url = url
         self.failure: str | None = None  # the last write's fault, until a write succeeds again
-        self._claim: asyncpg.Connection | None = None  # holds NODE_LOCK for this gateway's life
         self._channels: dict[str, Callable[[str], None]] = {}  # LISTENed to, on `_listener`
         self._listener: asyncpg.Connection | None = None
         self.writer_id = uuid.uuid4().hex[:12]  # in its notifications, so it does not wake itself
@@ -115,24 +113,13 @@ class PostgresStore(StoreBase):
                 log.info("PostgreSQL store migrated to schema version %d", number)
 
     async def claim(self) -> None:
-        """One gateway per PostgreSQL store for now: the state this gateway keeps in memory (event ids, live
-        sessions) is not yet shared between nodes, so a second one would corrupt it. A session-level advisory
-        lock on a connection of its own says so; it goes with the connection if this gateway dies."""
-        conn = await asyncpg.connect(self.url, server_settings={"application_name": "acp-gateway-claim"})
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", NODE_LOCK):
-            await conn.close()
-            raise StoreInUse("another acp-gateway serves this PostgreSQL store; several gateways on one store (a "
-                             "cluster) is not available yet: give each gateway a database of its own")
-        self._claim = conn
+        """Nothing to claim: every gateway on this store is a node of one cluster (leases say who runs what)."""
 
     async def close(self) -> None:
         if self._listening is not None:
             self._listening.cancel()
             with contextlib.suppress(BaseException):
                 await self._listening
-        if self._claim is not None:
-            await self._claim.close()
-            self._claim = None
         await self.pool.close()
 
     # -- statements ----------------------------------------------------------------------------------------

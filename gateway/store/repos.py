@@ -360,12 +360,23 @@ class PermissionRepo(_Repo):
         """After a restart no agent waits for an answer any more."""
         return await self.store.write("UPDATE permissions SET state = 'expired' WHERE state = 'pending'")
 
+    async def expire(self, session_id: str) -> int:
+        """The same for one session (in a cluster: one that no live node holds)."""
+        return await self.store.write("UPDATE permissions SET state = 'expired' WHERE session_id = ? AND "
+                                      "state = 'pending'", (session_id,))
+
+    async def sessions_pending(self) -> list[str]:
+        return [r[0] for r in await self.store.fetchall("SELECT DISTINCT session_id FROM permissions "
+                                                        "WHERE state = 'pending'")]
+
 
 class InstanceRepo(_Repo):
-    async def register(self, instance_id: str) -> None:
-        """This gateway holds the state-dir lock: every earlier instance is dead (one row each)."""
+    async def register(self, instance_id: str, only_this: bool = False) -> None:
+        """This gateway holds the state-dir lock: every earlier instance is dead (one row each). `only_this`: in a
+        cluster other instances are other nodes, alive or not as their leases say."""
         async with self.store.transaction() as db:
-            await db.execute("UPDATE instances SET alive = 0 WHERE alive = 1")
+            if not only_this:
+                await db.execute("UPDATE instances SET alive = 0 WHERE alive = 1")
             await db.execute("INSERT INTO instances VALUES (?, ?, ?, 1)", (instance_id, os.getpid(), time.time()))
 
     async def is_alive(self, instance_id: str) -> bool:

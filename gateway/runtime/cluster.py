@@ -1,0 +1,165 @@
+"""This gateway as a node of a cluster (DESIGN §10): the leases it holds, and its link to the other nodes.
+
+On a PostgreSQL store every `serve` is a node. A session's agent runs only on the holder of its lease; the holder
+renews it every third of `lease_ttl`, and a lease it could not renew is lost: its agent is stopped without another
+write (the database would refuse them: fencing). Commands for a session another node holds are forwarded to it.
+On SQLite the gateway is the only node: it holds every lease, and nothing is forwarded or renewed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import agent_failed
+from ..store import StoreBase
+from ..store.postgres import PostgresStore
+from . import reaper
+from .forwarding import Forwarder, Handler, TargetGone
+
+log = logging.getLogger(__name__)
+
+
+class HeldElsewhere(Exception):
+    def __init__(self, node: str) -> None:
+        super().__init__(f"held by node {node}")
+        self.node = node
+
+
+def node_name(configured: str | None) -> str:
+    """The node's id and this process's incarnation: `--node-id` (default: the host name) and a random part, so a
+    restarted node, or an old process of it that was frozen, is never taken for the current one."""
+    return f"{configured or socket.gethostname()}/{uuid.uuid4().hex[:8]}"
+
+
+class Cluster:
+    def __init__(self, store: StoreBase, node: str, lease_ttl: float,
+                 on_lost: Callable[[str], Awaitable[None]]) -> None:
+        self.store = store if isinstance(store, PostgresStore) else None
+        self.enabled = self.store is not None
+        self.node = node
+        self.lease_ttl = lease_ttl
+        self.on_lost = on_lost
+        self.held: dict[str, int] = {}  # session id -> the epoch of its lease held here
+        self.forwarder: Forwarder | None = None
+        self._renewing: asyncio.Task[None] | None = None
+        self._lost: set[asyncio.Task[None]] = set()
+        self.lease_failure: str | None = None  # the last renewal's fault, for /healthz
+
+    async def prepare(self) -> None:
+        """Before recovery: this node is registered, and the leases of nodes that ran on this machine and died (this
+        gateway before a `kill -9`, say) are ended, so what they held is recovered now, not after `lease_ttl`."""
+        if self.store is None:
+            return
+        pid = os.getpid()
+        await self.store.leases.register_node(self.node, pid, reaper.process_start(pid), reaper.boot_id())
+        for node in await self.store.leases.holders():
+            if node != self.node and await self._dead_here(node):
+                ended = await self.store.leases.release_all(node)
+                log.info("node %s ran on this machine and is gone: its %d lease(s) ended", node, ended)
+
+    async def start(self, run_forwarded: Handler) -> None:
+        if self.store is None:
+            return
+        self.forwarder = Forwarder(self.store, self.node, run_forwarded)
+        await self.forwarder.start()
+        self._renewing = asyncio.ensure_future(self._renew_forever())
+
+    async def close(self) -> None:
+        """Hand every lease back at once (a clean stop: no node waits for expiry), stop forwarding."""
+        if self.store is None:
+            return
+        if self._renewing is not None:
+            self._renewing.cancel()
+        if self.forwarder is not None:
+            await self.forwarder.close()
+        with contextlib.suppress(Exception):
+            await self.store.leases.release_all(self.node)
+        self.held.clear()
+
+    # -- leases --------------------------------------------------------------------------------------------
+    async def acquire(self, session_id: str) -> None:
+        """Hold the session's lease (taking it if free or expired); HeldElsewhere names the node that holds it."""
+        if self.store is None or session_id in self.held:
+            return
+        lease = await self.store.leases.acquire(session_id, self.node, self.lease_ttl)
+        if lease is None:
+            holder = await self.store.leases.holder(session_id)
+            if holder is not None and await self._dead_here(holder.node):  # a crashed process on this machine
+                await self.store.leases.end(session_id, holder.node)
+                holder = None
+            if holder is None:  # it expired (or was ended) just now: try once more
+                lease = await self.store.leases.acquire(session_id, self.node, self.lease_ttl)
+            if lease is None:
+                raise HeldElsewhere(holder.node if holder else "?")
+        self.held[session_id] = lease.epoch
+
+    async def release(self, session_id: str) -> None:
+        epoch = self.held.pop(session_id, None)
+        if self.store is not None and epoch is not None:
+            with contextlib.suppress(Exception):
+                await self.store.leases.release(session_id, self.node, epoch)
+
+    async def holder(self, session_id: str) -> str | None:
+        """The other node that holds the session's unexpired lease, if any (None: free, or held here)."""
+        if self.store is None or session_id in self.held:
+            return None
+        lease = await self.store.leases.holder(session_id)
+        if lease is None or lease.node == self.node or await self._dead_here(lease.node):
+            return None
+        return lease.node
+
+    async def _dead_here(self, node: str) -> bool:
+        """A node whose process ran on this machine (this boot) and is gone — a gateway restarted after `kill -9`,
+        say: its leases need not be waited out. Nodes elsewhere are known dead only by their leases' expiry."""
+        assert self.store is not None
+        process = await self.store.leases.node_process(node)
+        if process is None:
+            return False
+        pid, start, boot = process
+        return boot is not None and boot == reaper.boot_id() and (
+            start is None or reaper.process_start(pid) != start)
+
+    async def _renew_forever(self) -> None:
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            held = dict(self.held)
+            try:
+                kept = await self.store.leases.renew(self.node, held, self.lease_ttl)
+            except Exception as exc:
+                self.lease_failure = f"renewing leases failed: {exc}"
+                log.warning("node %s: %s", self.node, self.lease_failure)
+                continue  # they may still be held: the next round tries again before they expire
+            self.lease_failure = None
+            for session_id in set(held) - kept:
+                if self.held.get(session_id) == held[session_id]:
+                    del self.held[session_id]
+                    log.warning("node %s lost the lease of session %s: stopping its agent here", self.node,
+                                session_id, extra={"session_id": session_id})
+                    task = asyncio.ensure_future(self.on_lost(session_id))
+                    self._lost.add(task)
+                    task.add_done_callback(self._lost.discard)
+
+    # -- forwarding ------------------------------------------------------------------------------------------
+    async def forward(self, node: str, session_id: str, agent: str, request: dict[str, Any]) -> Any:
+        """Run a command on the node holding the session; its answer or its error, as it gave them. If that node
+        stops holding the session before it answers (it died, and its agent with it), the caller is told as of an
+        agent that exited mid-call: -32015, the session needing a resume."""
+        assert self.forwarder is not None
+
+        async def still_there() -> bool:
+            return await self.holder(session_id) == node
+
+        try:
+            return await self.forwarder.call(node, request, still_there)
+        except TargetGone:
+            raise agent_failed(session_id, agent, f"node {node}, which ran the agent of session {session_id}, "
+                               f"stopped before it answered {request.get('method')}; the session is kept: resume "
+                               "it to continue", None, True) from None

@@ -1,0 +1,179 @@
+"""Three `serve` processes on one real PostgreSQL store form a cluster (DESIGN §10): a session started through one
+node is watched through another and prompted through the third, its turn running on the node holding its lease;
+two nodes resuming at once start one agent; a dead node's session is taken over with the same ACP session; and a
+node frozen past its lease never writes for the session again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.client import GatewayClient, RpcCallError
+from tests.conftest import process_alive, wait_until
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+
+LEASE_TTL = 2.0
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, pg_url: str) -> None:
+        self.agents = tmp_path / "agents"
+        self.agents.mkdir()
+        self.work = tmp_path / "work"
+        self.work.mkdir()
+        self.agent_state = tmp_path / "agent-state"  # one machine: the agents' own state is shared, as it must be
+        self.log = tmp_path / "agent.log"
+        reference_profile(self.agents, self.agent_state, "ref", log=self.log)
+        config = tmp_path / "cluster.toml"
+        config.write_text(f"lease_ttl = {LEASE_TTL}\n")
+        self.nodes = {name: GatewayProcess(tmp_path / f"state-{name}", self.agents, "--store", pg_url,
+                                           "--node-id", name, "--workspace-root", str(self.work), config=config)
+                      for name in ("a", "b", "c")}
+
+    async def client(self, node: str) -> GatewayClient:
+        return await self.nodes[node].client()
+
+    def agents_running(self) -> list[int]:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if str(self.agent_state).encode() in (entry / "cmdline").read_bytes() and \
+                            process_alive(int(entry.name)):
+                        pids.append(int(entry.name))
+        return pids
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, pg_url: str) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, pg_url)
+    for node in c.nodes.values():
+        await node.start()
+    yield c
+    for node in c.nodes.values():
+        if node.proc is not None and node.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                node.proc.send_signal(signal.SIGCONT)
+            await node.stop()
+
+
+async def health(node: GatewayProcess) -> str:
+    reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    answer = (await asyncio.wait_for(reader.read(), 10)).decode()
+    writer.close()
+    return answer
+
+
+async def start(client: GatewayClient, work: Path) -> dict[str, Any]:
+    view: dict[str, Any] = await client.call("task.session.start", {"agent": "ref", "cwd": str(work),
+                                                                    "wait_ready": True})
+    return view
+
+
+async def test_started_on_a_watched_on_b_prompted_on_c(cluster: Cluster) -> None:
+    a, b, c = [await cluster.client(n) for n in "abc"]
+    view = await start(a, cluster.work)
+    sid = view["session_id"]
+    watcher = EventLog(b)
+    await b.call("task.session.subscribe", {"session_id": sid, "since": 0})
+    await watcher.wait(lambda e: e["type"] == "caught_up")
+    assert await c.call("task.session.prompt", {"session_id": sid, "prompt": "hello from c"}) == \
+        {"stop_reason": "end_turn"}
+    ended = await watcher.wait(lambda e: e["type"] == "turn_ended")
+    assert ended["data"]["stop_reason"] == "end_turn"
+    updates = [e for e in watcher.events if e["type"] == "session_update"]
+    assert any("echo: hello from c" in str(u["data"]) for u in updates)
+    ids = watcher.ids()
+    assert ids == sorted(ids) and len(ids) == len(set(ids))  # strictly increasing on the watching node
+    # The turn ran where the session's agent runs: on a, which holds its lease.
+    assert (await a.call("task.session.status", {"session_id": sid}))["resume_reason"] == "agent_running"
+    elsewhere = await c.call("task.session.status", {"session_id": sid})
+    assert (elsewhere["resume_reason"], elsewhere["needs_resume"]) == ("stale_execution", False)
+    assert len(cluster.agents_running()) == 1
+    assert "ok: node a/" in await health(cluster.nodes["a"]) and "1 session lease(s) held" in \
+        await health(cluster.nodes["a"])
+    assert "0 session lease(s) held" in await health(cluster.nodes["c"])
+    history = await b.call("task.session.history", {"session_id": sid})
+    assert [(e["kind"], e["content"]) for e in history["entries"]] == [
+        ("user_message", "hello from c"), ("agent_message", "echo: hello from c")]
+    for client in (a, b, c):
+        await client.close()
+
+
+async def test_two_nodes_resuming_at_once_start_one_agent(cluster: Cluster) -> None:
+    a = await cluster.client("a")
+    view = await start(a, cluster.work)
+    await a.close()
+    await cluster.nodes["a"].stop()  # SIGTERM: its lease is handed back at once
+    await wait_until(lambda: not cluster.agents_running(), timeout=15, what="a's agent to stop")
+    b, c = await cluster.client("b"), await cluster.client("c")
+    answers = await asyncio.gather(*(client.call("task.session.resume", {"session_id": view["session_id"]})
+                                     for client in (b, c)))
+    assert {x["acp_session_id"] for x in answers} == {view["acp_session_id"]}
+    assert len(cluster.agents_running()) == 1
+    resumed = [e for e in agent_log(cluster.log) if e["method"] == "session/resume"]
+    assert len(resumed) == 1
+    for client in (b, c):
+        await client.close()
+
+
+async def test_a_dead_nodes_session_is_taken_over_with_the_same_acp_session(cluster: Cluster) -> None:
+    a, b = await cluster.client("a"), await cluster.client("b")
+    view = await start(a, cluster.work)
+    sid = view["session_id"]
+    watcher = EventLog(b)
+    await b.call("task.session.subscribe", {"session_id": sid})
+    turn = asyncio.ensure_future(b.call("task.session.prompt", {"session_id": sid, "prompt": "/hang"}))
+    await watcher.wait(lambda e: e["type"] == "turn_started")
+    await cluster.nodes["a"].kill9()
+    with pytest.raises(RpcCallError) as err:  # the forwarded turn ends when a's lease runs out
+        await asyncio.wait_for(turn, LEASE_TTL * 10)
+    assert err.value.code == -32015 and "stopped before it answered" in err.value.message
+    assert err.value.data is not None and err.value.data["needs_resume"] is True
+    resumed = await b.call("task.session.resume", {"session_id": sid})
+    assert resumed["acp_session_id"] == view["acp_session_id"] and resumed["is_agent_running"]
+    ended = await watcher.wait(lambda e: e["type"] == "turn_ended")
+    assert ended["data"]["stop_reason"] == "interrupted"  # the dead node's turn, closed by the one taking over
+    assert await b.call("task.session.prompt", {"session_id": sid, "prompt": "after"}) == {"stop_reason": "end_turn"}
+    await b.close()
+
+
+async def test_a_node_frozen_past_its_lease_never_writes_for_the_session_again(cluster: Cluster) -> None:
+    a = await cluster.client("a")
+    view = await start(a, cluster.work)
+    sid = view["session_id"]
+    await a.close()
+    node_a = cluster.nodes["a"]
+    assert node_a.proc is not None
+    [a_agent] = cluster.agents_running()
+    os.kill(node_a.proc.pid, signal.SIGSTOP)
+    b = await cluster.client("b")
+
+    async def took_over() -> bool:
+        try:
+            await b.call("task.session.resume", {"session_id": sid})
+        except RpcCallError:
+            return False
+        return True
+
+    deadline = asyncio.get_running_loop().time() + LEASE_TTL * 10
+    while not await took_over():  # until a's lease has run out on the database's clock
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.2)
+    os.kill(node_a.proc.pid, signal.SIGCONT)
+    await wait_until(lambda: not process_alive(a_agent), timeout=LEASE_TTL * 10,
+                     what="the frozen node to stop its agent once it finds its lease lost")
+    assert len(cluster.agents_running()) == 1
+    assert await b.call("task.session.prompt", {"session_id": sid, "prompt": "b runs it"}) == \
+        {"stop_reason": "end_turn"}
+    assert any("lost the lease of session" in line for line in node_a.stderr_lines)
+    await b.close()
