@@ -1,5 +1,5 @@
 """Crash consistency: a mixed workload against a real gateway, `kill -9` at random moments, 30 times, on a SQLite
-store and on a PostgreSQL store.
+store, on a PostgreSQL store, and against two nodes of a cluster on PostgreSQL (one of them killed each time).
 
 After every restart: each acknowledged resume token, history entry, cancellation and event is still there
 (`PRAGMA integrity_check` ok on SQLite), no session is lost or duplicated, no event id is duplicated or skipped,
@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.client import RpcCallError
+from gateway.client import GatewayClient, RpcCallError
 from gateway.store import journal_frames, open_store, store_kind
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import GatewayProcess, reference_profile
@@ -86,12 +86,16 @@ async def check_database(url: str, acked: Acked) -> None:
         await store.close()
 
 
-async def workload(gw: GatewayProcess, work: Path, acked: Acked, rng: random.Random) -> None:
-    client = await gw.client()
-    watcher = await gw.client()
-    await watcher.call("task.session.subscribe")
+async def workload(nodes: list[GatewayProcess], victim: GatewayProcess, work: Path, acked: Acked,
+                   rng: random.Random) -> None:
+    """Mixed calls through every node (each op through one at random), then `kill -9` of `victim` at a random
+    moment."""
+    clients = [await gw.client() for gw in nodes]
+    watchers = [await gw.client() for gw in nodes]
+    for watcher in watchers:
+        await watcher.call("task.session.subscribe")
 
-    async def watch() -> None:
+    async def watch(watcher: GatewayClient) -> None:
         while True:
             note = await watcher.notifications.get()
             event = note["params"]
@@ -104,6 +108,7 @@ async def workload(gw: GatewayProcess, work: Path, acked: Acked, rng: random.Ran
                         "option_id": "allow-once"})
 
     async def one_op() -> None:
+        client = rng.choice(clients)
         active = [s for s in acked.tokens if s not in acked.cancelled]
         op = rng.choice(["start", "prompt", "prompt", "permission", "resume", "cancel"] if active else ["start"])
         sid = rng.choice(active) if active else None
@@ -125,7 +130,8 @@ async def workload(gw: GatewayProcess, work: Path, acked: Acked, rng: random.Ran
                 assert view["state"] == "CANCELLED"
                 acked.cancelled.add(sid)  # type: ignore[arg-type]
         except RpcCallError as err:
-            assert err.code in (-32010, -32013, -32014, -32009), err  # busy, not resumable, limits: all clear
+            # busy, not resumable (or moved to another node), limits, already ended; a node that died mid-call
+            assert err.code in (-32010, -32013, -32014, -32009, -32015), err
         except ConnectionError:
             return
 
@@ -133,14 +139,14 @@ async def workload(gw: GatewayProcess, work: Path, acked: Acked, rng: random.Ran
         while True:
             await asyncio.gather(*(one_op() for _ in range(rng.randint(1, 3))))
 
-    tasks = [asyncio.ensure_future(watch()), asyncio.ensure_future(run())]
+    tasks = [*(asyncio.ensure_future(watch(w)) for w in watchers), asyncio.ensure_future(run())]
     await asyncio.sleep(rng.uniform(0.05, 0.8))  # the crash moment: random, not a synchronisation
-    await gw.kill9()
+    await victim.kill9()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await client.close()
-    await watcher.close()
+    for c in (*clients, *watchers):
+        await c.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -164,7 +170,7 @@ async def test_kill9_at_random_moments(tmp_path: Path, store_url: str) -> None:
     acked = Acked()
     for iteration in range(ITERATIONS):
         await gw.start()
-        await workload(gw, work, acked, rng)
+        await workload([gw], gw, work, acked, rng)
         await wait_until(lambda: not agents_of(agent_state), timeout=15,
                          what=f"agents of the killed gateway to exit (iteration {iteration}, seed {SEED})")
         await check_database(url, acked)
@@ -186,3 +192,44 @@ async def test_kill9_at_random_moments(tmp_path: Path, store_url: str) -> None:
         await client.call("task.session.cancel", {"session_id": sid})  # keep the live count under the limit
     await client.close()
     await gw.stop()
+
+
+async def test_kill9_of_cluster_nodes_at_random_moments(tmp_path: Path, pg_server: str) -> None:
+    """Two nodes of a cluster on one PostgreSQL store, calls through both, `kill -9` of one of them at random
+    moments: every acknowledged write present, no event id duplicated or skipped, and at the end every active
+    session resumes with its ACP session, through either node."""
+    rng = random.Random(SEED + 1)
+    agents, work, agent_state = tmp_path / "agents", tmp_path / "work", tmp_path / "agent-state"
+    agents.mkdir()
+    work.mkdir()
+    reference_profile(agents, agent_state, "ref", "--permission")
+    acked = Acked()
+    async with fresh_database(pg_server) as url:
+        nodes = [GatewayProcess(tmp_path / f"state-{name}", agents, "--store", url, "--node-id", name)
+                 for name in ("a", "b")]
+        for node in nodes:
+            await node.start()
+        try:
+            for _ in range(ITERATIONS):
+                victim = rng.choice(nodes)
+                await workload(nodes, victim, work, acked, rng)
+                await victim.start()
+                await check_database(url, acked)
+            assert len(acked.tokens) >= 3 and sum(acked.prompts.values()) >= 3, "the workload did too little"
+            clients = [await node.client() for node in nodes]
+            for sid, token in acked.tokens.items():
+                client = rng.choice(clients)
+                status = await client.call("task.session.status", {"session_id": sid})
+                if sid in acked.cancelled or status["state"] in ("CANCELLED", "FAILED", "COMPLETED"):
+                    continue
+                method = "task.session.recover" if status["resume_reason"] == "error_recovery" else \
+                    "task.session.resume"
+                resumed = await client.call(method, {"session_id": sid, **(
+                    {"action": "retry"} if method == "task.session.recover" else {})})
+                assert resumed["acp_session_id"] == token, (sid, resumed)
+                await client.call("task.session.cancel", {"session_id": sid})
+            for client in clients:
+                await client.close()
+        finally:
+            for node in nodes:
+                await node.stop()
