@@ -40,7 +40,7 @@ class Forwarder:
         self._running: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        await self.store.commands.sweep(self.node)
+        await self.store.commands.sweep()
         await self.store.hear(COMMANDS_CHANNEL, self._heard)
         self._serving = asyncio.ensure_future(self._serve())
 

@@ -136,6 +136,8 @@ class SessionManager:
                                     "ask again") from None
             return held.node, row
         if self.cluster.enabled and row.id not in self.live and row.id not in self.launcher.launches:
+            # Taken over (or taken up): no agent waits for an answer to the permissions it asked before.
+            await self.store.permissions.expire(row.id)
             current = await self.store.sessions.get(row.id) or row
             if SessionState(current.state) is SessionState.RUNNING:
                 await self.turns.close_interrupted(current)

@@ -58,6 +58,7 @@ class CommandRepo:
         finish, its answer unread (and swept with the target's other rows when it restarts)."""
         return await self.store.write("DELETE FROM commands WHERE id = ? AND state = 'pending'", (command_id,)) == 1
 
-    async def sweep(self, target: str) -> int:
-        """A node starting under a name drops what a crashed process of that name left: nobody waits for it."""
-        return await self.store.write("DELETE FROM commands WHERE target = ? OR sender = ?", (target, target))
+    async def sweep(self) -> int:
+        """Rows nobody waits for any more: a day old (a sender that died, a target that died before it answered;
+        a forwarded turn may run long, but not that long)."""
+        return await self.store.write("DELETE FROM commands WHERE created_at < now() - interval '1 day'")
