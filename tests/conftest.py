@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -31,6 +34,10 @@ def gateway_logs_have_no_traceback() -> Iterator[None]:
 
     GatewayProcess.started.clear()
     yield
+    for gw in GatewayProcess.started:  # a test that failed half-way leaves no gateway running behind it
+        if gw.proc is not None and gw.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(gw.proc.pid, signal.SIGKILL)
     for gw in GatewayProcess.started:
         log = "".join(gw.stderr_lines)
         assert "Traceback" not in log, f"the gateway logged a traceback:\n{log[-4000:]}"
