@@ -98,6 +98,10 @@ async def test_started_on_a_watched_on_b_prompted_on_c(cluster: Cluster) -> None
     assert (await a.call("task.session.status", {"session_id": sid}))["resume_reason"] == "agent_running"
     elsewhere = await c.call("task.session.status", {"session_id": sid})
     assert (elsewhere["resume_reason"], elsewhere["needs_resume"]) == ("stale_execution", False)
+    assert elsewhere["is_agent_running"] is True  # on another node
+    assert (await c.call("task.session.get", {"session_id": sid}))["is_agent_running"] is True
+    listed = (await b.call("task.session.list", {}))["sessions"]
+    assert [(s["session_id"], s["is_agent_running"]) for s in listed] == [(sid, True)]
     assert len(cluster.agents_running()) == 1
     assert "ok: node a/" in await health(cluster.nodes["a"]) and "1 session lease(s) held" in \
         await health(cluster.nodes["a"])

@@ -115,6 +115,13 @@ class Cluster:
             return None
         return lease.node
 
+    async def running_elsewhere(self, session_ids: list[str]) -> set[str]:
+        """Those of the sessions whose agent runs on another node (one read for a whole list)."""
+        if self.store is None:
+            return set()
+        held = await self.store.leases.held([sid for sid in session_ids if sid not in self.held])
+        return {sid for sid, node in held.items() if node != self.node and not await self._dead_here(node)}
+
     async def _dead_here(self, node: str) -> bool:
         """A node whose process ran on this machine (this boot) and is gone — a gateway restarted after `kill -9`,
         say: its leases need not be waited out. Nodes elsewhere are known dead only by their leases' expiry."""

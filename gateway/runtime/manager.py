@@ -55,7 +55,8 @@ class SessionManager:
         self.turns = TurnRunner(store, bus, self.writer, self.broker,
                                 lambda live: self.launcher.stop(live, "exited"), settings.cancel_grace)
         self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count,
-                                  self.cluster.holder if self.cluster.enabled else None)
+                                  self.cluster.holder if self.cluster.enabled else None,
+                                  self.cluster.running_elsewhere if self.cluster.enabled else None)
 
     def _refresh_live_row(self, row: SessionRow) -> bool:
         live = self.live.get(row.id)

@@ -41,7 +41,8 @@ def live_view(live: LiveSession) -> dict[str, Any]:
 class SessionViews:
     def __init__(self, store: StoreBase, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
                  stale_window: float, pending_permissions: Callable[[str], int],
-                 held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+                 held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None,
+                 running_elsewhere: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> None:
         self.store = store
         self.bus = bus
         self.live = live
@@ -49,6 +50,7 @@ class SessionViews:
         self.stale_window = stale_window
         self._pending_permissions = pending_permissions
         self._held_elsewhere = held_elsewhere  # a cluster: the node holding a session's lease, if another
+        self._running_elsewhere = running_elsewhere  # a cluster: which of these sessions run on other nodes
 
     def _live(self, owner: str, session_id: str) -> LiveSession | None:
         live = self.live.get(session_id)
@@ -71,7 +73,11 @@ class SessionViews:
         if live is not None:
             return live_view(live)
         executor = await self.store.executors.get(row.id)
-        return session_view(row, executor.resume_token if executor else None, False)
+        return session_view(row, executor.resume_token if executor else None, await self._elsewhere(row.id))
+
+    async def _elsewhere(self, session_id: str) -> bool:
+        """In a cluster: the session's agent runs on another node."""
+        return self._held_elsewhere is not None and await self._held_elsewhere(session_id) is not None
 
     async def status(self, owner: str, session_id: str) -> dict[str, Any]:
         live = self._live(owner, session_id)
@@ -85,8 +91,9 @@ class SessionViews:
             raise not_found(session_id)
         row, executor, pending_permissions = found
         other_seen_ago = None
+        elsewhere = await self._elsewhere(session_id)
         if self._held_elsewhere is not None:  # case 2 in a cluster: another node holds an unexpired lease
-            other_seen_ago = 0.0 if await self._held_elsewhere(session_id) is not None else None
+            other_seen_ago = 0.0 if elsewhere else None
         elif (executor is not None and executor.status == "running" and executor.instance_id
                 and executor.instance_id != self.instance_id
                 and await self.store.instances.is_alive(executor.instance_id)):
@@ -96,7 +103,7 @@ class SessionViews:
             state=SessionState(row.state), has_token=bool(token), executor_exists=executor is not None and row.launched,
             live_here=False, other_owner_seen_ago=other_seen_ago, stale_window=self.stale_window,
             recovery_pending=row.recovery_pending))
-        return {**session_view(row, token, False), "needs_resume": decision.needs_resume,
+        return {**session_view(row, token, elsewhere), "needs_resume": decision.needs_resume,
                 "is_resumable": decision.is_resumable, "resume_reason": decision.resume_reason.value,
                 "pending_permissions": pending_permissions}
 
@@ -113,11 +120,13 @@ class SessionViews:
         rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
+        elsewhere = (await self._running_elsewhere([row.id for row, _ in rows if row.id not in self.live])
+                     if self._running_elsewhere is not None else set())
         views = []
         for row, executor in rows:
             live = self.live.get(row.id)
             views.append(live_view(live) if live is not None
-                         else session_view(row, executor.resume_token if executor else None, False))
+                         else session_view(row, executor.resume_token if executor else None, row.id in elsewhere))
         return {"sessions": views, "next_cursor": str(rows[-1][0].seq) if more and rows else None,
                 "event_cursor": event_cursor}
 

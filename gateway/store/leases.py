@@ -71,6 +71,14 @@ class LeaseRepo:
         row = await self.store.fetchone("SELECT pid, proc_start, boot_id FROM nodes WHERE node = ?", (node,))
         return (int(row[0]), row[1], row[2]) if row else None
 
+    async def held(self, session_ids: list[str]) -> dict[str, str]:
+        """Session id → the node holding its unexpired lease, for those of `session_ids` that have one."""
+        if not session_ids:
+            return {}
+        rows = await self.store.fetchall("SELECT session_id, node FROM leases WHERE session_id = ANY(?) AND "
+                                         "expires_at > now()", (session_ids,))
+        return {sid: node for sid, node in rows}
+
     async def holders(self) -> list[str]:
         """The nodes holding unexpired leases."""
         return [r[0] for r in await self.store.fetchall("SELECT DISTINCT node FROM leases WHERE expires_at > now()")]
