@@ -83,17 +83,22 @@ async def test_started_on_a_watched_on_b_prompted_on_c(cluster: Cluster) -> None
     a, b, c = [await cluster.client(n) for n in "abc"]
     view = await start(a, cluster.work)
     sid = view["session_id"]
-    watcher = EventLog(b)
+    watcher, prompter = EventLog(b), EventLog(c)
     await b.call("task.session.subscribe", {"session_id": sid, "since": 0})
+    await c.call("task.session.subscribe", {"session_id": sid})
     await watcher.wait(lambda e: e["type"] == "caught_up")
+    await prompter.wait(lambda e: e["type"] == "caught_up")
     assert await c.call("task.session.prompt", {"session_id": sid, "prompt": "hello from c"}) == \
         {"stop_reason": "end_turn"}
-    ended = await watcher.wait(lambda e: e["type"] == "turn_ended")
-    assert ended["data"]["stop_reason"] == "end_turn"
-    updates = [e for e in watcher.events if e["type"] == "session_update"]
-    assert any("echo: hello from c" in str(u["data"]) for u in updates)
+    for log in (watcher, prompter):  # every update reaches both other nodes
+        ended = await log.wait(lambda e: e["type"] == "turn_ended")
+        assert ended["data"]["stop_reason"] == "end_turn"
+        updates = [e for e in log.events if e["type"] == "session_update"]
+        assert any("echo: hello from c" in str(u["data"]) for u in updates)
     ids = watcher.ids()
-    assert ids == sorted(ids) and len(ids) == len(set(ids))  # strictly increasing on the watching node
+    assert ids[0] == 1 and ids == sorted(ids) and len(ids) == len(set(ids))  # from the first, strictly increasing
+    seen_by_c = prompter.ids()
+    assert seen_by_c == sorted(seen_by_c) and len(seen_by_c) == len(set(seen_by_c)) and set(seen_by_c) <= set(ids)
     # The turn ran where the session's agent runs: on a, which holds its lease.
     assert (await a.call("task.session.status", {"session_id": sid}))["resume_reason"] == "agent_running"
     elsewhere = await c.call("task.session.status", {"session_id": sid})
@@ -148,6 +153,13 @@ async def test_a_dead_nodes_session_is_taken_over_with_the_same_acp_session(clus
     ended = await watcher.wait(lambda e: e["type"] == "turn_ended")
     assert ended["data"]["stop_reason"] == "interrupted"  # the dead node's turn, closed by the one taking over
     assert await b.call("task.session.prompt", {"session_id": sid, "prompt": "after"}) == {"stop_reason": "end_turn"}
+    # a, restarted, is a new node: the session stays b's, and a prompt through a runs on b
+    await cluster.nodes["a"].start()
+    a = await cluster.client("a")
+    assert (await a.call("task.session.status", {"session_id": sid}))["resume_reason"] == "stale_execution"
+    assert await a.call("task.session.prompt", {"session_id": sid, "prompt": "via a"}) == {"stop_reason": "end_turn"}
+    assert len(cluster.agents_running()) == 1
+    await a.close()
     await b.close()
 
 
