@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from agents.profiles import AgentProfile
 
-from ..errors import already_terminal, invalid_params, limit_exceeded, not_resumable
+from ..errors import GatewayError, already_terminal, invalid_params, limit_exceeded, log_fault, not_resumable
 from ..events import EventBus
 from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
@@ -33,6 +33,16 @@ from .writer import SessionWriter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _outcome_seen(task: asyncio.Task[Any]) -> None:
+    """A change whose caller stopped waiting (a connection closed, a forwarding node gone) still ends: its error,
+    if nobody is left to receive it, is a client's answer (dropped) or a bug (logged), never asyncio's warning."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, GatewayError):
+        log_fault(log, "a session change whose caller had gone failed", exc)
 
 
 class SessionManager:
@@ -68,6 +78,7 @@ class SessionManager:
         task: asyncio.Task[T] = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(_outcome_seen)
         return task
 
     async def _owned(self, coro: Awaitable[T]) -> T:
