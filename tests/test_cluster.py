@@ -193,3 +193,39 @@ async def test_a_node_frozen_past_its_lease_never_writes_for_the_session_again(c
         {"stop_reason": "end_turn"}
     assert any("lost the lease of session" in line for line in node_a.stderr_lines)
     await b.close()
+
+
+async def test_a_session_runs_on_a_node_whose_workspaces_hold_it(tmp_path: Path, pg_url: str) -> None:
+    """Nodes a and c may run sessions in w1, node b only in w2. A w1 session whose node stopped is prompted
+    through b: b forwards it to c, which takes it up. With no node for w1 left, b answers -32011."""
+    agents, w1, w2 = tmp_path / "agents", tmp_path / "w1", tmp_path / "w2"
+    for d in (agents, w1 / "proj", w2):
+        d.mkdir(parents=True)
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    config = tmp_path / "cluster.toml"
+    config.write_text(f"lease_ttl = {LEASE_TTL}\n")
+    roots = {"a": w1, "b": w2, "c": w1}
+    nodes = {name: GatewayProcess(tmp_path / name / "state", agents, "--store", pg_url, "--node-id", name,
+                                  "--workspace-root", str(root), config=config) for name, root in roots.items()}
+    for node in nodes.values():
+        await node.start()
+    try:
+        a = await nodes["a"].client()
+        view = await a.call("task.session.start", {"agent": "ref", "cwd": str(w1 / "proj"), "wait_ready": True})
+        await a.close()
+        await nodes["a"].stop()
+        b = await nodes["b"].client()
+        assert await b.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hi"}) == \
+            {"stop_reason": "end_turn"}
+        c = await nodes["c"].client()
+        assert (await c.call("task.session.status", {"session_id": view["session_id"]}))["resume_reason"] == \
+            "agent_running"
+        await c.close()
+        await nodes["c"].stop()
+        with pytest.raises(RpcCallError) as err:
+            await b.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "again"})
+        assert err.value.code == -32011
+        await b.close()
+    finally:
+        for node in nodes.values():
+            await node.stop()

@@ -14,7 +14,8 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ..errors import agent_failed
@@ -22,6 +23,7 @@ from ..store import StoreBase
 from ..store.postgres import PostgresStore
 from . import reaper
 from .forwarding import Forwarder, Handler, TargetGone
+from .workspace import within
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ def node_name(configured: str | None) -> str:
 
 class Cluster:
     def __init__(self, store: StoreBase, node: str, lease_ttl: float,
-                 on_lost: Callable[[str], Awaitable[None]]) -> None:
+                 on_lost: Callable[[str], Awaitable[None]], roots: Mapping[str, list[str]] | None = None) -> None:
         self.store = store if isinstance(store, PostgresStore) else None
         self.enabled = self.store is not None
         self.node = node
@@ -51,6 +53,7 @@ class Cluster:
         self._renewing: asyncio.Task[None] | None = None
         self._lost: set[asyncio.Task[None]] = set()
         self.lease_failure: str | None = None  # the last renewal's fault, for /healthz
+        self.roots = dict(roots or {})  # where this node may run sessions: {"*": [...], owner: [...]}
 
     async def prepare(self) -> None:
         """Before recovery: this node is registered, and the leases of nodes that ran on this machine and died (this
@@ -58,7 +61,7 @@ class Cluster:
         if self.store is None:
             return
         pid = os.getpid()
-        await self.store.leases.register_node(self.node, pid, reaper.process_start(pid), reaper.boot_id())
+        await self.store.leases.register_node(self.node, pid, reaper.process_start(pid), reaper.boot_id(), self.roots)
         for node in await self.store.leases.holders():
             if node != self.node and await self._dead_here(node):
                 ended = await self.store.leases.release_all(node)
@@ -81,6 +84,7 @@ class Cluster:
             await self.forwarder.close()
         with contextlib.suppress(Exception):
             await self.store.leases.release_all(self.node)
+            await self.store.leases.gone(self.node)
         self.held.clear()
 
     # -- leases --------------------------------------------------------------------------------------------
@@ -122,6 +126,23 @@ class Cluster:
         held = await self.store.leases.held([sid for sid in session_ids if sid not in self.held])
         return {sid for sid, node in held.items() if node != self.node and not await self._dead_here(node)}
 
+    async def node_for(self, owner: str, cwd: str) -> str | None:
+        """Another live node whose workspace roots hold `cwd` for this owner: where a session this node may not run
+        (its workspace is not one of this node's) runs instead. None when no such node is up."""
+        if self.store is None:
+            return None
+        for node, roots in await self.store.leases.live_nodes(self.lease_ttl):
+            if node == self.node or await self._dead_here(node):
+                continue
+            if any(within(Path(cwd), Path(root)) for root in roots.get(owner, roots.get("*", []))):
+                return node
+        return None
+
+    async def _alive(self, node: str) -> bool:
+        assert self.store is not None
+        seen = {name for name, _ in await self.store.leases.live_nodes(self.lease_ttl)}
+        return node in seen and not await self._dead_here(node)
+
     async def _dead_here(self, node: str) -> bool:
         """A node whose process ran on this machine (this boot) and is gone — a gateway restarted after `kill -9`,
         say: its leases need not be waited out. Nodes elsewhere are known dead only by their leases' expiry."""
@@ -139,6 +160,7 @@ class Cluster:
             await asyncio.sleep(self.lease_ttl / 3)
             held = dict(self.held)
             try:
+                await self.store.leases.seen(self.node)
                 kept = await self.store.leases.renew(self.node, held, self.lease_ttl)
             except Exception as exc:
                 self.lease_failure = f"renewing leases failed: {exc}"
@@ -155,14 +177,18 @@ class Cluster:
                     task.add_done_callback(self._lost.discard)
 
     # -- forwarding ------------------------------------------------------------------------------------------
-    async def forward(self, node: str, session_id: str, agent: str, request: dict[str, Any]) -> Any:
+    async def forward(self, node: str, session_id: str, agent: str, request: dict[str, Any],
+                      placed: bool = False) -> Any:
         """Run a command on the node holding the session; its answer or its error, as it gave them. If that node
         stops holding the session before it answers (it died, and its agent with it), the caller is told as of an
         agent that exited mid-call: -32015, the session needing a resume."""
         assert self.forwarder is not None
 
         async def still_there() -> bool:
-            return await self.holder(session_id) == node
+            if await self.holder(session_id) == node:
+                return True
+            # sent for its workspaces (it takes the session up when it runs the command): alive is enough
+            return placed and await self._alive(node)
 
         try:
             return await self.forwarder.call(node, request, still_there)

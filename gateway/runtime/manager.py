@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 
 from agents.profiles import AgentProfile
 
-from ..errors import GatewayError, already_terminal, invalid_params, limit_exceeded, log_fault, not_resumable
+from ..errors import (
+    WORKSPACE_MISSING,
+    GatewayError,
+    already_terminal,
+    invalid_params,
+    limit_exceeded,
+    log_fault,
+    not_resumable,
+)
 from ..events import EventBus
 from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
@@ -59,7 +67,9 @@ class SessionManager:
         self._background: set[asyncio.Task[Any]] = set()
         self.writer = SessionWriter(store, bus, self._refresh_live_row)
         self.broker = PermissionBroker(store, self.writer, profiles.get)
-        self.cluster = Cluster(store, settings.node or instance_id, settings.lease_ttl, self._lease_lost)
+        roots = {"*": [str(r) for r in settings.workspace_roots],
+                 **{owner: [str(r) for r in rs] for owner, rs in settings.owner_workspace_roots.items()}}
+        self.cluster = Cluster(store, settings.node or instance_id, settings.lease_ttl, self._lease_lost, roots)
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
                                  self._spawn, self._initial_prompt, self.cluster)
         self.turns = TurnRunner(store, bus, self.writer, self.broker,
@@ -122,9 +132,10 @@ class SessionManager:
             return False, None
         return True, await self._forward(holder, row, method, args)
 
-    async def _forward(self, node: str, row: SessionRow, method: str, args: dict[str, Any]) -> Any:
+    async def _forward(self, node: str, row: SessionRow, method: str, args: dict[str, Any],
+                       placed: bool = False) -> Any:
         return await self.cluster.forward(node, row.id, row.agent, {"method": method, "owner": row.owner,
-                                                                    "session_id": row.id, "args": args})
+                                                                    "session_id": row.id, "args": args}, placed)
 
     async def _run_forwarded(self, request: dict[str, Any]) -> Any:
         """A command another node forwarded here, as the holder (or the next holder) of its session."""
@@ -136,6 +147,20 @@ class SessionManager:
             raise invalid_params("method", f"not a command a node forwards: {request.get('method')!r}")
         return await handler(request["owner"], request["session_id"], **request.get("args", {}),  # type: ignore[operator]
                              forwarded=True)
+
+    async def _placed(self, row: SessionRow, method: str, forwarded: bool, **args: Any) -> tuple[bool, Any]:
+        """(True, its answer) when the session's workspace is not one this node may run (outside its roots, or
+        missing here) and another live node's roots hold it: the command runs there. -32011 when no node can."""
+        try:
+            check_resumable(row, self.settings)
+        except GatewayError as err:
+            if err.code != WORKSPACE_MISSING or forwarded or not self.cluster.enabled:
+                raise
+            node = await self.cluster.node_for(row.owner, row.cwd)
+            if node is None:
+                raise
+            return True, await self._forward(node, row, method, args, placed=True)
+        return False, None
 
     async def _take(self, row: SessionRow, forwarded: bool) -> tuple[str | None, SessionRow]:
         """Hold the session's lease before its agent starts here. (the node holding it, row): a node to forward to
@@ -221,9 +246,10 @@ class SessionManager:
         if row.id in self.live:
             return {**await self.views.get(owner, row.id), "already_running": True}
         routed, answer = await self._elsewhere(row, "resume", forwarded, wait_ready=wait_ready)
+        if not routed:
+            routed, answer = await self._placed(row, "resume", forwarded, wait_ready=wait_ready)
         if routed:
             return dict(answer)
-        check_resumable(row, self.settings)
         if row.id not in self.launcher.launches:
             self._check_live_limit(owner)
         holder, row = await self._take(row, forwarded)
@@ -281,6 +307,9 @@ class SessionManager:
             return dict(answer)
         for attempt in range(2):
             if row.id not in self.live:
+                routed, answer = await self._placed(row, "prompt", forwarded, prompt=prompt)
+                if routed:
+                    return dict(answer)
                 holder, row = await self._take(row, forwarded)
                 if holder is not None:
                     return dict(await self._forward(holder, row, "prompt", {"prompt": prompt}))

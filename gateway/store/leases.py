@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import orjson
+
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
@@ -62,9 +64,25 @@ class LeaseRepo:
         return await self.store.write("UPDATE leases SET expires_at = now() WHERE node = ? AND expires_at > now()",
                                       (node,))
 
-    async def register_node(self, node: str, pid: int, proc_start: int | None, boot_id: str | None) -> None:
-        await self.store.write("INSERT INTO nodes (node, pid, proc_start, boot_id) VALUES (?, ?, ?, ?) "
-                               "ON CONFLICT (node) DO NOTHING", (node, pid, proc_start, boot_id))
+    async def register_node(self, node: str, pid: int, proc_start: int | None, boot_id: str | None,
+                            roots: Mapping[str, list[str]]) -> None:
+        await self.store.write("INSERT INTO nodes (node, pid, proc_start, boot_id, roots) VALUES (?, ?, ?, ?, ?) "
+                               "ON CONFLICT (node) DO NOTHING",
+                               (node, pid, proc_start, boot_id, orjson.dumps(dict(roots)).decode()))
+
+    async def seen(self, node: str) -> None:
+        """The node is alive (its renewal loop says so every round)."""
+        await self.store.write("UPDATE nodes SET seen_at = now() WHERE node = ?", (node,))
+
+    async def gone(self, node: str) -> None:
+        """The node stops (cleanly): no one should send it anything from now on."""
+        await self.store.write("UPDATE nodes SET seen_at = '-infinity' WHERE node = ?", (node,))
+
+    async def live_nodes(self, within: float) -> list[tuple[str, dict[str, list[str]]]]:
+        """(node, its workspace roots) of the nodes seen alive in the last `within` seconds."""
+        rows = await self.store.fetchall("SELECT node, roots FROM nodes WHERE seen_at > now() - ? * "
+                                         "interval '1 second' ORDER BY seen_at DESC", (float(within),))
+        return [(node, orjson.loads(roots)) for node, roots in rows]
 
     async def node_process(self, node: str) -> tuple[int, int | None, str | None] | None:
         """(pid, start time, boot id) of a node's process, as it registered."""

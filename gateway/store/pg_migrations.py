@@ -178,15 +178,18 @@ PG_MIGRATIONS: list[str] = [
     );
     CREATE INDEX commands_pending ON commands(target, created_at) WHERE state = 'pending'
     """,
-    # 6: the nodes, with what tells a node on the same machine that one of them is dead at once (its pid and
-    # start time in this boot), not only when its leases run out
+    # 6: the nodes: what tells a node on the same machine that one of them is dead at once (its pid and start
+    # time in this boot), when each was last seen alive, and where each may run sessions (its workspace roots,
+    # JSON: {"*": [...], owner: [...]})
     """
     CREATE TABLE nodes (
         node TEXT PRIMARY KEY,
         pid BIGINT NOT NULL,
         proc_start BIGINT,
         boot_id TEXT,
-        started_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        roots TEXT NOT NULL DEFAULT '{}',
+        started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        seen_at TIMESTAMPTZ NOT NULL DEFAULT now()
     )
     """,
 ]
