@@ -181,13 +181,8 @@ class Probe:
         return True
 
     async def new_session(self, cwd: str) -> str:
-        try:
-            try:
-                result = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
-            except RpcError as err:
-                if not await self.authenticate_if_asked(err):
-                    raise
-                result = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
+        try:  # `call` authenticates once on -32000 and asks again
+            result = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
         except RpcError as err:
             raise blocked_by_error(err, "session/new") or CheckFailed(
                 f"session/new answered an error: {err.message} ({err.code})") from None

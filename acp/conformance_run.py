@@ -33,6 +33,7 @@ from .conformance import (
     Probe,
     Result,
     Tier,
+    all_checks,
     blocked_by_error,
     launch_probe,
     startup_verdict,
@@ -51,7 +52,6 @@ class SharedAgent:
         self.violations = violations  # the run's: what no check was looking at still counts for ACP-SCHEMA-001
         self.probe: Probe | None = None
         self.unusable: str | None = None  # why it could not be started: every later check is blocked by it
-        self.caps: dict[str, Any] = {}
         self.first_init_seconds: float | None = None
         self.last_stderr = ""
 
@@ -64,9 +64,8 @@ class SharedAgent:
             self.unusable = f"the agent could not be started and initialized here: {said}" + (
                 "" if "ACP-INIT-001" in said else "; see ACP-INIT-001")
             return {}
-        self.caps = probe.init or {}
         self.first_init_seconds = probe.init_seconds
-        return self.caps
+        return probe.init or {}
 
     async def acquire(self) -> Probe:
         """The process for the check that begins now."""
@@ -79,11 +78,6 @@ class SharedAgent:
         self.violations.extend(self.probe.violations)  # said between two checks
         self.probe.begin()
         return self.probe
-
-    def consume(self, probe: Probe) -> list[Violation]:
-        """A check is over: its violations, taken so the next check does not count them again."""
-        found, probe.violations = probe.violations, []
-        return found
 
     async def retire(self) -> None:
         probe, self.probe = self.probe, None
@@ -140,7 +134,7 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         async def shared_sequence() -> None:
             for c in (c for c in selected if not c.fresh):
                 ctx = CheckContext(_check_dir(workdir, c), caps, options, shared.acquire, owns_probes=False)
-                result, found = await _judge(c, ctx, options, on_start, shared.consume, shared.unusable)
+                result, found = await _judge(c, ctx, options, on_start, shared.unusable)
                 if result.result is Result.FAIL or any(not p.alive for p in ctx.probes):
                     await shared.retire()
                 violations.extend(found)
@@ -152,29 +146,20 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
             async with gate:
                 check_dir = _check_dir(workdir, c)
                 ctx = CheckContext(check_dir, caps, options, lambda: launch_probe(argv, check_dir, env, options))
-                result, found = await _judge(c, ctx, options, on_start, _own_violations, shared.unusable)
+                result, found = await _judge(c, ctx, options, on_start, shared.unusable)
             violations.extend(found)
             ended(result)
 
         await asyncio.gather(shared_sequence(), *(fresh(c) for c in selected if c.fresh))
     finally:
         await shared.retire()
-    ordered = [results[c.id] for c in selected]
     if not only or STARTUP_CHECK.id in only:
-        verdict, evidence = startup_verdict(shared.first_init_seconds, options, shared.unusable)
-        ordered.append(CheckResult(STARTUP_CHECK, verdict, evidence))
-        if on_result is not None:
-            on_result(ordered[-1])
+        ended(CheckResult(STARTUP_CHECK, *startup_verdict(shared.first_init_seconds, options, shared.unusable)))
     if not only or SCHEMA_CHECK.id in only:
-        if violations:
-            ordered.append(CheckResult(SCHEMA_CHECK, Result.FAIL,
-                                       f"{len(violations)} violation(s); first: {violations[0]}",
-                                       violations=[str(v) for v in violations[:50]]))
-        else:
-            ordered.append(CheckResult(SCHEMA_CHECK, Result.PASS, "every agent message matched the schema"))
-        if on_result is not None:
-            on_result(ordered[-1])
-    return ordered
+        ended(CheckResult(SCHEMA_CHECK, Result.FAIL, f"{len(violations)} violation(s); first: {violations[0]}",
+                          violations=[str(v) for v in violations[:50]]) if violations
+              else CheckResult(SCHEMA_CHECK, Result.PASS, "every agent message matched the schema"))
+    return [results[c.id] for c in all_checks() if c.id in results]
 
 
 async def _stderr_said(probes: Sequence[Probe]) -> str:
@@ -187,9 +172,11 @@ async def _stderr_said(probes: Sequence[Probe]) -> str:
     return ""
 
 
-def _own_violations(probe: Probe) -> list[Violation]:
-    """A fresh process's violations are all its own check's."""
-    return list(probe.violations)
+def _take_violations(probe: Probe) -> list[Violation]:
+    """A check is over: its processes' violations, taken from them (a shared process must not count them again for
+    the next check)."""
+    found, probe.violations = probe.violations, []
+    return found
 
 
 def _check_dir(workdir: str, c: Check) -> str:
@@ -199,7 +186,6 @@ def _check_dir(workdir: str, c: Check) -> str:
 
 
 async def _judge(c: Check, ctx: CheckContext, options: CheckOptions, on_start: Callable[[Check], None] | None,
-                 take_violations: Callable[[Probe], list[Violation]],
                  undiscovered: str | None) -> tuple[CheckResult, list[Violation]]:
     """Run one check to its verdict: every way it can end is one of PASS, FAIL, BLOCKED, INCONCLUSIVE, SKIP."""
     if c.needs and undiscovered is not None:  # nothing is known of what it advertises
@@ -231,7 +217,7 @@ async def _judge(c: Check, ctx: CheckContext, options: CheckOptions, on_start: C
         result, evidence = Result.FAIL, f"transport: {exc}{await _stderr_said(ctx.probes)}"
     finally:
         await ctx.close()
-    found = [v for p in ctx.probes for v in take_violations(p)]
+    found = [v for p in ctx.probes for v in _take_violations(p)]
     transcript = [dict(frame, process=i) for i, p in enumerate(ctx.probes) for frame in p.transcript]
     transcript.sort(key=lambda f: f["t"])
     return CheckResult(c, result, evidence, transcript, [str(v) for v in found], time.monotonic() - started), found
