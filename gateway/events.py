@@ -139,6 +139,14 @@ class EventBus:
     def _upcoming(self, owner: str) -> int:
         return self._next.get(owner, self._floor + 1)
 
+    def _past(self, owner: str, event_id: int) -> None:
+        """An id of the owner is taken (committed here or by another node): the next provisional id is after it."""
+        self._next[owner] = max(self._upcoming(owner), event_id + 1)
+
+    def _watched(self, owner: str) -> bool:
+        """Some subscription here is the owner's: other nodes' events of the owner are owed to it."""
+        return any(sub.owner == owner for sub in self._subs.values())
+
     def head(self, owner: str) -> int:
         """The owner's newest event that is committed and handed out: subscribing from it misses nothing."""
         return self._heads.get(owner, self._floor)
@@ -311,7 +319,7 @@ class EventBus:
             firsts: dict[str, int] = {}
             for event in group.events:
                 firsts.setdefault(event.owner, event.id)
-                self._next[event.owner] = max(self._upcoming(event.owner), event.id + 1)
+                self._past(event.owner, event.id)
             for owner, first in firsts.items():
                 await self._catch_up(owner, first - 1)
             self._committed(group, waiters, pruned)
@@ -319,7 +327,7 @@ class EventBus:
     # -- other nodes' events (a shared journal) --------------------------------------------------------------
     def _heard(self, owner: str, last_id: int) -> None:
         """The store says another writer committed the owner's events up to `last_id`."""
-        if last_id > self.head(owner) and any(sub.owner == owner for sub in self._subs.values()):
+        if last_id > self.head(owner) and self._watched(owner):
             self._wake(owner, last_id)
 
     def _wake(self, owner: str, last_id: int) -> None:
@@ -359,11 +367,11 @@ class EventBus:
         if latest <= self.head(owner):
             return
         async with self._delivery:
-            if any(sub.owner == owner for sub in self._subs.values()):
+            if self._watched(owner):
                 await self._catch_up(owner, latest)
             elif latest > self.head(owner):
                 self._heads[owner] = latest
-                self._next[owner] = max(self._upcoming(owner), latest + 1)
+                self._past(owner, latest)
 
     async def _catch_up(self, owner: str, until: int) -> None:
         """Hand out the owner's events from this node's head to `until`, read from the journal (with `_delivery`
@@ -375,7 +383,7 @@ class EventBus:
                 events = [EventRow(event_id, "", owner, session_id, None, 0.0, {}, frame)
                           for event_id, session_id, frame in entries]
                 self._fan_out(EventGroup(events, [e.frame() for e in events], None))
-                self._next[owner] = max(self._upcoming(owner), events[-1].id + 1)
+                self._past(owner, events[-1].id)
 
     def _fan_out(self, group: EventGroup) -> None:
         """Hand committed events (in id order) to every subscription that wants them; move the heads after."""

@@ -48,10 +48,14 @@ def journal_rows(group: EventGroup) -> list[tuple[int, int, str, bytes, bytes]]:
     return out
 
 
-# The journal's reads that both backends' prunes make (the writes differ: `max` is `GREATEST` in PostgreSQL).
+# The statements of a prune, the same on both backends (one runs them on sqlite3, the other on asyncpg). The
+# horizon only moves forward; CASE, because the two engines name "the greater of" differently (max, GREATEST).
 OLDEST_ROWS = ("SELECT last_id, size FROM journal WHERE owner = ? AND last_id < "
                "(SELECT COALESCE(MAX(last_id), 0) FROM journal WHERE owner = ?) ORDER BY last_id")
 PRUNED_BYTES = "SELECT COALESCE(SUM(size), 0) FROM journal WHERE owner = ? AND last_id <= ?"
+PRUNE_ROWS = "DELETE FROM journal WHERE owner = ? AND last_id <= ?"
+MOVE_HORIZON = ("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET through = CASE WHEN "
+                "excluded.through > journal_horizon.through THEN excluded.through ELSE journal_horizon.through END")
 
 
 def prune_through(goal: PruneGoal, oldest_rows: Sequence[tuple[int, int]]) -> int:
@@ -67,10 +71,10 @@ def prune_through(goal: PruneGoal, oldest_rows: Sequence[tuple[int, int]]) -> in
     return through
 
 
-def renumber(group: EventGroup, firsts: Mapping[str, int]) -> bool:
+def renumber(group: EventGroup, firsts: Mapping[str, int]) -> None:
     """Give each owner's events in the group the ids from `firsts[owner]` on, in order, where they differ from the
     provisional ones (another node took those): the events, their frames and the group's encodings are made
-    again in place. True when anything changed."""
+    again in place."""
     changed = False
     next_ids = dict(firsts)
     for event in group.events:
@@ -83,7 +87,6 @@ def renumber(group: EventGroup, firsts: Mapping[str, int]) -> bool:
         group.frames = [event.frame() for event in group.events]
         group._message = None
         group.shared.clear()
-    return changed
 
 
 def journal_frames(spans: str | bytes, frames: bytes, since: int, until: int,
@@ -188,9 +191,8 @@ class JournalWriter:
         if through <= 0:
             return 0
         freed = conn.execute(PRUNED_BYTES, (owner, through)).fetchone()[0]
-        conn.execute("DELETE FROM journal WHERE owner = ? AND last_id <= ?", (owner, through))
-        conn.execute("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT(owner) DO UPDATE SET "
-                     "through = max(through, excluded.through)", (owner, through))
+        conn.execute(PRUNE_ROWS, (owner, through))
+        conn.execute(MOVE_HORIZON, (owner, through))
         return int(freed)
 
     def close(self) -> None:

@@ -26,7 +26,16 @@ from asyncpg.pool import PoolConnectionProxy
 from ..errors import is_storage_error
 from .base import StoreBase, Tx
 from .commands import CommandRepo
-from .journal import OLDEST_ROWS, PRUNED_BYTES, PruneGoal, journal_rows, prune_through, renumber
+from .journal import (
+    MOVE_HORIZON,
+    OLDEST_ROWS,
+    PRUNE_ROWS,
+    PRUNED_BYTES,
+    PruneGoal,
+    journal_rows,
+    prune_through,
+    renumber,
+)
 from .leases import LeaseRepo
 from .pg_migrations import PG_MIGRATIONS
 from .rows import EventGroup
@@ -250,7 +259,6 @@ async def _prune(tx: Tx, owner: str, goal: PruneGoal) -> int:
     if through <= 0:
         return 0
     freed = (await tx.fetchone(PRUNED_BYTES, (owner, through)))[0]
-    await tx.execute("DELETE FROM journal WHERE owner = ? AND last_id <= ?", (owner, through))
-    await tx.execute("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET "
-                     "through = GREATEST(journal_horizon.through, excluded.through)", (owner, through))
+    await tx.execute(PRUNE_ROWS, (owner, through))
+    await tx.execute(MOVE_HORIZON, (owner, through))
     return int(freed)
