@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from agents.profiles import ProfileError, adhoc_profile, load_profiles
+from agents.profiles import AgentProfile, ProfileError, adhoc_profile, load_profiles
 
 from . import __version__
 
@@ -151,7 +150,7 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     import orjson
 
     from acp.conformance import all_checks
-    from acp.conformance_options import CheckOptions, CheckPrompts
+    from acp.conformance_options import CheckOptions
     from acp.conformance_report import Progress, render_table, report_json, report_junit
     from acp.conformance_run import run_checks
 
@@ -159,26 +158,17 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
         for c in all_checks():
             print(f"{c.id:16} {c.tier.value:13} {c.title}")
         return 0
-    if bool(args.agent) == bool(command):
-        print("acp-gateway check: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
+    profile = _chosen_agent("check", args, command)
+    if profile is None:
         return 2
-    env: dict[str, str] | None = None
-    prompts, auth_method = CheckPrompts(), args.auth_method
-    if args.agent:
-        profiles = load_profiles(args.agents_dir)
-        if args.agent not in profiles:
-            print(f"acp-gateway check: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
-                  file=sys.stderr)
-            return 2
-        profile = profiles[args.agent]
-        command, env, prompts = profile.argv(), profile.launch_env(os.environ), profile.check
-        auth_method = auth_method or profile.auth_method
-    exe = command[0]
-    if not (os.path.isfile(exe) if "/" in exe else shutil.which(exe)):
-        print(f"acp-gateway check: agent command not found: {exe!r}", file=sys.stderr)
+    # A command line is run as given, in the caller's environment; a profile as the gateway would launch it.
+    env = profile.launch_env(os.environ) if args.agent else None
+    command, auth_method = command or profile.argv(), args.auth_method or profile.auth_method
+    if not profile.command_found():
+        print(f"acp-gateway check: agent command not found: {command[0]!r}", file=sys.stderr)
         return 2
     try:
-        prompts = prompts.with_overrides(args.prompt)
+        prompts = profile.check.with_overrides(args.prompt)
     except ValueError as exc:
         print(f"acp-gateway check: {exc}", file=sys.stderr)
         return 2
@@ -242,21 +232,28 @@ def _serve(args: argparse.Namespace) -> int:
     return serve_command(config, args.config)
 
 
+def _chosen_agent(subcommand: str, args: argparse.Namespace, command: list[str]) -> AgentProfile | None:
+    """The agent of `check` and `run`: the profile `--agent ID` names, or the command after `--` as an ad hoc
+    profile. None when it is neither or both, or no such profile exists (said on stderr)."""
+    if bool(args.agent) == bool(command):
+        print(f"acp-gateway {subcommand}: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
+        return None
+    if command:
+        return adhoc_profile(command)
+    profiles = load_profiles(args.agents_dir)
+    if args.agent not in profiles:
+        print(f"acp-gateway {subcommand}: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
+              file=sys.stderr)
+        return None
+    return profiles[args.agent]
+
+
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:
     from .run import RunOptions, run_command
 
-    if bool(args.agent) == bool(command):
-        print("acp-gateway run: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
+    profile = _chosen_agent("run", args, command)
+    if profile is None:
         return 2
-    if command:
-        profile = adhoc_profile(command)
-    else:
-        profiles = load_profiles(args.agents_dir)
-        if args.agent not in profiles:
-            print(f"acp-gateway run: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
-                  file=sys.stderr)
-            return 2
-        profile = profiles[args.agent]
     opts = RunOptions(profile=profile, cwd=args.cwd, resume_token=args.resume_token, prompt=args.prompt,
                       json=args.json)
     return run_command(opts)

@@ -124,7 +124,8 @@ class Cluster:
         if self.store is None:
             return set()
         held = await self.store.leases.held([sid for sid in session_ids if sid not in self.held])
-        return {sid for sid, node in held.items() if node != self.node and not await self._dead_here(node)}
+        running = {node for node in set(held.values()) if node != self.node and not await self._dead_here(node)}
+        return {sid for sid, node in held.items() if node in running}  # each node looked at once, not per session
 
     async def node_for(self, owner: str, cwd: str) -> str | None:
         """Another live node whose workspace roots hold `cwd` for this owner: where a session this node may not run

@@ -301,15 +301,7 @@ class Launcher:
 
     async def stop(self, live: LiveSession, status: str) -> None:
         """Unregister the live session and stop its agent process group; the executor row says how it ended."""
-        if self.live.get(live.session_id) is live:
-            del self.live[live.session_id]
-        live.stopping = True
-        for task in live.tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        with contextlib.suppress(Exception):
-            await live.client.stop()
-        metrics.EXITS.labels(live.profile.id, status).inc()
+        await self._halt(live, status, with_turn=False)
         try:
             await self.store.executors.set_stopped(live.session_id, status)
         finally:
@@ -318,15 +310,19 @@ class Launcher:
     async def abandon(self, live: LiveSession) -> None:
         """Stop an agent whose session another node holds now (this node lost the lease): its turn and process
         end here, and nothing is written for the session (that node writes for it; the database refuses us)."""
+        await self._halt(live, "lease_lost", with_turn=True)
+
+    async def _halt(self, live: LiveSession, status: str, *, with_turn: bool) -> None:
+        """Unregister the live session, cancel its tasks (and its turn, `with_turn`), stop its process group."""
         if self.live.get(live.session_id) is live:
             del self.live[live.session_id]
         live.stopping = True
-        for task in [*live.tasks, *([live.turn] if live.turn is not None else [])]:
+        for task in [*live.tasks, *([live.turn] if with_turn and live.turn is not None else [])]:
             if task is not asyncio.current_task():
                 task.cancel()
         with contextlib.suppress(Exception):
             await live.client.stop()
-        metrics.EXITS.labels(live.profile.id, "lease_lost").inc()
+        metrics.EXITS.labels(live.profile.id, status).inc()
 
 
 def _count_restore(agent: str, result: RestoreResult | None) -> None:
