@@ -35,6 +35,20 @@ class ProfileError(ValueError):
     """One line: which file, which key, what is wrong."""
 
 
+class PromptCapabilities(BaseModel):
+    """Which content blocks the agent takes in a prompt beyond text and resource links (ACP's promptCapabilities):
+    what the gateway's `/acp` endpoint advertises for its default agent, before any agent has started."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    image: bool = False
+    audio: bool = False
+    embedded_context: bool = False
+
+    def wire(self) -> dict[str, bool]:
+        return {"image": self.image, "audio": self.audio, "embeddedContext": self.embedded_context}
+
+
 class AgentProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -50,6 +64,7 @@ class AgentProfile(BaseModel):
     permission_timeout: float | None = Field(default=None, gt=0)
     auto_resume: bool = True  # frontends may relaunch it on their own when a viewed session needs it (paid agents: off)
     description: str = ""
+    prompt_capabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
     check: CheckPrompts = Field(default_factory=CheckPrompts)  # what `acp-gateway check --agent ID` says to it
     source: str = Field(default="", exclude=True)
 

@@ -17,14 +17,16 @@ import secrets
 import signal
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from pythonjsonlogger.json import JsonFormatter
 
-from agents.profiles import default_state_dir, load_profiles
+from agents.profiles import AgentProfile, default_state_dir, load_profiles
 
-from . import metrics
+from . import __version__, metrics
+from .acp_server import AcpConnection, EdgeInfo
 from .config import ServeConfig
 from .errors import is_storage_error
 from .events import EventBus
@@ -33,7 +35,7 @@ from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
 from .runtime.cluster import node_name
 from .runtime.workspace import resolved
-from .server import GatewayServer, ui_files, ui_pages
+from .server import AcpFactory, AcpPeer, GatewayServer, Outbox, ui_files, ui_pages
 from .store import StoreBase, StoreInUse, open_store, redacted
 
 log = logging.getLogger("acp-gateway")
@@ -106,6 +108,18 @@ def workspace_settings(config: ServeConfig, state_dir: Path, config_file: Path |
     return {"workspace_roots": roots, "owner_workspace_roots": per_owner, "protected_paths": protected}
 
 
+def acp_endpoint(sessions: SessionManager, bus: EventBus, profiles: Mapping[str, AgentProfile],
+                 default_agent: str) -> AcpFactory:
+    """The peer of each `/acp` connection: the gateway as the ACP agent of a remote client."""
+    info = EdgeInfo(version=__version__, default_agent=default_agent, agents=sorted(profiles),
+                    prompt_capabilities=profiles[default_agent].prompt_capabilities.wire())
+
+    def peer(owner: str, outbox: Outbox, connection_id: str) -> AcpPeer:
+        return AcpConnection(sessions, bus, owner, outbox, info, connection_id)
+
+    return peer
+
+
 class Gateway:
     def __init__(self, config: ServeConfig, out: IO[str] = sys.stdout, config_file: Path | None = None) -> None:
         self.config = config
@@ -148,7 +162,8 @@ class Gateway:
                                    ui=ui_pages(ui_files(), metrics.exposition), outbox_limit=config.outbox_limit,
                                    outbox_limit_bytes=config.outbox_limit_bytes,
                                    health=lambda: node_fault(store, sessions), healthy=lambda: node_ok(store, sessions),
-                                   max_connections_per_owner=config.max_connections_per_owner)
+                                   max_connections_per_owner=config.max_connections_per_owner,
+                                   acp=acp_endpoint(sessions, bus, profiles, config.default_agent))
             self.sessions, self.server, self.store = sessions, server, store
             metrics.gauge("acp_gateway_live_sessions", "Sessions whose agent runs in this gateway",
                           lambda: len(sessions.live))
@@ -194,6 +209,7 @@ class Gateway:
         host = self.config.host
         shown = f"[{host}]" if ":" in host else host
         print(f"acp-gateway {self.instance_id} listening on ws://{shown}:{port}/rpc", file=self.out)
+        print(f"ACP clients (WebSocket, same token): ws://{shown}:{port}/acp", file=self.out)
         print(f"state directory: {state_dir}", file=self.out)
         if generated:
             print(f"web UI (token generated now, shown once; kept in {state_dir / 'token'}):", file=self.out)

@@ -28,6 +28,11 @@ RPC_SECONDS = Histogram("acp_gateway_rpc_seconds", "JSON-RPC call latency by met
 RELAY_LAG = Histogram("acp_gateway_relay_lag_seconds", "From an event being queued (an agent's update read) to its "
                       "commit and fan-out, per group commit", registry=REGISTRY,
                       buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1))
+ACP_CALLS = Counter("acp_gateway_acp_calls", "ACP calls of remote clients on /acp by method and outcome (ok, or the "
+                    "error code)", ["method", "outcome"], registry=REGISTRY)
+ACP_SECONDS = Histogram("acp_gateway_acp_seconds", "ACP call latency on /acp by method (session/prompt: the whole "
+                        "turn)", ["method"], registry=REGISTRY,
+                        buckets=(0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10, 60, 300, 1800))
 
 
 def gauge(name: str, documentation: str, read: Callable[[], float]) -> None:

@@ -13,11 +13,12 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -32,6 +33,18 @@ from .eager import start_eagerly
 from .rpc import RpcAdapter, RpcContext
 
 log = logging.getLogger(__name__)
+
+
+class AcpPeer(Protocol):
+    """The gateway side of one `/acp` connection (gateway.acp_server.AcpConnection)."""
+
+    async def handle(self, frame: str | bytes) -> None: ...
+
+    def closed(self) -> None: ...
+
+
+# (owner, the connection's outbox, its Acp-Connection-Id) -> its peer
+AcpFactory = Callable[[str, "Outbox", str], AcpPeer]
 
 
 def find_owner(tokens: Mapping[str, str], presented: str | None) -> str | None:
@@ -97,7 +110,9 @@ class GatewayServer:
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
                  outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
                  outbox_limit_bytes: int = 8 << 20, health: Callable[[], str | None] | None = None,
-                 healthy: Callable[[], str] | None = None) -> None:
+                 healthy: Callable[[], str] | None = None, acp: AcpFactory | None = None) -> None:
+        self.acp = acp  # makes the peer of each `/acp` connection; None: no `/acp` endpoint
+        self.acp_ids: dict[int, str] = {}
         self.health = health  # None when the gateway can serve; else what is wrong and what to do
         self.healthy = healthy  # what /healthz says when all is well
         self.outbox_limit = outbox_limit
@@ -117,6 +132,7 @@ class GatewayServer:
 
     async def start(self) -> None:
         self.server = await serve(self._connection, self.host, self.port, process_request=self._http,
+                                  process_response=self._upgraded,
                                   max_size=self.max_frame_bytes, ping_interval=20, ping_timeout=20,
                                   # Deflate cost ~11% of a relayed update's CPU; events are small and the
                                   # gateway is on loopback or a LAN. Throughput wins.
@@ -154,34 +170,73 @@ class GatewayServer:
                               "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
             if path == "/whoami":  # lets a page tell a refused token from a gateway that is down
                 return typed_response(connection, "application/json", orjson.dumps({"owner": owner}))
-        if path == "/rpc":
-            if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.allowed_origins):
-                return _plain(connection, HTTPStatus.FORBIDDEN, "origin not allowed\n")
-            owner = find_owner(self.tokens, presented_token(request))
-            if owner is None:
-                return _plain(connection, HTTPStatus.UNAUTHORIZED,
-                              "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
-            if self.per_owner.get(owner, 0) >= self.max_connections_per_owner:
-                return _plain(connection, HTTPStatus.TOO_MANY_REQUESTS,
-                              f"at most {self.max_connections_per_owner} connections per owner: close one first\n")
-            self.owners[id(connection)] = owner
-            return None
+        if path in ("/rpc", "/acp") and not (path == "/acp" and self.acp is None):
+            return self._admit(connection, request, path)
         if self.ui is not None:
             answer: Response | None = self.ui(connection, request, path)
             if answer is not None:
                 return answer
         return _plain(connection, HTTPStatus.NOT_FOUND, "not found\n")
 
+    def _admit(self, connection: ServerConnection, request: Request, path: str) -> Response | None:
+        """The WebSocket endpoints, `/rpc` and `/acp`, alike: the Origin rule, a token, the owner's connection limit."""
+        if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.allowed_origins):
+            return _plain(connection, HTTPStatus.FORBIDDEN, "origin not allowed\n")
+        owner = find_owner(self.tokens, presented_token(request))
+        if owner is None:
+            return _plain(connection, HTTPStatus.UNAUTHORIZED,
+                          "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
+        if self.per_owner.get(owner, 0) >= self.max_connections_per_owner:
+            return _plain(connection, HTTPStatus.TOO_MANY_REQUESTS,
+                          f"at most {self.max_connections_per_owner} connections per owner: close one first\n")
+        self.owners[id(connection)] = owner
+        if path == "/acp":
+            self.acp_ids[id(connection)] = uuid.uuid4().hex
+        return None
+
+    def _upgraded(self, connection: ServerConnection, request: Request, response: Response) -> Response:
+        """An `/acp` upgrade names its connection (`Acp-Connection-Id`, the RFD's WebSocket mode)."""
+        acp_id = self.acp_ids.get(id(connection))
+        if acp_id is not None and response.status_code == HTTPStatus.SWITCHING_PROTOCOLS:
+            response.headers["Acp-Connection-Id"] = acp_id
+        return response
+
     async def _connection(self, connection: ServerConnection) -> None:
         owner = self.owners.pop(id(connection), None)
+        acp_id = self.acp_ids.pop(id(connection), None)
         if owner is None:
             await connection.close(1008, "unauthorized")
             return
         self.per_owner[owner] = self.per_owner.get(owner, 0) + 1
         try:
-            await self._serve_connection(connection, owner)
+            if acp_id is not None:
+                await self._serve_acp(connection, owner, acp_id)
+            else:
+                await self._serve_connection(connection, owner)
         finally:
             self.per_owner[owner] -= 1
+
+    async def _serve_acp(self, connection: ServerConnection, owner: str, acp_id: str) -> None:
+        """A remote ACP client: frames in order, each answered by its `AcpPeer` (gateway.acp_server)."""
+        assert self.acp is not None
+        outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
+        peer = self.acp(owner, outbox, acp_id)
+        self.connections.add(connection)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            async for frame in connection:
+                task = start_eagerly(peer.handle(frame))
+                if task is not None:
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+        except Exception as exc:  # a broken connection is that client's problem only
+            log.debug("ACP connection %s closed: %s", acp_id, exc)
+        finally:
+            self.connections.discard(connection)
+            peer.closed()
+            outbox.close()
+            for task in tasks:
+                task.cancel()
 
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)

@@ -1,0 +1,108 @@
+"""One gateway session open on one `/acp` connection: the sink of its journal subscription, which turns the
+session's events into the ACP messages the remote client is sent, in journal order.
+
+The subscription replays (session/load: the whole retained conversation; session/new: the session's start) and then
+goes live without a gap, as every subscription does (`gateway.events`). Permission requests seen in a replay are
+history: only the ones still waiting (re-offered by the broker) and new ones are put to the client, after the
+load's answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..events import Subscription
+from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate
+
+
+class Wire(Protocol):
+    """What an attachment needs of its connection."""
+
+    def send(self, frame: bytes) -> None: ...
+
+    def send_many(self, frames: list[bytes]) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def offer(self, attachment: Attachment, offer: Offer) -> None: ...
+
+    def withdraw(self, attachment: Attachment, request_id: str) -> None: ...
+
+    def own_turn_started(self, attachment: Attachment) -> None: ...
+
+    def deleted(self, attachment: Attachment) -> None: ...
+
+
+@dataclass(eq=False)
+class Attachment:
+    session_id: str
+    wire: Wire
+    on_caught_up: Callable[[], None] | None = None  # writes the answer of a session/load or session/resume
+    subscription: Subscription | None = None
+    live: bool = False  # the replay is over
+    caught_up: bool = False
+    deferred: list[Offer] = field(default_factory=list)  # re-offers that came during the replay
+    own_prompts: list[tuple[dict[str, Any], ...]] = field(default_factory=list)  # sent by this connection, running
+    offers: dict[str, int] = field(default_factory=dict)  # gateway permission request id -> this connection's id
+
+    # -- the Sink of the subscription --------------------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        """A frame that is not in the journal: `caught_up`, a heartbeat, a re-offered permission request."""
+        out = translate(frame)
+        if isinstance(out, CaughtUp):
+            self._caught_up()
+        elif isinstance(out, Offer):
+            if self.live:
+                self.wire.offer(self, out)
+            else:
+                self.deferred.append(out)
+
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
+                  shared: dict[str, Any] | None = None) -> None:
+        """Journal events in id order; `shared` keeps their translation for every other ACP client of the group."""
+        if shared is not None:
+            outs: list[Out | None] | None = shared.get("acp")
+            if outs is None:
+                outs = shared["acp"] = [translate(frame) for frame in frames]
+        else:
+            outs = [translate(frame) for frame in frames]
+        updates: list[bytes] = []
+        for out in outs:
+            if isinstance(out, Notify):
+                if out.prompt is not None and self.live and out.prompt in self.own_prompts:
+                    self.own_prompts.remove(out.prompt)  # the client has its own prompt: no echo
+                    self.wire.own_turn_started(self)
+                    continue
+                updates.extend(out.frames)
+            elif out is not None and self.live:  # a replay's permission requests and answers are history
+                if updates:
+                    self.wire.send_many(updates)
+                    updates = []
+                self._control(out)
+        if updates:
+            self.wire.send_many(updates)
+
+    async def drain(self) -> None:
+        await self.wire.drain()
+
+    # -- -------------------------------------------------------------------------------------------------------
+    def _control(self, out: Out) -> None:
+        if isinstance(out, Offer):
+            self.wire.offer(self, out)
+        elif isinstance(out, Withdraw):
+            self.wire.withdraw(self, out.request_id)
+        elif isinstance(out, Deleted):
+            self.wire.deleted(self)
+
+    def _caught_up(self) -> None:
+        """The journal part is sent: the answer goes now (before any live event), then what waited for it."""
+        self.caught_up = True
+        self.live = True
+        answer, self.on_caught_up = self.on_caught_up, None
+        if answer is not None:
+            answer()
+        deferred, self.deferred = self.deferred, []
+        for offer in deferred:
+            self.wire.offer(self, offer)

@@ -1,0 +1,465 @@
+"""One remote ACP client on `/acp`: the gateway is the ACP agent, and each ACP method is a gateway session operation.
+
+A frame enters in `handle`, is decided on by `protocol` (its shape, the connection's phase), runs as one of the
+handlers below (each a call into the session runtime), and leaves through the connection's outbox. Sessions are the
+gateway's: they outlive this connection, their ACP-facing id is the gateway's session id (it never changes when the
+agent behind it is restarted), and every client of the owner sees the same conversation (docs/acp.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from pydantic import ValidationError
+
+from .. import metrics
+from ..errors import (
+    ALREADY_TERMINAL,
+    GatewayError,
+    agent_failed,
+    internal_error,
+    invalid_params,
+    limit_exceeded,
+    log_fault,
+    unexpected,
+)
+from ..events import EventBus
+from ..runtime import SessionManager
+from .attachment import Attachment
+from .protocol import (
+    META_KEY,
+    PARAMS,
+    AcpParams,
+    AttachParams,
+    CancelRequestParams,
+    Decision,
+    InitializeParams,
+    ListParams,
+    Malformed,
+    Message,
+    Method,
+    NewSessionParams,
+    Phase,
+    PromptParams,
+    SessionParams,
+    classify,
+    decide,
+    gateway_choice,
+    next_phase,
+    refusal,
+)
+from .updates import Offer, initialize_result, permission_answer, session_info
+
+log = logging.getLogger(__name__)
+
+MAX_ATTACHED_SESSIONS = 64  # sessions open on one connection (each is a journal subscription)
+MAX_IN_FLIGHT = 256  # requests of one connection being answered at once
+LIST_PAGE = 50
+
+
+class Outbox(Protocol):
+    def send(self, frame: bytes, batchable: bool = True) -> None: ...
+
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
+                  shared: dict[str, Any] | None = None) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class EdgeInfo:
+    """What every connection's `initialize` says: the gateway's version, default agent and its prompt capabilities."""
+
+    version: str
+    default_agent: str
+    agents: list[str]
+    prompt_capabilities: dict[str, bool]
+
+
+class _Answered:
+    """A handler that wrote its answer itself (in journal order: session/new, load and resume)."""
+
+
+ANSWERED = _Answered()
+Handler = Callable[[Any, int | str], Awaitable[Any]]
+
+
+class AcpConnection:
+    def __init__(self, sessions: SessionManager, bus: EventBus, owner: str, outbox: Outbox, info: EdgeInfo,
+                 connection_id: str) -> None:
+        self.sessions = sessions
+        self.bus = bus
+        self.owner = owner
+        self.outbox = outbox
+        self.info = info
+        self.connection_id = connection_id
+        self.phase = Phase.AWAITING_INITIALIZE
+        self.client_info: dict[str, Any] | None = None
+        self.attachments: dict[str, Attachment] = {}
+        self.outbound: dict[int, tuple[Attachment, str]] = {}  # our request id -> (attachment, permission request)
+        self.prompts: dict[int | str, Attachment] = {}  # the client's session/prompt ids in flight
+        self.cancel_pending: set[str] = set()  # sessions whose cancel waits for this connection's turn to start
+        self.in_flight = 0
+        self._ids = itertools.count(0)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.handlers: dict[Method, Handler] = {
+            Method.INITIALIZE: self._initialize,
+            Method.AUTHENTICATE: self._authenticate,
+            Method.SESSION_NEW: self._new,
+            Method.SESSION_LOAD: self._load,
+            Method.SESSION_RESUME: self._resume,
+            Method.SESSION_LIST: self._list,
+            Method.SESSION_PROMPT: self._prompt,
+            Method.SESSION_CLOSE: self._close,
+        }
+        self.notification_handlers: dict[Method, Callable[[Any], None]] = {
+            Method.SESSION_CANCEL: self._cancel,
+            Method.CANCEL_REQUEST: self._cancel_request,
+        }
+
+    # -- frames in ------------------------------------------------------------------------------------------------
+    async def handle(self, frame: str | bytes) -> None:
+        message = classify(frame)
+        if isinstance(message, Malformed):
+            if message.code is not None:
+                self._error(message.id, message.code, message.message)
+            return
+        decision = decide(self.phase, message)
+        self.phase = next_phase(self.phase, decision)
+        if decision in (Decision.INITIALIZE, Decision.DISPATCH):
+            if message.id is None:
+                self._notification(message)
+            else:
+                await self._request(message)
+        elif decision is Decision.DELIVER_RESPONSE:
+            self._response(message)
+        elif decision is not Decision.IGNORE:
+            code, text = refusal(decision, message.method)
+            self._error(message.id, code, text)
+
+    async def _request(self, message: Message) -> None:
+        assert message.id is not None and message.method is not None
+        method = Method(message.method)
+        calls = metrics.ACP_CALLS
+        if self.in_flight >= MAX_IN_FLIGHT:
+            calls.labels(method.value, "limit").inc()
+            err = limit_exceeded(MAX_IN_FLIGHT, f"at most {MAX_IN_FLIGHT} requests of one connection at once: wait "
+                                 "for answers first")
+            self._error(message.id, err.code, err.message, err.data)
+            return
+        try:
+            params = parse_params(method, message.params)
+        except GatewayError as err:
+            calls.labels(method.value, str(err.code)).inc()
+            self._error(message.id, err.code, err.message, err.data)
+            return
+        self.in_flight += 1
+        started, outcome = time.perf_counter(), "ok"
+        try:
+            result = await self.handlers[method](params, message.id)
+            if result is not ANSWERED:
+                self._result(message.id, result)
+        except GatewayError as err:
+            outcome = str(err.code)
+            self._error(message.id, err.code, err.message, err.data)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception as exc:
+            failed = unexpected(log, f"ACP method {method.value} (connection {self.connection_id})", exc)
+            outcome = str(failed.code)
+            self._error(message.id, failed.code, failed.message, failed.data)
+        finally:
+            self.in_flight -= 1
+            calls.labels(method.value, outcome).inc()
+            metrics.ACP_SECONDS.labels(method.value).observe(time.perf_counter() - started)
+
+    def _notification(self, message: Message) -> None:
+        method = Method(str(message.method))
+        try:
+            params = parse_params(method, message.params)
+        except GatewayError as err:  # a notification is never answered: the log says why it was dropped
+            log.info("ACP connection %s: %s dropped: %s", self.connection_id, method.value, err.message)
+            return
+        metrics.ACP_CALLS.labels(method.value, "ok").inc()
+        self.notification_handlers[method](params)
+
+    def _response(self, message: Message) -> None:
+        """The client's answer to a permission request the gateway put to it."""
+        assert isinstance(message.id, int | str)
+        entry = self.outbound.pop(message.id, None) if isinstance(message.id, int) else None
+        if entry is None:
+            return  # withdrawn (another answer won), or never ours
+        attachment, request_id = entry
+        attachment.offers.pop(request_id, None)
+        if message.error is not None:
+            return  # this client did not answer it; the others still may
+        answer = permission_answer(message.result)
+        if answer is None:
+            log.warning("ACP connection %s answered permission request %s with no outcome the protocol knows: %r",
+                        self.connection_id, request_id, message.result)
+            return
+        self._spawn(self._respond_permission(attachment.session_id, request_id, *answer))
+
+    async def _respond_permission(self, session_id: str, request_id: str, option_id: str | None,
+                                  cancelled: bool) -> None:
+        try:
+            await self.sessions.respond_permission(self.owner, session_id, request_id, option_id, cancelled)
+        except GatewayError as err:
+            level = logging.DEBUG if err.code == ALREADY_TERMINAL else logging.WARNING
+            log.log(level, "ACP connection %s: its answer to permission request %s of session %s was not taken: %s",
+                    self.connection_id, request_id, session_id, err.message)
+
+    # -- frames out -----------------------------------------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        self.outbox.send(frame, batchable=False)
+
+    def send_many(self, frames: list[bytes]) -> None:
+        self.outbox.send_many(frames)
+
+    async def drain(self) -> None:
+        await self.outbox.drain()
+
+    def _result(self, msg_id: int | str, result: Any) -> None:
+        self.send(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}))
+
+    def _error(self, msg_id: int | str | None, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        self.send(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "error": error}))
+
+    # -- the Wire of attachments: permission requests and what follows them ------------------------------------
+    def offer(self, attachment: Attachment, offer: Offer) -> None:
+        if offer.request_id in attachment.offers:
+            return  # re-offered while this client already has it
+        out_id = next(self._ids)
+        attachment.offers[offer.request_id] = out_id
+        self.outbound[out_id] = (attachment, offer.request_id)
+        self.send(orjson.dumps({"jsonrpc": "2.0", "id": out_id, "method": "session/request_permission",
+                                "params": offer.params}))
+
+    def withdraw(self, attachment: Attachment, request_id: str) -> None:
+        """Answered by someone else (or given up): the client's open request is cancelled, as the protocol says."""
+        out_id = attachment.offers.pop(request_id, None)
+        if out_id is None:
+            return
+        self.outbound.pop(out_id, None)
+        self.send(orjson.dumps({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": out_id}}))
+
+    def own_turn_started(self, attachment: Attachment) -> None:
+        if attachment.session_id in self.cancel_pending:  # cancelled before its turn had started: cancel it now
+            self.cancel_pending.discard(attachment.session_id)
+            self._spawn(self._cancel_turn(attachment.session_id))
+
+    def deleted(self, attachment: Attachment) -> None:
+        self._detach(attachment)
+
+    # -- attaching a session to this connection ---------------------------------------------------------------------
+    def _attached(self, session_id: str) -> Attachment:
+        attachment = self.attachments.get(session_id)
+        if attachment is None:
+            raise invalid_params("sessionId", f"session {session_id} is not open on this connection: "
+                                 "session/load or session/resume it first (session/new for a new one)")
+        return attachment
+
+    async def _attach(self, session_id: str, since: int | None, *, answer_first: Callable[[], None] | None = None,
+                      answer_when_caught_up: Callable[[], None] | None = None) -> None:
+        """Subscribe this connection to the session's events (a replay after `since`, then live) and answer: before
+        the replay (`answer_first`) or once it is over (`answer_when_caught_up`), in order with the events."""
+        old = self.attachments.pop(session_id, None)
+        if old is not None:
+            self._detach(old)
+        if len(self.attachments) >= MAX_ATTACHED_SESSIONS:
+            raise limit_exceeded(MAX_ATTACHED_SESSIONS, f"at most {MAX_ATTACHED_SESSIONS} sessions open on one "
+                                 "connection: session/close one first")
+        attachment = Attachment(session_id, self, answer_when_caught_up)
+        self.attachments[session_id] = attachment
+        try:
+            attachment.subscription = await self.bus.subscribe(self.owner, attachment, since, session_id)
+        except BaseException:
+            self.attachments.pop(session_id, None)
+            raise
+        if answer_first is not None:
+            answer_first()
+        await self.bus.start_replay(attachment.subscription)
+        if not attachment.caught_up:  # the replay failed: the log has it under the subscription's id
+            self._detach(attachment)
+            raise internal_error(attachment.subscription.id)
+
+    def _detach(self, attachment: Attachment) -> None:
+        if self.attachments.get(attachment.session_id) is attachment:
+            del self.attachments[attachment.session_id]
+        if attachment.subscription is not None:
+            self.bus.unsubscribe(attachment.subscription.id)
+        for out_id in attachment.offers.values():
+            self.outbound.pop(out_id, None)
+        attachment.offers.clear()
+        self.cancel_pending.discard(attachment.session_id)
+
+    def closed(self) -> None:
+        """The socket is gone: its sessions live on (a running turn too); only this connection's links end."""
+        for attachment in list(self.attachments.values()):
+            self._detach(attachment)
+        for task in self._tasks:
+            task.cancel()
+
+    # -- handlers -------------------------------------------------------------------------------------------------
+    async def _initialize(self, p: InitializeParams, msg_id: int | str) -> dict[str, Any]:
+        self.client_info = p.clientInfo
+        return initialize_result(self.info.prompt_capabilities, self.info.version, self.info.default_agent,
+                                 self.info.agents)
+
+    async def _authenticate(self, p: AcpParams, msg_id: int | str) -> dict[str, Any]:
+        raise invalid_params("methodId", "this gateway advertises no authMethods: it authenticates the WebSocket "
+                             "handshake (Authorization: Bearer TOKEN, or ?token=TOKEN)")
+
+    async def _new(self, p: NewSessionParams, msg_id: int | str) -> Any:
+        _no_additional_directories(p.additionalDirectories)
+        try:
+            choice = gateway_choice(p.meta)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(["_meta", META_KEY, *(str(part) for part in first["loc"])])
+            raise invalid_params(where, f"Invalid params: {where}: {first['msg']}") from None
+        await self.bus.refresh(self.owner)
+        since = self.bus.head(self.owner)  # the new session's events all come after it
+        view = await self.sessions.start(self.owner, agent=choice.agent or self.info.default_agent, cwd=p.cwd,
+                                         title=choice.title, task_id=choice.taskId, wait_ready=True)
+        session_id = view["session_id"]
+        if not view["is_agent_running"]:
+            reason = view.get("error_message") or "see task.session.status"
+            raise agent_failed(session_id, view["agent"], f"agent {view['agent']!r} of session {session_id} could not "
+                               f"start: {reason}; the session is kept: session/resume it to try again, or check "
+                               "the agent with `acp-gateway check`", None, True)
+        result = {"sessionId": session_id, **_ignored(p.mcpServers)}
+        await self._attach(session_id, since, answer_first=lambda: self._result(msg_id, result))
+        return ANSWERED
+
+    async def _load(self, p: AttachParams, msg_id: int | str) -> Any:
+        await self._check_attach(p)
+        result = _ignored(p.mcpServers)
+        for attempt in range(2):
+            since = await self.bus.store.events.horizon(self.owner)  # the whole retained journal
+            try:
+                await self._attach(p.sessionId, since,
+                                   answer_when_caught_up=lambda: self._result(msg_id, result))
+                return ANSWERED
+            except GatewayError as err:  # pruned between reading the horizon and subscribing: read it again
+                if attempt or err.data is None or err.data.get("reason") != "too_far_behind":
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _resume(self, p: AttachParams, msg_id: int | str) -> Any:
+        await self._check_attach(p)
+        result = _ignored(p.mcpServers)
+        await self._attach(p.sessionId, None, answer_when_caught_up=lambda: self._result(msg_id, result))
+        return ANSWERED
+
+    async def _check_attach(self, p: AttachParams) -> None:
+        _no_additional_directories(p.additionalDirectories)
+        row = await self.sessions.row(self.owner, p.sessionId)  # another owner's session is not found
+        if p.cwd != row.cwd:
+            raise invalid_params("cwd", f"session {row.id} works in {row.cwd}, not {p.cwd}: send its cwd")
+
+    async def _list(self, p: ListParams, msg_id: int | str) -> dict[str, Any]:
+        views: list[dict[str, Any]] = []
+        cursor = p.cursor
+        for _ in range(20):  # a cwd filter may thin pages out: a few more, never the whole store
+            page = await self.sessions.list(self.owner, states=None, limit=LIST_PAGE, cursor=cursor)
+            views += [v for v in page["sessions"] if p.cwd is None or v["cwd"] == p.cwd]
+            cursor = page["next_cursor"]
+            if cursor is None or len(views) >= LIST_PAGE:
+                break
+        answer: dict[str, Any] = {"sessions": [session_info(v) for v in views]}
+        if cursor is not None:
+            answer["nextCursor"] = cursor
+        return answer
+
+    async def _prompt(self, p: PromptParams, msg_id: int | str) -> dict[str, Any]:
+        attachment = self._attached(p.sessionId)
+        blocks = tuple(p.prompt)
+        attachment.own_prompts.append(blocks)
+        self.prompts[msg_id] = attachment
+        try:
+            result = await self.sessions.prompt(self.owner, p.sessionId, list(blocks))
+            # On a journal other nodes write too (a turn run by another node), the turn's events reach this node's
+            # subscribers by catching up: all of them go out before this answer, as ACP orders them.
+            await self.bus.refresh(self.owner)
+        finally:
+            self.prompts.pop(msg_id, None)
+            if blocks in attachment.own_prompts:  # refused, or its turn never started: no echo will come
+                attachment.own_prompts.remove(blocks)
+                self.cancel_pending.discard(p.sessionId)
+        return {"stopReason": result["stop_reason"]}
+
+    async def _close(self, p: SessionParams, msg_id: int | str) -> dict[str, Any]:
+        attachment = self.attachments.get(p.sessionId)
+        if attachment is None:
+            await self.sessions.row(self.owner, p.sessionId)  # -32002 for a session that is not there
+            return {}
+        if any(a is attachment for a in self.prompts.values()):  # the turn this client started ends with it
+            await self._cancel_turn(p.sessionId)
+        self._detach(attachment)
+        return {}
+
+    # -- notifications --------------------------------------------------------------------------------------------
+    def _cancel(self, p: SessionParams) -> None:
+        attachment = self.attachments.get(p.sessionId)
+        if attachment is None:
+            return
+        if attachment.own_prompts:  # its turn may not have started yet: cancelled as soon as it does
+            self.cancel_pending.add(p.sessionId)
+        self._spawn(self._cancel_turn(p.sessionId))
+
+    def _cancel_request(self, p: CancelRequestParams) -> None:
+        attachment = self.prompts.get(p.requestId)
+        if attachment is not None:  # a session/prompt: its turn is cancelled, and it answers `cancelled`
+            self._cancel(SessionParams(sessionId=attachment.session_id))
+
+    async def _cancel_turn(self, session_id: str) -> None:
+        try:
+            await self.sessions.cancel_turn(self.owner, session_id)
+        except GatewayError as err:
+            log.info("ACP connection %s: cancelling the turn of %s: %s", self.connection_id, session_id, err.message)
+        except Exception as exc:
+            log_fault(log, f"cancelling the turn of {session_id}", exc)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def parse_params(method: Method, params: Any) -> Any:
+    if params is not None and not isinstance(params, dict):
+        raise invalid_params("params", "Invalid params: params must be an object")
+    try:
+        return PARAMS[method].model_validate(params or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "params"
+        raise invalid_params(where, f"Invalid params: {where}: {first['msg']}") from None
+
+
+def _no_additional_directories(directories: list[str] | None) -> None:
+    if directories:
+        raise invalid_params("additionalDirectories", "additionalDirectories is not supported here (the gateway does "
+                             "not advertise it): a session works in its cwd, inside the gateway's workspace roots")
+
+
+def _ignored(mcp_servers: list[dict[str, Any]]) -> dict[str, Any]:
+    """MCP servers a remote client names are not started on the gateway's host (a client's command line run
+    there would be anyone's): the answer says which were ignored."""
+    if not mcp_servers:
+        return {}
+    names = [str(server.get("name", "?")) for server in mcp_servers]
+    return {"_meta": {META_KEY: {"ignoredMcpServers": names}}}
+

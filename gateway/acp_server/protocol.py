@@ -1,0 +1,252 @@
+"""What a frame from a remote ACP client on `/acp` means, decided without I/O: its shape, the connection's phase.
+
+Rules of this file:
+- It knows the wire (JSON-RPC 2.0, one message per WebSocket text frame) and ACP's lifecycle, nothing of sessions,
+  sockets or the store; `gateway.acp_server.connection` performs what it decides.
+- A frame is classified once (`classify`), then the phase table (`decide`) says what happens to it.
+
+Rows (the RFD's WebSocket mode and ACP's initialization; tests/test_acp_server_protocol.py holds them as tables):
+  F1  a text frame that is not JSON                                  -> -32700, id null
+  F2  a JSON array (a batch: ACP has none)                            -> -32600, id null
+  F3  JSON that is not a JSON-RPC 2.0 message                         -> -32600 (with its id when it had a usable one)
+  F4  a binary frame                                                  -> ignored (the RFD: binary frames are ignored)
+  C1  before `initialize`: any request other than `initialize`        -> -32600 "send initialize first"
+  C2  before `initialize`: a notification or a response               -> ignored (nothing can be answered)
+  C3  `initialize`, the first time                                    -> answered; the connection is ready
+  C4  `initialize` again                                              -> -32600 "already initialized"
+  C5  ready: a request for a method the gateway serves                -> dispatched
+  C6  ready: a request for any other method                           -> -32601, naming the methods served
+  C7  ready: a notification the gateway acts on                       -> dispatched
+  C8  ready: any other notification                                   -> ignored (a notification is never answered)
+  C9  ready: a response                                               -> to the request the gateway sent with its id
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from acp.errors import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+
+PROTOCOL_VERSION = 1  # the ACP version the gateway speaks to remote clients
+
+
+class Method(StrEnum):
+    """The agent-side ACP methods the gateway serves on `/acp`."""
+
+    INITIALIZE = "initialize"
+    AUTHENTICATE = "authenticate"
+    SESSION_NEW = "session/new"
+    SESSION_LOAD = "session/load"
+    SESSION_RESUME = "session/resume"
+    SESSION_LIST = "session/list"
+    SESSION_PROMPT = "session/prompt"
+    SESSION_CLOSE = "session/close"
+    SESSION_CANCEL = "session/cancel"  # a notification
+    CANCEL_REQUEST = "$/cancel_request"  # a notification
+
+
+NOTIFICATIONS = frozenset({Method.SESSION_CANCEL, Method.CANCEL_REQUEST})
+REQUESTS = frozenset(Method) - NOTIFICATIONS
+
+
+class Phase(Enum):
+    AWAITING_INITIALIZE = "awaiting_initialize"
+    READY = "ready"
+
+
+class Decision(Enum):
+    INITIALIZE = "initialize"  # C3
+    DISPATCH = "dispatch"  # C5, C7
+    DELIVER_RESPONSE = "deliver_response"  # C9
+    IGNORE = "ignore"  # C2, C8, F4
+    REFUSE_NOT_INITIALIZED = "refuse_not_initialized"  # C1
+    REFUSE_REINITIALIZE = "refuse_reinitialize"  # C4
+    REFUSE_UNKNOWN_METHOD = "refuse_unknown_method"  # C6
+
+
+class Kind(Enum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"
+
+
+@dataclass(frozen=True)
+class Message:
+    """A well-formed JSON-RPC 2.0 message."""
+
+    kind: Kind
+    id: int | str | None = None
+    method: str | None = None
+    params: Any = None
+    result: Any = None
+    error: Any = None
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A frame that is not a JSON-RPC message: what to answer (F1-F3), or nothing (F4)."""
+
+    rule: str
+    code: int | None
+    message: str
+    id: int | str | None = None
+
+
+def classify(frame: str | bytes) -> Message | Malformed:
+    """F1-F4, then the message's kind."""
+    if isinstance(frame, bytes):
+        return Malformed("F4", None, "binary frames are ignored: send JSON-RPC as text frames")
+    try:
+        data = orjson.loads(frame)
+    except orjson.JSONDecodeError:
+        return Malformed("F1", PARSE_ERROR, "Parse error: the frame is not valid JSON")
+    if isinstance(data, list):
+        return Malformed("F2", INVALID_REQUEST, "Invalid request: ACP does not use JSON-RPC batches; send one "
+                         "message per text frame")
+    if not isinstance(data, dict):
+        return Malformed("F3", INVALID_REQUEST, "Invalid request: a JSON-RPC message is a JSON object")
+    msg_id = data.get("id")
+    usable_id = msg_id if isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool) else None
+    if data.get("jsonrpc") != "2.0":
+        return Malformed("F3", INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', usable_id)
+    if "id" in data and msg_id is not None and usable_id is None:
+        return Malformed("F3", INVALID_REQUEST, "Invalid request: id must be a string or an integer")
+    method = data.get("method")
+    if method is not None:
+        if not isinstance(method, str):
+            return Malformed("F3", INVALID_REQUEST, "Invalid request: method must be a string", usable_id)
+        params = data.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            return Malformed("F3", INVALID_REQUEST, "Invalid request: params must be an object", usable_id)
+        if usable_id is None:
+            return Message(Kind.NOTIFICATION, method=method, params=params)
+        return Message(Kind.REQUEST, usable_id, method, params)
+    if usable_id is not None and ("result" in data) != ("error" in data):
+        return Message(Kind.RESPONSE, usable_id, result=data.get("result"), error=data.get("error"))
+    return Malformed("F3", INVALID_REQUEST, "Invalid request: neither a request, a notification nor a response",
+                     usable_id)
+
+
+def decide(phase: Phase, message: Message) -> Decision:
+    """C1-C9: what the connection does with a well-formed message in its phase."""
+    if phase is Phase.AWAITING_INITIALIZE:
+        if message.kind is Kind.REQUEST:
+            return Decision.INITIALIZE if message.method == Method.INITIALIZE else Decision.REFUSE_NOT_INITIALIZED
+        return Decision.IGNORE
+    if message.kind is Kind.RESPONSE:
+        return Decision.DELIVER_RESPONSE
+    if message.kind is Kind.NOTIFICATION:
+        return Decision.DISPATCH if message.method in NOTIFICATIONS else Decision.IGNORE
+    if message.method == Method.INITIALIZE:
+        return Decision.REFUSE_REINITIALIZE
+    return Decision.DISPATCH if message.method in REQUESTS else Decision.REFUSE_UNKNOWN_METHOD
+
+
+def next_phase(phase: Phase, decision: Decision) -> Phase:
+    return Phase.READY if decision is Decision.INITIALIZE else phase
+
+
+REFUSALS: dict[Decision, tuple[int, str]] = {
+    Decision.REFUSE_NOT_INITIALIZED: (INVALID_REQUEST, "Invalid request: send initialize first (ACP's lifecycle: "
+                                                       "initialize, then sessions)"),
+    Decision.REFUSE_REINITIALIZE: (INVALID_REQUEST, "Invalid request: this connection is already initialized; open a "
+                                                    "new connection to initialize again"),
+    Decision.REFUSE_UNKNOWN_METHOD: (METHOD_NOT_FOUND, "Method not found: {method}; the gateway serves "
+                                     + ", ".join(sorted(Method))),
+}
+
+
+def refusal(decision: Decision, method: str | None) -> tuple[int, str]:
+    code, text = REFUSALS[decision]
+    return code, text.replace("{method}", str(method))
+
+
+# -- params: ACP's names (camelCase); unknown fields and `_meta` are kept, as the protocol allows -----------------
+class AcpParams(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
+SessionIdField = Field(min_length=1, max_length=200)
+CwdField = Field(min_length=1, max_length=4096)
+
+
+class InitializeParams(AcpParams):
+    protocolVersion: int = Field(ge=0, le=65535)
+    clientCapabilities: dict[str, Any] | None = None
+    clientInfo: dict[str, Any] | None = None
+
+
+class AuthenticateParams(AcpParams):
+    methodId: str = Field(max_length=200)
+
+
+class NewSessionParams(AcpParams):
+    cwd: str = CwdField
+    mcpServers: list[dict[str, Any]] = Field(default_factory=list, max_length=100)
+    additionalDirectories: list[str] | None = Field(default=None, max_length=100)
+
+
+class SessionParams(AcpParams):
+    sessionId: str = SessionIdField
+
+
+class AttachParams(SessionParams):
+    """session/load and session/resume."""
+
+    cwd: str = CwdField
+    mcpServers: list[dict[str, Any]] = Field(default_factory=list, max_length=100)
+    additionalDirectories: list[str] | None = Field(default=None, max_length=100)
+
+
+class ListParams(AcpParams):
+    cwd: str | None = Field(default=None, max_length=4096)
+    cursor: str | None = Field(default=None, max_length=100)
+
+
+class PromptParams(SessionParams):
+    prompt: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+
+
+class CancelRequestParams(AcpParams):
+    requestId: int | str
+
+
+PARAMS: dict[Method, type[AcpParams]] = {
+    Method.INITIALIZE: InitializeParams,
+    Method.AUTHENTICATE: AuthenticateParams,
+    Method.SESSION_NEW: NewSessionParams,
+    Method.SESSION_LOAD: AttachParams,
+    Method.SESSION_RESUME: AttachParams,
+    Method.SESSION_LIST: ListParams,
+    Method.SESSION_PROMPT: PromptParams,
+    Method.SESSION_CLOSE: SessionParams,
+    Method.SESSION_CANCEL: SessionParams,
+    Method.CANCEL_REQUEST: CancelRequestParams,
+}
+
+
+# -- the gateway's own `_meta` on session/new ------------------------------------------------------------------
+META_KEY = "acpGateway"  # session/new's `_meta.acpGateway` chooses the agent profile (docs/acp.md)
+
+
+class GatewayChoice(BaseModel):
+    """`_meta.acpGateway` of session/new: which agent profile runs the session, its title and task."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    agent: str | None = Field(default=None, min_length=1, max_length=200)
+    title: str | None = Field(default=None, max_length=1000)
+    taskId: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+def gateway_choice(meta: dict[str, Any] | None) -> GatewayChoice:
+    """Raises pydantic's ValidationError for a malformed `_meta.acpGateway` (the caller names the field)."""
+    chosen = (meta or {}).get(META_KEY)
+    return GatewayChoice.model_validate(chosen if chosen is not None else {})

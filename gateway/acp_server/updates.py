@@ -1,0 +1,131 @@
+"""The gateway's records as ACP messages to a remote client, as pure functions: journal events, session views,
+the `initialize` answer, a permission answer.
+
+Rules of this file:
+- An agent's `session/update` goes out untouched (only its `sessionId` is the gateway's): an update kind from a
+  newer agent reaches the client as it came.
+- What is not the agent's speech is never made into it: gateway notes, statuses and turn boundaries have no ACP
+  update and are not sent; the user's prompt becomes `user_message_chunk`s, as an agent replays it on
+  `session/load`; a title becomes `session_info_update`.
+- Updates an agent replayed while the gateway restored it (`replay: true`) are the conversation again: dropped.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .protocol import META_KEY, PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class Notify:
+    """`session/update` notifications to write as they are."""
+
+    frames: tuple[bytes, ...]
+    prompt: tuple[dict[str, Any], ...] | None = None  # the user's prompt they echo (a connection skips its own)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A permission request to put to the client (`session/request_permission`)."""
+
+    request_id: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """The permission request was answered (or given up): a client still asked must be told."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """The journal replay is over; what follows is live."""
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """The session is gone."""
+
+
+Out = Notify | Offer | Withdraw | CaughtUp | Deleted
+
+
+def update_frame(session_id: str, update: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update",
+                         "params": {"sessionId": session_id, "update": update}})
+
+
+def translate(frame: bytes) -> Out | None:
+    """One `task.session.event` frame (journal or synthetic) as what an ACP client is sent; None: nothing."""
+    event = orjson.loads(frame)["params"]
+    kind, data, session_id = event["type"], event["data"], event["session_id"]
+    if kind == "session_update":
+        if data.get("replay"):
+            return None
+        return Notify((update_frame(session_id, data.get("update")),))
+    if kind == "turn_started":
+        blocks = tuple(b for b in data.get("prompt") or () if isinstance(b, dict))
+        return Notify(tuple(update_frame(session_id, {"sessionUpdate": "user_message_chunk", "content": b})
+                            for b in blocks), prompt=blocks)
+    if kind == "permission_requested":
+        return Offer(str(data.get("request_id")), {"sessionId": session_id, "toolCall": data.get("tool_call"),
+                                                   "options": data.get("options") or []})
+    if kind == "permission_resolved":
+        return Withdraw(str(data.get("request_id")))
+    if kind == "session_title":
+        return Notify((update_frame(session_id, {"sessionUpdate": "session_info_update",
+                                                 "title": data.get("title")}),))
+    if kind == "caught_up":
+        return CaughtUp()
+    if kind == "session_deleted":
+        return Deleted()
+    return None
+
+
+def initialize_result(prompt_capabilities: dict[str, bool], version: str, default_agent: str,
+                      agents: list[str]) -> dict[str, Any]:
+    """What the gateway guarantees whatever agent runs behind a session: load, resume, list and close are the
+    gateway's own (served from its store and journal), never passed on to the agent."""
+    return {
+        "protocolVersion": PROTOCOL_VERSION,
+        "agentCapabilities": {
+            "loadSession": True,
+            "promptCapabilities": prompt_capabilities,
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"resume": {}, "list": {}, "close": {}},
+        },
+        "authMethods": [],
+        "agentInfo": {"name": "acp-gateway", "title": "ACP session gateway", "version": version},
+        "_meta": {META_KEY: {"defaultAgent": default_agent, "agents": agents}},
+    }
+
+
+def iso8601(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def session_info(view: dict[str, Any]) -> dict[str, Any]:
+    """A `task.session` view as ACP's SessionInfo; the gateway's own facts go under `_meta.acpGateway`."""
+    return {"sessionId": view["session_id"], "cwd": view["cwd"], "title": view.get("title"),
+            "updatedAt": iso8601(view["updated_at"]),
+            "_meta": {META_KEY: {"agent": view["agent"], "state": view["state"], "taskId": view["task_id"]}}}
+
+
+def permission_answer(result: Any) -> tuple[str | None, bool] | None:
+    """An ACP client's answer to `session/request_permission` as (option_id, cancelled); None when it is not one."""
+    outcome = result.get("outcome") if isinstance(result, dict) else None
+    if not isinstance(outcome, dict):
+        return None
+    if outcome.get("outcome") == "cancelled":
+        return None, True
+    option = outcome.get("optionId")
+    if outcome.get("outcome") == "selected" and isinstance(option, str) and option:
+        return option, False
+    return None

@@ -1,0 +1,335 @@
+"""ACP over WebSocket at `/acp`, against a real gateway process and the reference agent: every method, the order of
+what a client is sent, several clients on one session, permissions, bad input and owners."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import websockets
+
+from gateway.client import RpcCallError
+from tests.acp_wire import AcpWire, AcpWireError, is_response, is_update
+from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owner_gateway
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    gateway = two_owner_gateway(tmp_path, config='default_agent = "ref"\ncancel_grace = 2.0\n')
+    await gateway.start()
+    yield gateway
+    await gateway.stop()
+
+
+def work(gw: GatewayProcess) -> str:
+    return str(gw.state_dir.parent / "work")
+
+
+async def new_session(wire: AcpWire, cwd: str, **meta: Any) -> str:
+    params: dict[str, Any] = {"cwd": cwd, "mcpServers": []}
+    if meta:
+        params["_meta"] = {"acpGateway": meta}
+    result = await wire.call("session/new", params)
+    return str(result["sessionId"])
+
+
+def text(t: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": t}]
+
+
+async def test_initialize_advertises_what_the_gateway_guarantees(gw: GatewayProcess) -> None:
+    a = await AcpWire.connect(gw.port, ALICE, initialize=False)
+    b = await AcpWire.connect(gw.port, ALICE)
+    init = await a.call("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": False}}})
+    assert init["protocolVersion"] == 1
+    caps = init["agentCapabilities"]
+    assert caps["loadSession"] is True
+    assert caps["sessionCapabilities"] == {"resume": {}, "list": {}, "close": {}}
+    assert caps["promptCapabilities"] == {"image": False, "audio": False, "embeddedContext": False}  # ref's profile
+    assert init["authMethods"] == []
+    assert init["agentInfo"]["name"] == "acp-gateway"
+    assert "ref" in init["_meta"]["acpGateway"]["agents"]
+    # A client that speaks a newer version is told the one the gateway speaks.
+    later = await AcpWire.connect(gw.port, ALICE, initialize=False)
+    assert (await later.call("initialize", {"protocolVersion": 7}))["protocolVersion"] == 1
+    # The RFD's connection id, one per connection.
+    assert a.connection_id and b.connection_id and a.connection_id != b.connection_id
+    for wire in (a, b, later):
+        await wire.close()
+
+
+async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
+    cwd = work(gw)
+    wire = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(wire, cwd, title="acp one")
+    start = len(wire.frames)
+    answer = await wire.request("session/prompt", {"sessionId": session, "prompt": text("/tool search found-it")})
+    assert answer["result"] == {"stopReason": "end_turn"}
+    # Every update of the turn came before its answer, and the client's own prompt is not echoed back to it.
+    turn = wire.frames[start:wire.frames.index(answer)]
+    kinds = [f["params"]["update"]["sessionUpdate"] for f in turn if f.get("method") == "session/update"]
+    assert kinds == ["tool_call", "tool_call_update"]
+    assert await wire.call("session/prompt", {"sessionId": session, "prompt": text("second")}) == {
+        "stopReason": "end_turn"}
+
+    # The session is a gateway session: in task.session.list and its history, under its one id.
+    rpc = await gw.client(ALICE)
+    listed = await rpc.call("task.session.list", {})
+    assert session in [s["session_id"] for s in listed["sessions"]]
+    history = await rpc.call("task.session.history", {"session_id": session})
+    assert [e["kind"] for e in history["entries"]] == ["user_message", "tool_call", "tool_result", "user_message",
+                                                       "agent_message"]
+
+    # session/list: the owner's sessions as ACP SessionInfo; a cwd filter.
+    infos = (await wire.call("session/list", {}))["sessions"]
+    mine = next(i for i in infos if i["sessionId"] == session)
+    assert mine["cwd"] == cwd and mine["title"] == "acp one" and mine["updatedAt"].endswith("Z")
+    assert mine["_meta"]["acpGateway"]["agent"] == "ref"
+    assert (await wire.call("session/list", {"cwd": "/nowhere"}))["sessions"] == []
+
+    # session/load on a new connection: the whole conversation, in order, before its answer.
+    other = await AcpWire.connect(gw.port, ALICE)
+    loaded = await other.request("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    assert loaded["result"] == {}
+    before = other.frames[:other.frames.index(loaded)]
+    kinds = [f["params"]["update"]["sessionUpdate"] for f in before if f.get("method") == "session/update"]
+    assert kinds == ["user_message_chunk", "tool_call", "tool_call_update", "user_message_chunk",
+                     "agent_message_chunk"]
+    assert other.texts() == [("user_message_chunk", "/tool search found-it"), ("user_message_chunk", "second"),
+                             ("agent_message_chunk", "echo: second")]
+    # ... and live after it: the first client's next turn reaches the second, the prompt included.
+    mark = len(other.frames)
+    await wire.call("session/prompt", {"sessionId": session, "prompt": text("third")})
+    await other.wait_for(is_update("agent_message_chunk", "echo: third"), start=mark)
+    assert other.texts(start=mark) == [("user_message_chunk", "third"), ("agent_message_chunk", "echo: third")]
+
+    # session/resume: attached without a replay.
+    third = await AcpWire.connect(gw.port, ALICE)
+    assert await third.call("session/resume", {"sessionId": session, "cwd": cwd, "mcpServers": []}) == {}
+    assert third.updates() == []
+    assert await third.call("session/prompt", {"sessionId": session, "prompt": text("fourth")}) == {
+        "stopReason": "end_turn"}
+
+    # session/close: this connection lets go; the session lives on for the others.
+    assert await third.call("session/close", {"sessionId": session}) == {}
+    with pytest.raises(AcpWireError) as refused:
+        await third.call("session/prompt", {"sessionId": session, "prompt": text("gone")})
+    assert refused.value.code == -32602 and "not open on this connection" in refused.value.message
+    assert await wire.call("session/prompt", {"sessionId": session, "prompt": text("fifth")}) == {
+        "stopReason": "end_turn"}
+    for w in (wire, other, third):
+        await w.close()
+    await rpc.close()
+
+
+async def test_profile_by_meta_and_mcp_servers_reported_ignored(gw: GatewayProcess) -> None:
+    wire = await AcpWire.connect(gw.port, ALICE)
+    answer = await wire.call("session/new", {
+        "cwd": work(gw), "mcpServers": [{"name": "files", "command": "/bin/sh", "args": [], "env": []}],
+        "_meta": {"acpGateway": {"agent": "reference"}}})
+    assert answer["_meta"]["acpGateway"]["ignoredMcpServers"] == ["files"]
+    rpc = await gw.client(ALICE)
+    assert (await rpc.call("task.session.get", {"session_id": answer["sessionId"]}))["agent"] == "reference"
+    for params, field in [({"agent": "no-such-agent"}, "agent"), ({"agent": 3}, "_meta.acpGateway.agent"),
+                          ({"colour": "red"}, "_meta.acpGateway.colour")]:
+        with pytest.raises(AcpWireError) as bad:
+            await wire.call("session/new", {"cwd": work(gw), "mcpServers": [], "_meta": {"acpGateway": params}})
+        assert bad.value.code == -32602 and bad.value.data == {"field": field}
+    with pytest.raises(AcpWireError) as outside:  # the workspace rules are the gateway's, as on /rpc
+        await wire.call("session/new", {"cwd": "/etc", "mcpServers": []})
+    assert outside.value.code == -32011
+    await wire.close()
+    await rpc.close()
+
+
+async def test_bad_input_gets_jsonrpc_errors_and_rpc_is_unaffected(gw: GatewayProcess) -> None:
+    rpc = await gw.client(ALICE)
+    wire = await AcpWire.connect(gw.port, ALICE, initialize=False)
+    # Before initialize: requests are refused, notifications and responses ignored.
+    early = await wire.request("session/new", {"cwd": work(gw), "mcpServers": []})
+    assert early["error"]["code"] == -32600 and "initialize first" in early["error"]["message"]
+    await wire.notify("session/cancel", {"sessionId": "s-x"})
+    await wire.send({"jsonrpc": "2.0", "id": 99, "result": {}})
+    await wire.call("initialize", {"protocolVersion": 1})
+    again = await wire.request("initialize", {"protocolVersion": 1})
+    assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
+    unknown = await wire.request("session/set_mode", {"sessionId": "s-x", "modeId": "ask"})
+    assert unknown["error"]["code"] == -32601 and "session/prompt" in unknown["error"]["message"]
+    await wire.notify("_vendor/whatever", {})  # an unknown notification: no answer
+    # Malformed frames: not JSON, a batch, not JSON-RPC; a binary frame is ignored (the RFD).
+    mark = len(wire.frames)
+    await wire.raw("{not json")
+    await wire.raw('[{"jsonrpc": "2.0", "id": 5, "method": "session/list"}]')
+    await wire.raw('{"jsonrpc": "1.0", "id": 6, "method": "session/list"}')
+    await wire.raw(b'{"jsonrpc": "2.0", "id": 7, "method": "session/list"}')
+    await wire.raw('{"jsonrpc": "2.0", "id": 8, "method": "session/list", "params": 5}')
+    await wire.wait_for(lambda f: f.get("id") == 8, start=mark)
+    errors = [(f.get("id"), f["error"]["code"]) for f in wire.frames[mark:]]
+    assert errors == [(None, -32700), (None, -32600), (6, -32600), (8, -32600)]
+    # Invalid params name the field.
+    bad = await wire.request("session/prompt", {"sessionId": "s-x", "prompt": []})
+    assert bad["error"]["code"] == -32602 and bad["error"]["data"] == {"field": "prompt"}
+    bad = await wire.request("session/load", {"sessionId": "s-x"})
+    assert bad["error"]["code"] == -32602 and bad["error"]["data"] == {"field": "cwd"}
+    # The connection still serves, and so does /rpc.
+    assert (await wire.call("session/list", {}))["sessions"] == []
+    assert (await rpc.call("gateway.info", {}))["owner"] == "alice"
+    await wire.close()
+    await rpc.close()
+
+
+async def test_owners_see_only_their_own_sessions(gw: GatewayProcess) -> None:
+    cwd = work(gw)
+    alice = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(alice, cwd)
+    bob = await AcpWire.connect(gw.port, BOB)
+    assert (await bob.call("session/list", {}))["sessions"] == []
+    for method, params in [("session/load", {"cwd": cwd, "mcpServers": []}),
+                           ("session/resume", {"cwd": cwd, "mcpServers": []}), ("session/close", {})]:
+        with pytest.raises(AcpWireError) as foreign:
+            await bob.call(method, {"sessionId": session, **params})
+        assert foreign.value.code == -32002 and foreign.value.data == {"session_id": session}
+    with pytest.raises(AcpWireError) as foreign:
+        await bob.call("session/prompt", {"sessionId": session, "prompt": text("hi")})
+    assert foreign.value.code == -32602  # never opened on bob's connection; nothing says it exists
+    await bob.notify("session/cancel", {"sessionId": session})
+    assert await alice.call("session/prompt", {"sessionId": session, "prompt": text("still mine")}) == {
+        "stopReason": "end_turn"}
+    with pytest.raises(AcpWireError) as wrong_cwd:
+        await alice.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+    assert wrong_cwd.value.code == -32602 and wrong_cwd.value.data == {"field": "cwd"}
+    # The handshake: a token, and the Origin rule of /rpc.
+    with pytest.raises(websockets.InvalidStatus) as unauthorized:
+        await websockets.connect(f"ws://127.0.0.1:{gw.port}/acp")
+    assert unauthorized.value.response.status_code == 401
+    with pytest.raises(websockets.InvalidStatus) as cross_site:
+        await websockets.connect(f"ws://127.0.0.1:{gw.port}/acp?token={ALICE}", origin="http://evil.example")
+    assert cross_site.value.response.status_code == 403
+    query = await websockets.connect(f"ws://127.0.0.1:{gw.port}/acp?token={ALICE}")
+    await query.close()
+    await alice.close()
+    await bob.close()
+
+
+async def test_second_client_observes_and_is_told_busy(gw: GatewayProcess) -> None:
+    cwd = work(gw)
+    first = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(first, cwd)
+    second = await AcpWire.connect(gw.port, ALICE)
+    await second.call("session/resume", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    hang = asyncio.ensure_future(first.call("session/prompt", {"sessionId": session, "prompt": text("/hang")}))
+    await second.wait_for(is_update("agent_message_chunk", "hanging until cancelled"))
+    with pytest.raises(AcpWireError) as busy:
+        await second.call("session/prompt", {"sessionId": session, "prompt": text("me too")})
+    assert busy.value.code == -32010 and busy.value.data["session_id"] == session
+    # Any client of the owner may cancel the running turn; its prompt answers `cancelled`.
+    await second.notify("session/cancel", {"sessionId": session})
+    assert await asyncio.wait_for(hang, 15) == {"stopReason": "cancelled"}
+    assert await second.call("session/prompt", {"sessionId": session, "prompt": text("my turn")}) == {
+        "stopReason": "end_turn"}
+    await first.wait_for(is_update("agent_message_chunk", "echo: my turn"))
+    await first.close()
+    await second.close()
+
+
+async def test_turn_outlives_the_socket_and_cancel_before_start(gw: GatewayProcess) -> None:
+    cwd = work(gw)
+    wire = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(wire, cwd)
+    await wire.send({"jsonrpc": "2.0", "id": 500, "method": "session/prompt",
+                     "params": {"sessionId": session, "prompt": text("/sleep 1")}})
+    await wire.wait_for(lambda f: f.get("method") == "session/update")
+    await wire.close()  # gone mid-turn: the turn goes on
+    rpc = await gw.client(ALICE)
+    log = EventLog(rpc)
+    await rpc.call("task.session.subscribe", {"session_id": session, "since": 0})
+    ended = await log.wait(lambda e: e["type"] == "turn_ended")
+    assert ended["data"]["stop_reason"] == "end_turn"
+    # Back on a new connection: the whole turn is there, finished while nobody watched.
+    back = await AcpWire.connect(gw.port, ALICE)
+    await back.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    assert ("agent_message_chunk", "done sleeping") in back.texts()
+    await back.close()
+    await rpc.close()
+    # A session/cancel sent right after its prompt cancels that prompt, even before its turn has started: here the
+    # gateway restarted, so the prompt first resumes the agent (the cancel comes while it starts).
+    await gw.stop()
+    await gw.start()
+    back = await AcpWire.connect(gw.port, ALICE)
+    await back.call("session/resume", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    await back.send({"jsonrpc": "2.0", "id": 7, "method": "session/prompt",
+                     "params": {"sessionId": session, "prompt": text("/hang")}})
+    await back.notify("session/cancel", {"sessionId": session})
+    answer = await back.wait_for(is_response(7))
+    assert answer["result"] == {"stopReason": "cancelled"}
+    await back.close()
+
+
+async def test_permission_first_answer_wins(gw: GatewayProcess) -> None:
+    cwd = work(gw)
+    acp_client = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(acp_client, cwd)
+    rpc = await gw.client(ALICE)
+    log = EventLog(rpc)
+    await rpc.call("task.session.subscribe", {"session_id": session})
+
+    # 1. The ACP client answers first; the task.session subscriber's answer comes second: -32009.
+    acp_client.on_request = lambda req: {"outcome": {"outcome": "selected", "optionId": "allow-once"}}
+    assert await acp_client.call("session/prompt", {"sessionId": session, "prompt": text("/permission")}) == {
+        "stopReason": "end_turn"}
+    asked = await log.wait(lambda e: e["type"] == "permission_requested")
+    with pytest.raises(RpcCallError) as late:
+        await rpc.call("task.session.permission.respond", {"session_id": session,
+                                                           "request_id": asked["data"]["request_id"],
+                                                           "option_id": "reject-once"})
+    assert late.value.code == -32009
+    request = next(f for f in acp_client.frames if f.get("method") == "session/request_permission")
+    assert request["params"]["sessionId"] == session
+    assert [o["optionId"] for o in request["params"]["options"]] == ["allow-once", "reject-once"]
+    assert ("agent_message_chunk", 'permission: {"outcome":"selected","optionId":"allow-once"}') in acp_client.texts()
+
+    # 2. The subscriber answers first: the ACP client's open request is withdrawn with $/cancel_request.
+    acp_client.on_request = lambda req: None  # it does not answer
+    mark = len(acp_client.frames)
+    prompt = asyncio.ensure_future(acp_client.call("session/prompt", {"sessionId": session,
+                                                                      "prompt": text("/permission")}))
+    offered = await acp_client.wait_for(lambda f: f.get("method") == "session/request_permission", start=mark)
+    asked = await log.wait(lambda e: e["type"] == "permission_requested" and e["data"]["request_id"] !=
+                           asked["data"]["request_id"])
+    await rpc.call("task.session.permission.respond", {"session_id": session, "request_id": asked["data"]["request_id"],
+                                                       "option_id": "reject-once"})
+    withdrawn = await acp_client.wait_for(lambda f: f.get("method") == "$/cancel_request", start=mark)
+    assert withdrawn["params"] == {"requestId": offered["id"]}
+    assert await asyncio.wait_for(prompt, 15) == {"stopReason": "end_turn"}
+    # Its late answer loses quietly: the agent got the first one.
+    await acp_client.send({"jsonrpc": "2.0", "id": offered["id"],
+                           "result": {"outcome": {"outcome": "selected", "optionId": "allow-once"}}})
+    assert ("agent_message_chunk", 'permission: {"outcome":"selected","optionId":"reject-once"}') in \
+        acp_client.texts(start=mark)
+
+    # 3. A client that attaches while a request waits is asked too, after its load's answer.
+    acp_client.on_request = lambda req: None
+    mark = len(acp_client.frames)
+    prompt = asyncio.ensure_future(acp_client.call("session/prompt", {"sessionId": session,
+                                                                      "prompt": text("/permission")}))
+    await acp_client.wait_for(lambda f: f.get("method") == "session/request_permission", start=mark)
+    late_comer = await AcpWire.connect(gw.port, ALICE)
+    late_comer.on_request = lambda req: {"outcome": {"outcome": "cancelled"}}
+    loaded = await late_comer.request("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    offer = await late_comer.wait_for(lambda f: f.get("method") == "session/request_permission")
+    assert late_comer.frames.index(offer) > late_comer.frames.index(loaded)
+    assert await asyncio.wait_for(prompt, 15) == {"stopReason": "cancelled"}
+    for w in (acp_client, late_comer):
+        await w.close()
+    await rpc.close()
+
+
+async def test_unknown_update_kinds_pass_through(gw: GatewayProcess) -> None:
+    wire = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(wire, work(gw))
+    await wire.call("session/prompt", {"sessionId": session, "prompt": text("/unknown-update")})
+    assert {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}} in wire.updates(session)
+    await wire.close()

@@ -1,0 +1,184 @@
+"""gateway.acp_server.protocol and .updates as tables: the rule ids of the protocol's docstring, one row each, and
+what each journal event becomes for a remote ACP client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.acp_server.protocol import (
+    Decision,
+    Kind,
+    Malformed,
+    Message,
+    Phase,
+    classify,
+    decide,
+    gateway_choice,
+    next_phase,
+)
+from gateway.acp_server.updates import (
+    CaughtUp,
+    Deleted,
+    Notify,
+    Offer,
+    Withdraw,
+    permission_answer,
+    session_info,
+    translate,
+)
+from gateway.events import synthetic_frame
+
+CLASSIFY_TABLE: list[tuple[str, str | bytes, Any]] = [
+    ("F1", "{nope", Malformed("F1", -32700, "Parse error: the frame is not valid JSON")),
+    ("F2", "[]", "F2"),
+    ("F2 a batch", '[{"jsonrpc":"2.0","id":1,"method":"session/list"}]', "F2"),
+    ("F3 a number", "5", "F3"),
+    ("F3 wrong version", '{"jsonrpc":"1.0","id":3,"method":"x"}', ("F3", 3)),
+    ("F3 bool id", '{"jsonrpc":"2.0","id":true,"method":"x"}', ("F3", None)),
+    ("F3 object id", '{"jsonrpc":"2.0","id":{},"method":"x"}', ("F3", None)),
+    ("F3 method not a string", '{"jsonrpc":"2.0","id":4,"method":5}', ("F3", 4)),
+    ("F3 params a string", '{"jsonrpc":"2.0","id":4,"method":"x","params":"p"}', ("F3", 4)),
+    ("F3 result and error", '{"jsonrpc":"2.0","id":4,"result":1,"error":{}}', ("F3", 4)),
+    ("F3 neither", '{"jsonrpc":"2.0","id":4}', ("F3", 4)),
+    ("F4", b'{"jsonrpc":"2.0","id":1,"method":"initialize"}', Malformed(
+        "F4", None, "binary frames are ignored: send JSON-RPC as text frames")),
+    ("request", '{"jsonrpc":"2.0","id":"a","method":"initialize","params":{}}',
+     Message(Kind.REQUEST, "a", "initialize", {})),
+    ("notification", '{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}',
+     Message(Kind.NOTIFICATION, None, "session/cancel", {"sessionId": "s"})),
+    ("null id is a notification", '{"jsonrpc":"2.0","id":null,"method":"session/cancel"}',
+     Message(Kind.NOTIFICATION, None, "session/cancel")),
+    ("response", '{"jsonrpc":"2.0","id":0,"result":{"outcome":{}}}',
+     Message(Kind.RESPONSE, 0, result={"outcome": {}})),
+    ("error response", '{"jsonrpc":"2.0","id":0,"error":{"code":-32800}}',
+     Message(Kind.RESPONSE, 0, error={"code": -32800})),
+]
+
+
+@pytest.mark.parametrize(("rule", "frame", "expected"), CLASSIFY_TABLE, ids=[r[0] for r in CLASSIFY_TABLE])
+def test_classify(rule: str, frame: str | bytes, expected: Any) -> None:
+    got = classify(frame)
+    if isinstance(expected, str):
+        assert isinstance(got, Malformed) and got.rule == expected and got.code == -32600 and got.id is None
+    elif isinstance(expected, tuple):
+        assert isinstance(got, Malformed) and (got.rule, got.id) == expected and got.code == -32600
+    else:
+        assert got == expected
+
+
+def request(method: str) -> Message:
+    return Message(Kind.REQUEST, 1, method)
+
+
+def notification(method: str) -> Message:
+    return Message(Kind.NOTIFICATION, None, method)
+
+
+RESPONSE = Message(Kind.RESPONSE, 1, result={})
+WAITING, READY = Phase.AWAITING_INITIALIZE, Phase.READY
+
+DECIDE_TABLE = [
+    ("C1", WAITING, request("session/new"), Decision.REFUSE_NOT_INITIALIZED, WAITING),
+    ("C1 unknown", WAITING, request("nope"), Decision.REFUSE_NOT_INITIALIZED, WAITING),
+    ("C2 notification", WAITING, notification("session/cancel"), Decision.IGNORE, WAITING),
+    ("C2 response", WAITING, RESPONSE, Decision.IGNORE, WAITING),
+    ("C3", WAITING, request("initialize"), Decision.INITIALIZE, READY),
+    ("C4", READY, request("initialize"), Decision.REFUSE_REINITIALIZE, READY),
+    ("C5 new", READY, request("session/new"), Decision.DISPATCH, READY),
+    ("C5 load", READY, request("session/load"), Decision.DISPATCH, READY),
+    ("C5 resume", READY, request("session/resume"), Decision.DISPATCH, READY),
+    ("C5 list", READY, request("session/list"), Decision.DISPATCH, READY),
+    ("C5 prompt", READY, request("session/prompt"), Decision.DISPATCH, READY),
+    ("C5 close", READY, request("session/close"), Decision.DISPATCH, READY),
+    ("C5 authenticate", READY, request("authenticate"), Decision.DISPATCH, READY),
+    ("C6", READY, request("session/set_mode"), Decision.REFUSE_UNKNOWN_METHOD, READY),
+    ("C6 a notification's name as a request", READY, request("session/cancel"), Decision.REFUSE_UNKNOWN_METHOD, READY),
+    ("C6 extension", READY, request("_vendor/x"), Decision.REFUSE_UNKNOWN_METHOD, READY),
+    ("C7 cancel", READY, notification("session/cancel"), Decision.DISPATCH, READY),
+    ("C7 cancel_request", READY, notification("$/cancel_request"), Decision.DISPATCH, READY),
+    ("C8", READY, notification("_vendor/x"), Decision.IGNORE, READY),
+    ("C8 a request's name as a notification", READY, notification("session/prompt"), Decision.IGNORE, READY),
+    ("C9", READY, RESPONSE, Decision.DELIVER_RESPONSE, READY),
+]
+
+
+@pytest.mark.parametrize(("rule", "phase", "message", "decision", "after"), DECIDE_TABLE,
+                         ids=[r[0] for r in DECIDE_TABLE])
+def test_decide(rule: str, phase: Phase, message: Message, decision: Decision, after: Phase) -> None:
+    assert decide(phase, message) is decision
+    assert next_phase(phase, decision) is after
+
+
+def test_gateway_choice() -> None:
+    assert gateway_choice(None).agent is None
+    assert gateway_choice({"other": 1}).agent is None
+    chosen = gateway_choice({"acpGateway": {"agent": "codex", "title": "t", "taskId": "task-1"}})
+    assert (chosen.agent, chosen.title, chosen.taskId) == ("codex", "t", "task-1")
+
+
+def event(type_: str, data: dict[str, Any], event_id: int | None = 1) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
+        "id": event_id, "type": type_, "session_id": "s-1", "task_id": "t-1", "ts": 0.0, "data": data}})
+
+
+def update(body: dict[str, Any]) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s-1", "update": body}})
+
+
+CHUNK = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
+FUTURE = {"sessionUpdate": "_newer_kind", "anything": [1, {"x": None}]}
+BLOCKS = [{"type": "text", "text": "do it"}, {"type": "resource_link", "uri": "file:///a", "name": "a"}]
+
+TRANSLATE_TABLE: list[tuple[str, bytes, Any]] = [
+    ("an update, untouched", event("session_update", {"update": CHUNK, "replay": False}), Notify((update(CHUNK),))),
+    ("a newer agent's update kind, untouched", event("session_update", {"update": FUTURE, "replay": False}),
+     Notify((update(FUTURE),))),
+    ("an update the agent replayed on restore", event("session_update", {"update": CHUNK, "replay": True}), None),
+    ("the user's prompt", event("turn_started", {"prompt": BLOCKS}),
+     Notify(tuple(update({"sessionUpdate": "user_message_chunk", "content": b}) for b in BLOCKS), tuple(BLOCKS))),
+    ("a permission request", event("permission_requested", {"request_id": "perm-1", "tool_call": {"toolCallId": "c"},
+                                                            "options": [{"optionId": "o"}]}),
+     Offer("perm-1", {"sessionId": "s-1", "toolCall": {"toolCallId": "c"}, "options": [{"optionId": "o"}]})),
+    ("its re-offer", synthetic_frame("permission_requested", {"request_id": "perm-1", "tool_call": None,
+                                                              "options": None, "reoffered": True}, "s-1"),
+     Offer("perm-1", {"sessionId": "s-1", "toolCall": None, "options": []})),
+    ("its answer", event("permission_resolved", {"request_id": "perm-1", "outcome": {}, "by": "user"}),
+     Withdraw("perm-1")),
+    ("a title", event("session_title", {"title": "T"}),
+     Notify((update({"sessionUpdate": "session_info_update", "title": "T"}),))),
+    ("caught up", synthetic_frame("caught_up", {"subscription_id": "sub", "cursor": 3}), CaughtUp()),
+    ("deleted", event("session_deleted", {}), Deleted()),
+    ("a gateway note is not the agent's speech", event("session_message", {"level": "info", "text": "x"}), None),
+    ("a turn's end", event("turn_ended", {"stop_reason": "end_turn"}), None),
+    ("a status", event("session_status", {"state": "RUNNING"}), None),
+    ("a heartbeat", synthetic_frame("heartbeat", {"subscription_id": "sub", "cursor": 3}), None),
+]
+
+
+@pytest.mark.parametrize(("name", "frame", "expected"), TRANSLATE_TABLE, ids=[r[0] for r in TRANSLATE_TABLE])
+def test_translate(name: str, frame: bytes, expected: Any) -> None:
+    assert translate(frame) == expected
+
+
+@pytest.mark.parametrize(("result", "answer"), [
+    ({"outcome": {"outcome": "selected", "optionId": "allow"}}, ("allow", False)),
+    ({"outcome": {"outcome": "cancelled"}}, (None, True)),
+    ({"outcome": {"outcome": "selected"}}, None),
+    ({"outcome": {"outcome": "selected", "optionId": ""}}, None),
+    ({"outcome": "allow_once"}, None),
+    (None, None),
+    ([], None),
+])
+def test_permission_answer(result: Any, answer: Any) -> None:
+    assert permission_answer(result) == answer
+
+
+def test_session_info() -> None:
+    view = {"session_id": "s-1", "cwd": "/w", "title": None, "updated_at": 0.5, "agent": "ref", "state": "COMPLETED",
+            "task_id": "t-1"}
+    assert session_info(view) == {"sessionId": "s-1", "cwd": "/w", "title": None,
+                                  "updatedAt": "1970-01-01T00:00:00.500000Z",
+                                  "_meta": {"acpGateway": {"agent": "ref", "state": "COMPLETED", "taskId": "t-1"}}}
