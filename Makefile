@@ -26,16 +26,19 @@ browser:
 	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
 	  else echo "make test: install Debian's chromium (apt-get install chromium) for the browser test" >&2; exit 1; fi; }
 
-# Real third-party ACP agents for the interop tests, pinned: Auggie needs Node >= 20, which comes from the npm
-# registry too (the `node` package), so the machine's own Node version does not matter; only npm is needed.
+# Real third-party ACP peers for the interop tests, pinned: the Auggie agent, and the official TypeScript SDK (with
+# `ws`) whose WebSocket client drives `/acp`. Auggie needs Node >= 20, which comes from the npm registry too (the
+# `node` package), so the machine's own Node version does not matter; only npm is needed.
 INTEROP := .interop/node_modules
 interop:
-	@test -x $(INTEROP)/.bin/node -a -f $(INTEROP)/@augmentcode/auggie/augment.mjs || { \
+	@test -x $(INTEROP)/.bin/node -a -f $(INTEROP)/@augmentcode/auggie/augment.mjs \
+	  -a -f $(INTEROP)/@agentclientprotocol/sdk/package.json -a -f $(INTEROP)/ws/package.json || { \
 	  command -v npm >/dev/null 2>&1 || { \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	      (apt-get update -qq && apt-get install -y -qq npm) >/dev/null; \
 	    else echo "make test: install npm (apt-get install npm) for the interop tests" >&2; exit 1; fi; }; \
-	  npm install --silent --no-audit --no-fund --prefix .interop node@20 @augmentcode/auggie@0.36.0 >/dev/null; }
+	  npm install --silent --no-audit --no-fund --prefix .interop node@20 @augmentcode/auggie@0.36.0 \
+	    @agentclientprotocol/sdk@2.4.0 ws@8.23.0 >/dev/null; }
 
 # The official Python ACP SDK in a venv of its own (its import name `acp` is also ours), pinned: an agent built on
 # it is checked by `acp-gateway check` in the tests, and its client is the benchmark's baseline.

@@ -18,6 +18,7 @@ from acp.conformance_options import CheckOptions, CheckPrompts
 from acp.conformance_run import run_checks
 from acp.schema_check import acp_v1_schema
 from agents.profiles import load_profiles
+from tests.third_party import sdk_python
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_IDS = {c.id for c in all_checks()}
@@ -212,14 +213,6 @@ async def test_a_slow_initialize_is_an_advisory_finding_and_the_checks_run(tmp_p
     assert startup.result is Result.FAIL and startup.check.tier is Tier.ADVISORY and not startup.fatal
     assert "initialize took 2" in startup.evidence
     assert {by_id[i].result for i in ("ACP-SESSION-001", "ACP-PROMPT-001", "ACP-CANCEL-001")} == {Result.PASS}
-
-
-def sdk_python() -> Path:
-    """The official Python SDK's venv (`make sdk`, pinned); made here if a bare `pytest` runs before it."""
-    python = ROOT / ".sdk-venv" / "bin" / "python"
-    if not (ROOT / ".sdk-venv" / ".installed").exists():
-        subprocess.run(["make", "-s", "sdk"], cwd=ROOT, check=True, timeout=600)
-    return python
 
 
 @pytest.mark.parametrize(("flags", "cancel"), [([], "pass"), (["--echo-once"], "inconclusive")],
