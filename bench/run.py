@@ -129,6 +129,35 @@ async def relay(gw: Gateway, subscribers: int, count: int, batch: bool = False) 
     return [count / (t - t0) for t in done_at]
 
 
+async def acp_relay(gw: Gateway, count: int) -> float:
+    """Rate (updates/s) one remote ACP client on `/acp` received a flood at: the same session, the same flood, as
+    `session/update` notifications instead of `task.session.event`s (each event translated once per group)."""
+    admin = await GatewayClient.connect(gw.url, TOKEN)
+    view = await admin.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
+    c = await websockets.connect(f"ws://127.0.0.1:{gw.port}/acp?token={TOKEN}", max_size=None, compression=None)
+    await c.send(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                               "params": {"protocolVersion": 1}}).decode())
+    await c.recv()
+    resume = {"sessionId": view["session_id"], "cwd": str(WORK), "mcpServers": []}
+    await c.send(orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/resume", "params": resume}).decode())
+    await c.recv()
+
+    async def count_updates() -> float:
+        seen = 0
+        while seen < count:
+            seen += (await c.recv()).count('"method":"session/update"')
+        return time.perf_counter()
+
+    counter = asyncio.ensure_future(count_updates())
+    t0 = time.perf_counter()
+    await admin.call("task.session.prompt", {"session_id": view["session_id"], "prompt": str(count)})
+    done = await asyncio.wait_for(counter, 300)
+    await c.close()
+    await admin.call("task.session.cancel", {"session_id": view["session_id"]})
+    await admin.close()
+    return count / (done - t0)
+
+
 class BareRelay:
     """The baseline relay (bench/bare_relay.py) in its own process, like the gateway, with one subscriber."""
 
@@ -340,12 +369,14 @@ async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     gw = Gateway(tmp / "relay", agents).start()
     await relay(gw, 1, N_UPDATES // 10)  # warm-up: imports, first journal pages, the SQLite cache
     one: list[float] = []
+    acp: list[float] = []
     batched: list[float] = []
     bare: list[float] = []
     sdk: list[float] = []
     # Interleaved, one run of each per round, so a machine that slows down mid-bench slows all of them.
     for _ in range(RUNS):
         one.append((await relay(gw, 1, N_UPDATES))[0])
+        acp.append(await acp_relay(gw, N_UPDATES))
         batched.append((await relay(gw, 1, N_UPDATES, batch=True))[0])
         bare.append(await bare_relay(N_UPDATES))
         rate = sdk_rate(N_UPDATES)
@@ -367,6 +398,8 @@ async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                     statistics.median(one) >= 0.7 * statistics.median(bare), "bare asyncio→websockets relay"))
     rows.append(row("relay, 1 subscriber with subscribe {batch: true}", batched, one, "upd/s", "reported", True,
                     "1 subscriber, a message per event (the default)"))
+    rows.append(row("relay throughput, 1 ACP client on /acp", acp, one, "upd/s", "≥ 0.5× /rpc subscriber",
+                    statistics.median(acp) >= 0.5 * statistics.median(one), "1 /rpc subscriber (task.session.event)"))
 
 
 async def latency_section(tmp: Path, agents: Path, rows: list[str]) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.acp_server.protocol import (
     Decision,
@@ -30,6 +32,7 @@ from gateway.acp_server.updates import (
     translate,
 )
 from gateway.events import synthetic_frame
+from gateway.store import EventRow
 
 CLASSIFY_TABLE: list[tuple[str, str | bytes, Any]] = [
     ("F1", "{nope", Malformed("F1", -32700, "Parse error: the frame is not valid JSON")),
@@ -182,3 +185,27 @@ def test_session_info() -> None:
     assert session_info(view) == {"sessionId": "s-1", "cwd": "/w", "title": None,
                                   "updatedAt": "1970-01-01T00:00:00.500000Z",
                                   "_meta": {"acpGateway": {"agent": "ref", "state": "COMPLETED", "taskId": "t-1"}}}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(update=json_values, replay=st.booleans(), task_id=st.none() | st.text(max_size=30),
+       session_id=st.text(min_size=1, max_size=40), event_id=st.integers(1, 2**62))
+def test_translate_passes_any_update_through(update: Any, replay: bool, task_id: str | None, session_id: str,
+                                             event_id: int) -> None:
+    """Whatever an agent sent as an update reaches the ACP client as it was, under the session's id; an update the
+    agent replayed while the gateway restored it is not sent again."""
+    frame = EventRow(event_id, "session_update", "alice", session_id, task_id, 1.5,
+                     {"update": update, "replay": replay}).frame()
+    got = translate(frame)
+    if replay:
+        assert got is None
+        return
+    assert isinstance(got, Notify) and len(got.frames) == 1
+    assert orjson.loads(got.frames[0]) == {"jsonrpc": "2.0", "method": "session/update",
+                                           "params": {"sessionId": session_id, "update": update}}

@@ -14,7 +14,22 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..events import Subscription
-from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate
+from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate, translate_all
+
+
+@dataclass
+class Translated:
+    """A committed group's events as ACP messages, made once for every ACP client the group goes to."""
+
+    outs: list[Out | None]
+    updates: list[bytes] | None  # when every event is a plain update: their frames, in order
+    shared: dict[str, Any] = field(default_factory=dict)  # their encoding on the wire (the outbox's)
+
+    @classmethod
+    def of(cls, frames: list[bytes]) -> Translated:
+        outs = translate_all(frames)
+        plain = all(isinstance(out, Notify) and out.prompt is None and len(out.frames) == 1 for out in outs)
+        return cls(outs, [out.frames[0] for out in outs if isinstance(out, Notify)] if plain else None)
 
 
 class Wire(Protocol):
@@ -22,7 +37,7 @@ class Wire(Protocol):
 
     def send(self, frame: bytes) -> None: ...
 
-    def send_many(self, frames: list[bytes]) -> None: ...
+    def send_many(self, frames: list[bytes], shared: dict[str, Any] | None = None) -> None: ...
 
     async def drain(self) -> None: ...
 
@@ -61,13 +76,18 @@ class Attachment:
 
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
                   shared: dict[str, Any] | None = None) -> None:
-        """Journal events in id order; `shared` keeps their translation for every other ACP client of the group."""
+        """Journal events in id order. `shared` keeps their translation, and a group of agent updates only (an agent
+        streaming) its encoding on the wire too, for every other ACP client the group goes to."""
         if shared is not None:
-            outs: list[Out | None] | None = shared.get("acp")
-            if outs is None:
-                outs = shared["acp"] = [translate(frame) for frame in frames]
+            translated: Translated | None = shared.get("acp")
+            if translated is None:
+                translated = shared["acp"] = Translated.of(frames)
+            if translated.updates is not None:
+                self.wire.send_many(translated.updates, translated.shared)
+                return
+            outs = translated.outs
         else:
-            outs = [translate(frame) for frame in frames]
+            outs = translate_all(frames)
         updates: list[bytes] = []
         for out in outs:
             if isinstance(out, Notify):

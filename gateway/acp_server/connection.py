@@ -221,8 +221,8 @@ class AcpConnection:
     def send(self, frame: bytes) -> None:
         self.outbox.send(frame, batchable=False)
 
-    def send_many(self, frames: list[bytes]) -> None:
-        self.outbox.send_many(frames)
+    def send_many(self, frames: list[bytes], shared: dict[str, Any] | None = None) -> None:
+        self.outbox.send_many(frames, None, False, shared)
 
     async def drain(self) -> None:
         await self.outbox.drain()

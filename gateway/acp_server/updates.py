@@ -21,7 +21,7 @@ import orjson
 from .protocol import META_KEY, PROTOCOL_VERSION
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made for every update relayed, and a frozen one costs twice as much to make
 class Notify:
     """`session/update` notifications to write as they are."""
 
@@ -64,7 +64,17 @@ def update_frame(session_id: str, update: Any) -> bytes:
 
 def translate(frame: bytes) -> Out | None:
     """One `task.session.event` frame (journal or synthetic) as what an ACP client is sent; None: nothing."""
-    event = orjson.loads(frame)["params"]
+    return translate_event(orjson.loads(frame)["params"])
+
+
+def translate_all(frames: list[bytes]) -> list[Out | None]:
+    """`translate` of each frame, decoded in one call (a whole group: a third of the cost of one call each)."""
+    if len(frames) == 1:
+        return [translate(frames[0])]
+    return [translate_event(message["params"]) for message in orjson.loads(b"[" + b",".join(frames) + b"]")]
+
+
+def translate_event(event: dict[str, Any]) -> Out | None:
     kind, data, session_id = event["type"], event["data"], event["session_id"]
     if kind == "session_update":
         if data.get("replay"):
