@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from gateway.client import GatewayClient, RpcCallError
+from tests.acp_wire import AcpWire, is_update
 from tests.conftest import process_alive, wait_until
-from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, agent_log, reference_profile
 
 LEASE_TTL = 2.0
 
@@ -115,6 +116,31 @@ async def test_started_on_a_watched_on_b_prompted_on_c(cluster: Cluster) -> None
     assert [(e["kind"], e["content"]) for e in history["entries"]] == [
         ("user_message", "hello from c"), ("agent_message", "echo: hello from c")]
     for client in (a, b, c):
+        await client.close()
+
+
+async def test_an_acp_client_on_any_node_drives_a_session_held_by_another(cluster: Cluster) -> None:
+    """ACP over WebSocket in a cluster: a session made by an ACP client on a is loaded and prompted by one on c; the
+    turn runs on a, and every update of it reaches c's client before the prompt's answer, as ACP orders them."""
+    on_a = await AcpWire.connect(cluster.nodes["a"].port, TOKEN)
+    sid = (await on_a.call("session/new", {"cwd": str(cluster.work), "mcpServers": [],
+                                           "_meta": {"acpGateway": {"agent": "ref"}}}))["sessionId"]
+    assert await on_a.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "one"}]}) == {
+        "stopReason": "end_turn"}
+    on_c = await AcpWire.connect(cluster.nodes["c"].port, TOKEN)
+    await on_c.call("session/load", {"sessionId": sid, "cwd": str(cluster.work), "mcpServers": []})
+    assert on_c.texts() == [("user_message_chunk", "one"), ("agent_message_chunk", "echo: one")]
+    mark = len(on_c.frames)
+    answer = await on_c.request("session/prompt", {"sessionId": sid,
+                                                   "prompt": [{"type": "text", "text": "/stream 5"}]})
+    assert answer["result"] == {"stopReason": "end_turn"}
+    before = on_c.frames[mark:on_c.frames.index(answer)]
+    assert [f["params"]["update"]["content"]["text"] for f in before] == [f"chunk {i} " for i in range(5)]
+    await on_a.wait_for(is_update("agent_message_chunk", "chunk 4"))  # the first client watches it live
+    assert len(cluster.agents_running()) == 1
+    a = await cluster.client("a")
+    assert (await a.call("task.session.status", {"session_id": sid}))["resume_reason"] == "agent_running"
+    for client in (on_a, on_c, a):
         await client.close()
 
 
