@@ -104,6 +104,15 @@ class AcpWire:
 
         return await asyncio.wait_for(look(), timeout)
 
+    async def settle(self, done: Callable[[], bool], timeout: float = 30) -> None:
+        """Wait until `done()` holds, re-checking as frames arrive."""
+        async def look() -> None:
+            while not done():
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(look(), timeout)
+
     def updates(self, session_id: str | None = None, start: int = 0) -> list[dict[str, Any]]:
         return [f["params"]["update"] for f in self.frames[start:] if f.get("method") == "session/update"
                 and (session_id is None or f["params"]["sessionId"] == session_id)]

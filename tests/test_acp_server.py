@@ -19,6 +19,7 @@ from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owne
 @pytest.fixture
 async def gw(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     gateway = two_owner_gateway(tmp_path, config='default_agent = "ref"\ncancel_grace = 2.0\n')
+    (gateway.agents_dir / "broken.toml").write_text('id = "broken"\ncommand = ["/bin/false"]\n')
     await gateway.start()
     yield gateway
     await gateway.stop()
@@ -141,6 +142,13 @@ async def test_profile_by_meta_and_mcp_servers_reported_ignored(gw: GatewayProce
     with pytest.raises(AcpWireError) as outside:  # the workspace rules are the gateway's, as on /rpc
         await wire.call("session/new", {"cwd": "/etc", "mcpServers": []})
     assert outside.value.code == -32011
+    # An agent that cannot start: the error says so, and the session is kept (it can be resumed once fixed).
+    with pytest.raises(AcpWireError) as broken:
+        await wire.call("session/new", {"cwd": work(gw), "mcpServers": [],
+                                        "_meta": {"acpGateway": {"agent": "broken"}}})
+    assert broken.value.code == -32015 and "could not start" in broken.value.message
+    kept = broken.value.data["session_id"]
+    assert (await rpc.call("task.session.get", {"session_id": kept}))["agent"] == "broken"
     await wire.close()
     await rpc.close()
 

@@ -24,9 +24,10 @@ async def test_no_flags_on_a_fresh_machine(tmp_path: Path) -> None:
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 env=env)
     assert proc.stdout is not None
-    lines = [(await asyncio.wait_for(proc.stdout.readline(), 30)).decode() for _ in range(4)]
+    lines = [(await asyncio.wait_for(proc.stdout.readline(), 30)).decode() for _ in range(5)]
     port = int(re.search(r"ws://127\.0\.0\.1:(\d+)/rpc", lines[0]).group(1))  # type: ignore[union-attr]
-    token_url = re.search(r"http://127\.0\.0\.1:\d+/\?token=(\S+)", lines[3])
+    assert f"ws://127.0.0.1:{port}/acp" in lines[1]  # where ACP clients connect
+    token_url = re.search(r"http://127\.0\.0\.1:\d+/\?token=(\S+)", lines[4])
     assert token_url is not None
     state = tmp_path / "xdg" / "acp-gateway"
     assert (state / "token").read_text().strip() == token_url.group(1)

@@ -314,6 +314,9 @@ class AcpConnection:
     # -- handlers -------------------------------------------------------------------------------------------------
     async def _initialize(self, p: InitializeParams, msg_id: int | str) -> dict[str, Any]:
         self.client_info = p.clientInfo
+        info = p.clientInfo or {}
+        log.info("ACP connection %s of %s: %s %s, protocol version %d", self.connection_id, self.owner,
+                 info.get("name", "an unnamed client"), info.get("version", ""), p.protocolVersion)
         return initialize_result(self.info.prompt_capabilities, self.info.version, self.info.default_agent,
                                  self.info.agents)
 
