@@ -7,6 +7,7 @@ an error the rules do not allow."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import tempfile
 from collections.abc import Coroutine
@@ -30,6 +31,7 @@ from tests.acp_wire import AcpWire, AcpWireError, is_update
 from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, reference_profile
 
 STEPS = {"count": 0}
+RAN: collections.Counter[str] = collections.Counter()  # rules that did something, over all examples
 HANGING = ("agent_message_chunk", "hanging until cancelled")
 Said = tuple[str, str]
 
@@ -106,6 +108,9 @@ class AcpModel(RuleBasedStateMachine):
             if client.attached:
                 client.owed += [s for s in said if not (client is prompter and s[0] == "user_message_chunk")]
 
+    def attached(self) -> bool:
+        return any(c.attached for c in self.clients)
+
     def _pick(self, i: int, attached: bool | None = None) -> Client | None:
         pool = [c for c in self.clients if attached is None or c.attached == attached]
         return pool[i % len(pool)] if pool else None
@@ -123,15 +128,16 @@ class AcpModel(RuleBasedStateMachine):
     def connect(self) -> None:
         assert self.gateway is not None
         self.clients.append(Client(self.run(AcpWire.connect(self.gateway.port, TOKEN))))
+        RAN["connect"] += 1
 
     @precondition(lambda self: len(self.clients) > 1)
     @rule(i=st.integers(0, 2))
     def disconnect(self, i: int) -> None:
         client = self.clients.pop(i % len(self.clients))
         if self.hang is not None and client.wire is getattr(self.hang, "wire", None):
-            self.hang.cancel()  # its turn goes on without it; nobody is left to read the prompt's answer
-            self.hang = None
+            self._forget_hang()  # its turn goes on without it; nobody is left to read the prompt's answer
         self.run(client.wire.close())
+        RAN["disconnect"] += 1
 
     @rule(i=st.integers(0, 2))
     def load(self, i: int) -> None:
@@ -145,6 +151,7 @@ class AcpModel(RuleBasedStateMachine):
         assert [(f["params"]["update"]["sessionUpdate"], f["params"]["update"]["content"]["text"]) for f in before
                 if f.get("method") == "session/update" and "content" in f["params"]["update"]] == self.conversation
         client.attached, client.start, client.owed = True, mark, list(self.conversation)
+        RAN["load"] += 1
 
     @rule(i=st.integers(0, 2))
     def resume(self, i: int) -> None:
@@ -153,8 +160,9 @@ class AcpModel(RuleBasedStateMachine):
         mark = len(client.wire.frames)
         self.run(client.wire.call("session/resume", {"sessionId": self.session, "cwd": self.cwd, "mcpServers": []}))
         client.attached, client.start, client.owed = True, mark, []
+        RAN["resume"] += 1
 
-    @precondition(lambda self: not self.running)
+    @precondition(lambda self: not self.running and self.attached())
     @rule(i=st.integers(0, 2))
     def prompt(self, i: int) -> None:
         client = self._pick(i, attached=True)
@@ -167,8 +175,9 @@ class AcpModel(RuleBasedStateMachine):
         assert answer == {"stopReason": "end_turn"}, answer
         self.turns_ended += 1
         self._said(client, [("user_message_chunk", text), ("agent_message_chunk", f"echo: {text}")])
+        RAN["prompt"] += 1
 
-    @precondition(lambda self: not self.running)
+    @precondition(lambda self: not self.running and self.attached())
     @rule(i=st.integers(0, 2))
     def hang_turn(self, i: int) -> None:
         client = self._pick(i, attached=True)
@@ -182,8 +191,9 @@ class AcpModel(RuleBasedStateMachine):
         self.run(client.wire.wait_for(is_update(*HANGING), start=mark))
         self.hang, self.running = task, True
         self._said(client, [("user_message_chunk", "/hang"), HANGING])
+        RAN["hang_turn"] += 1
 
-    @precondition(lambda self: self.running)
+    @precondition(lambda self: self.running and self.attached())
     @rule(i=st.integers(0, 2))
     def prompt_while_busy(self, i: int) -> None:
         client = self._pick(i, attached=True)
@@ -193,8 +203,9 @@ class AcpModel(RuleBasedStateMachine):
                                                                 "prompt": [{"type": "text", "text": "busy?"}]},
                                      {-32010}))
         assert isinstance(answer, AcpWireError) and answer.code == -32010, answer
+        RAN["prompt_while_busy"] += 1
 
-    @precondition(lambda self: self.running)
+    @precondition(lambda self: self.running and self.attached())
     @rule(i=st.integers(0, 2))
     def cancel(self, i: int) -> None:
         client = self._pick(i, attached=True)
@@ -202,6 +213,13 @@ class AcpModel(RuleBasedStateMachine):
             return
         self.run(client.wire.notify("session/cancel", {"sessionId": self.session}))
         self._running_turn_ends()
+        RAN["cancel"] += 1
+
+    def _forget_hang(self) -> None:
+        if self.hang is not None:
+            self.hang.cancel()
+            self.loop.run_until_complete(asyncio.gather(self.hang, return_exceptions=True))
+        self.hang = None
 
     def _running_turn_ends(self) -> None:
         if self.hang is not None:
@@ -209,6 +227,7 @@ class AcpModel(RuleBasedStateMachine):
         self.run(self._turn_ended())
         self.hang, self.running = None, False
 
+    @precondition(lambda self: self.attached())
     @rule(i=st.integers(0, 2))
     def close(self, i: int) -> None:
         client = self._pick(i, attached=True)
@@ -219,6 +238,7 @@ class AcpModel(RuleBasedStateMachine):
         client.attached = False
         if own_turn:  # the turn it started ends with it
             self._running_turn_ends()
+        RAN["close"] += 1
 
     @rule(kill=st.booleans())
     def restart(self, kill: bool) -> None:
@@ -227,12 +247,12 @@ class AcpModel(RuleBasedStateMachine):
             self.run(client.wire.close())
         self.run(self.rpc.close())
         self.run(self.gateway.kill9() if kill else self.gateway.stop())
-        if self.hang is not None:
-            self.hang.cancel()
-        self.hang, self.running, self.clients = None, False, []
+        self._forget_hang()
+        self.running, self.clients = False, []
         self.run(self.gateway.start())
         self.clients.append(Client(self.run(AcpWire.connect(self.gateway.port, TOKEN))))
         self.run(self._observe())
+        RAN["restart"] += 1
 
     # -- invariants -----------------------------------------------------------------------------------------------
     @invariant()
@@ -253,6 +273,7 @@ class AcpModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            self._forget_hang()
             if self.gateway is not None:
                 for client in self.clients:
                     self.run(client.wire.close())
@@ -269,6 +290,10 @@ class AcpModel(RuleBasedStateMachine):
 
 def test_acp_clients_model() -> None:
     STEPS["count"] = 0
+    RAN.clear()
     run_state_machine_as_test(AcpModel, settings=settings(
-        max_examples=5, stateful_step_count=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)))
-    assert STEPS["count"] >= 80, f"only {STEPS['count']} steps ran"
+        max_examples=8, stateful_step_count=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)))
+    assert STEPS["count"] >= 120, f"only {STEPS['count']} steps ran"
+    rules = {"connect", "disconnect", "load", "resume", "prompt", "hang_turn", "prompt_while_busy", "cancel", "close",
+             "restart"}
+    assert set(RAN) == rules, f"rules that never did anything: {rules - set(RAN)} ({RAN})"

@@ -45,7 +45,8 @@ class Wire(Protocol):
 
     def withdraw(self, attachment: Attachment, request_id: str) -> None: ...
 
-    def own_turn_started(self, attachment: Attachment) -> None: ...
+    def own_turn_started(self, session_id: str, prompt: tuple[dict[str, Any], ...]) -> bool:
+        """A turn of the session started with this prompt: True when this connection sent it."""
 
     def deleted(self, attachment: Attachment) -> None: ...
 
@@ -59,7 +60,6 @@ class Attachment:
     live: bool = False  # the replay is over
     caught_up: bool = False
     deferred: list[Offer] = field(default_factory=list)  # re-offers that came during the replay
-    own_prompts: list[tuple[dict[str, Any], ...]] = field(default_factory=list)  # sent by this connection, running
     offers: dict[str, int] = field(default_factory=dict)  # gateway permission request id -> this connection's id
 
     # -- the Sink of the subscription --------------------------------------------------------------------------
@@ -91,10 +91,8 @@ class Attachment:
         updates: list[bytes] = []
         for out in outs:
             if isinstance(out, Notify):
-                if out.prompt is not None and self.live and out.prompt in self.own_prompts:
-                    self.own_prompts.remove(out.prompt)  # the client has its own prompt: no echo
-                    self.wire.own_turn_started(self)
-                    continue
+                if out.prompt is not None and self.live and self.wire.own_turn_started(self.session_id, out.prompt):
+                    continue  # the client has its own prompt: no echo
                 updates.extend(out.frames)
             elif out is not None and self.live:  # a replay's permission requests and answers are history
                 if updates:

@@ -104,8 +104,11 @@ class AcpConnection:
         self.client_info: dict[str, Any] | None = None
         self.attachments: dict[str, Attachment] = {}
         self.outbound: dict[int, tuple[Attachment, str]] = {}  # our request id -> (attachment, permission request)
-        self.prompts: dict[int | str, Attachment] = {}  # the client's session/prompt ids in flight
-        self.cancel_pending: set[str] = set()  # sessions whose cancel waits for this connection's turn to start
+        self.prompts: dict[int | str, str] = {}  # the client's session/prompt ids in flight -> their session
+        # Per session, the prompts this connection sent whose turn has not started yet (their echo is not sent back),
+        # and the sessions whose cancel waits for such a turn to start.
+        self.own_prompts: dict[str, list[tuple[dict[str, Any], ...]]] = {}
+        self.cancel_pending: set[str] = set()
         self.in_flight = 0
         self._ids = itertools.count(0)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -254,10 +257,22 @@ class AcpConnection:
         self.outbound.pop(out_id, None)
         self.send(orjson.dumps({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": out_id}}))
 
-    def own_turn_started(self, attachment: Attachment) -> None:
-        if attachment.session_id in self.cancel_pending:  # cancelled before its turn had started: cancel it now
-            self.cancel_pending.discard(attachment.session_id)
-            self._spawn(self._cancel_turn(attachment.session_id))
+    def own_turn_started(self, session_id: str, prompt: tuple[dict[str, Any], ...]) -> bool:
+        waiting = self.own_prompts.get(session_id)
+        if not waiting or prompt not in waiting:
+            return False
+        self._unwait(session_id, prompt)
+        if session_id in self.cancel_pending:  # cancelled before its turn had started: cancel it now
+            self.cancel_pending.discard(session_id)
+            self._spawn(self._cancel_turn(session_id))
+        return True
+
+    def _unwait(self, session_id: str, prompt: tuple[dict[str, Any], ...]) -> None:
+        waiting = self.own_prompts.get(session_id, [])
+        if prompt in waiting:
+            waiting.remove(prompt)
+        if not waiting:
+            self.own_prompts.pop(session_id, None)
 
     def deleted(self, attachment: Attachment) -> None:
         self._detach(attachment)
@@ -302,7 +317,6 @@ class AcpConnection:
         for out_id in attachment.offers.values():
             self.outbound.pop(out_id, None)
         attachment.offers.clear()
-        self.cancel_pending.discard(attachment.session_id)
 
     def closed(self) -> None:
         """The socket is gone: its sessions live on (a running turn too); only this connection's links end."""
@@ -387,10 +401,10 @@ class AcpConnection:
         return answer
 
     async def _prompt(self, p: PromptParams, msg_id: int | str) -> dict[str, Any]:
-        attachment = self._attached(p.sessionId)
+        self._attached(p.sessionId)
         blocks = tuple(p.prompt)
-        attachment.own_prompts.append(blocks)
-        self.prompts[msg_id] = attachment
+        self.own_prompts.setdefault(p.sessionId, []).append(blocks)
+        self.prompts[msg_id] = p.sessionId
         try:
             result = await self.sessions.prompt(self.owner, p.sessionId, list(blocks))
             # On a journal other nodes write too (a turn run by another node), the turn's events reach this node's
@@ -398,8 +412,8 @@ class AcpConnection:
             await self.bus.refresh(self.owner)
         finally:
             self.prompts.pop(msg_id, None)
-            if blocks in attachment.own_prompts:  # refused, or its turn never started: no echo will come
-                attachment.own_prompts.remove(blocks)
+            if blocks in self.own_prompts.get(p.sessionId, []):  # refused, or its turn never started: no echo comes
+                self._unwait(p.sessionId, blocks)
                 self.cancel_pending.discard(p.sessionId)
         return {"stopReason": result["stop_reason"]}
 
@@ -408,7 +422,7 @@ class AcpConnection:
         if attachment is None:
             await self.sessions.row(self.owner, p.sessionId)  # -32002 for a session that is not there
             return {}
-        if any(a is attachment for a in self.prompts.values()):  # the turn this client started ends with it
+        if p.sessionId in self.prompts.values():  # the turn this client started ends with it
             await self._cancel_turn(p.sessionId)
         self._detach(attachment)
         return {}
@@ -418,14 +432,14 @@ class AcpConnection:
         attachment = self.attachments.get(p.sessionId)
         if attachment is None:
             return
-        if attachment.own_prompts:  # its turn may not have started yet: cancelled as soon as it does
+        if self.own_prompts.get(p.sessionId):  # its turn may not have started yet: cancelled as soon as it does
             self.cancel_pending.add(p.sessionId)
         self._spawn(self._cancel_turn(p.sessionId))
 
     def _cancel_request(self, p: CancelRequestParams) -> None:
-        attachment = self.prompts.get(p.requestId)
-        if attachment is not None:  # a session/prompt: its turn is cancelled, and it answers `cancelled`
-            self._cancel(SessionParams(sessionId=attachment.session_id))
+        session_id = self.prompts.get(p.requestId)
+        if session_id is not None:  # a session/prompt: its turn is cancelled, and it answers `cancelled`
+            self._cancel(SessionParams(sessionId=session_id))
 
     async def _cancel_turn(self, session_id: str) -> None:
         try:
