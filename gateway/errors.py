@@ -14,6 +14,8 @@ import sqlite3
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
+
 # The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
@@ -23,8 +25,8 @@ __all__ = [
     "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
     "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal",
     "busy", "internal_error", "invalid_params", "is_storage_error", "limit_exceeded", "log_fault", "not_found",
-    "not_resumable", "permission_not_found", "resync_required", "storage_failed", "subscription_not_found",
-    "unexpected", "workspace_missing", "workspace_refused",
+    "not_resumable", "params_refused", "permission_not_found", "resync_required", "storage_failed",
+    "subscription_not_found", "unexpected", "workspace_missing", "workspace_refused",
 ]
 
 UNAUTHORIZED = -32001
@@ -85,6 +87,14 @@ class GatewayError(Exception):
 
 def invalid_params(field: str, message: str) -> GatewayError:
     return GatewayError(INVALID_PARAMS, message, {"field": field})
+
+
+def params_refused(exc: ValidationError, prefix: tuple[str, ...] = ()) -> GatewayError:
+    """The first thing pydantic refused in a request's params, as -32602 naming its field by its dotted path
+    (`prefix` first: where the validated object sits in the params)."""
+    first = exc.errors()[0]
+    where = ".".join([*prefix, *(str(part) for part in first["loc"])]) or "params"
+    return invalid_params(where, f"Invalid params: {where}: {first['msg']}")
 
 
 def internal_error(error_id: str) -> GatewayError:

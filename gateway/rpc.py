@@ -42,6 +42,7 @@ from .errors import (
     PARSE_ERROR,
     GatewayError,
     limit_exceeded,
+    params_refused,
     subscription_not_found,
     unexpected,
 )
@@ -183,9 +184,8 @@ class RpcAdapter:
             try:
                 parsed = model.model_validate(params)
             except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "params"
-                return Error(INVALID_PARAMS, f"Invalid params: {where}: {first['msg']}", {"field": where})
+                refused = params_refused(exc)
+                return Error(refused.code, refused.message, refused.data)
             started, outcome = time.perf_counter(), "ok"
             try:
                 return Success(await handler(ctx, parsed))

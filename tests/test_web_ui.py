@@ -11,6 +11,7 @@ from pathlib import Path
 import playwright.async_api as playwright_api
 import pytest
 
+from tests.acp_wire import AcpWire, is_update
 from tests.gateway_harness import GatewayProcess, free_port, reference_profile
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -191,6 +192,42 @@ async def test_permission_inline_with_its_diff_and_answer(gateway: GatewayProces
     await card.locator("button[data-option-id='allow-once']").click()
     await expect(card.locator(".answered")).to_have_text("Answered: Allow once (by user)")
     await expect(page.locator(".msg.agent").last).to_contain_text('"optionId":"allow-once"')
+    assert errors == []
+
+
+async def test_a_remote_acp_clients_session_is_shared_with_the_page(gateway: GatewayProcess,
+                                                                   browser: playwright_api.Browser,
+                                                                   tmp_path: Path) -> None:
+    """A session an ACP client made on /acp is an ordinary session on the page: listed, its conversation shown, the
+    page's prompt seen by the client, and a permission the client's turn asked for answered on the page."""
+    acp = await AcpWire.connect(gateway.port, str(gateway.token))
+    sid = (await acp.call("session/new", {"cwd": str(tmp_path / "work"), "mcpServers": [],
+                                          "_meta": {"acpGateway": {"title": "from an ACP client"}}}))["sessionId"]
+    await acp.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hello from ACP"}]})
+    page, errors = await new_page(browser)
+    await page.goto(ui_url(gateway))
+    await expect(page.locator("#stream")).to_have_text("live")
+    await page.locator("#sessions li", has_text="from an ACP client").click()
+    await expect(page.locator(".msg.user").first).to_have_text("hello from ACP")
+    await expect(page.locator(".msg.agent").last).to_contain_text("echo: hello from ACP")
+    mark = len(acp.frames)
+    await say(page, "hello from the page")
+    await acp.wait_for(is_update("agent_message_chunk", "echo: hello from the page"), start=mark)
+    assert acp.texts(start=mark) == [("user_message_chunk", "hello from the page"),
+                                     ("agent_message_chunk", "echo: hello from the page")]
+    acp.on_request = lambda request: None  # the client leaves the question to the page
+    prompt = asyncio.ensure_future(acp.call("session/prompt", {"sessionId": sid,
+                                                               "prompt": [{"type": "text", "text": "/permission"}]}))
+    card = page.locator(".card.permission")
+    await expect(card).to_contain_text("Permission: Write notes.txt")
+    await shot(page, "ui-acp-client-session")
+    await card.locator("button[data-option-id='allow-once']").click()
+    withdrawn = await acp.wait_for(lambda f: f.get("method") == "$/cancel_request", start=mark)
+    asked = next(f for f in acp.frames if f.get("method") == "session/request_permission")
+    assert withdrawn["params"] == {"requestId": asked["id"]}
+    assert await asyncio.wait_for(prompt, 15) == {"stopReason": "end_turn"}
+    await expect(page.locator(".msg.agent").last).to_contain_text('"optionId":"allow-once"')
+    await acp.close()
     assert errors == []
 
 

@@ -28,6 +28,7 @@ from ..errors import (
     invalid_params,
     limit_exceeded,
     log_fault,
+    params_refused,
     unexpected,
 )
 from ..events import EventBus
@@ -343,9 +344,7 @@ class AcpConnection:
         try:
             choice = gateway_choice(p.meta)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(["_meta", META_KEY, *(str(part) for part in first["loc"])])
-            raise invalid_params(where, f"Invalid params: {where}: {first['msg']}") from None
+            raise params_refused(exc, ("_meta", META_KEY)) from None
         await self.bus.refresh(self.owner)
         since = self.bus.head(self.owner)  # the new session's events all come after it
         view = await self.sessions.start(self.owner, agent=choice.agent or self.info.default_agent, cwd=p.cwd,
@@ -461,9 +460,7 @@ def parse_params(method: Method, params: Any) -> Any:
     try:
         return PARAMS[method].model_validate(params or {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "params"
-        raise invalid_params(where, f"Invalid params: {where}: {first['msg']}") from None
+        raise params_refused(exc) from None
 
 
 def _no_additional_directories(directories: list[str] | None) -> None:
