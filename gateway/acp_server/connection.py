@@ -102,7 +102,6 @@ class AcpConnection:
         self.info = info
         self.connection_id = connection_id
         self.phase = Phase.AWAITING_INITIALIZE
-        self.client_info: dict[str, Any] | None = None
         self.attachments: dict[str, Attachment] = {}
         self.outbound: dict[int, tuple[Attachment, str]] = {}  # our request id -> (attachment, permission request)
         self.prompts: dict[int | str, str] = {}  # the client's session/prompt ids in flight -> their session
@@ -328,7 +327,6 @@ class AcpConnection:
 
     # -- handlers -------------------------------------------------------------------------------------------------
     async def _initialize(self, p: InitializeParams, msg_id: int | str) -> dict[str, Any]:
-        self.client_info = p.clientInfo
         info = p.clientInfo or {}
         log.info("ACP connection %s of %s: %s %s, protocol version %d", self.connection_id, self.owner,
                  info.get("name", "an unnamed client"), info.get("version", ""), p.protocolVersion)
