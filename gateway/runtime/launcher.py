@@ -25,7 +25,7 @@ from acp.session_setup import RestoreResult, establish_session
 from agents.profiles import AgentProfile
 
 from .. import metrics
-from ..errors import not_resumable, workspace_missing, workspace_refused
+from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
 from ..store import SessionRow, StoreBase
 from . import reaper, workspace
 from .broker import PermissionBroker
@@ -130,7 +130,7 @@ class Launcher:
             return result
         except Exception as exc:  # a bug must not leave the session STARTING forever
             await self.cluster.release(row.id)
-            log.exception("launch of session %s failed", row.id)
+            log_fault(log, f"launch of session {row.id} failed", exc)  # a store fault or a fenced write: one line
             with contextlib.suppress(Exception):
                 current = await self.store.sessions.get(row.id)
                 if current is not None and SessionState(current.state) == SessionState.STARTING:
