@@ -210,9 +210,10 @@ async def test_a_remote_acp_clients_session_is_shared_with_the_page(gateway: Gat
     await page.locator("#sessions li", has_text="from an ACP client").click()
     await expect(page.locator(".msg.user").first).to_have_text("hello from ACP")
     await expect(page.locator(".msg.agent").last).to_contain_text("echo: hello from ACP")
-    mark = len(acp.frames)
+    mark, turns = len(acp.frames), await page.locator(".msg.turn").count()
     await say(page, "hello from the page")
     await acp.wait_for(is_update("agent_message_chunk", "echo: hello from the page"), start=mark)
+    await expect(page.locator(".msg.turn")).to_have_count(turns + 1)  # the page's turn is over: the client may prompt
     assert acp.texts(start=mark) == [("user_message_chunk", "hello from the page"),
                                      ("agent_message_chunk", "echo: hello from the page")]
     acp.on_request = lambda request: None  # the client leaves the question to the page
