@@ -23,31 +23,36 @@ async def test_no_flags_on_a_fresh_machine(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli", "serve", "--port", "0",
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 env=env)
-    assert proc.stdout is not None
-    lines = [(await asyncio.wait_for(proc.stdout.readline(), 30)).decode() for _ in range(5)]
-    port = int(re.search(r"ws://127\.0\.0\.1:(\d+)/rpc", lines[0]).group(1))  # type: ignore[union-attr]
-    assert f"ws://127.0.0.1:{port}/acp" in lines[1]  # where ACP clients connect
-    token_url = re.search(r"http://127\.0\.0\.1:\d+/\?token=(\S+)", lines[4])
-    assert token_url is not None
-    state = tmp_path / "xdg" / "acp-gateway"
-    assert (state / "token").read_text().strip() == token_url.group(1)
-    assert (state / "token").stat().st_mode & 0o777 == 0o600
-    client = await GatewayClient.connect(f"ws://127.0.0.1:{port}/rpc", token_url.group(1))
-    # Sessions run under the user's home by default; elsewhere is refused, saying which rule.
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    with pytest.raises(RpcCallError) as info:
-        await client.call("task.session.start", {"cwd": str(outside)})
-    assert (info.value.code, info.value.data["rule"]) == (-32011, "outside_workspace_roots")
-    work = tmp_path / "home" / "project"
-    work.mkdir(parents=True)
-    view = await client.call("task.session.start", {"cwd": str(work), "wait_ready": True})
-    assert view["agent"] == "reference" and view["state"] == "WAITING_FOR_INPUT"
-    assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hi"}) == \
-        {"stop_reason": "end_turn"}
-    await client.close()
-    proc.send_signal(signal.SIGTERM)
-    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    try:
+        assert proc.stdout is not None
+        lines = [(await asyncio.wait_for(proc.stdout.readline(), 30)).decode() for _ in range(5)]
+        port = int(re.search(r"ws://127\.0\.0\.1:(\d+)/rpc", lines[0]).group(1))  # type: ignore[union-attr]
+        assert f"ws://127.0.0.1:{port}/acp" in lines[1]  # where ACP clients connect
+        token_url = re.search(r"http://127\.0\.0\.1:\d+/\?token=(\S+)", lines[4])
+        assert token_url is not None
+        state = tmp_path / "xdg" / "acp-gateway"
+        assert (state / "token").read_text().strip() == token_url.group(1)
+        assert (state / "token").stat().st_mode & 0o777 == 0o600
+        client = await GatewayClient.connect(f"ws://127.0.0.1:{port}/rpc", token_url.group(1))
+        # Sessions run under the user's home by default; elsewhere is refused, saying which rule.
+        outside = tmp_path / "elsewhere"
+        outside.mkdir()
+        with pytest.raises(RpcCallError) as info:
+            await client.call("task.session.start", {"cwd": str(outside)})
+        assert (info.value.code, info.value.data["rule"]) == (-32011, "outside_workspace_roots")
+        work = tmp_path / "home" / "project"
+        work.mkdir(parents=True)
+        view = await client.call("task.session.start", {"cwd": str(work), "wait_ready": True})
+        assert view["agent"] == "reference" and view["state"] == "WAITING_FOR_INPUT"
+        assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hi"}) == \
+            {"stop_reason": "end_turn"}
+        await client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:  # a failed assertion must not leave the gateway serving (it is nobody's GatewayProcess)
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     # The reference agent kept its sessions in the gateway's state directory.
     assert list((state / "reference-agent").glob("ref-*.json"))
 
