@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import ipaddress
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from http import HTTPStatus
 from importlib import resources
 from typing import Any, Protocol
@@ -217,36 +218,29 @@ class GatewayServer:
             self.per_owner[owner] -= 1
 
     async def _serve_acp(self, connection: ServerConnection, owner: str, acp_id: str) -> None:
-        """A remote ACP client: frames in order, each answered by its `AcpPeer` (gateway.acp_server)."""
+        """A remote ACP client: each frame answered by its `AcpPeer` (gateway.acp_server)."""
         assert self.acp is not None
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
         peer = self.acp(owner, outbox, acp_id)
-        self.connections.add(connection)
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            async for frame in connection:
-                task = start_eagerly(peer.handle(frame))
-                if task is not None:
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-        except Exception as exc:  # a broken connection is that client's problem only
-            log.debug("ACP connection %s closed: %s", acp_id, exc)
-        finally:
-            self.connections.discard(connection)
-            peer.closed()
-            outbox.close()
-            for task in tasks:
-                task.cancel()
+        await self._serve_frames(connection, outbox, peer.handle, peer.closed)
 
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
+        """A frontend of the API: each frame answered by the JSON-RPC adapter."""
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
         ctx = RpcContext(owner=owner, sink=outbox)
+        await self._serve_frames(connection, outbox, functools.partial(self._answer, outbox, ctx),
+                                 lambda: self.adapter.connection_closed(ctx))
+
+    async def _serve_frames(self, connection: ServerConnection, outbox: Outbox,
+                            handle: Callable[[str | bytes], Coroutine[Any, Any, None]],
+                            closed: Callable[[], None]) -> None:
+        """Every frame of a connection, in arrival order, handed to `handle`; `closed` once the connection is gone."""
         self.connections.add(connection)
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for frame in connection:
                 # Most calls never suspend: they are answered now, without a task (see gateway.eager).
-                task = start_eagerly(self._answer(outbox, ctx, frame))
+                task = start_eagerly(handle(frame))
                 if task is not None:
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
@@ -254,7 +248,7 @@ class GatewayServer:
             log.debug("connection closed: %s", exc)
         finally:
             self.connections.discard(connection)
-            self.adapter.connection_closed(ctx)
+            closed()
             outbox.close()
             for task in tasks:
                 task.cancel()

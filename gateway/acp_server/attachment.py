@@ -57,8 +57,7 @@ class Attachment:
     wire: Wire
     on_caught_up: Callable[[], None] | None = None  # writes the answer of a session/load or session/resume
     subscription: Subscription | None = None
-    live: bool = False  # the replay is over
-    caught_up: bool = False
+    live: bool = False  # the replay is over (`caught_up` came): events are live, permission requests are put
     deferred: list[Offer] = field(default_factory=list)  # re-offers that came during the replay
     offers: dict[str, int] = field(default_factory=dict)  # gateway permission request id -> this connection's id
 
@@ -116,7 +115,6 @@ class Attachment:
 
     def _caught_up(self) -> None:
         """The journal part is sent: the answer goes now (before any live event), then what waited for it."""
-        self.caught_up = True
         self.live = True
         answer, self.on_caught_up = self.on_caught_up, None
         if answer is not None:

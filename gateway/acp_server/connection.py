@@ -305,7 +305,7 @@ class AcpConnection:
         if answer_first is not None:
             answer_first()
         await self.bus.start_replay(attachment.subscription)
-        if not attachment.caught_up:  # the replay failed: the log has it under the subscription's id
+        if not attachment.live:  # the replay failed: the log has it under the subscription's id
             self._detach(attachment)
             raise internal_error(attachment.subscription.id)
 
