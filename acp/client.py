@@ -75,6 +75,7 @@ class AcpClient:
     ) -> None:
         self.process = process
         self.cwd = os.path.realpath(cwd)
+        self.extra_roots: tuple[str, ...] = ()  # the session's additional directories, once sent to the agent
         self.on_update = on_update
         self.on_permission = on_permission
         self.on_ext_notification = on_ext_notification
@@ -127,6 +128,8 @@ class AcpClient:
                     "clientCapabilities": {
                         "fs": {"readTextFile": True, "writeTextFile": True},
                         "terminal": False,
+                        # Boolean config options are relayed and set like selects (acp.session_config).
+                        "session": {"configOptions": {"boolean": {}}},
                     },
                     "clientInfo": CLIENT_INFO,
                 },
@@ -198,12 +201,12 @@ class AcpClient:
         if method == "fs/read_text_file":
             read = _parse(ReadTextFileRequest, params, method)
             content = await self.files.run(f"reading {read.path}", fs.read_text_file, self.cwd, read.path,
-                                           read.line, read.limit, self.options.never_serve)
+                                           read.line, read.limit, self.options.never_serve, self.extra_roots)
             return {"content": content}
         if method == "fs/write_text_file":
             write = _parse(WriteTextFileRequest, params, method)
             await self.files.run(f"writing {write.path}", fs.write_text_file, self.cwd, write.path, write.content,
-                                 self.options.never_serve)
+                                 self.options.never_serve, self.extra_roots)
             return {}
         if method == "session/request_permission":
             _parse(RequestPermissionRequest, params, method)

@@ -25,7 +25,7 @@ from .auth import choose_auth_method
 from .client import AcpClient, ClientOptions
 from .conformance_options import CheckOptions
 from .errors import AUTH_REQUIRED, RESOURCE_NOT_FOUND, RequestTimeout, RpcError
-from .models import STOP_REASONS, AuthMethod
+from .models import STOP_REASONS, AuthMethod, conversation
 from .process import AgentProcess
 from .schema_check import Violation, acp_v1_schema
 
@@ -456,7 +456,7 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str) -> str:
         if turn.done():  # over before the cancel could be sent: nothing to judge
             raced = f"the turn ended ({turn.result().get('stopReason')!r}) before session/cancel could be sent"
             continue
-        updates_at_cancel = len(p.updates)
+        updates_at_cancel = len(conversation(p.updates))
         await p.client.cancel(sid)
         try:
             result = await asyncio.wait_for(turn, CANCEL_GRACE)
@@ -469,12 +469,12 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str) -> str:
         if reason == "cancelled":
             answered_at = len(p.updates)
             await _settle(p)
-            late = [u for u in p.updates[answered_at:] if u.get("sessionId") == sid]
+            late = [u for u in conversation(p.updates[answered_at:]) if u.get("sessionId") == sid]
             if late:
                 raise CheckFailed(f"{len(late)} update(s) for the session came after the 'cancelled' answer; the "
                                   "agent must send them before it answers")
             return "stopReason 'cancelled' after session/cancel, no update after the answer"
-        if len(p.updates) > updates_at_cancel:
+        if len(conversation(p.updates)) > updates_at_cancel:
             raise CheckFailed(f"the turn went on after session/cancel and ended with stopReason {reason!r}")
         raced = f"the turn ended ({reason!r}) as session/cancel was sent, with no update after it"
     raise CheckInconclusive(f"{raced}, twice (the second time with a longer task): the agent's turns end too soon "
@@ -526,7 +526,7 @@ async def load_replays(ctx: CheckContext) -> str:
         raise CheckFailed(f"session/load of {sid!r} answered {err.code} {err.message}") from None
     before = list(second.updates)
     await _settle(second)
-    late = second.updates[len(before):]
+    late = conversation(second.updates[len(before):])  # commands or usage reported after the answer are not replay
     users = "".join(_chunk_text(u, "user_message_chunk") for u in before)
     if late:
         raise CheckFailed(f"{len(late)} update(s) arrived after the session/load answer (replay must come first)")
@@ -566,8 +566,9 @@ async def resume_no_replay(ctx: CheckContext) -> str:
     except RpcError as err:
         raise CheckFailed(f"session/resume of {sid!r} answered {err.code} {err.message}") from None
     await _settle(second)
-    if second.updates:
-        raise CheckFailed(f"session/resume replayed {len(second.updates)} update(s); resume must not replay")
+    replayed = conversation(second.updates)  # a report of its commands or usage is not a replay
+    if replayed:
+        raise CheckFailed(f"session/resume replayed {len(replayed)} update(s); resume must not replay")
     try:
         result = await second.prompt(sid, "What word did I ask you to remember?")
     except RpcError as err:

@@ -1,4 +1,4 @@
-"""The client's file methods (`fs/read_text_file`, `fs/write_text_file`), confined to one directory.
+"""The client's file methods (`fs/read_text_file`, `fs/write_text_file`), confined to the session's directories.
 
 Confinement is decided on the fully resolved path (symlinks followed), so `..`, absolute paths
 elsewhere and symlinks pointing out of the session's cwd are all refused the same way. The final
@@ -24,23 +24,32 @@ SYSTEM_DIRECTORIES = ("/proc", "/sys", "/dev")
 def confine(root: str | os.PathLike[str], path: str, never_serve: Sequence[str] = ()) -> Path:
     """Resolve `path` (absolute, or relative to `root`) and refuse it unless it lies inside `root`, and outside
     the system directories and `never_serve`."""
+    return confine_within((root,), path, never_serve)[1]
+
+
+def confine_within(roots: Sequence[str | os.PathLike[str]], path: str,
+                   never_serve: Sequence[str] = ()) -> tuple[Path, Path]:
+    """(the root it lies in, the resolved path) for `path`, absolute or relative to the first root (the session's
+    cwd; the others are its additional directories); refused unless it lies inside one of `roots`, and outside the
+    system directories and `never_serve`."""
     if not isinstance(path, str) or not path or "\x00" in path:
         raise RpcError(INVALID_PARAMS, "path must be a non-empty string", {"path": path})
-    real_root = Path(os.path.realpath(root))
-    candidate = Path(path) if os.path.isabs(path) else real_root / path
+    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    candidate = Path(path) if os.path.isabs(path) else real_roots[0] / path
     resolved = Path(os.path.realpath(candidate))
-    if resolved != real_root and real_root not in resolved.parents:
+    inside = next((r for r in real_roots if resolved == r or r in resolved.parents), None)
+    if inside is None:
         raise RpcError(
             INVALID_PARAMS,
             f"access outside the session directory is refused: {path}",
-            {"path": path, "root": str(real_root)},
+            {"path": path, "root": str(real_roots[0])},
         )
     for denied in (*SYSTEM_DIRECTORIES, *never_serve):
         real = Path(os.path.realpath(denied))
         if resolved == real or real in resolved.parents:
             raise RpcError(INVALID_PARAMS, f"access to {path} is refused: it is not the session's to read or write",
                            {"path": path})
-    return resolved
+    return inside, resolved
 
 
 def select_lines(text: str, line: int | None, limit: int | None) -> str:
@@ -92,10 +101,10 @@ def open_regular(root: str | os.PathLike[str], target: Path, flags: int, path: s
 
 
 def read_text_file(root: str, path: str, line: int | None = None, limit: int | None = None,
-                   never_serve: Sequence[str] = ()) -> str:
-    target = confine(root, path, never_serve)
+                   never_serve: Sequence[str] = (), extra_roots: Sequence[str] = ()) -> str:
+    inside, target = confine_within((root, *extra_roots), path, never_serve)
     try:
-        fd = open_regular(root, target, os.O_RDONLY, path)
+        fd = open_regular(inside, target, os.O_RDONLY, path)
     except FileNotFoundError as exc:
         raise RpcError(RESOURCE_NOT_FOUND, f"file not found: {path}", {"path": path}) from exc
     except OSError as exc:
@@ -107,11 +116,12 @@ def read_text_file(root: str, path: str, line: int | None = None, limit: int | N
     return select_lines(data.decode("utf-8", "replace"), line, limit)
 
 
-def write_text_file(root: str, path: str, content: str, never_serve: Sequence[str] = ()) -> None:
-    target = confine(root, path, never_serve)
+def write_text_file(root: str, path: str, content: str, never_serve: Sequence[str] = (),
+                    extra_roots: Sequence[str] = ()) -> None:
+    inside, target = confine_within((root, *extra_roots), path, never_serve)
     try:
         # Truncated only once it is known to be a regular file.
-        fd = open_regular(root, target, os.O_WRONLY | os.O_CREAT, path, create_dirs=True)
+        fd = open_regular(inside, target, os.O_WRONLY | os.O_CREAT, path, create_dirs=True)
     except OSError as exc:
         raise RpcError(INVALID_PARAMS, f"cannot write {path}: {exc.strerror}", {"path": path}) from exc
     with os.fdopen(fd, "wb") as fh:

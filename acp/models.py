@@ -21,6 +21,7 @@ class SessionCapabilities(_Wire):
     list_: dict[str, Any] | None = Field(default=None, alias="list")
     close: dict[str, Any] | None = None
     delete: dict[str, Any] | None = None
+    additionalDirectories: dict[str, Any] | None = None
 
 
 class PromptCapabilities(_Wire):
@@ -29,10 +30,26 @@ class PromptCapabilities(_Wire):
     embeddedContext: bool = False
 
 
+class McpCapabilities(_Wire):
+    http: bool = False
+    sse: bool = False
+
+
 class AgentCapabilities(_Wire):
     loadSession: bool = False
     promptCapabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
+    mcpCapabilities: McpCapabilities = Field(default_factory=McpCapabilities)
     sessionCapabilities: SessionCapabilities = Field(default_factory=SessionCapabilities)
+
+    @property
+    def mcp_transports(self) -> frozenset[str]:
+        """The MCP server types the agent takes: stdio always (every agent must), http and sse where advertised."""
+        mcp = self.mcpCapabilities
+        return frozenset({"stdio", *(["http"] if mcp.http else []), *(["sse"] if mcp.sse else [])})
+
+    @property
+    def takes_additional_directories(self) -> bool:
+        return self.sessionCapabilities.additionalDirectories is not None
 
     @property
     def can_resume(self) -> bool:
@@ -86,6 +103,18 @@ class InitializeResponse(_Wire):
 
 class NewSessionResponse(_Wire):
     sessionId: str
+
+
+# `session/update` kinds that report the session's state (its commands, usage, configuration, title) rather than
+# its conversation: not replayed history, not a turn going on.
+STATE_UPDATE_KINDS = frozenset({"available_commands_update", "usage_update", "current_mode_update",
+                                "config_option_update", "session_info_update"})
+
+
+def conversation(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `session/update` params among `updates` that are the conversation (not STATE_UPDATE_KINDS)."""
+    return [u for u in updates if not (isinstance(u.get("update"), dict)
+                                       and u["update"].get("sessionUpdate") in STATE_UPDATE_KINDS)]
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]

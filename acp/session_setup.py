@@ -96,11 +96,14 @@ async def establish_session(
     resume_token: str | None,
     cwd: str,
     mcp_servers: Sequence[dict[str, Any]] = (),
+    additional_directories: Sequence[str] = (),
     auth_method: str | None = None,
     environ: Mapping[str, str] | None = None,
     cancel: asyncio.Event | None = None,
 ) -> RestoreResult:
-    """Negotiate by DESIGN §3.1 and return what happened. Never raises for agent failures."""
+    """Negotiate by DESIGN §3.1 and return what happened. Never raises for agent failures. `mcp_servers` and
+    `additional_directories` go with every call (ACP wants them again on load and resume); give directories only
+    to an agent that advertises them."""
     if client.init is None:
         raise RuntimeError("establish_session needs an initialized client")
     caps = client.init.agentCapabilities
@@ -127,7 +130,7 @@ async def establish_session(
                 result.outcome, result.failure_class, result.rule = step.outcome, step.failure_class, step.rule
                 break
             attempt, response, auth_tried = await _perform(
-                client, step, inputs, cwd, mcp_servers, auth_method, env, cancel, auth_tried
+                client, step, inputs, cwd, mcp_servers, additional_directories, auth_method, env, cancel, auth_tried
             )
             result.attempts.append(attempt)
             if attempt.succeeded:
@@ -150,12 +153,15 @@ async def _perform(
     inputs: RestoreInputs,
     cwd: str,
     mcp_servers: Sequence[dict[str, Any]],
+    additional_directories: Sequence[str],
     auth_method: str | None,
     environ: Mapping[str, str],
     cancel: asyncio.Event,
     auth_tried: bool,
 ) -> tuple[Attempt, dict[str, Any] | None, bool]:
     params: dict[str, Any] = {"cwd": cwd, "mcpServers": list(mcp_servers)}
+    if additional_directories:
+        params["additionalDirectories"] = list(additional_directories)
     if step.method is not Method.NEW:
         params["sessionId"] = inputs.resume_token
     span_name = "acp." + step.method.value.replace("/", ".")

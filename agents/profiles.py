@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from acp import mcp
 from acp.conformance_options import CheckPrompts
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
@@ -66,6 +67,12 @@ class AgentProfile(BaseModel):
     description: str = ""
     prompt_capabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
     check: CheckPrompts = Field(default_factory=CheckPrompts)  # what `acp-gateway check --agent ID` says to it
+    # What every session of this agent starts with (a start's own choices win): config choices by option id (`mode`
+    # and `model` name those categories), MCP servers (ACP's McpServer shapes; a profile may give stdio ones), and
+    # additional directories (checked by the workspace rules at each launch).
+    config: dict[str, str | bool] = Field(default_factory=dict)
+    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    additional_directories: list[str] = Field(default_factory=list)
     source: str = Field(default="", exclude=True)
 
     @field_validator("command")
@@ -74,6 +81,25 @@ class AgentProfile(BaseModel):
         if not value or not value[0]:
             raise ValueError("must be a non-empty list of strings")
         return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers_valid(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            mcp.parse(value, "mcp_servers")
+        except mcp.Refusal as refused:
+            raise ValueError(refused.message) from None
+        return value
+
+    @field_validator("additional_directories")
+    @classmethod
+    def _directories_absolute(cls, value: list[str]) -> list[str]:
+        if not all(os.path.isabs(d) for d in value):
+            raise ValueError("each must be an absolute path")
+        return value
+
+    def servers(self) -> list[mcp.StdioServer | mcp.WebServer]:
+        return mcp.parse(self.mcp_servers)
 
     def argv(self, resume_token: str | None = None, state_dir: str | None = None) -> list[str]:
         """The command to launch; `resume_args` are appended (with `{token}`) only when a token exists.

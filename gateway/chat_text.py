@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from acp.models import STATE_UPDATE_KINDS
+
 # Updates that say nothing a reader of the conversation needs (they stay in --json and in the UI).
-QUIET_KINDS = frozenset({"available_commands_update", "current_mode_update", "config_option_update",
-                         "session_info_update", "usage_update"})
+QUIET_KINDS = STATE_UPDATE_KINDS
 
 
 class ChatPrinter:

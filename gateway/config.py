@@ -18,6 +18,7 @@ class TokenEntry(BaseModel):
     token: str = Field(min_length=16)
     owner: str = Field(min_length=1, max_length=200)
     workspace_roots: list[str] | None = None  # this owner's, instead of the gateway's
+    allow_stdio_mcp_servers: bool | None = None  # this owner's, instead of the gateway's
 
 
 class AuthConfig(BaseModel):
@@ -54,6 +55,8 @@ class ServeConfig(BaseModel):
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
     workspace_roots: list[str] = Field(default_factory=list)  # where sessions may run; empty: the user's home
+    # A stdio MCP server is a command this host runs for the agent: frontends may give one only where allowed
+    allow_stdio_mcp_servers: bool = False
     outbox_limit: int = Field(default=100_000, ge=10)  # frames waiting for a slow reader, then close 4429
     outbox_limit_bytes: int = Field(default=8 << 20, ge=64 * 1024)  # the same, in bytes
     max_batch: int = Field(default=100, ge=1, le=100_000)  # requests in one JSON-RPC batch

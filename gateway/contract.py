@@ -9,7 +9,7 @@ the suite holds them to these shapes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,9 @@ ResumeReasonName = Literal["agent_running", "stale_execution", "agent_not_runnin
 EventTypeName = Literal[
     "session_created", "session_status", "session_deleted", "session_active_stage", "session_cancel_requested",
     "session_title", "session_update", "session_message", "permission_requested", "permission_resolved",
-    "turn_started", "turn_ended", "caught_up", "heartbeat"]
+    "turn_started", "turn_ended", "session_config", "caught_up", "heartbeat"]
+OptionId = Annotated[str, Field(min_length=1, max_length=200)]
+OptionValue = Annotated[str, Field(max_length=1000)] | bool
 
 
 # -- params ----------------------------------------------------------------------------------------------
@@ -48,6 +50,24 @@ class StartParams(Params):
     task_id: str | None = Field(default=None, min_length=1, max_length=200,
                                 description="one of your task ids (created if new); default: a new task")
     wait_ready: bool = Field(default=False, description="answer once the agent is ready")
+    config: dict[OptionId, OptionValue] | None = Field(
+        default=None, max_length=64, description="choices by option id (`mode` and `model` name those), applied "
+        "once the agent is up and re-applied after every restore; over the profile's")
+    mcp_servers: list[dict[str, Any]] | None = Field(
+        default=None, max_length=16, description="ACP McpServer objects (stdio only where your configuration allows "
+        "it); env and header values are never shown again")
+    additional_directories: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        default=None, max_length=32, description="absolute directories the agent may also work in (the workspace "
+        "rules of cwd apply)")
+
+
+class SetConfigOptionParams(SessionParams):
+    config_id: OptionId = Field(description="the option's id (from the view's config.options)")
+    value: OptionValue = Field(description="one of a select's values, or true/false for a boolean")
+
+
+class SetModeParams(SessionParams):
+    mode_id: OptionId = Field(description="one of the mode option's values")
 
 
 class ResumeParams(SessionParams):
@@ -100,7 +120,9 @@ class Result(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SessionView(Result):
+class SessionSummary(Result):
+    """A session as `task.session.list` shows it; one session's view adds `config`."""
+
     session_id: str
     task_id: str
     agent: str
@@ -114,6 +136,51 @@ class SessionView(Result):
     acp_session_id: str | None = Field(description="the ACP session id the agent knows (the resume token)")
     created_at: float
     updated_at: float
+
+
+class Chosen(Result):
+    value: str | bool
+    by: Literal["user", "agent", "profile"] = Field(description="who chose it: a frontend (or a start), the agent's "
+                                                    "own change, or the agent profile's default")
+
+
+class Unapplied(Result):
+    kind: Literal["option", "mcp_server", "directory"]
+    id: str = Field(description="the option's id, the MCP server's name, or the directory")
+    value: str | bool
+    reason: str = Field(description="option_not_offered, value_not_offered, wrong_type, agent_refused, not_taken, "
+                        "not_advertised, refused")
+    message: str
+    offered: list[str] = Field(description="what the agent offers instead: option ids, values, or MCP transports")
+
+
+class McpServerView(Result):
+    """An MCP server as shown: names of its env variables and headers, never their values."""
+
+    name: str
+    type: Literal["stdio", "http", "sse"]
+    command: str | None = None
+    args: list[str] | None = None
+    env: list[str] | None = None
+    url: str | None = Field(default=None, description="without user info or query")
+    headers: list[str] | None = None
+
+
+class ConfigView(Result):
+    options: list[dict[str, Any]] = Field(description="ACP SessionConfigOption objects: the agent's configOptions, "
+                                          "plus its modes and legacy models in that shape where no option covers them")
+    modes: dict[str, Any] | None = Field(description="the agent's SessionModeState, as it sent it")
+    models: dict[str, Any] | None = Field(description="the agent's legacy SessionModelState, as it sent it")
+    chosen: dict[str, Chosen] = Field(description="what is re-applied after every restore, by option id")
+    unapplied: list[Unapplied] = Field(description="what the last set-up could not give the agent, and why")
+    commands: list[dict[str, Any]] = Field(description="the agent's slash commands (ACP AvailableCommand objects)")
+    usage: dict[str, Any] | None = Field(description="the agent's last usage_update: used, size, cost")
+    mcp_servers: list[McpServerView]
+    additional_directories: list[str]
+
+
+class SessionView(SessionSummary):
+    config: ConfigView
 
 
 class StatusView(SessionView):
@@ -132,7 +199,7 @@ class PromptResult(Result):
 
 
 class SessionPage(Result):
-    sessions: list[SessionView]
+    sessions: list[SessionSummary]
     next_cursor: str | None
     event_cursor: int = Field(description="subscribe from this id to miss nothing after this page was read")
 
@@ -209,6 +276,9 @@ METHODS: dict[str, MethodSpec] = {
     "task.session.get": MethodSpec(SessionParams, SessionView, "One session"),
     "task.session.history": MethodSpec(HistoryParams, HistoryPage, "What the session recorded, oldest first"),
     "task.session.set_title": MethodSpec(TitleParams, SessionView, "Rename a session"),
+    "task.session.set_config_option": MethodSpec(SetConfigOptionParams, SessionView,
+                                                 "Set one of the agent's options (model, mode, …) and keep it"),
+    "task.session.set_mode": MethodSpec(SetModeParams, SessionView, "Set the session's mode and keep it"),
     "task.session.delete": MethodSpec(SessionParams, None, "Delete a session and its history"),
     "task.session.subscribe": MethodSpec(SubscribeParams, Subscribed, "Receive task.session.event notifications"),
     "task.session.unsubscribe": MethodSpec(UnsubscribeParams, None, "Stop a subscription"),

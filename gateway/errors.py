@@ -20,13 +20,13 @@ from pydantic import ValidationError
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
-    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "ERROR_DATA", "ERROR_MEANINGS", "INTERNAL_ERROR", "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR", "RESYNC_REQUIRED",
-    "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError", "agent_failed", "already_terminal",
-    "busy", "internal_error", "invalid_params", "is_storage_error", "limit_exceeded", "log_fault", "not_found",
-    "not_resumable", "params_refused", "permission_not_found", "resync_required", "storage_failed",
-    "subscription_not_found", "unexpected", "workspace_missing", "workspace_refused",
+    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "CONFIG_REFUSED", "ERROR_DATA", "ERROR_MEANINGS", "INTERNAL_ERROR",
+    "INVALID_PARAMS", "INVALID_REQUEST", "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE",
+    "PARSE_ERROR", "RESYNC_REQUIRED", "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError",
+    "agent_failed", "already_terminal", "busy", "config_refused", "internal_error", "invalid_params",
+    "is_storage_error", "limit_exceeded", "log_fault", "not_found", "not_resumable", "params_refused",
+    "permission_not_found", "resync_required", "storage_failed", "subscription_not_found", "unexpected",
+    "workspace_missing", "workspace_refused",
 ]
 
 UNAUTHORIZED = -32001
@@ -39,6 +39,7 @@ NOT_RESUMABLE = -32013
 LIMIT_EXCEEDED = -32014
 AGENT_FAILED = -32015  # the agent answered the turn with an error, or exited during it
 STORAGE_FAILED = -32016  # the gateway's store refused a write (disk full, I/O error): nothing acknowledged is lost
+CONFIG_REFUSED = -32017  # a configuration value the agent does not offer, of the wrong type, or that it refused
 
 # code -> the shapes its `data` may have: the keys always present (a key whose value is unknown is null).
 ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
@@ -53,6 +54,7 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     LIMIT_EXCEEDED: (frozenset({"limit"}),),
     AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
     STORAGE_FAILED: (frozenset({"reason"}),),
+    CONFIG_REFUSED: (frozenset({"session_id", "config_id", "value", "reason", "offered", "agent_error"}),),
 }
 
 # code -> what it means, in one line (the OpenRPC document's errors; docs/api.md says the same at length)
@@ -72,6 +74,7 @@ ERROR_MEANINGS: dict[int, str] = {
     LIMIT_EXCEEDED: "A limit was reached",
     AGENT_FAILED: "The agent failed the turn",
     STORAGE_FAILED: "The store refused a write: free space, then retry",
+    CONFIG_REFUSED: "The option or value is not offered, of the wrong type, or refused by the agent (data.offered)",
 }
 
 
@@ -207,6 +210,14 @@ def storage_failed(exc: BaseException | str) -> GatewayError:
                         "under its state directory, or raise store_max_bytes if it is set, then try again; "
                         "nothing it acknowledged was lost",
                         {"reason": str(exc)})
+
+
+def config_refused(session_id: str, config_id: str, value: Any, reason: str, message: str, offered: list[str],
+                   agent_error: dict[str, Any] | None = None) -> GatewayError:
+    """A configuration change refused: `reason` is option_not_offered, value_not_offered, wrong_type or
+    agent_refused (with the agent's own error); `offered` lists the option ids or values there are."""
+    return GatewayError(CONFIG_REFUSED, message, {"session_id": session_id, "config_id": config_id, "value": value,
+                                                  "reason": reason, "offered": offered, "agent_error": agent_error})
 
 
 def limit_exceeded(limit: int, message: str) -> GatewayError:

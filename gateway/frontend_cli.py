@@ -1,5 +1,5 @@
-"""`acp-gateway sessions|start|status|resume|prompt|history|permission|cancel-turn|cancel|watch`: a frontend in
-the terminal, on the client library. Human output by default, `--json` for machines."""
+"""`acp-gateway sessions|start|status|resume|prompt|history|permission|config|commands|cancel-turn|cancel|watch`: a
+frontend in the terminal, on the client library. Human output by default, `--json` for machines."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ COMMAND_HELP: dict[str, str] = {
     "prompt": "send a prompt and stream the answer; permission requests are asked here on a terminal",
     "history": "what a session recorded: your messages, the agent's, tool calls",
     "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
+    "config": "a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it",
+    "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
     "cancel-turn": "stop the running turn; the session stays",
     "cancel": "end a session for good",
     "watch": "print your events as they happen",
@@ -44,8 +46,13 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
         p.add_argument("--state-dir", type=Path, default=None,
                        help="where to find the generated token (default: the per-user state directory)")
         p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
-        if name in ("status", "resume", "cancel", "cancel-turn", "prompt", "history", "permission"):
+        if name in ("status", "resume", "cancel", "cancel-turn", "prompt", "history", "permission", "config",
+                    "commands"):
             p.add_argument("session_id", help="the session's id (see `acp-gateway sessions`)")
+        if name == "config":
+            p.add_argument("option_id", nargs="?", help="the option to set (its id; `mode` and `model` also name "
+                           "the agent's mode and model whatever their ids)")
+            p.add_argument("value", nargs="?", help="the value (true or false for a boolean option)")
         if name == "prompt":
             p.add_argument("text", help="the prompt")
         if name == "start":
@@ -56,6 +63,14 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
             p.add_argument("--task-id", help="group the session under this task id of yours")
             p.add_argument("--no-wait", action="store_true", help="return once the session exists, before "
                            "its agent is ready")
+            p.add_argument("--mode", help="the session's mode (kept across restores)")
+            p.add_argument("--config", action="append", default=[], metavar="ID=VALUE",
+                           help="an option to choose, by its id, e.g. model=sonnet (repeatable; true/false for a "
+                                "boolean option; kept across restores)")
+            p.add_argument("--add-dir", action="append", default=[], metavar="DIR", dest="add_dirs",
+                           help="an additional directory the agent may work in (repeatable)")
+            p.add_argument("--mcp-server", action="append", default=[], metavar="JSON", dest="mcp_servers",
+                           help="an MCP server, as ACP's McpServer JSON (repeatable)")
         if name == "history":
             p.add_argument("--after", type=int, default=0, help="only entries after this entry id")
             p.add_argument("--limit", type=int, default=100, help="at most this many entries (max 1000)")
@@ -121,11 +136,23 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
         lines = [f"{s['session_id']}  {s['state']:18} {s['agent']:10} {s['title'] or ''}" for s in listed["sessions"]]
         _print(args, listed, "\n".join(lines) or "no sessions")
     elif command == "start":
-        params = {"cwd": os.path.abspath(args.cwd), "wait_ready": not args.no_wait}
+        params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd), "wait_ready": not args.no_wait}
         params.update({k: v for k, v in (("agent", args.agent), ("title", args.title),
                                          ("description", args.description), ("task_id", args.task_id)) if v})
+        try:
+            params.update(_start_choices(args))
+        except ValueError as exc:
+            print(f"acp-gateway start: {exc}", file=sys.stderr)
+            return 2
         view = await client.call("task.session.start", params)
-        _print(args, view, _view_line(view))
+        _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in _unapplied(view["config"])))
+    elif command == "config":
+        return await _config(args, client)
+    elif command == "commands":
+        view = await client.call("task.session.get", {"session_id": args.session_id})
+        commands = view["config"]["commands"]
+        _print(args, commands, "\n".join(_describe_command(c) for c in commands if isinstance(c, dict))
+               or "the agent has announced no commands (yet: an agent announces them once its session is up)")
     elif command == "status":
         status = await client.call("task.session.status", {"session_id": args.session_id})
         _print(args, status, f"{status['state']} (task {status['task_state']}); agent running: "
@@ -175,8 +202,88 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
     return 0
 
 
+def _start_choices(args: argparse.Namespace) -> dict[str, Any]:
+    """`start`'s --mode, --config, --add-dir and --mcp-server as `task.session.start` params."""
+    config: dict[str, Any] = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--config {item!r}: expected ID=VALUE")
+        config[key] = {"true": True, "false": False}.get(value, value)
+    if args.mode:
+        config["mode"] = args.mode
+    params: dict[str, Any] = {"config": config} if config else {}
+    if args.add_dirs:
+        params["additional_directories"] = [os.path.abspath(d) for d in args.add_dirs]
+    if args.mcp_servers:
+        try:
+            params["mcp_servers"] = [orjson.loads(text) for text in args.mcp_servers]
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"--mcp-server: not JSON ({exc})") from None
+    return params
+
+
+def _option_line(option: dict[str, Any], chosen: dict[str, Any]) -> str:
+    current = option.get("currentValue")
+    shown = str(current).lower() if isinstance(current, bool) else current
+    values = [o.get("value") for o in option.get("options") or [] if isinstance(o, dict)]
+    values += [v.get("value") for g in option.get("options") or [] if isinstance(g, dict)
+               for v in g.get("options") or [] if isinstance(v, dict)]
+    choice = chosen.get(str(option.get("id")))
+    by = f" (chosen by {choice['by']})" if choice else ""
+    kind = "true | false" if option.get("type") == "boolean" else " | ".join(str(v) for v in values if v)
+    return f"{option.get('id')}: {shown}{by}    [{kind}]  {option.get('name') or ''}".rstrip()
+
+
+def _unapplied(config: dict[str, Any]) -> list[str]:
+    return [f"not applied: {u['message']}" for u in config.get("unapplied") or []]
+
+
+def _describe_command(command: dict[str, Any]) -> str:
+    hint = (command.get("input") or {}).get("hint") if isinstance(command.get("input"), dict) else None
+    return f"/{command.get('name')}" + (f" {hint}" if hint else "") + f"    {command.get('description') or ''}"
+
+
+async def _config(args: argparse.Namespace, client: GatewayClient) -> int:
+    view = await client.call("task.session.get", {"session_id": args.session_id})
+    config = view["config"]
+    if args.option_id is None:
+        lines = [_option_line(o, config["chosen"]) for o in config["options"]]
+        usage = config.get("usage")
+        if isinstance(usage, dict) and "used" in usage:
+            cost = usage.get("cost") or {}
+            lines.append(f"usage: {usage['used']} of {usage.get('size')} tokens"
+                         + (f", {cost.get('amount')} {cost.get('currency')}" if cost else ""))
+        lines += _unapplied(config)
+        _print(args, config, "\n".join(lines) or "the agent offers no options for this session")
+        return 0
+    if args.value is None:
+        print("acp-gateway config: give both ID and VALUE to set an option (or neither to list them)", file=sys.stderr)
+        return 2
+    options = {o.get("id"): o for o in config["options"]}
+    option = options.get(args.option_id)
+    if option is None and args.option_id in ("mode", "model"):  # the mode or model, whatever its id here
+        option = next((o for o in config["options"] if o.get("category") == args.option_id), None)
+    value: str | bool = args.value
+    if option is not None and option.get("type") == "boolean":
+        if args.value.lower() not in ("true", "false"):
+            print(f"acp-gateway config: {args.option_id} is a boolean: give true or false", file=sys.stderr)
+            return 2
+        value = args.value.lower() == "true"
+    option_id = str(option.get("id")) if option is not None else args.option_id
+    view = await client.call("task.session.set_config_option", {"session_id": args.session_id,
+                                                               "config_id": option_id, "value": value})
+    updated = next((o for o in view["config"]["options"] if o.get("id") == option_id), None)
+    _print(args, view["config"], _option_line(updated, view["config"]["chosen"]) if updated else "set")
+    return 0
+
+
 def _describe_event(event: dict[str, Any]) -> str:
     data = event.get("data", {})
+    if event["type"] == "session_config":
+        values = ", ".join(f"{o.get('id')}={o.get('currentValue')}" for o in data.get("options") or [])
+        return f"{event['session_id']} session_config ({data.get('cause')}): {values}" + "".join(
+            f"; {line}" for line in _unapplied(data))
     if event["type"] == "session_update":
         update = data.get("update") or {}
         content = update.get("content")

@@ -91,6 +91,9 @@ class RpcAdapter:
             "task.session.get": self._get,
             "task.session.history": lambda c, p: sessions.history(c.owner, p.session_id, p.after, p.limit),
             "task.session.set_title": lambda c, p: sessions.set_title(c.owner, p.session_id, p.title),
+            "task.session.set_config_option": lambda c, p: sessions.set_config_option(c.owner, p.session_id,
+                                                                                      p.config_id, p.value),
+            "task.session.set_mode": lambda c, p: sessions.set_mode(c.owner, p.session_id, p.mode_id),
             "task.session.delete": self._delete,
             "task.session.cancel": lambda c, p: sessions.cancel(c.owner, p.session_id),
             "task.session.subscribe": self._subscribe,
@@ -135,7 +138,8 @@ class RpcAdapter:
     async def _start(self, ctx: RpcContext, p: StartParams) -> dict[str, Any]:
         return await self.sessions.start(ctx.owner, agent=p.agent or self.default_agent, cwd=p.cwd,
                                          description=p.description, title=p.title, task_id=p.task_id,
-                                         wait_ready=p.wait_ready)
+                                         wait_ready=p.wait_ready, config=p.config, mcp_servers=p.mcp_servers,
+                                         additional_directories=p.additional_directories)
 
     async def _get(self, ctx: RpcContext, p: SessionParams) -> dict[str, Any]:
         return await self.sessions.get(ctx.owner, p.session_id)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gateway.acp_server.updates import STATE_KINDS
 from tests.gateway_harness import ALICE, GatewayProcess, two_owner_gateway
 from tests.third_party import ROOT, interop_node, sdk_python
 
@@ -63,11 +64,14 @@ class SdkClient:
 
 
 def summary(updates: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(kind, what it says) of each update: a chunk's text, a tool call's title, a tool update's result text."""
+    """(kind, what it says) of each update of the conversation: a chunk's text, a tool call's title, a tool update's
+    result text (the agent's reports of its state — commands, usage, configuration — are not the conversation)."""
     said = []
     for note in updates:
         update = note["update"]
         kind = update["sessionUpdate"]
+        if kind in STATE_KINDS:
+            continue
         if kind == "tool_call":
             said.append((kind, update["title"]))
         elif kind == "tool_call_update":
@@ -99,6 +103,10 @@ async def test_sessions_outlive_a_kill_9_of_the_gateway(sdk: SdkClient, tmp_path
         assert {u["sessionId"] for u in updates} == {session}
         assert reloaded["stops"] == ["end_turn"]  # the next prompt works on the same id
         assert summary(updates[before_answer:]) == [("agent_message_chunk", "echo: hello after the restart")]
+        # The agent's slash commands and usage, as last reported, follow the answer (not every past report before it).
+        states = [u["update"]["sessionUpdate"] for u in updates]
+        assert "available_commands_update" in states[before_answer:] and "usage_update" in states[before_answer:]
+        assert not set(states[:before_answer]) & STATE_KINDS
         rpc = await gw.client(ALICE)
         listed = await rpc.call("task.session.list", {})
         assert [s["session_id"] for s in listed["sessions"]] == [session]

@@ -12,6 +12,7 @@ import pytest
 import websockets
 
 from gateway.client import RpcCallError
+from gateway.acp_server.updates import STATE_KINDS
 from tests.acp_wire import AcpWire, AcpWireError, is_response, is_update
 from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owner_gateway
 
@@ -48,7 +49,9 @@ async def test_initialize_advertises_what_the_gateway_guarantees(gw: GatewayProc
     assert init["protocolVersion"] == 1
     caps = init["agentCapabilities"]
     assert caps["loadSession"] is True
-    assert caps["sessionCapabilities"] == {"resume": {}, "list": {}, "close": {}}
+    # The gateway's own session methods, and what the default agent takes (its own initialize says so).
+    assert caps["sessionCapabilities"] == {"resume": {}, "list": {}, "close": {}, "additionalDirectories": {}}
+    assert caps["mcpCapabilities"] == {"http": True, "sse": True}
     assert caps["promptCapabilities"] == {"image": False, "audio": False, "embeddedContext": False}  # ref's profile
     assert init["authMethods"] == []
     assert init["agentInfo"]["name"] == "acp-gateway"
@@ -72,7 +75,8 @@ async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
     # Every update of the turn came before its answer, and the client's own prompt is not echoed back to it.
     turn = wire.frames[start:wire.frames.index(answer)]
     kinds = [f["params"]["update"]["sessionUpdate"] for f in turn if f.get("method") == "session/update"]
-    assert kinds == ["tool_call", "tool_call_update"]
+    assert [k for k in kinds if k not in STATE_KINDS] == ["tool_call", "tool_call_update"]
+    assert kinds[-1] == "usage_update"  # the agent's report of the turn's usage reaches the client too
     assert await wire.call("session/prompt", {"sessionId": session, "prompt": text("second")}) == {
         "stopReason": "end_turn"}
 
@@ -94,11 +98,17 @@ async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
     # session/load on a new connection: the whole conversation, in order, before its answer.
     other = await AcpWire.connect(gw.port, ALICE)
     loaded = await other.request("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
-    assert loaded["result"] == {}
+    # The answer says what the agent behind the session offers, as it said it (its config options and its modes).
+    assert set(loaded["result"]) == {"configOptions", "modes"}
+    assert [(o["id"], o["currentValue"]) for o in loaded["result"]["configOptions"]] == [
+        ("mode", "code"), ("model", "ref-small"), ("effort", "medium"), ("verbose", False)]
     before = other.frames[:other.frames.index(loaded)]
     kinds = [f["params"]["update"]["sessionUpdate"] for f in before if f.get("method") == "session/update"]
     assert kinds == ["user_message_chunk", "tool_call", "tool_call_update", "user_message_chunk",
-                     "agent_message_chunk"]
+                     "agent_message_chunk"]  # the conversation: past reports of state are not replayed
+    after = [f["params"]["update"]["sessionUpdate"] for f in other.frames[other.frames.index(loaded):]
+             if f.get("method") == "session/update"]
+    assert sorted(after) == ["available_commands_update", "usage_update"]  # ... the latest of each follows
     assert other.texts() == [("user_message_chunk", "/tool search found-it"), ("user_message_chunk", "second"),
                              ("agent_message_chunk", "echo: second")]
     # ... and live after it: the first client's next turn reaches the second, the prompt included.
@@ -109,7 +119,8 @@ async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
 
     # session/resume: attached without a replay.
     third = await AcpWire.connect(gw.port, ALICE)
-    assert await third.call("session/resume", {"sessionId": session, "cwd": cwd, "mcpServers": []}) == {}
+    resumed = await third.call("session/resume", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    assert resumed["modes"]["currentModeId"] == "code"
     assert third.updates() == []
     assert await third.call("session/prompt", {"sessionId": session, "prompt": text("fourth")}) == {
         "stopReason": "end_turn"}
@@ -131,7 +142,8 @@ async def test_profile_by_meta_and_mcp_servers_reported_ignored(gw: GatewayProce
     answer = await wire.call("session/new", {
         "cwd": work(gw), "mcpServers": [{"name": "files", "command": "/bin/sh", "args": [], "env": []}],
         "_meta": {"acpGateway": {"agent": "reference"}}})
-    assert answer["_meta"]["acpGateway"]["ignoredMcpServers"] == ["files"]
+    ignored = answer["_meta"]["acpGateway"]["ignoredMcpServers"]  # not run on the gateway's host for this owner
+    assert [i["name"] for i in ignored] == ["files"] and "allow_stdio_mcp_servers" in ignored[0]["reason"]
     rpc = await gw.client(ALICE)
     assert (await rpc.call("task.session.get", {"session_id": answer["sessionId"]}))["agent"] == "reference"
     for params, field in [({"agent": "no-such-agent"}, "agent"), ({"agent": 3}, "_meta.acpGateway.agent"),
@@ -164,7 +176,7 @@ async def test_bad_input_gets_jsonrpc_errors_and_rpc_is_unaffected(gw: GatewayPr
     await wire.call("initialize", {"protocolVersion": 1})
     again = await wire.request("initialize", {"protocolVersion": 1})
     assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
-    unknown = await wire.request("session/set_mode", {"sessionId": "s-x", "modeId": "ask"})
+    unknown = await wire.request("session/fork", {"sessionId": "s-x"})
     assert unknown["error"]["code"] == -32601 and "session/prompt" in unknown["error"]["message"]
     await wire.notify("_vendor/whatever", {})  # an unknown notification: no answer
     # Malformed frames: not JSON, a batch, not JSON-RPC; a binary frame is ignored (the RFD).

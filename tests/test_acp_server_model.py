@@ -146,7 +146,7 @@ class AcpModel(RuleBasedStateMachine):
         mark = len(client.wire.frames)
         answer = self.run(client.wire.request("session/load", {"sessionId": self.session, "cwd": self.cwd,
                                                                "mcpServers": []}))
-        assert answer.get("result") == {}, answer
+        assert answer.get("result", {}).get("modes", {}).get("currentModeId") == "code", answer  # what it offers
         before = client.wire.frames[mark:client.wire.frames.index(answer)]
         assert [(f["params"]["update"]["sessionUpdate"], f["params"]["update"]["content"]["text"]) for f in before
                 if f.get("method") == "session/update" and "content" in f["params"]["update"]] == self.conversation

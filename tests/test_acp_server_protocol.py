@@ -97,7 +97,8 @@ DECIDE_TABLE = [
     ("C5 prompt", READY, request("session/prompt"), Decision.DISPATCH, READY),
     ("C5 close", READY, request("session/close"), Decision.DISPATCH, READY),
     ("C5 authenticate", READY, request("authenticate"), Decision.DISPATCH, READY),
-    ("C6", READY, request("session/set_mode"), Decision.REFUSE_UNKNOWN_METHOD, READY),
+    ("C5 configuration", READY, request("session/set_mode"), Decision.DISPATCH, READY),
+    ("C6", READY, request("session/fork"), Decision.REFUSE_UNKNOWN_METHOD, READY),
     ("C6 a notification's name as a request", READY, request("session/cancel"), Decision.REFUSE_UNKNOWN_METHOD, READY),
     ("C6 extension", READY, request("_vendor/x"), Decision.REFUSE_UNKNOWN_METHOD, READY),
     ("C7 cancel", READY, notification("session/cancel"), Decision.DISPATCH, READY),
@@ -134,6 +135,14 @@ def update(body: dict[str, Any]) -> bytes:
 CHUNK = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
 FUTURE = {"sessionUpdate": "_newer_kind", "anything": [1, {"x": None}]}
 BLOCKS = [{"type": "text", "text": "do it"}, {"type": "resource_link", "uri": "file:///a", "name": "a"}]
+COMMANDS = {"sessionUpdate": "available_commands_update", "availableCommands": [{"name": "init", "description": "x"}]}
+MODEL = {"id": "model", "name": "Model", "type": "select", "currentValue": "a",
+         "options": [{"value": "a", "name": "A"}]}
+STAND_IN = {"id": "model", "name": "Model", "type": "select", "currentValue": "a", "options": [],
+            "_meta": {"acpGateway": {"via": "session/set_model"}}}
+SETTINGS = {"options": [MODEL], "modes": {"currentModeId": "plan", "availableModes": []}, "models": None,
+            "chosen": {}, "unapplied": []}
+LEGACY_SETTINGS = {**SETTINGS, "options": [STAND_IN], "models": {"currentModelId": "a", "availableModels": []}}
 
 TRANSLATE_TABLE: list[tuple[str, bytes, Any]] = [
     ("an update, untouched", event("session_update", {"update": CHUNK, "replay": False}), Notify((update(CHUNK),))),
@@ -151,7 +160,19 @@ TRANSLATE_TABLE: list[tuple[str, bytes, Any]] = [
     ("its answer", event("permission_resolved", {"request_id": "perm-1", "outcome": {}, "by": "user"}),
      Withdraw("perm-1")),
     ("a title", event("session_title", {"title": "T"}),
-     Notify((update({"sessionUpdate": "session_info_update", "title": "T"}),))),
+     Notify((update({"sessionUpdate": "session_info_update", "title": "T"}),), state="session_info_update")),
+    ("the agent's report of its commands: a state, the latest of which a load sends",
+     event("session_update", {"update": COMMANDS, "replay": False}), Notify((update(COMMANDS),),
+                                                                           state="available_commands_update")),
+    ("a change the agent announced itself is not repeated", event("session_config", {"cause": "agent", **SETTINGS}),
+     None),
+    ("a change it did not announce (another client's set, a re-apply) is said as the agent would",
+     event("session_config", {"cause": "restore", **SETTINGS}),
+     Notify((update({"sessionUpdate": "config_option_update", "configOptions": [MODEL]}),
+             update({"sessionUpdate": "current_mode_update", "currentModeId": "plan"})), state="session_config")),
+    ("a legacy agent's change: its mode only (its models are not config options)",
+     event("session_config", {"cause": "set", **LEGACY_SETTINGS}),
+     Notify((update({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}),), state="session_config")),
     ("caught up", synthetic_frame("caught_up", {"subscription_id": "sub", "cursor": 3}), CaughtUp()),
     ("deleted", event("session_deleted", {}), Deleted()),
     ("a gateway note is not the agent's speech", event("session_message", {"level": "info", "text": "x"}), None),

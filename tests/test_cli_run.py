@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from acp.models import STATE_UPDATE_KINDS
 from agents.profiles import ProfileError, load_profile, load_profiles
 
 
@@ -22,6 +23,11 @@ def run_cli(*args: str, cwd: Path) -> tuple[int, list[str], str]:
 def summary(lines: list[str]) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(lines[-1])
     return data
+
+
+def said(lines: list[str]) -> list[dict[str, Any]]:
+    """The updates printed before the summary that are the conversation (not the agent's commands or usage)."""
+    return [u for u in map(json.loads, lines[:-1]) if u["update"]["sessionUpdate"] not in STATE_UPDATE_KINDS]
 
 
 @pytest.fixture
@@ -42,17 +48,19 @@ def test_new(workdir: Path, agent_cmd: list[str]) -> None:
     out = summary(lines)
     assert rc == 0
     assert out["agent"] == "command" and out["protocol_version"] == 1 and out["stop_reason"] == "end_turn"
-    assert out["updates"] == 1 and out["session_id"].startswith("ref-")
+    assert out["updates"] == len(lines) - 1 and out["session_id"].startswith("ref-")
     assert out["restore"] == {"plan": "new", "attempts": [{"method": "session/new", "error": None}],
                               "outcome": "new", "failure_class": None}
-    assert json.loads(lines[0])["update"]["content"]["text"] == "echo: hello"
+    assert [u["update"]["content"]["text"] for u in said(lines)] == ["echo: hello"]
+    kinds = [json.loads(line)["update"]["sessionUpdate"] for line in lines[:-1]]
+    assert "available_commands_update" in kinds and "usage_update" in kinds  # every update, for machines
 
 
 def test_restored_by_resume(workdir: Path, agent_cmd: list[str], saved_token: str) -> None:
     rc, lines, _ = run_cli("--json", "--cwd", str(workdir), "--resume-token", saved_token, "--prompt", "again",
                            "--", *agent_cmd, cwd=workdir)
     out = summary(lines)
-    assert rc == 0 and out["session_id"] == saved_token and out["updates"] == 1
+    assert rc == 0 and out["session_id"] == saved_token and len(said(lines)) == 1
     assert out["restore"] == {"plan": "resume", "attempts": [{"method": "session/resume", "error": None}],
                               "outcome": "restored", "failure_class": None}
 
@@ -66,8 +74,7 @@ def test_restored_by_load_after_method_not_found(workdir: Path, agent_cmd: list[
         {"method": "session/resume", "error": {"code": -32601, "message": "Method not found"}},
         {"method": "session/load", "error": None},
     ]
-    replayed = [json.loads(line) for line in lines[:-1]]
-    assert [u["replay"] for u in replayed] == [True, True]
+    assert [u["replay"] for u in said(lines)] == [True, True]
 
 
 def test_fallback_new(workdir: Path, agent_cmd: list[str]) -> None:

@@ -21,6 +21,9 @@ CASES = [
     errors.limit_exceeded(3, "3 live sessions already"),
     errors.agent_failed("s-1", "ref", "agent 'ref' failed the turn: boom", {"code": -32603, "message": "boom"}, False),
     errors.resync_required("cursor_ahead", "cursor 9 is ahead", head=3),
+    errors.config_refused("s-1", "model", "x", "value_not_offered", "option 'model' has no value 'x'", ["a", "b"]),
+    errors.config_refused("s-1", "model", "a", "agent_refused", "agent 'ref' refused model = 'a': no",
+                          [], {"code": -32602, "message": "no"}),
 ]
 
 
@@ -33,7 +36,8 @@ def test_data_has_the_shape_of_its_code(error: GatewayError) -> None:
 
 def test_codes_are_distinct() -> None:
     codes = [errors.UNAUTHORIZED, errors.NOT_FOUND, errors.ALREADY_TERMINAL, errors.BUSY, errors.WORKSPACE_MISSING,
-             errors.RESYNC_REQUIRED, errors.NOT_RESUMABLE, errors.LIMIT_EXCEEDED, errors.AGENT_FAILED]
+             errors.RESYNC_REQUIRED, errors.NOT_RESUMABLE, errors.LIMIT_EXCEEDED, errors.AGENT_FAILED,
+             errors.STORAGE_FAILED, errors.CONFIG_REFUSED]
     assert len(set(codes)) == len(codes)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from acp.models import STATE_UPDATE_KINDS
 from gateway.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
 
@@ -90,7 +91,8 @@ async def test_replay_from_cursor_after_disconnect_loses_and_repeats_nothing(gat
     ids = log2.ids()
     assert ids == sorted(ids) and len(ids) == len(set(ids)) and ids[0] == cursor + 1
     assert ids == list(range(cursor + 1, ids[-1] + 1))  # nothing lost: ids are contiguous for one owner
-    texts = [e["data"]["update"]["content"]["text"] for e in log2.of_type("session_update")]
+    texts = [e["data"]["update"]["content"]["text"] for e in log2.of_type("session_update")
+             if e["data"]["update"]["sessionUpdate"] == "agent_message_chunk"]
     assert texts == ["echo: two", "echo: three"]
     listed = await again.call("task.session.list")
     assert listed["event_cursor"] >= ids[-1]
@@ -260,7 +262,7 @@ async def test_two_frontends_answer_the_same_permission(gateway: GatewayProcess,
     assert await asyncio.wait_for(turn, 10) == {"stop_reason": "end_turn"}
     chosen = winners[0]["outcome"]["optionId"]
     said = await log1.wait(lambda e: e["type"] == "session_update" and "permission:" in
-                           e["data"]["update"]["content"].get("text", ""))
+                           e["data"]["update"].get("content", {}).get("text", ""))
     assert chosen in said["data"]["update"]["content"]["text"]
     await one.close()
     await two.close()
@@ -300,7 +302,8 @@ async def test_unknown_update_kind_reaches_the_frontend(gateway: GatewayProcess,
     client, log = await subscribed(gateway)
     view = await start(client, paths["work"])
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/unknown-update"})
-    event = await log.wait(lambda e: e["type"] == "session_update")
+    event = await log.wait(lambda e: e["type"] == "session_update"
+                           and e["data"]["update"]["sessionUpdate"] not in STATE_UPDATE_KINDS)
     assert event["data"]["update"] == {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}}
     await client.close()
 

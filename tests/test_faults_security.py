@@ -88,7 +88,8 @@ async def test_garbage_huge_lines_and_stderr_flood(gateway: GatewayProcess, env:
     size = 10 * 1024 * 1024
     assert await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"/huge {size}"}) == \
         {"stop_reason": "end_turn"}
-    event = await log.wait(lambda e: e["type"] == "session_update")
+    event = await log.wait(lambda e: e["type"] == "session_update"
+                           and e["data"]["update"]["sessionUpdate"] == "agent_message_chunk")
     assert len(event["data"]["update"]["content"]["text"]) == size
     assert await c.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "still fine"}) == \
         {"stop_reason": "end_turn"}

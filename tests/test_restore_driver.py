@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from acp.client import AcpClient, ClientOptions
-from acp.models import text_block
+from acp.models import conversation, text_block
 from acp.restore import FailureClass, Outcome
 from acp.session_setup import RestoreResult, establish_session
 from tests.conftest import Recorder
@@ -48,7 +48,7 @@ async def test_r1_resume_without_replay(launch: Launch, workdir: Path, token: st
     client = await launch(on_update=rec)
     result = await restore(client, workdir, token)
     assert (result.plan, sent(result), result.outcome) == ("resume", [("session/resume", None)], Outcome.RESTORED)
-    assert result.session_id == token and rec.updates == []
+    assert result.session_id == token and conversation([u for u, _ in rec.updates]) == []  # commands are no replay
     assert (await client.prompt(token, [text_block("second")])).stopReason == "end_turn"
     assert rec.texts() == ["echo: second"]
 
@@ -90,7 +90,7 @@ async def test_r3_late_replay_is_still_marked_replay(launch: Launch, workdir: Pa
     client = await launch("--no-resume", "--late-replay", on_update=rec)
     result = await restore(client, workdir, token)
     assert result.outcome is Outcome.RESTORED
-    await rec.wait_for(lambda: len(rec.updates) == 2)
+    await rec.wait_for(lambda: len(conversation([u for u, _ in rec.updates])) == 2)
     assert rec.texts(replay=True) == ["first", "echo: first"]
 
 

@@ -56,10 +56,41 @@ async def test_status_facts_count_pending_permissions(any_store: StoreBase) -> N
     await store.permissions.add("p2", sid, "alice", {"toolCall": {"title": "read"}})
     facts = await store.sessions.with_status_facts(sid, "alice")
     assert facts is not None
-    row, executor, pending = facts
+    row, executor, pending, config = facts
     assert row.id == sid and executor is not None and (executor.pid, executor.proc_start) == (4242, 2**40)
-    assert pending == 2
+    assert pending == 2 and config is None  # no configuration stored: the session's is empty
     assert await store.sessions.with_status_facts(sid, "bob") is None
+
+
+async def test_a_session_configuration_is_created_with_it_changed_in_parts_and_deleted_with_it(
+        any_store: StoreBase) -> None:
+    store = any_store
+    servers = [{"name": "docs", "type": "http", "url": "https://mcp.example/", "headers": [
+        {"name": "Authorization", "value": "Bearer s3cr3t"}]}]
+    row = await store.sessions.create(owner="alice", agent="reference", cwd="/w", title=None, description=None,
+                                      task_id=None, task_state="TODO", session_state="CREATED",
+                                      config={"chosen": {"model": {"value": "big", "category": "model", "by": "user"}},
+                                              "mcp_servers": servers, "additional_directories": ["/w2"]})
+    config = await store.configs.get(row.id)
+    assert config is not None and config.chosen["model"]["value"] == "big" and config.mcp_servers == servers
+    assert (config.offer, config.commands, config.usage, config.additional_directories) == ({}, None, None, ["/w2"])
+    await store.configs.save(row.id, offer={"modes": {"currentModeId": "plan", "availableModes": []}},
+                             usage={"used": 1, "size": 2})
+    await store.configs.save(row.id, commands=[{"name": "review", "description": "Review"}])
+    config = await store.configs.get(row.id)
+    assert config is not None and config.offer["modes"]["currentModeId"] == "plan"
+    assert (config.usage, config.commands, config.mcp_servers) == ({"used": 1, "size": 2},
+                                                                   [{"name": "review", "description": "Review"}],
+                                                                   servers)  # the other columns untouched
+    facts = await store.sessions.with_status_facts(row.id, "alice")
+    assert facts is not None and facts[3] == config
+    with pytest.raises(ValueError):
+        await store.configs.save(row.id, owner="mallory")
+    other = await new_session(store)
+    await store.configs.save(other, usage={"used": 3, "size": 4})  # a session stored before configurations were
+    assert (await store.configs.get(other)).usage == {"used": 3, "size": 4}  # type: ignore[union-attr]
+    await store.sessions.delete(row.id)
+    assert await store.configs.get(row.id) is None
 
 
 async def test_executors_record_the_agent_process(any_store: StoreBase) -> None:

@@ -6,7 +6,13 @@ replays the history before answering) and `session/resume` (no replay) work acro
 
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
 at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
-`/tool`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`.
+`/tool`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`, `/mode M`
+(the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
+
+Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
+shapes), slash commands (`available_commands_update` after every session set-up) and usage (`usage_update`
+after every turn); with faults for the gateway's restore of choices: `--forget-config` (load and resume bring
+back the defaults), `--refuse-value ID=VALUE`, `--drop-option-after-restart ID`.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from acp.errors import (
     RpcError,
 )
 from acp.jsonrpc import Connection
+
+from .options import STYLES, Catalogue, SessionOptions, commands, described
 
 # KIND -> (code, message template). `{id}` is the sessionId of the request.
 ERROR_FAULTS: dict[str, tuple[int, str]] = {
@@ -82,6 +90,13 @@ class Config:
     bad_update: bool = False
     linger: bool = False
     log: str | None = None
+    config_style: str = "both"
+    forget_config: bool = False
+    refuse_values: frozenset[tuple[str, str]] = frozenset()
+    drop_after_restart: frozenset[str] = frozenset()
+    mcp_http: bool = True
+    mcp_sse: bool = True
+    additional_directories: bool = True
 
 
 @dataclass
@@ -93,6 +108,9 @@ class Session:
     history: list[dict[str, Any]] = field(default_factory=list)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     turn_running: bool = False
+    options: SessionOptions = field(default_factory=SessionOptions)
+    mcp: list[dict[str, Any]] = field(default_factory=list)  # names, types, env and header names: never values
+    directories: list[str] = field(default_factory=list)
 
 
 def _now() -> str:
@@ -107,6 +125,8 @@ class ReferenceAgent:
         self.exit_mid_replay = False
         self.conn: Connection | None = None
         self.stdout: Any = None
+        self.catalogue = Catalogue(config.config_style, False, config.refuse_values)
+        self._tasks: set[asyncio.Task[Any]] = set()
         config.state_dir.mkdir(parents=True, exist_ok=True)
 
     # -- storage ---------------------------------------------------------------------
@@ -122,6 +142,9 @@ class ReferenceAgent:
             "title": session.title,
             "updatedAt": session.updated_at,
             "history": session.history,
+            "config": session.options.values,
+            "mcpServers": session.mcp,
+            "additionalDirectories": session.directories,
         }
         path = self._path(session.session_id)
         tmp = path.with_suffix(".tmp")
@@ -136,13 +159,19 @@ class ReferenceAgent:
             data = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             return None
-        return Session(
+        session = Session(
             session_id=data["sessionId"],
             cwd=data["cwd"],
             title=data.get("title"),
             updated_at=data.get("updatedAt", ""),
             history=data.get("history", []),
+            mcp=data.get("mcpServers", []),
+            directories=data.get("additionalDirectories", []),
         )
+        if not self.config.forget_config and isinstance(data.get("config"), dict):
+            session.options.values.update(data["config"])
+        session.options.dropped = self.config.drop_after_restart  # restored by a process that did not create it
+        return session
 
     # -- wire helpers ----------------------------------------------------------------
     def _raw(self, data: bytes) -> None:
@@ -198,6 +227,9 @@ class ReferenceAgent:
             "session/list": self._list if self.config.advertise_list else None,
             "session/close": self._close if self.config.advertise_close else None,
             "session/prompt": self._prompt,
+            "session/set_config_option": self._set_config_option,
+            "session/set_mode": self._set_mode,
+            "session/set_model": self._set_model,
         }
         handler = handlers.get(method)
         if handler is None:
@@ -229,7 +261,12 @@ class ReferenceAgent:
 
     # -- methods ---------------------------------------------------------------------
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        client_session = (params.get("clientCapabilities") or {}).get("session") or {}
+        booleans = isinstance((client_session.get("configOptions") or {}).get("boolean"), dict)
+        self.catalogue = Catalogue(self.config.config_style, booleans, self.config.refuse_values)
         session_caps: dict[str, Any] = {}
+        if self.config.additional_directories:
+            session_caps["additionalDirectories"] = {}
         if self.config.advertise_resume:
             session_caps["resume"] = {}
         if self.config.advertise_list:
@@ -248,6 +285,7 @@ class ReferenceAgent:
             "agentCapabilities": {
                 "loadSession": self.config.advertise_load,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "mcpCapabilities": {"http": self.config.mcp_http, "sse": self.config.mcp_sse},
                 "sessionCapabilities": session_caps,
             },
             "authMethods": auth_methods,
@@ -274,12 +312,88 @@ class ReferenceAgent:
             raise RpcError(INVALID_PARAMS, "Invalid params: mcpServers must be an array")
         return cwd
 
+    def _setup(self, session: Session, params: dict[str, Any]) -> None:
+        """What a session/new, load or resume gives the session besides its cwd, checked as a strict agent would:
+        MCP servers of the types it advertises, additional directories only when it advertises them."""
+        servers = []
+        for server in params.get("mcpServers") or []:
+            kind = server.get("type", "stdio") if isinstance(server, dict) else None
+            if kind not in ("stdio", "http", "sse") or (kind == "http" and not self.config.mcp_http) or \
+                    (kind == "sse" and not self.config.mcp_sse):
+                raise RpcError(INVALID_PARAMS, f"Invalid params: MCP server type {kind!r} is not supported")
+            pairs = server.get("env") if kind == "stdio" else server.get("headers")
+            servers.append({"name": server.get("name"), "type": kind,
+                            "keys": [p.get("name") for p in pairs or [] if isinstance(p, dict)]})
+        directories = params.get("additionalDirectories")
+        if directories is not None and not self.config.additional_directories:
+            raise RpcError(INVALID_PARAMS, "Invalid params: additionalDirectories is not supported")
+        if directories is not None and (not isinstance(directories, list) or
+                                        not all(isinstance(d, str) and os.path.isabs(d) for d in directories)):
+            raise RpcError(INVALID_PARAMS, "Invalid params: additionalDirectories must be absolute paths")
+        session.mcp, session.directories = servers, list(directories or [])
+
+    def _answer(self, session: Session, answer: dict[str, Any]) -> dict[str, Any]:
+        """A set-up answer with the session's offer; its slash commands follow the answer."""
+        task = asyncio.get_running_loop().create_task(self._announce_commands(session))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return {**answer, **self.catalogue.offer(session.options)}
+
+    async def _announce_commands(self, session: Session) -> None:
+        await asyncio.sleep(0)  # after the answer is written
+        await self._update(session, {"sessionUpdate": "available_commands_update",
+                                     "availableCommands": commands()}, record=False)
+
     async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = self._check_cwd(params)
         session = Session(session_id=f"ref-{uuid.uuid4()}", cwd=cwd)
+        self._setup(session, params)
         self.sessions[session.session_id] = session
         self._save(session)
-        return {"sessionId": session.session_id}
+        return self._answer(session, {"sessionId": session.session_id})
+
+    # -- configuration ------------------------------------------------------------------
+    def _live_session(self, params: dict[str, Any]) -> Session:
+        sid = params.get("sessionId")
+        session = self.sessions.get(sid) if isinstance(sid, str) else None
+        if session is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: session {sid} (load or resume it first)")
+        return session
+
+    async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._live_session(params)
+        option_id = str(params.get("configId"))
+        session.options.values[option_id] = self.catalogue.check(session.options, option_id, params.get("value"),
+                                                                 "session/set_config_option")
+        self._save(session)
+        if option_id == "mode" and self.catalogue.has_modes:  # its other form, as agents with both keep them
+            await self._update(session, {"sessionUpdate": "current_mode_update",
+                                         "currentModeId": session.options.values["mode"]}, record=False)
+        return {"configOptions": self.catalogue.config_options(session.options)}
+
+    async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._live_session(params)
+        await self._switch_mode(session, self.catalogue.check(session.options, "mode", params.get("modeId"),
+                                                              "session/set_mode"))
+        return {}
+
+    async def _switch_mode(self, session: Session, mode: Any) -> None:
+        session.options.values["mode"] = mode
+        self._save(session)
+        if self.catalogue.has_modes:
+            await self._update(session, {"sessionUpdate": "current_mode_update", "currentModeId": mode},
+                               record=False)
+        if self.catalogue.has_options:
+            await self._update(session, {"sessionUpdate": "config_option_update",
+                                         "configOptions": self.catalogue.config_options(session.options)},
+                               record=False)
+
+    async def _set_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._live_session(params)
+        session.options.values["model"] = self.catalogue.check(session.options, "model", params.get("modelId"),
+                                                               "session/set_model")
+        self._save(session)
+        return {}
 
     def _existing(self, params: dict[str, Any]) -> Session:
         sid = params.get("sessionId")
@@ -293,12 +407,13 @@ class ReferenceAgent:
     async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
         self._check_cwd(params)
         session = self._existing(params)
+        self._setup(session, params)
         self.sessions[session.session_id] = session
         if self.config.late_replay:
             asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._replay(session)))
-            return {}
+            return self._answer(session, {})
         await self._replay(session)
-        return {}
+        return self._answer(session, {})
 
     async def _replay(self, session: Session) -> None:
         for index, update in enumerate(list(session.history)):
@@ -311,10 +426,11 @@ class ReferenceAgent:
     async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
         self._check_cwd(params)
         session = self._existing(params)
+        self._setup(session, params)
         self.sessions[session.session_id] = session
         if self.config.replay_on_resume:  # a fault: resume must not replay
             await self._replay(session)
-        return {}
+        return self._answer(session, {})
 
     async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         want_cwd = params.get("cwd")
@@ -354,6 +470,7 @@ class ReferenceAgent:
             stop = await self._turn(session, text.strip())
             if stop == "end_turn" and self.config.bad_stop_reason:
                 stop = "done"  # a fault: not a StopReason of ACP v1
+            await self._usage(session)
             return {"stopReason": stop}
         finally:
             session.turn_running = False
@@ -388,6 +505,12 @@ class ReferenceAgent:
         else:
             await self._message(session, f"echo: {text}")
         return "cancelled" if session.cancel.is_set() else "end_turn"
+
+    async def _usage(self, session: Session) -> None:
+        """Context used (the history's characters / 4, as tokens) of a 200k window, and a made-up cost."""
+        used = len(orjson.dumps(session.history)) // 4
+        await self._update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200_000,
+                                     "cost": {"amount": round(used * 3e-6, 6), "currency": "USD"}}, record=False)
 
     async def _tool_call(self, session: Session, title: str, result: str) -> None:
         call_id = f"call-{uuid.uuid4().hex[:8]}"
@@ -472,6 +595,23 @@ class ReferenceAgent:
             raise RpcError(INTERNAL_ERROR, "the reference agent failed this turn as asked")
         elif word == "/unknown-update":
             await self._update(session, {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}})
+        elif word == "/mode":  # the agent changes its own mode, mid-turn
+            try:
+                mode = self.catalogue.check(session.options, "mode", args[0] if args else "",
+                                            "session/set_mode" if self.catalogue.has_modes
+                                            else "session/set_config_option")
+            except RpcError as err:
+                await self._message(session, f"mode not changed: {err.message}")
+            else:
+                await self._switch_mode(session, mode)
+                await self._message(session, f"switched to mode {mode}")
+        elif word == "/config":
+            await self._message(session, f"config: {described(session.options.values)}")
+        elif word == "/mcp":
+            await self._message(session, "mcp: " + (", ".join(
+                f"{m['name']} ({m['type']}; {', '.join(m['keys']) or 'no keys'})" for m in session.mcp) or "none"))
+        elif word == "/dirs":
+            await self._message(session, "dirs: " + (", ".join(session.directories) or "none"))
         else:
             await self._message(session, f"echo: {text}")
         return None
@@ -521,6 +661,19 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--slow-init", type=float, default=0.0, metavar="SECONDS", help="answer initialize this late")
     p.add_argument("--brief-turns", action="store_true", help="end every turn after one update, at once")
     p.add_argument("--grandchild-pidfile", metavar="FILE", help="spawn a long-lived grandchild, write its pid")
+    p.add_argument("--config-style", choices=STYLES, default="both",
+                   help="what sessions offer: config options and modes (both, the default), config options only, "
+                        "modes and the legacy models (legacy), or nothing")
+    p.add_argument("--forget-config", action="store_true",
+                   help="fault: session/load and session/resume bring back the default configuration")
+    p.add_argument("--refuse-value", action="append", default=[], metavar="ID=VALUE",
+                   help="fault: refuse to set option ID to VALUE although it is offered (repeatable)")
+    p.add_argument("--drop-option-after-restart", action="append", default=[], metavar="ID",
+                   help="fault: a session this process did not create (loaded or resumed) is not offered option ID")
+    p.add_argument("--no-mcp-http", action="store_true", help="do not advertise or take MCP servers over http")
+    p.add_argument("--no-mcp-sse", action="store_true", help="do not advertise or take MCP servers over sse")
+    p.add_argument("--no-additional-directories", action="store_true",
+                   help="do not advertise or take additionalDirectories")
     ns = p.parse_args(argv)
     def faults_of(items: list[str], flag: str) -> dict[str, str]:
         faults: dict[str, str] = {}
@@ -532,6 +685,12 @@ def _parse_args(argv: list[str] | None) -> Config:
         return faults
 
     faults = faults_of(ns.fault, "--fault")
+    refused = set()
+    for item in ns.refuse_value:
+        option, sep, value = item.partition("=")
+        if not sep:
+            p.error(f"--refuse-value {item!r}: expected ID=VALUE")
+        refused.add((option, value.lower()))
     return Config(
         state_dir=Path(ns.state_dir),
         advertise_load=not ns.no_load,
@@ -561,6 +720,13 @@ def _parse_args(argv: list[str] | None) -> Config:
         bad_update=ns.bad_update,
         linger=ns.linger,
         log=ns.log,
+        config_style=ns.config_style,
+        forget_config=ns.forget_config,
+        refuse_values=frozenset(refused),
+        drop_after_restart=frozenset(ns.drop_option_after_restart),
+        mcp_http=not ns.no_mcp_http,
+        mcp_sse=not ns.no_mcp_sse,
+        additional_directories=not ns.no_additional_directories,
     )
 
 

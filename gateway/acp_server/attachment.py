@@ -4,7 +4,8 @@ session's events into the ACP messages the remote client is sent, in journal ord
 The subscription replays (session/load: the whole retained conversation; session/new: the session's start) and then
 goes live without a gap, as every subscription does (`gateway.events`). Permission requests seen in a replay are
 history: only the ones still waiting (re-offered by the broker) and new ones are put to the client, after the
-load's answer.
+load's answer. So are past reports of state (commands, usage, configuration): the latest of each kind follows the
+answer.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Translated:
     @classmethod
     def of(cls, frames: list[bytes]) -> Translated:
         outs = translate_all(frames)
-        plain = all(isinstance(out, Notify) and out.prompt is None and len(out.frames) == 1 for out in outs)
+        plain = all(isinstance(out, Notify) and out.prompt is None and out.state is None and len(out.frames) == 1
+                    for out in outs)
         return cls(outs, [out.frames[0] for out in outs if isinstance(out, Notify)] if plain else None)
 
 
@@ -59,6 +61,7 @@ class Attachment:
     subscription: Subscription | None = None
     live: bool = False  # the replay is over (`caught_up` came): events are live, permission requests are put
     deferred: list[Offer] = field(default_factory=list)  # re-offers that came during the replay
+    states: dict[str, tuple[bytes, ...]] = field(default_factory=dict)  # the replay's latest state report of a kind
     offers: dict[str, int] = field(default_factory=dict)  # gateway permission request id -> this connection's id
 
     # -- the Sink of the subscription --------------------------------------------------------------------------
@@ -92,6 +95,10 @@ class Attachment:
             if isinstance(out, Notify):
                 if out.prompt is not None and self.live and self.wire.own_turn_started(self.session_id, out.prompt):
                     continue  # the client has its own prompt: no echo
+                if out.state is not None and not self.live:
+                    self.states.pop(out.state, None)  # kept in the order of their latest: sent after the answer
+                    self.states[out.state] = out.frames
+                    continue
                 updates.extend(out.frames)
             elif out is not None and self.live:  # a replay's permission requests and answers are history
                 if updates:
@@ -119,6 +126,9 @@ class Attachment:
         answer, self.on_caught_up = self.on_caught_up, None
         if answer is not None:
             answer()
+        states, self.states = self.states, {}
+        if states:
+            self.wire.send_many([frame for frames in states.values() for frame in frames])
         deferred, self.deferred = self.deferred, []
         for offer in deferred:
             self.wire.offer(self, offer)

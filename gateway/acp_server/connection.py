@@ -19,9 +19,13 @@ from typing import Any, Protocol
 import orjson
 from pydantic import ValidationError
 
+from acp import mcp
+
 from .. import metrics
 from ..errors import (
     ALREADY_TERMINAL,
+    CONFIG_REFUSED,
+    INVALID_PARAMS,
     GatewayError,
     agent_failed,
     internal_error,
@@ -50,13 +54,16 @@ from .protocol import (
     Phase,
     PromptParams,
     SessionParams,
+    SetConfigOptionParams,
+    SetModelParams,
+    SetModeParams,
     classify,
     decide,
     gateway_choice,
     next_phase,
     refusal,
 )
-from .updates import Offer, initialize_result, permission_answer, session_info
+from .updates import Offer, agent_options, initialize_result, offer_answer, permission_answer, session_info
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +128,9 @@ class AcpConnection:
             Method.SESSION_LIST: self._list,
             Method.SESSION_PROMPT: self._prompt,
             Method.SESSION_CLOSE: self._close,
+            Method.SESSION_SET_CONFIG_OPTION: self._set_config_option,
+            Method.SESSION_SET_MODE: self._set_mode,
+            Method.SESSION_SET_MODEL: self._set_model,
         }
         self.notification_handlers: dict[Method, Callable[[Any], None]] = {
             Method.SESSION_CANCEL: self._cancel,
@@ -171,7 +181,9 @@ class AcpConnection:
                 self._result(message.id, result)
         except GatewayError as err:
             outcome = str(err.code)
-            self._error(message.id, err.code, err.message, err.data)
+            # ACP knows no code for a refused configuration value: it is the request's invalid params.
+            code = INVALID_PARAMS if err.code == CONFIG_REFUSED else err.code
+            self._error(message.id, code, err.message, err.data)
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
@@ -330,36 +342,55 @@ class AcpConnection:
         info = p.clientInfo or {}
         log.info("ACP connection %s of %s: %s %s, protocol version %d", self.connection_id, self.owner,
                  info.get("name", "an unnamed client"), info.get("version", ""), p.protocolVersion)
+        caps = await self.sessions.agent_capabilities(self.info.default_agent, self.owner)
+        mcp_caps = (caps.mcpCapabilities.http, caps.mcpCapabilities.sse) if caps is not None else (False, False)
         return initialize_result(self.info.prompt_capabilities, self.info.version, self.info.default_agent,
-                                 self.info.agents)
+                                 self.info.agents, mcp_caps, caps is not None and caps.takes_additional_directories)
 
     async def _authenticate(self, p: AcpParams, msg_id: int | str) -> dict[str, Any]:
         raise invalid_params("methodId", "this gateway advertises no authMethods: it authenticates the WebSocket "
                              "handshake (Authorization: Bearer TOKEN, or ?token=TOKEN)")
 
     async def _new(self, p: NewSessionParams, msg_id: int | str) -> Any:
-        _no_additional_directories(p.additionalDirectories)
         try:
             choice = gateway_choice(p.meta)
         except ValidationError as exc:
             raise params_refused(exc, ("_meta", META_KEY)) from None
+        servers, ignored = self._servers(p.mcpServers)
         await self.bus.refresh(self.owner)
         since = self.bus.head(self.owner)  # the new session's events all come after it
         view = await self.sessions.start(self.owner, agent=choice.agent or self.info.default_agent, cwd=p.cwd,
-                                         title=choice.title, task_id=choice.taskId, wait_ready=True)
+                                         title=choice.title, task_id=choice.taskId, wait_ready=True,
+                                         config=choice.config, mcp_servers=servers,
+                                         additional_directories=p.additionalDirectories)
         session_id = view["session_id"]
         if not view["is_agent_running"]:
             reason = view.get("error_message") or "see task.session.status"
             raise agent_failed(session_id, view["agent"], f"agent {view['agent']!r} of session {session_id} could not "
                                f"start: {reason}; the session is kept: session/resume it to try again, or check "
                                "the agent with `acp-gateway check`", None, True)
-        result = {"sessionId": session_id, **_ignored(p.mcpServers)}
+        result = {"sessionId": session_id, **offer_answer(view["config"]), **_ignored(ignored)}
         await self._attach(session_id, since, answer_first=lambda: self._result(msg_id, result))
         return ANSWERED
 
+    def _servers(self, given: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """The MCP servers of a session/new, checked (a malformed one is -32602, naming it), and split by the owner's
+        policy: stdio servers a frontend may not give are left out and said so in the answer (an editor sends the
+        user's own servers with every session/new: refusing the session for them would refuse the editor)."""
+        try:
+            parsed = mcp.parse(given, "mcpServers")
+        except mcp.Refusal as refused:
+            raise invalid_params(refused.field, refused.message) from None
+        if self.sessions.settings.stdio_mcp_allowed(self.owner):
+            return [mcp.wire(s) for s in parsed], []
+        kept = [mcp.wire(s) for s in parsed if s.type != "stdio"]
+        ignored = [{"name": s.name, "reason": "stdio MCP servers from a client are not run on the gateway's host "
+                    "for this owner (allow_stdio_mcp_servers)"} for s in parsed if s.type == "stdio"]
+        return kept, ignored
+
     async def _load(self, p: AttachParams, msg_id: int | str) -> Any:
-        await self._check_attach(p)
-        result = _ignored(p.mcpServers)
+        view = await self._check_attach(p)
+        result = {**offer_answer(view["config"]), **_ignored(_kept_own(p.mcpServers))}
         for attempt in range(2):
             since = await self.bus.store.events.horizon(self.owner)  # the whole retained journal
             try:
@@ -372,16 +403,16 @@ class AcpConnection:
         raise AssertionError("unreachable")
 
     async def _resume(self, p: AttachParams, msg_id: int | str) -> Any:
-        await self._check_attach(p)
-        result = _ignored(p.mcpServers)
+        view = await self._check_attach(p)
+        result = {**offer_answer(view["config"]), **_ignored(_kept_own(p.mcpServers))}
         await self._attach(p.sessionId, None, answer_when_caught_up=lambda: self._result(msg_id, result))
         return ANSWERED
 
-    async def _check_attach(self, p: AttachParams) -> None:
-        _no_additional_directories(p.additionalDirectories)
-        row = await self.sessions.row(self.owner, p.sessionId)  # another owner's session is not found
-        if p.cwd != row.cwd:
-            raise invalid_params("cwd", f"session {row.id} works in {row.cwd}, not {p.cwd}: send its cwd")
+    async def _check_attach(self, p: AttachParams) -> dict[str, Any]:
+        view = await self.sessions.get(self.owner, p.sessionId)  # another owner's session is not found
+        if p.cwd != view["cwd"]:
+            raise invalid_params("cwd", f"session {p.sessionId} works in {view['cwd']}, not {p.cwd}: send its cwd")
+        return view
 
     async def _list(self, p: ListParams, msg_id: int | str) -> dict[str, Any]:
         views: list[dict[str, Any]] = []
@@ -424,6 +455,24 @@ class AcpConnection:
         self._detach(attachment)
         return {}
 
+    async def _set_config_option(self, p: SetConfigOptionParams, msg_id: int | str) -> dict[str, Any]:
+        self._attached(p.sessionId)
+        if (p.type == "boolean") != isinstance(p.value, bool):
+            raise invalid_params("value", "a boolean value goes with type: \"boolean\", and only a boolean does")
+        view = await self.sessions.set_config_option(self.owner, p.sessionId, p.configId, p.value)
+        options = view["config"]["options"]
+        return {"configOptions": agent_options(options) or options}
+
+    async def _set_mode(self, p: SetModeParams, msg_id: int | str) -> dict[str, Any]:
+        self._attached(p.sessionId)
+        await self.sessions.set_mode(self.owner, p.sessionId, p.modeId)
+        return {}
+
+    async def _set_model(self, p: SetModelParams, msg_id: int | str) -> dict[str, Any]:
+        self._attached(p.sessionId)
+        await self.sessions.set_model(self.owner, p.sessionId, p.modelId)
+        return {}
+
     # -- notifications --------------------------------------------------------------------------------------------
     def _cancel(self, p: SessionParams) -> None:
         attachment = self.attachments.get(p.sessionId)
@@ -461,17 +510,13 @@ def parse_params(method: Method, params: Any) -> Any:
         raise params_refused(exc) from None
 
 
-def _no_additional_directories(directories: list[str] | None) -> None:
-    if directories:
-        raise invalid_params("additionalDirectories", "additionalDirectories is not supported here (the gateway does "
-                             "not advertise it): a session works in its cwd, inside the gateway's workspace roots")
+def _kept_own(given: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """MCP servers sent with a load or resume: the session keeps the ones it was started with (its agent has them)."""
+    return [{"name": str(s.get("name", "?")) if isinstance(s, dict) else "?",
+             "reason": "the session keeps the MCP servers it was started with"} for s in given]
 
 
-def _ignored(mcp_servers: list[dict[str, Any]]) -> dict[str, Any]:
-    """MCP servers a remote client names are not started on the gateway's host (a client's command line run
-    there would be anyone's): the answer says which were ignored."""
-    if not mcp_servers:
-        return {}
-    names = [str(server.get("name", "?")) for server in mcp_servers]
-    return {"_meta": {META_KEY: {"ignoredMcpServers": names}}}
+def _ignored(ignored: list[dict[str, str]]) -> dict[str, Any]:
+    """The answer's `_meta.acpGateway.ignoredMcpServers`: which MCP servers were not given to the agent, and why."""
+    return {"_meta": {META_KEY: {"ignoredMcpServers": ignored}}} if ignored else {}
 

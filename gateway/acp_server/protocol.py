@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +46,9 @@ class Method(StrEnum):
     SESSION_LIST = "session/list"
     SESSION_PROMPT = "session/prompt"
     SESSION_CLOSE = "session/close"
+    SESSION_SET_CONFIG_OPTION = "session/set_config_option"
+    SESSION_SET_MODE = "session/set_mode"
+    SESSION_SET_MODEL = "session/set_model"  # the legacy (pre-configOptions) model selector, still used by clients
     SESSION_CANCEL = "session/cancel"  # a notification
     CANCEL_REQUEST = "$/cancel_request"  # a notification
 
@@ -218,6 +221,20 @@ class CancelRequestParams(AcpParams):
     requestId: int | str
 
 
+class SetConfigOptionParams(SessionParams):
+    configId: str = Field(min_length=1, max_length=200)
+    value: Annotated[str, Field(max_length=1000)] | bool
+    type: str | None = Field(default=None, max_length=100)  # "boolean" for a boolean value
+
+
+class SetModeParams(SessionParams):
+    modeId: str = Field(min_length=1, max_length=200)
+
+
+class SetModelParams(SessionParams):
+    modelId: str = Field(min_length=1, max_length=200)
+
+
 PARAMS: dict[Method, type[AcpParams]] = {
     Method.INITIALIZE: InitializeParams,
     Method.AUTHENTICATE: AuthenticateParams,
@@ -227,6 +244,9 @@ PARAMS: dict[Method, type[AcpParams]] = {
     Method.SESSION_LIST: ListParams,
     Method.SESSION_PROMPT: PromptParams,
     Method.SESSION_CLOSE: SessionParams,
+    Method.SESSION_SET_CONFIG_OPTION: SetConfigOptionParams,
+    Method.SESSION_SET_MODE: SetModeParams,
+    Method.SESSION_SET_MODEL: SetModelParams,
     Method.SESSION_CANCEL: SessionParams,
     Method.CANCEL_REQUEST: CancelRequestParams,
 }
@@ -237,13 +257,16 @@ META_KEY = "acpGateway"  # session/new's `_meta.acpGateway` chooses the agent pr
 
 
 class GatewayChoice(BaseModel):
-    """`_meta.acpGateway` of session/new: which agent profile runs the session, its title and task."""
+    """`_meta.acpGateway` of session/new: which agent profile runs the session, its title and task, and the choices
+    it starts with (as `task.session.start`'s `config`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     agent: str | None = Field(default=None, min_length=1, max_length=200)
     title: str | None = Field(default=None, max_length=1000)
     taskId: str | None = Field(default=None, min_length=1, max_length=200)
+    config: dict[Annotated[str, Field(min_length=1, max_length=200)],
+                 Annotated[str, Field(max_length=1000)] | bool] | None = Field(default=None, max_length=64)
 
 
 def gateway_choice(meta: dict[str, Any] | None) -> GatewayChoice:

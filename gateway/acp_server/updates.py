@@ -8,6 +8,9 @@ Rules of this file:
   update and are not sent; the user's prompt becomes `user_message_chunk`s, as an agent replays it on
   `session/load`; a title becomes `session_info_update`.
 - Updates an agent replayed while the gateway restored it (`replay: true`) are the conversation again: dropped.
+- A configuration change the agent did not announce itself (a set by another client, a re-apply after a restore)
+  becomes the `config_option_update` / `current_mode_update` the agent would have sent; one it announced is not
+  repeated.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from typing import Any
 
 import orjson
 
+from acp.models import STATE_UPDATE_KINDS
+
 from .protocol import META_KEY, PROTOCOL_VERSION
+
+# Updates that report a state (what the agent offers, its commands, its usage, the title) rather than the
+# conversation: a session/load sends the latest of each after its answer, not every past one before it.
+STATE_KINDS = STATE_UPDATE_KINDS
 
 
 @dataclass(slots=True)  # not frozen: made for every update relayed, and a frozen one costs twice as much to make
@@ -27,6 +36,7 @@ class Notify:
 
     frames: tuple[bytes, ...]
     prompt: tuple[dict[str, Any], ...] | None = None  # the user's prompt they echo (a connection skips its own)
+    state: str | None = None  # a state update's kind (one of STATE_KINDS): a replay keeps only the latest of each
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,9 @@ def translate_event(event: dict[str, Any]) -> Out | None:
     if kind == "session_update":
         if data.get("replay"):
             return None
-        return Notify((update_frame(session_id, data.get("update")),))
+        update = data.get("update")
+        state = update.get("sessionUpdate") if isinstance(update, dict) else None
+        return Notify((update_frame(session_id, update),), state=state if state in STATE_KINDS else None)
     if kind == "turn_started":
         blocks = tuple(b for b in data.get("prompt") or () if isinstance(b, dict))
         return Notify(tuple(update_frame(session_id, {"sessionUpdate": "user_message_chunk", "content": b})
@@ -91,7 +103,10 @@ def translate_event(event: dict[str, Any]) -> Out | None:
         return Withdraw(str(data.get("request_id")))
     if kind == "session_title":
         return Notify((update_frame(session_id, {"sessionUpdate": "session_info_update",
-                                                 "title": data.get("title")}),))
+                                                 "title": data.get("title")}),), state="session_info_update")
+    if kind == "session_config":
+        # The agent announced its own change; a new session's answer carries its options already.
+        return None if data.get("cause") in ("agent", "launch") else config_updates(session_id, data)
     if kind == "caught_up":
         return CaughtUp()
     if kind == "session_deleted":
@@ -99,17 +114,54 @@ def translate_event(event: dict[str, Any]) -> Out | None:
     return None
 
 
+def agent_options(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The agent's own configOptions among a view's options (without the gateway's stand-ins for modes and legacy
+    models, which an ACP client gets as `modes` and `models`)."""
+    return [o for o in options if not ((o.get("_meta") or {}).get(META_KEY) or {}).get("via")]
+
+
+def offer_answer(config: dict[str, Any]) -> dict[str, Any]:
+    """The `configOptions`, `modes` and `models` of a session/new, load or resume answer: what the agent behind the
+    session last reported, as it reported it."""
+    answer: dict[str, Any] = {}
+    own = agent_options(config.get("options") or [])
+    if own:
+        answer["configOptions"] = own
+    for key in ("modes", "models"):
+        if config.get(key) is not None:
+            answer[key] = config[key]
+    return answer
+
+
+def config_updates(session_id: str, config: dict[str, Any]) -> Notify | None:
+    """A configuration change the agent did not announce, as the updates it would have sent."""
+    frames = []
+    own = agent_options(config.get("options") or [])
+    if own:
+        frames.append(update_frame(session_id, {"sessionUpdate": "config_option_update", "configOptions": own}))
+    modes = config.get("modes")
+    if isinstance(modes, dict) and modes.get("currentModeId"):
+        frames.append(update_frame(session_id, {"sessionUpdate": "current_mode_update",
+                                                "currentModeId": modes["currentModeId"]}))
+    return Notify(tuple(frames), state="session_config") if frames else None
+
+
 def initialize_result(prompt_capabilities: dict[str, bool], version: str, default_agent: str,
-                      agents: list[str]) -> dict[str, Any]:
+                      agents: list[str], mcp: tuple[bool, bool] = (False, False),
+                      directories: bool = False) -> dict[str, Any]:
     """What the gateway guarantees whatever agent runs behind a session: load, resume, list and close are the
-    gateway's own (served from its store and journal), never passed on to the agent."""
+    gateway's own (served from its store and journal), never passed on to the agent. MCP transports and additional
+    directories are the default agent's (`mcp`: http, sse), as its own `initialize` says."""
+    sessions: dict[str, Any] = {"resume": {}, "list": {}, "close": {}}
+    if directories:
+        sessions["additionalDirectories"] = {}
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": prompt_capabilities,
-            "mcpCapabilities": {"http": False, "sse": False},
-            "sessionCapabilities": {"resume": {}, "list": {}, "close": {}},
+            "mcpCapabilities": {"http": mcp[0], "sse": mcp[1]},
+            "sessionCapabilities": sessions,
         },
         "authMethods": [],
         "agentInfo": {"name": "acp-gateway", "title": "ACP session gateway", "version": version},

@@ -13,14 +13,18 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acp import mcp
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
-from acp.restore import Outcome
+from acp.models import AgentCapabilities
+from acp.restore import Method, Outcome
+from acp.session_config import Offer
 from acp.session_setup import RestoreResult, establish_session
 from agents.profiles import AgentProfile
 
@@ -30,6 +34,7 @@ from ..store import SessionRow, StoreBase
 from . import reaper, workspace
 from .broker import PermissionBroker
 from .cluster import Cluster
+from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
 from .history import HistoryCoalescer
 from .live import LiveSession
 from .settings import Settings
@@ -68,6 +73,15 @@ def check_workspace(settings: Settings, owner: str, session_id: str | None, cwd:
         raise workspace_refused(session_id, cwd, refused.value, workspace.explain(refused, cwd, roots))
 
 
+def directory_refusal(settings: Settings, owner: str, directory: str) -> str | None:
+    """Why an additional directory may not be given to an agent (the workspace rules of `cwd`), or None."""
+    if not os.path.isdir(directory):
+        return "it no longer exists"
+    roots = settings.roots_of(owner)
+    refused = workspace.refusal(workspace.resolved(directory), roots, settings.protected_paths)
+    return None if refused is None else workspace.explain(refused, directory, roots)
+
+
 def check_resumable(row: SessionRow, settings: Settings) -> None:
     """A session is launched again only if it is not terminal and its workspace passes today's rules."""
     if SessionState(row.state) in TERMINAL_SESSION_STATES:
@@ -90,7 +104,7 @@ class Launcher:
     def __init__(self, store: StoreBase, writer: SessionWriter, broker: PermissionBroker,
                  profiles: Mapping[str, AgentProfile], settings: Settings, instance_id: str,
                  live: dict[str, LiveSession], spawn: Callable[[Any], asyncio.Task[Any]],
-                 on_ready: Callable[[LiveSession, str], None], cluster: Cluster) -> None:
+                 on_ready: Callable[[LiveSession, str], None], cluster: Cluster, keeper: ConfigKeeper) -> None:
         self.store = store
         self.writer = writer
         self.broker = broker
@@ -102,6 +116,11 @@ class Launcher:
         self._on_ready = on_ready  # (live, the task's description): a first launch's initial prompt
         self.launches: dict[str, Launch] = {}  # session id -> its launch in progress
         self.cluster = cluster  # the session's lease is held while its agent runs here, and handed back after
+        self.keeper = keeper
+        # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
+        # directories): a start is checked against it before the session exists (`capabilities`).
+        self.capabilities: dict[str, AgentCapabilities] = {}
+        self._unreachable: dict[str, float] = {}  # profile id -> when it last could not be asked (monotonic)
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -146,13 +165,14 @@ class Launcher:
         executor = await self.store.executors.get(row.id)
         token = None if fresh_start or executor is None else executor.resume_token
         first_launch = not row.launched
+        config = await stored(self.store, row.id)
         row = await self.writer.apply(row, SessionEvent.LAUNCH, error_message=None)
         execution_id = f"x-{uuid.uuid4().hex}"
         env = {**profile.launch_env(self.settings.environ), reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.
         coalescer = HistoryCoalescer()
         history = HistoryWriter(self.store, row.id)
-        on_update = self._update_intake(row, coalescer, history)
+        on_update = self._update_intake(row, coalescer, history, config)
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
             row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
@@ -180,14 +200,22 @@ class Launcher:
             row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=pid,
             proc_start=reaper.process_start(pid), boot_id=reaper.boot_id()))
         failure: Exception | None = None
+        found: list[dict[str, Any]] = []
         try:
             await self.writer.stage(row, "initializing")
-            await client.initialize()
+            init = await client.initialize()
+            caps = init.agentCapabilities
+            self.capabilities[profile.id] = caps
+            config.capabilities = capabilities_json(caps)
+            servers, directories, found = setup_plan(
+                config, caps, lambda d: directory_refusal(self.settings, row.owner, d))
+            client.extra_roots = tuple(directories)  # its file methods may reach them too
             restoring = bool(token) and profile.native_session_resume
             await self.writer.stage(row, "authenticating" if profile.auth_method and not restoring else "restoring")
             result = await establish_session(
                 client, native_session_resume=profile.native_session_resume, resume_token=token,
-                cwd=row.cwd, auth_method=profile.auth_method, environ=env, cancel=cancel)
+                cwd=row.cwd, mcp_servers=servers, additional_directories=directories,
+                auth_method=profile.auth_method, environ=env, cancel=cancel)
         except (AcpError, TimeoutError) as exc:
             failure = exc
         await identity
@@ -201,7 +229,8 @@ class Launcher:
             await client.stop()
             await history.idle()
             tail = " | ".join(client.process.stderr.tail_lines(3))
-            reason = f"agent {profile.id!r} failed to start: {failure}" + (f" (stderr: {tail})" if tail else "")
+            reason = mcp.scrub(f"agent {profile.id!r} failed to start: {failure}" + (f" (stderr: {tail})" if tail
+                                                                                      else ""), config.secrets())
             await self.store.executors.set_stopped(row.id, "failed")
             await self.preserve(row, reason)
             return LaunchResult(False, error=reason)
@@ -209,10 +238,11 @@ class Launcher:
             await client.stop()
             await history.idle()
             await self.store.executors.set_stopped(row.id, "failed")
-            reason = (f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
-                      f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
-                      "with action 'retry' or 'fresh_start'") if token else (
-                      f"agent {profile.id!r} could not create a session: {result.describe_failure()}")
+            reason = mcp.scrub((f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
+                                f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
+                                "with action 'retry' or 'fresh_start'") if token else (
+                               f"agent {profile.id!r} could not create a session: {result.describe_failure()}"),
+                               config.secrets())
             await self.preserve(row, reason)
             return LaunchResult(False, restore=result, error=reason)
 
@@ -233,6 +263,14 @@ class Launcher:
                    else "no ACP session was saved")
             await self.writer.message(row, "info", f"Agent {profile.id} relaunched with a fresh session "
                                       f"{result.session_id}: {why}.")
+        # What the agent offers now is in its answer (an answer to load or resume that says nothing of it leaves the
+        # last offer standing: the agent said nothing new); then the session's choices are re-applied.
+        restored = result.settled_by != Method.NEW.value
+        config.offer = Offer.from_answer(result.response, config.offer if restored else None)
+        if not restored:
+            config.usage = None  # a fresh ACP session has used nothing yet
+        await self.keeper.reapply(row, config, client, result.session_id, found,
+                                  "launch" if first_launch else "restore")
         has_history = await self.store.history.exists(row.id)
         task = await self.store.tasks.get(row.owner, row.task_id)
         boot = decide_boot(BootFacts(
@@ -245,7 +283,7 @@ class Launcher:
             await client.stop()
             await self.store.executors.set_stopped(row.id, "cancelled")
             return LaunchResult(False, restore=result, error=f"session {row.id} ended while its agent started")
-        live = LiveSession(current, profile, client, result.session_id, execution_id, history, coalescer,
+        live = LiveSession(current, profile, client, result.session_id, execution_id, history, coalescer, config,
                            needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT)
         self.live[row.id] = live  # no await since the check above: a cancel cannot come between
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
@@ -265,21 +303,56 @@ class Launcher:
         await self.writer.apply(current, event, error_message=reason, recovery_pending=True)
         await self.writer.message(current, "error", reason)
 
-    def _update_intake(self, row: SessionRow, coalescer: HistoryCoalescer,
-                       history: HistoryWriter) -> Callable[[dict[str, Any], bool], None]:
+    def _update_intake(self, row: SessionRow, coalescer: HistoryCoalescer, history: HistoryWriter,
+                       config: SessionConfig) -> Callable[[dict[str, Any], bool], None]:
         """Called by the ACP client for each update, in arrival order, on the read loop: no task hop,
-        no await. The event's id and order are fixed here; its commit comes with the next group."""
+        no await. The event's id and order are fixed here; its commit comes with the next group. The few kinds that
+        change the session's configuration are also kept (`ConfigKeeper.observe`)."""
         enqueue, owner, sid, task_id = self.writer.bus.enqueue, row.owner, row.id, row.task_id
+        observe = self.keeper.observe
 
         def on_update(params: dict[str, Any], replay: bool) -> None:
             update = params.get("update")
             enqueue("session_update", owner, sid, task_id, {"update": update, "replay": replay})
-            if not replay and isinstance(update, dict):
-                entries = coalescer.feed(update)
-                if entries:
-                    history.add(entries)
+            if isinstance(update, dict):
+                if update.get("sessionUpdate") in WATCHED:
+                    observe(row, config, update, replay)
+                if not replay:
+                    entries = coalescer.feed(update)
+                    if entries:
+                        history.add(entries)
 
         return on_update
+
+    async def agent_capabilities(self, profile: AgentProfile, cwd: str,
+                                 timeout: float = 30.0) -> AgentCapabilities | None:
+        """What the profile's agent supports, as its last `initialize` here said, else as a short-lived process of
+        it says now (started, initialized, stopped); None when it cannot be asked (the launch then decides). An
+        agent that could not be asked is not asked again for a minute."""
+        known = self.capabilities.get(profile.id)
+        if known is not None:
+            return known
+        if time.monotonic() - self._unreachable.get(profile.id, -1e9) < 60.0:
+            return None
+        env = profile.launch_env(self.settings.environ)
+        argv = agent_argv(profile.argv(None, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
+        try:
+            client = await AcpClient.launch(argv, cwd=cwd, env=env, options=ClientOptions(
+                initialize_timeout=min(self.settings.initialize_timeout, timeout), stop_grace=self.settings.stop_grace))
+        except AcpError as exc:
+            log.info("agent %s could not be asked what it supports: %s", profile.id, exc)
+            self._unreachable[profile.id] = time.monotonic()
+            return None
+        try:
+            init = await client.initialize()
+        except (AcpError, TimeoutError) as exc:
+            log.info("agent %s could not be asked what it supports: %s", profile.id, exc)
+            self._unreachable[profile.id] = time.monotonic()
+            return None
+        finally:
+            await client.stop()
+        self.capabilities[profile.id] = init.agentCapabilities
+        return init.agentCapabilities
 
     async def _on_permission(self, session_id: str, params: dict[str, Any]) -> dict[str, Any]:
         live = self.live.get(session_id)

@@ -17,6 +17,7 @@ from agents.profiles import AgentProfile
 
 from ..store import SessionRow
 from .commands import Phase, phase_of
+from .config import SessionConfig
 from .history import HistoryCoalescer
 from .states import TERMINAL_SESSION_STATES, SessionState
 from .writer import HistoryWriter
@@ -31,6 +32,7 @@ class LiveSession:
     execution_id: str
     history: HistoryWriter
     coalescer: HistoryCoalescer
+    config: SessionConfig = field(default_factory=SessionConfig)  # what its agent offers and its user chose
     needs_resume_context: bool = False
     stopping: bool = False  # the agent is being stopped: no new turn starts
     turn: asyncio.Task[dict[str, Any]] | None = None

@@ -9,12 +9,16 @@ closes mid-call only stops waiting; the change (a turn, a cancel, a launch) fini
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from acp import mcp
+from acp.models import AgentCapabilities
+from acp.session_config import MODE, MODEL
 from agents.profiles import AgentProfile
 
 from ..errors import (
@@ -25,12 +29,14 @@ from ..errors import (
     limit_exceeded,
     log_fault,
     not_resumable,
+    workspace_refused,
 )
 from ..events import EventBus
 from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
-from .launcher import Launcher, check_resumable, check_workspace
+from .config import ConfigKeeper, starting_choices, stored
+from .launcher import Launcher, check_resumable, check_workspace, directory_refusal
 from .live import LiveSession
 from .recovery import recover_after_crash
 from .settings import Settings
@@ -70,8 +76,9 @@ class SessionManager:
         roots = {"*": [str(r) for r in settings.workspace_roots],
                  **{owner: [str(r) for r in rs] for owner, rs in settings.owner_workspace_roots.items()}}
         self.cluster = Cluster(store, settings.node or instance_id, settings.lease_ttl, self._lease_lost, roots)
+        self.keeper = ConfigKeeper(store, self.writer, settings.request_timeout)
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
-                                 self._spawn, self._initial_prompt, self.cluster)
+                                 self._spawn, self._initial_prompt, self.cluster, self.keeper)
         self.turns = TurnRunner(store, bus, self.writer, self.broker,
                                 lambda live: self.launcher.stop(live, "exited"), settings.cancel_grace)
         self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count,
@@ -110,6 +117,7 @@ class SessionManager:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
         hand the leases back at once, so another node resumes them without waiting for expiry."""
         await asyncio.gather(*(self._stop_live(live) for live in list(self.live.values())), return_exceptions=True)
+        await self.keeper.close()
         for task in list(self._background):
             task.cancel()
         await self.cluster.close()
@@ -141,7 +149,9 @@ class SessionManager:
         """A command another node forwarded here, as the holder (or the next holder) of its session."""
         handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
                     "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
-                    "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete}
+                    "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete,
+                    "set_config_option": self.set_config_option, "set_mode": self.set_mode,
+                    "set_model": self.set_model}
         handler = handlers.get(str(request.get("method")))
         if handler is None:
             raise invalid_params("method", f"not a command a node forwards: {request.get('method')!r}")
@@ -215,22 +225,62 @@ class SessionManager:
 
     # -- launching -----------------------------------------------------------------------
     async def start(self, owner: str, *, agent: str, cwd: str, description: str | None = None,
-                    title: str | None = None, task_id: str | None = None, wait_ready: bool = False) -> dict[str, Any]:
+                    title: str | None = None, task_id: str | None = None, wait_ready: bool = False,
+                    config: Mapping[str, Any] | None = None, mcp_servers: Sequence[Any] | None = None,
+                    additional_directories: Sequence[str] | None = None) -> dict[str, Any]:
         if agent not in self.profiles:
             raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
         if not os.path.isabs(cwd):
             raise invalid_params("cwd", "cwd must be an absolute path")
         check_workspace(self.settings, owner, None, cwd)
+        setup = await self._setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
+                                  additional_directories or [])
         self._check_live_limit(owner)
         self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
-        return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready))
+        return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup))
+
+    async def _setup(self, owner: str, profile: AgentProfile, cwd: str, config: Mapping[str, Any],
+                     servers: Sequence[Any], directories: Sequence[str]) -> dict[str, Any]:
+        """What a session starts with (the profile's defaults, then the start's own), checked before it exists: a
+        refused server or directory changes nothing. The agent's capabilities are those its last `initialize` here
+        said, or asked of it now, where the start needs them."""
+        try:
+            given = mcp.parse(builtins.list(servers))
+            mcp.check_servers(given, stdio_allowed=self.settings.stdio_mcp_allowed(owner), transports=None,
+                              agent=profile.id)
+        except mcp.Refusal as refused:
+            raise invalid_params(refused.field, refused.message) from None
+        wanted: builtins.list[str] = builtins.list(dict.fromkeys(directories))
+        for index, directory in enumerate(wanted):
+            if not os.path.isabs(directory):
+                raise invalid_params(f"additional_directories.{index}", "each additional directory must be an "
+                                     f"absolute path, not {directory!r}")
+            why = directory_refusal(self.settings, owner, directory)
+            if why is not None:
+                raise workspace_refused(None, directory, "additional_directory",
+                                        f"additional directory {directory}: {why}")
+        if wanted or any(s.type != "stdio" for s in given):
+            caps = await self.launcher.agent_capabilities(profile, cwd)
+            if caps is not None:
+                try:
+                    mcp.check_servers(given, stdio_allowed=True, transports=caps.mcp_transports, agent=profile.id)
+                except mcp.Refusal as refused:
+                    raise invalid_params(refused.field, refused.message) from None
+                if wanted and not caps.takes_additional_directories:
+                    raise invalid_params("additional_directories", f"agent {profile.id!r} does not take additional "
+                                         "directories (its initialize does not advertise sessionCapabilities."
+                                         "additionalDirectories): start without them, or use another agent")
+        chosen = {**starting_choices(profile.config, "profile"), **starting_choices(config, "user")}
+        return {"chosen": {k: c.to_json() for k, c in chosen.items()},
+                "mcp_servers": [mcp.wire(s) for s in mcp.merged(profile.servers(), given)],
+                "additional_directories": [*dict.fromkeys([*profile.additional_directories, *wanted])]}
 
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
-                     task_id: str | None, wait_ready: bool) -> dict[str, Any]:
+                     task_id: str | None, wait_ready: bool, setup: dict[str, Any]) -> dict[str, Any]:
         try:
             row = await self.store.sessions.create(
                 owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
-                task_state=TaskState.TODO, session_state=SessionState.CREATED)
+                task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup)
             await self.writer.publish(row, "session_created", await self.views.view(row))
             await self.cluster.acquire(row.id)  # a new session: no other node can hold it
         finally:
@@ -305,22 +355,76 @@ class SessionManager:
         routed, answer = await self._elsewhere(row, "prompt", forwarded, prompt=prompt)
         if routed:
             return dict(answer)
+        live, answer = await self._bring_up(row, forwarded, "prompt", {"prompt": prompt})
+        if live is None:
+            return dict(answer)
+        return await asyncio.shield(self.turns.start(live, blocks))
+
+    async def _bring_up(self, row: SessionRow, forwarded: bool, method: str,
+                        args: dict[str, Any]) -> tuple[LiveSession | None, Any]:
+        """The session's live agent on this node, resumed if need be (a lazy resume); or (None, its answer) when the
+        command ran on the node that may run the session."""
         for attempt in range(2):
             if row.id not in self.live:
-                routed, answer = await self._placed(row, "prompt", forwarded, prompt=prompt)
+                routed, answer = await self._placed(row, method, forwarded, **args)
                 if routed:
-                    return dict(answer)
+                    return None, answer
                 holder, row = await self._take(row, forwarded)
                 if holder is not None:
-                    return dict(await self._forward(holder, row, "prompt", {"prompt": prompt}))
+                    return None, await self._forward(holder, row, method, args)
             live = await self._ensure_live(row)
             if not live.client.alive and attempt == 0 and not live.turn_running:
                 # The execution vanished between the resume and the send: resume once, retry once.
                 await self.launcher.stop(live, "exited")
                 continue
-            return await asyncio.shield(self.turns.start(live, blocks))
-        raise not_resumable(row.id, row.state, f"the agent of session {row.id} keeps exiting before the prompt "
+            return live, None
+        raise not_resumable(row.id, row.state, f"the agent of session {row.id} keeps exiting before {method} "
                             "could be sent; see task.session.status")
+
+    # -- configuration -------------------------------------------------------------------
+    async def set_config_option(self, owner: str, session_id: str, config_id: str, value: str | bool,
+                                forwarded: bool = False) -> dict[str, Any]:
+        return await self._configure(owner, session_id, "set_config_option", config_id, value, None, forwarded)
+
+    async def set_mode(self, owner: str, session_id: str, mode_id: str, forwarded: bool = False) -> dict[str, Any]:
+        return await self._configure(owner, session_id, "set_mode", MODE, mode_id, MODE, forwarded)
+
+    async def set_model(self, owner: str, session_id: str, model_id: str, forwarded: bool = False) -> dict[str, Any]:
+        return await self._configure(owner, session_id, "set_model", MODEL, model_id, MODEL, forwarded)
+
+    async def _configure(self, owner: str, session_id: str, method: str, option_id: str, value: str | bool,
+                         category: str | None, forwarded: bool) -> dict[str, Any]:
+        """A frontend's change of one option (or of the mode or model, by its category): checked up front against
+        what the agent last offered (a stored session's offer too: a refused value resumes nothing), the agent
+        resumed like a prompt resumes it, the change relayed as it understands (config option, mode, or legacy
+        model), and kept as a choice."""
+        row = await self.row(owner, session_id)
+        args: dict[str, Any] = {"config_id": option_id, "value": value} if category is None else {
+            f"{category}_id": value}
+        if SessionState(row.state) in TERMINAL_SESSION_STATES:
+            raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: its configuration can no "
+                                "longer change; start a new session")
+        routed, answer = await self._elsewhere(row, method, forwarded, **args)
+        if routed:
+            return dict(answer)
+        known = self.live[row.id].config if row.id in self.live else await stored(self.store, row.id)
+        if not known.offer.empty:
+            self.keeper.target(row.id, known, row.agent, option_id, value, category=category)
+        live, answer = await self._bring_up(row, forwarded, method, args)
+        if live is None:
+            return dict(answer)
+        await self._owned(self.keeper.apply(live.row, live.config, live.client, live.acp_session_id, live.profile.id,
+                                            option_id, value, category=category))
+        return await self.views.get(owner, row.id)
+
+    async def agent_capabilities(self, agent: str, owner: str) -> AgentCapabilities | None:
+        """What an agent profile's agent supports (its last `initialize` here, or asked now in one of the owner's
+        workspace roots); None when it cannot be asked."""
+        profile = self.profiles.get(agent)
+        roots = [r for r in self.settings.roots_of(owner) if r.is_dir()]
+        if profile is None or not roots:
+            return None
+        return await self.launcher.agent_capabilities(profile, str(roots[0]), timeout=10.0)
 
     async def _ensure_live(self, row: SessionRow) -> LiveSession:
         live = self.live.get(row.id)
@@ -434,5 +538,6 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None:
             await self._stop_live(live)
+        self.keeper.forget(row.id)
         await self.store.sessions.delete(row.id)
         await self.writer.publish(row, "session_deleted", {})

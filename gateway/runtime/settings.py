@@ -31,6 +31,12 @@ class Settings:
     # without renewal (a dead node's sessions can be taken over after it)
     node: str = ""
     lease_ttl: float = 15.0
+    # Whether a frontend may give a session a stdio MCP server (a command this host runs): everyone's, and per owner
+    allow_stdio_mcp_servers: bool = False
+    owner_stdio_mcp_servers: Mapping[str, bool] = field(default_factory=dict)
 
     def roots_of(self, owner: str) -> tuple[Path, ...]:
         return self.owner_workspace_roots.get(owner, self.workspace_roots)
+
+    def stdio_mcp_allowed(self, owner: str) -> bool:
+        return self.owner_stdio_mcp_servers.get(owner, self.allow_stdio_mcp_servers)

@@ -10,12 +10,14 @@ from typing import Any
 from ..errors import invalid_params, not_found
 from ..events import EventBus
 from ..store import SessionRow, StoreBase
+from .config import SessionConfig
 from .live import LiveSession
 from .states import SessionState
 from .status import StatusFacts, evaluate_status
 
 
 def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, Any]:
+    """A session as a list shows it; one session's view (`detail_view`) adds its `config`."""
     return {
         "session_id": row.id,
         "task_id": row.task_id,
@@ -33,9 +35,18 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
     }
 
 
-def live_view(live: LiveSession) -> dict[str, Any]:
-    """A live session's view, from memory: its row as last committed and the token its agent runs."""
+def detail_view(row: SessionRow, token: str | None, live: bool, config: SessionConfig) -> dict[str, Any]:
+    return {**session_view(row, token, live), "config": config.view()}
+
+
+def live_summary(live: LiveSession) -> dict[str, Any]:
+    """A live session as a list shows it, from memory: its row as last committed and the token its agent runs."""
     return session_view(live.row, live.acp_session_id, True)
+
+
+def live_view(live: LiveSession) -> dict[str, Any]:
+    """A live session's view, from memory (its configuration's view is made once per change)."""
+    return detail_view(live.row, live.acp_session_id, True, live.config)
 
 
 class SessionViews:
@@ -73,7 +84,8 @@ class SessionViews:
         if live is not None:
             return live_view(live)
         executor = await self.store.executors.get(row.id)
-        return session_view(row, executor.resume_token if executor else None, await self._elsewhere(row.id))
+        config = SessionConfig.from_row(await self.store.configs.get(row.id))
+        return detail_view(row, executor.resume_token if executor else None, await self._elsewhere(row.id), config)
 
     async def _elsewhere(self, session_id: str) -> bool:
         """In a cluster: the session's agent runs on another node."""
@@ -89,7 +101,7 @@ class SessionViews:
         found = await self.store.sessions.with_status_facts(session_id, owner)
         if found is None:
             raise not_found(session_id)
-        row, executor, pending_permissions = found
+        row, executor, pending_permissions, config = found
         other_seen_ago = None
         elsewhere = await self._elsewhere(session_id)
         if self._held_elsewhere is not None:  # case 2 in a cluster: another node holds an unexpired lease
@@ -103,7 +115,8 @@ class SessionViews:
             state=SessionState(row.state), has_token=bool(token), executor_exists=executor is not None and row.launched,
             live_here=False, other_owner_seen_ago=other_seen_ago, stale_window=self.stale_window,
             recovery_pending=row.recovery_pending))
-        return {**session_view(row, token, elsewhere), "needs_resume": decision.needs_resume,
+        return {**detail_view(row, token, elsewhere, SessionConfig.from_row(config)),
+                "needs_resume": decision.needs_resume,
                 "is_resumable": decision.is_resumable, "resume_reason": decision.resume_reason.value,
                 "pending_permissions": pending_permissions}
 
@@ -125,7 +138,7 @@ class SessionViews:
         views = []
         for row, executor in rows:
             live = self.live.get(row.id)
-            views.append(live_view(live) if live is not None
+            views.append(live_summary(live) if live is not None
                          else session_view(row, executor.resume_token if executor else None, row.id in elsewhere))
         return {"sessions": views, "next_cursor": str(rows[-1][0].seq) if more and rows else None,
                 "event_cursor": event_cursor}

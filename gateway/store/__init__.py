@@ -10,6 +10,7 @@ from .journal import JournalWriter, PruneGoal, journal_frames, journal_rows
 from .migrations import MIGRATIONS
 from .repos import REPLAY_PAGE
 from .rows import (
+    ConfigRow,
     EventGroup,
     EventRow,
     ExecutorRow,
@@ -26,6 +27,7 @@ Store = SqliteStore  # the embedded default, opened with `Store.open(path)`
 __all__ = [
     "MIGRATIONS",
     "REPLAY_PAGE",
+    "ConfigRow",
     "EventGroup",
     "EventRow",
     "ExecutorRow",

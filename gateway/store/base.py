@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from .journal import PruneGoal
 from .repos import (
     CancelRepo,
+    ConfigRepo,
     EventRepo,
     ExecutorRepo,
     HistoryRepo,
@@ -63,6 +64,7 @@ class StoreBase(abc.ABC):
         self.events = EventRepo(self)
         self.permissions = PermissionRepo(self)
         self.instances = InstanceRepo(self)
+        self.configs = ConfigRepo(self)
 
     # -- statements ----------------------------------------------------------------------------------------
     @abc.abstractmethod

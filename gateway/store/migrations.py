@@ -215,4 +215,22 @@ MIGRATIONS: list[str] = [
     DROP TABLE journal_horizon;
     ALTER TABLE horizon_new RENAME TO journal_horizon
     """,
+    # 11: what a session's agent offers and what the user chose (acp.session_config), kept beside the session: the
+    # agent's last offer (raw configOptions, modes, legacy models), the choices re-applied after every restore and
+    # what could not be, the agent's slash commands and usage, its capabilities, and what the session was started
+    # with (MCP servers, secrets included, and additional directories). JSON columns: read whole, written whole.
+    """
+    CREATE TABLE session_config (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        offer TEXT NOT NULL DEFAULT '{}',
+        chosen TEXT NOT NULL DEFAULT '{}',
+        unapplied TEXT NOT NULL DEFAULT '[]',
+        commands TEXT,
+        usage TEXT,
+        capabilities TEXT,
+        mcp_servers TEXT NOT NULL DEFAULT '[]',
+        additional_directories TEXT NOT NULL DEFAULT '[]',
+        updated_at REAL NOT NULL
+    )
+    """,
 ]

@@ -192,4 +192,21 @@ PG_MIGRATIONS: list[str] = [
         seen_at TIMESTAMPTZ NOT NULL DEFAULT now()
     )
     """,
+    # 7: the schema of SQLite migration 11 (a session's configuration), fenced like every row of a session
+    """
+    CREATE TABLE session_config (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        offer TEXT NOT NULL DEFAULT '{}',
+        chosen TEXT NOT NULL DEFAULT '{}',
+        unapplied TEXT NOT NULL DEFAULT '[]',
+        commands TEXT,
+        usage TEXT,
+        capabilities TEXT,
+        mcp_servers TEXT NOT NULL DEFAULT '[]',
+        additional_directories TEXT NOT NULL DEFAULT '[]',
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TRIGGER fence_session_config BEFORE INSERT OR UPDATE ON session_config
+        FOR EACH ROW EXECUTE FUNCTION acp_fence_row()
+    """,
 ]

@@ -12,8 +12,11 @@ import orjson
 
 from .journal import PruneGoal, journal_entries, journal_frames
 from .rows import (
+    CONFIG_COLUMNS,
+    CONFIG_JSON_COLUMNS,
     EXECUTOR_COLUMNS,
     SESSION_COLUMNS,
+    ConfigRow,
     EventGroup,
     ExecutorRow,
     HistoryEntry,
@@ -21,6 +24,7 @@ from .rows import (
     SessionRow,
     StoredHistory,
     TaskRow,
+    config_row,
     executor_row,
     session_row,
 )
@@ -48,7 +52,10 @@ class TaskRepo(_Repo):
 
 class SessionRepo(_Repo):
     async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
-                     task_id: str | None, task_state: str, session_state: str) -> SessionRow:
+                     task_id: str | None, task_state: str, session_state: str,
+                     config: Mapping[str, Any] | None = None) -> SessionRow:
+        """A new session and its task (unless the owner's `task_id` exists), with its configuration's columns
+        (`config`: what it is started with), in one transaction."""
         now = time.time()
         session_id = f"s-{uuid.uuid4().hex}"
         async with self.store.transaction() as db:
@@ -66,6 +73,9 @@ class SessionRepo(_Repo):
             )
             await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen) VALUES (?, ?, 'created', ?)",
                              (session_id, cwd, now))
+            if config:
+                sql, params = _config_upsert(session_id, config, now)
+                await db.execute(sql, params)
         row = await self.get(session_id)
         assert row is not None
         return row
@@ -79,16 +89,19 @@ class SessionRepo(_Repo):
         row = await self.store.fetchone(sql, params)
         return session_row(row) if row else None
 
-    async def with_status_facts(self, session_id: str, owner: str) -> tuple[SessionRow, ExecutorRow | None, int] | None:
-        """A session with its executor row and its count of pending permission requests: what a status
-        call needs, in one read (a status call is the frontends' most frequent one)."""
+    async def with_status_facts(self, session_id: str, owner: str) -> tuple[SessionRow, ExecutorRow | None, int,
+                                                                          ConfigRow | None] | None:
+        """A session with its executor row, its count of pending permission requests and its configuration: what a
+        status call needs, in one read (a status call is the frontends' most frequent one)."""
         row = await self.store.fetchone(
             f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS}, (SELECT COUNT(*) FROM permissions p "
-            f"WHERE p.session_id = s.id AND p.state = 'pending') {SESSIONS_WITH_TASKS} "
-            "LEFT JOIN executors e ON e.session_id = s.id WHERE s.id = ? AND s.owner = ?", (session_id, owner))
+            f"WHERE p.session_id = s.id AND p.state = 'pending'), {CONFIG_COLUMNS} {SESSIONS_WITH_TASKS} "
+            "LEFT JOIN executors e ON e.session_id = s.id LEFT JOIN session_config c ON c.session_id = s.id "
+            "WHERE s.id = ? AND s.owner = ?", (session_id, owner))
         if row is None:
             return None
-        return session_row(row), executor_row(row, 16), int(row[16 + len(ExecutorRow.__dataclass_fields__)])
+        count_at = 16 + len(ExecutorRow.__dataclass_fields__)
+        return session_row(row), executor_row(row, 16), int(row[count_at]), config_row(row, count_at + 1)
 
     async def running(self) -> list[SessionRow]:
         """Sessions stored as RUNNING: at start-up, the turns a crashed instance left open."""
@@ -141,6 +154,7 @@ class SessionRepo(_Repo):
             await db.execute("DELETE FROM executors WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM session_config WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if row:
                 await db.execute("DELETE FROM tasks WHERE owner = ? AND id = ? AND NOT EXISTS "
@@ -181,6 +195,33 @@ class ExecutorRepo(_Repo):
     async def touch(self, instance_id: str) -> None:
         await self.store.write("UPDATE executors SET last_seen = ? WHERE instance_id = ? AND status = 'running'",
                                (time.time(), instance_id))
+
+
+def _config_upsert(session_id: str, columns: Mapping[str, Any], now: float) -> tuple[str, list[Any]]:
+    """Write these configuration columns (JSON-encoded; the others are left as they are, or their defaults)."""
+    unknown = set(columns) - set(CONFIG_JSON_COLUMNS)
+    if unknown:
+        raise ValueError(f"not configuration columns: {sorted(unknown)}")
+    names = list(columns)
+    values = [orjson.dumps(v).decode() if v is not None else None for v in columns.values()]
+    updates = ", ".join(f"{name} = excluded.{name}" for name in [*names, "updated_at"])
+    return (f"INSERT INTO session_config (session_id, {', '.join(names)}, updated_at) "
+            f"VALUES (?, {', '.join('?' * len(names))}, ?) ON CONFLICT(session_id) DO UPDATE SET {updates}",
+            [session_id, *values, now])
+
+
+class ConfigRepo(_Repo):
+    """A session's configuration (what its agent offers, what its user chose, what it was started with)."""
+
+    async def get(self, session_id: str) -> ConfigRow | None:
+        row = await self.store.fetchone(f"SELECT {CONFIG_COLUMNS} FROM session_config c WHERE c.session_id = ?",
+                                        (session_id,))
+        return config_row(row, 0) if row else None
+
+    async def save(self, session_id: str, **columns: Any) -> None:
+        if columns:
+            sql, params = _config_upsert(session_id, columns, time.time())
+            await self.store.write(sql, params)
 
 
 class HistoryRepo(_Repo):

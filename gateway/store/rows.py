@@ -72,6 +72,43 @@ def executor_row(row: Sequence[Any], start: int) -> ExecutorRow | None:
     return ExecutorRow(*row[start:start + len(ExecutorRow.__dataclass_fields__)])
 
 
+CONFIG_JSON_COLUMNS = ("offer", "chosen", "unapplied", "commands", "usage", "capabilities", "mcp_servers",
+                       "additional_directories")
+CONFIG_COLUMNS = ", ".join(f"c.{name}" for name in CONFIG_JSON_COLUMNS)
+
+
+@dataclass(frozen=True)
+class ConfigRow:
+    """A session's configuration as stored (`acp.session_config` and `gateway.runtime.config` give it meaning), each
+    JSON column decoded. `mcp_servers` holds their secrets: it never leaves the runtime as it is."""
+
+    offer: dict[str, Any] = field(default_factory=dict)
+    chosen: dict[str, Any] = field(default_factory=dict)
+    unapplied: list[Any] = field(default_factory=list)
+    commands: list[Any] | None = None
+    usage: dict[str, Any] | None = None
+    capabilities: dict[str, Any] | None = None
+    mcp_servers: list[Any] = field(default_factory=list)
+    additional_directories: list[Any] = field(default_factory=list)
+
+
+def config_row(row: Sequence[Any], start: int) -> ConfigRow | None:
+    """The configuration columns of a (possibly joined) row from `start`; None where the join found none (a session
+    stored before configurations were)."""
+    values = row[start:start + len(CONFIG_JSON_COLUMNS)]
+    if values[0] is None:
+        return None
+    decoded: dict[str, Any] = {name: orjson.loads(v) if v is not None else None
+                               for name, v in zip(CONFIG_JSON_COLUMNS, values, strict=True)}
+    # A column of the wrong shape (a hand-edited database) reads as empty rather than breaking every view.
+    objects = {k: v for k, v in decoded.items() if isinstance(v, dict)}
+    lists = {k: v for k, v in decoded.items() if isinstance(v, list)}
+    return ConfigRow(offer=objects.get("offer", {}), chosen=objects.get("chosen", {}),
+                     unapplied=lists.get("unapplied", []), commands=lists.get("commands"), usage=objects.get("usage"),
+                     capabilities=objects.get("capabilities"), mcp_servers=lists.get("mcp_servers", []),
+                     additional_directories=lists.get("additional_directories", []))
+
+
 @dataclass(frozen=True)
 class StoredHistory:
     id: int
