@@ -353,3 +353,64 @@ async def test_unknown_update_kinds_pass_through(gw: GatewayProcess) -> None:
     await wire.call("session/prompt", {"sessionId": session, "prompt": text("/unknown-update")})
     assert {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}} in wire.updates(session)
     await wire.close()
+
+
+def update_of(kind: str, **fields: Any) -> Any:
+    """A predicate: a session/update of this kind whose update has these fields."""
+    def match(frame: dict[str, Any]) -> bool:
+        update = frame.get("params", {}).get("update", {}) if frame.get("method") == "session/update" else {}
+        return update.get("sessionUpdate") == kind and all(update.get(k) == v for k, v in fields.items())
+    return match
+
+
+async def test_configuration_over_acp(gw: GatewayProcess, tmp_path: Path) -> None:
+    """The real agent's options in the answers; set_config_option, set_mode and the legacy set_model relayed and
+    kept; a change made elsewhere (another client, /rpc) reaches every ACP client as the agent's update would."""
+    from tests.gateway_harness import reference_profile
+    extra = tmp_path / "shared"
+    extra.mkdir()
+    wire = await AcpWire.connect(gw.port, ALICE)
+    answer = await wire.call("session/new", {"cwd": work(gw), "mcpServers": [], "additionalDirectories": [str(extra)],
+                                             "_meta": {"acpGateway": {"config": {"model": "ref-large"}}}})
+    sid = answer["sessionId"]
+    assert {o["id"]: o["currentValue"] for o in answer["configOptions"]}["model"] == "ref-large"
+    assert answer["modes"]["currentModeId"] == "code"
+    changed = await wire.call("session/set_config_option", {"sessionId": sid, "configId": "effort", "value": "high"})
+    assert {o["id"]: o["currentValue"] for o in changed["configOptions"]}["effort"] == "high"
+    with pytest.raises(AcpWireError) as refused:  # ACP's code for it: invalid params, with what is offered
+        await wire.call("session/set_config_option", {"sessionId": sid, "configId": "effort", "value": "extreme"})
+    assert refused.value.code == -32602 and refused.value.data["offered"] == ["low", "medium", "high"]
+    with pytest.raises(AcpWireError) as untyped:
+        await wire.call("session/set_config_option", {"sessionId": sid, "configId": "verbose", "value": True})
+    assert untyped.value.code == -32602 and untyped.value.data == {"field": "value"}
+    other = await AcpWire.connect(gw.port, ALICE)
+    loaded = await other.call("session/load", {"sessionId": sid, "cwd": work(gw), "mcpServers": []})
+    assert {o["id"]: o["currentValue"] for o in loaded["configOptions"]}["effort"] == "high"
+    mark = len(other.frames)
+    assert await wire.call("session/set_mode", {"sessionId": sid, "modeId": "plan"}) == {}
+    await other.wait_for(update_of("current_mode_update", currentModeId="plan"), start=mark)
+    rpc = await gw.client(ALICE)
+    mark = len(other.frames)
+    await rpc.call("task.session.set_config_option", {"session_id": sid, "config_id": "verbose", "value": True})
+    said = await other.wait_for(lambda f: update_of("config_option_update")(f) and any(
+        o["id"] == "verbose" and o["currentValue"] is True for o in f["params"]["update"]["configOptions"]),
+        start=mark)
+    assert said["params"]["sessionId"] == sid
+    await wire.call("session/prompt", {"sessionId": sid, "prompt": text("/dirs")})
+    assert wire.texts()[-1] == ("agent_message_chunk", f"dirs: {extra}")  # additionalDirectories reached the agent
+    # A legacy agent (modes and `models`, no config options): its models as it sent them, set by session/set_model.
+    reference_profile(gw.agents_dir, gw.state_dir.parent / "agent-state", "old", "--config-style", "legacy")
+    await gw.stop()
+    await gw.start()
+    legacy = await AcpWire.connect(gw.port, ALICE)
+    made = await legacy.call("session/new", {"cwd": work(gw), "mcpServers": [], "_meta": {"acpGateway": {
+        "agent": "old"}}})
+    assert "configOptions" not in made and made["models"]["currentModelId"] == "ref-small"
+    assert await legacy.call("session/set_model", {"sessionId": made["sessionId"], "modelId": "ref-large"}) == {}
+    rpc = await gw.client(ALICE)
+    view = await rpc.call("task.session.get", {"session_id": made["sessionId"]})
+    assert view["config"]["models"]["currentModelId"] == "ref-large"
+    assert view["config"]["chosen"]["model"] == {"value": "ref-large", "by": "user"}
+    for w in (wire, other, legacy):
+        await w.close()
+    await rpc.close()

@@ -137,11 +137,12 @@ class ConfigKeeper:
             config.offer = before.with_update(update)
             if config.offer == before:
                 return
-            cause = "set"
-            if not config.applying:  # O1: the agent's own change is the session's choice now
-                config.chosen, cause = adopt(config.chosen, before, config.offer), "agent"
+            if config.applying:  # the consequence of the gateway's own call, which announces the outcome
+                self._keep(row, config, "offer")
+                return
+            config.chosen = adopt(config.chosen, before, config.offer)  # O1: the session's choice now
             self._keep(row, config, "offer", "chosen")
-            self.writer.enqueue(row, "session_config", {"cause": cause, **config.settings()})
+            self.writer.enqueue(row, "session_config", {"cause": "agent", **config.settings()})
 
     def _keep(self, row: SessionRow, config: SessionConfig, *columns: str) -> None:
         """Store these columns soon: whatever else changes meanwhile goes in the same write."""
