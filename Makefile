@@ -26,19 +26,22 @@ browser:
 	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
 	  else echo "make test: install Debian's chromium (apt-get install chromium) for the browser test" >&2; exit 1; fi; }
 
-# Real third-party ACP peers for the interop tests, pinned: the Auggie agent, and the official TypeScript SDK (with
-# `ws`) whose WebSocket client drives `/acp`. Auggie needs Node >= 20, which comes from the npm registry too (the
-# `node` package), so the machine's own Node version does not matter; only npm is needed.
+# Real third-party ACP peers for the interop tests, pinned: the Auggie agent; the official TypeScript SDK (with `ws`),
+# whose WebSocket client drives `/acp`; and the agents whose sessions offer modes, models and config options, run
+# offline (claude-agent-acp, opencode, and gemini-cli for the legacy `models`). Node >= 20 comes from the npm registry
+# too (the `node` package), so the machine's own Node version does not matter; only npm is needed. `.interop/.pins`
+# says what is installed: a change of pins installs again.
 INTEROP := .interop/node_modules
+INTEROP_PINS := node@20 @augmentcode/auggie@0.36.0 @agentclientprotocol/sdk@2.4.0 ws@8.23.0 \
+  @agentclientprotocol/claude-agent-acp@0.101.0 opencode-ai@1.18.33 @google/gemini-cli@0.61.0
 interop:
-	@test -x $(INTEROP)/.bin/node -a -f $(INTEROP)/@augmentcode/auggie/augment.mjs \
-	  -a -f $(INTEROP)/@agentclientprotocol/sdk/package.json -a -f $(INTEROP)/ws/package.json || { \
+	@test "$$(cat .interop/.pins 2>/dev/null)" = "$(INTEROP_PINS)" || { \
 	  command -v npm >/dev/null 2>&1 || { \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	      (apt-get update -qq && apt-get install -y -qq npm) >/dev/null; \
 	    else echo "make test: install npm (apt-get install npm) for the interop tests" >&2; exit 1; fi; }; \
-	  npm install --silent --no-audit --no-fund --prefix .interop node@20 @augmentcode/auggie@0.36.0 \
-	    @agentclientprotocol/sdk@2.4.0 ws@8.23.0 >/dev/null; }
+	  npm install --silent --no-audit --no-fund --prefix .interop $(INTEROP_PINS) >/dev/null && \
+	  echo "$(INTEROP_PINS)" > .interop/.pins; }
 
 # The official Python ACP SDK in a venv of its own (its import name `acp` is also ours), pinned: an agent built on
 # it is checked by `acp-gateway check` in the tests, and its client is the benchmark's baseline.

@@ -1,8 +1,9 @@
 """`acp-gateway record`: a transparent stdio proxy that writes both directions of ACP traffic to JSONL.
 
 An editor launches it in place of the agent. Bytes are forwarded exactly as read, chunk by chunk, in
-both directions; only the copy written to the fixture is split into lines and parsed. Each fixture
-line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to_client), `{"seq", "ts", "dir",
+both directions; only the copy written to the fixture is split into lines and parsed. A chunk's complete lines are
+written to the fixture before the chunk is forwarded: whatever the peer has read is in the recording already. Each
+fixture line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to_client), `{"seq", "ts", "dir",
 "raw"}` for a line that is not JSON, and `{"seq", "ts", "dir": "agent_stderr", "line"}` for stderr.
 """
 
@@ -53,6 +54,9 @@ async def _pump(source: asyncio.StreamReader, sink: Any, direction: str, recorde
             chunk = await source.read(_CHUNK)
             if not chunk:
                 break
+            for line in splitter.feed(chunk):
+                if line.strip():
+                    recorder.write(direction, line)
             sink.write(chunk)
             drain = getattr(sink, "drain", None)
             if drain is not None:
@@ -60,9 +64,6 @@ async def _pump(source: asyncio.StreamReader, sink: Any, direction: str, recorde
                     await drain()
             else:
                 sink.flush()
-            for line in splitter.feed(chunk):
-                if line.strip():
-                    recorder.write(direction, line)
         tail = splitter.tail()
         if tail is not None and tail.strip():
             recorder.write(direction, tail)

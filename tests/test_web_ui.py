@@ -257,6 +257,55 @@ async def test_tool_calls_unknown_updates_and_the_raw_pane(gateway: GatewayProce
     assert errors == []
 
 
+async def test_options_usage_the_command_palette_and_what_was_not_reapplied(gateway: GatewayProcess,
+                                                                              browser: playwright_api.Browser,
+                                                                              tmp_path: Path) -> None:
+    """A picker for each of the agent's options (select and boolean), the mode among them; the agent's usage in the
+    header; its slash commands on `/`; and, after a restart where the agent refuses a chosen value, the notice."""
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", title="configured")
+    model, mode = page.locator('#config-bar select[data-option-id="model"]'), page.locator(
+        '#config-bar select[data-option-id="mode"]')
+    await expect(model).to_have_value("ref-small")
+    await model.select_option("ref-large")
+    await mode.select_option("plan")
+    await page.locator('#config-bar input[data-option-id="verbose"]').check()
+    await expect(page.locator("#config-bar label.chosen")).to_have_count(3)  # kept across restarts, and marked so
+    # The palette: the agent's own commands, filtered as the user types; the chosen one runs as the prompt.
+    await page.fill("#prompt", "/")
+    await expect(page.locator("#palette li")).to_have_count(14)
+    await page.fill("#prompt", "/con")
+    await expect(page.locator("#palette li")).to_have_count(1)
+    await expect(page.locator("#palette li .what")).to_have_text(
+        "Say the session's current mode, model, effort and verbosity")
+    await shot(page, "ui-command-palette")
+    await page.locator('#palette li[data-command="config"]').click()
+    await expect(page.locator("#prompt")).to_have_value("/config ")
+    await expect(page.locator("#palette")).to_be_hidden()
+    await page.press("#prompt", "Enter")
+    # The agent itself says what it runs with.
+    await expect(page.locator(".msg.agent").last).to_have_text(
+        "config: mode=plan model=ref-large effort=medium verbose=true")
+    await expect(page.locator("#usage")).to_contain_text("context")
+    # The agent changes its own mode: the picker follows, and the conversation says so.
+    await say(page, "/mode ask")
+    await expect(mode).to_have_value("ask")
+    await expect(page.locator(".msg.notice").filter(has_text="The agent changed Mode: Ask")).to_have_count(1)
+    await shot(page, "ui-config")
+    # After a crash the agent forgets its configuration and refuses the chosen model: the rest is re-applied, and the
+    # page says what could not be.
+    reference_profile(gateway.agents_dir, tmp_path / "agent-state", "ref", "--forget-config", "--refuse-value",
+                      "model=ref-large")
+    await crash_and_restart(page, gateway)
+    await page.locator("#sessions li", has_text="configured").click()  # auto-resume
+    await expect(page.locator("#config-notice")).to_contain_text("Not re-applied: the agent refused model",
+                                                                 timeout=30_000)
+    await expect(mode).to_have_value("ask")
+    await expect(model).to_have_value("ref-small")
+    await shot(page, "ui-config-not-reapplied")
+    assert errors == []
+
+
 async def test_usable_at_400_pixels(gateway: GatewayProcess, browser: playwright_api.Browser, tmp_path: Path) -> None:
     page, errors = await new_page(browser, width=400)
     await start_in_page(page, gateway, tmp_path / "work", title="a long title that must not push the page sideways")

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from acp import mcp
 from acp.client import AcpClient
 from acp.errors import RpcError, TransportError
@@ -101,6 +103,15 @@ class SessionConfig:
 
     def secrets(self) -> list[str]:
         return mcp.secrets(self.mcp_servers)
+
+
+def agent_said(err: RpcError) -> str:
+    """An agent's error in words: its message, and its `data` when the message alone says little (a bare
+    "Internal error" with the reason in `data.details`, as gemini-cli answers)."""
+    if err.data is None:
+        return err.message
+    detail = err.data.get("details") or err.data.get("message") if isinstance(err.data, dict) else None
+    return f"{err.message}: {detail if isinstance(detail, str) else orjson.dumps(err.data).decode()[:300]}"
 
 
 def capabilities_json(caps: AgentCapabilities) -> dict[str, Any]:
@@ -200,7 +211,7 @@ class ConfigKeeper:
             try:
                 answer = await self._send(config, client, acp_session_id, target)
             except RpcError as err:
-                said = mcp.scrub(err.message, config.secrets())
+                said = mcp.scrub(agent_said(err), config.secrets())
                 raise config_refused(row.id, option_id, value, Reason.AGENT_REFUSED,
                                      f"agent {agent!r} of session {row.id} refused {option_id} = {value!r}: {said}",
                                      [], {"code": err.code, "message": said}) from None
@@ -239,7 +250,7 @@ class ConfigKeeper:
                 try:
                     answer = await self._send(config, client, acp_session_id, step.call)
                 except (RpcError, TransportError) as exc:
-                    text = exc.message if isinstance(exc, RpcError) else str(exc)
+                    text = agent_said(exc) if isinstance(exc, RpcError) else str(exc)
                     attempts.append(Attempt(step.choice_id, step.call, mcp.scrub(text, config.secrets())))
                     if isinstance(exc, TransportError) and not client.alive:
                         break  # the agent is gone: the launch sees it, and says so

@@ -7,6 +7,10 @@ const RECONCILE_INTERVAL = 60000, RECONCILE_JITTER = 15000, HEALTH_SAMPLE = 5000
       RAW_KEEP = 500;
 const backoff = (attempt) => Math.min(BACKOFF_CAP, BACKOFF_BASE * 2 ** Math.min(attempt, 30)) * (0.5 + Math.random() / 2);
 const TERMINAL = ["CANCELLED", "FAILED", "COMPLETED"];
+// Updates that report the session's state, not its conversation (acp.models.STATE_UPDATE_KINDS): shown in the header
+// (options, commands, usage), not in the transcript.
+const STATE_KINDS = ["available_commands_update", "usage_update", "current_mode_update", "config_option_update",
+                     "session_info_update"];
 const REASONS = {
   agent_not_running: "the agent is not running; its ACP session was saved and can be restored",
   agent_not_running_fresh_start: "the agent is not running and no ACP session was saved: a resume starts a fresh one",
@@ -24,7 +28,7 @@ const clock = (ts) => new Date(ts * 1000).toLocaleTimeString();
 const state = { token: sessionStorage.getItem("acp-token") || "", ws: null, live: false, everLive: false, nextId: 1,
   pending: new Map(), cursor: null, sessions: new Map(), statuses: new Map(), viewed: null, resumedViews: new Set(),
   misses: 0, malformed: 0, attempt: 0, transcripts: new Map(), raw: new Map(), agents: new Map(), reconcileTimer: null,
-  showRaw: false };
+  showRaw: false, configs: new Map(), palette: { items: [], active: 0 } };
 window.__acpGateway = state;  // for debugging in the console
 
 // ---- the connection ----
@@ -157,20 +161,134 @@ function handleEvent(p) {
   keepRaw(p);
   const sid = p.session_id, d = p.data;
   switch (p.type) {
-    case "session_created": state.sessions.set(sid, d); renderList(); break;
+    case "session_created": state.sessions.set(sid, d); if (d.config) state.configs.set(sid, d.config); renderList(); break;
     case "session_status": case "session_title":
       if (state.sessions.has(sid)) Object.assign(state.sessions.get(sid), d);
       renderList();
       if (sid === state.viewed) { renderHead(); if (p.type === "session_status") refreshStatus().catch(() => {}); }
       break;
     case "session_deleted": state.sessions.delete(sid); if (state.viewed === sid) state.viewed = null; renderList(); renderHead(); break;
-    case "session_update": addUpdate(sid, d.update || {}, !!d.replay, p.ts); break;
+    case "session_update":
+      if (STATE_KINDS.includes((d.update || {}).sessionUpdate)) noteState(sid, d.update, !!d.replay);
+      else addUpdate(sid, d.update || {}, !!d.replay, p.ts);
+      break;
+    case "session_config": configChanged(sid, d, p.ts); break;
     case "turn_started": addEntry(sid, { kind: "user", text: promptText(d.prompt), ts: p.ts }); break;
     case "turn_ended": addEntry(sid, { kind: "turn", text: turnOutcome(d), ts: p.ts }); break;
     case "session_message": addEntry(sid, { kind: "notice", level: d.level || "warning", text: d.text, ts: p.ts }); break;
     case "permission_requested": addPermission(sid, d, p.ts); break;
     case "permission_resolved": resolvePermission(sid, d); break;
   }
+}
+
+// ---- what the agent offers, what was chosen: the session's configuration ----
+function config(sid) {
+  if (!state.configs.has(sid)) state.configs.set(sid, { options: [], chosen: {}, unapplied: [], commands: [], usage: null });
+  return state.configs.get(sid);
+}
+
+function optionValues(o) {  // a select's values, groups flattened
+  const out = [];
+  for (const v of o.options || []) {
+    if (v && Array.isArray(v.options)) for (const g of v.options) out.push(g); else if (v) out.push(v);
+  }
+  return out;
+}
+
+function noteState(sid, u, replay) {
+  const c = config(sid);
+  if (u.sessionUpdate === "available_commands_update" && Array.isArray(u.availableCommands)) c.commands = u.availableCommands;
+  else if (u.sessionUpdate === "usage_update") { const { sessionUpdate, ...usage } = u; c.usage = usage; }
+  else return;  // the options arrive as session_config, the gateway's account of them
+  if (sid === state.viewed) { renderConfig(); updatePalette(); }
+}
+
+function configChanged(sid, d, ts) {
+  const c = config(sid);
+  const before = Object.fromEntries((c.options || []).map((o) => [o.id, o.currentValue]));
+  Object.assign(c, { options: d.options || [], modes: d.modes, models: d.models, chosen: d.chosen || {}, unapplied: d.unapplied || [] });
+  if (d.cause === "agent") {  // the agent changed it on its own: say so in the conversation
+    const moved = (d.options || []).filter((o) => o.id in before && before[o.id] !== o.currentValue)
+      .map((o) => `${o.name || o.id}: ${valueName(o, o.currentValue)}`);
+    if (moved.length) addEntry(sid, { kind: "notice", level: "info", text: `The agent changed ${moved.join(", ")}`, ts });
+  }
+  if (sid === state.viewed) renderConfig();
+}
+
+function valueName(o, value) {
+  if (o.type === "boolean") return value ? "on" : "off";
+  const found = optionValues(o).find((v) => v.value === value);
+  return found ? found.name || found.value : String(value);
+}
+
+function renderConfig() {
+  const bar = $("config-bar"), notice = $("config-notice");
+  const s = state.sessions.get(state.viewed);
+  bar.replaceChildren(); notice.replaceChildren();
+  if (!s) { bar.hidden = notice.hidden = true; return; }
+  const c = config(s.session_id);
+  const editable = state.live && !TERMINAL.includes(s.state);
+  for (const o of c.options || []) {
+    const label = el("label", c.chosen && c.chosen[o.id] ? "chosen" : "");
+    label.title = [o.description, c.chosen && c.chosen[o.id] ? `chosen by ${c.chosen[o.id].by}: kept across restarts` : ""]
+      .filter(Boolean).join(" — ");
+    if (o.type === "boolean") {
+      const box = el("input"); box.type = "checkbox"; box.checked = !!o.currentValue; box.dataset.optionId = o.id;
+      box.disabled = !editable; box.onchange = () => setOption(s.session_id, o.id, box.checked);
+      label.append(box, el("span", "", o.name || o.id));
+    } else if (o.type === "select") {
+      const pick = el("select"); pick.dataset.optionId = o.id; pick.disabled = !editable;
+      pick.setAttribute("aria-label", o.name || o.id);
+      for (const v of optionValues(o)) { const opt = el("option", "", v.name || v.value); opt.value = v.value; opt.title = v.description || ""; pick.append(opt); }
+      pick.value = o.currentValue;
+      pick.onchange = () => setOption(s.session_id, o.id, pick.value);
+      label.append(el("span", "", o.name || o.id), pick);
+    } else continue;  // a kind of option newer than this page: not shown as a control
+    bar.append(label);
+  }
+  const u = c.usage;
+  if (u && typeof u.used === "number") {
+    const k = (n) => (n >= 1000 ? `${(n / 1000).toFixed(n >= 100000 ? 0 : 1)}k` : String(n));
+    let cost = "";
+    if (u.cost && typeof u.cost.amount === "number") {
+      try { cost = ` · ${new Intl.NumberFormat(undefined, { style: "currency", currency: u.cost.currency, maximumSignificantDigits: 3 }).format(u.cost.amount)}`; }
+      catch { cost = ` · ${u.cost.amount} ${u.cost.currency}`; }  // a currency code the browser does not know
+    }
+    const usage = el("span", "", `context ${k(u.used)} / ${k(u.size)}${cost}`);
+    usage.title = "tokens in the agent's context window, of its size; the session's cost so far, as the agent reports";
+    usage.id = "usage"; bar.append(usage);
+  }
+  bar.hidden = !bar.childElementCount;
+  for (const item of c.unapplied || []) notice.append(el("div", "unapplied", `Not re-applied: ${item.message}`));
+  notice.hidden = !(c.unapplied || []).length;
+}
+
+async function setOption(sid, id, value) {
+  try { await call("task.session.set_config_option", { session_id: sid, config_id: id, value }); }
+  catch (e) { showError(e); renderConfig(); }  // the control goes back to what the agent says
+}
+
+// ---- the slash-command palette: `/` at the start of the prompt lists the agent's commands ----
+function updatePalette() {
+  const box = $("palette"), text = $("prompt").value, m = /^\/(\S*)$/.exec(text);
+  const commands = state.viewed ? config(state.viewed).commands || [] : [];
+  const items = m ? commands.filter((c) => c && typeof c.name === "string" && c.name.startsWith(m[1])) : [];
+  state.palette.items = items; state.palette.active = Math.min(state.palette.active, Math.max(items.length - 1, 0));
+  box.replaceChildren();
+  items.forEach((c, i) => {
+    const li = el("li", i === state.palette.active ? "active" : ""); li.setAttribute("role", "option"); li.dataset.command = c.name;
+    li.append(el("span", "cmd", `/${c.name}`));
+    if (c.input && c.input.hint) li.append(el("span", "hint", c.input.hint));
+    li.append(el("span", "what", c.description || ""));
+    li.onmousedown = (ev) => { ev.preventDefault(); pickCommand(c); };
+    box.append(li);
+  });
+  box.hidden = !items.length;
+}
+
+function pickCommand(c) {
+  $("prompt").value = `/${c.name} `; $("prompt").focus();
+  state.palette.active = 0; updatePalette();
 }
 
 function turnOutcome(d) {
@@ -258,7 +376,7 @@ function renderHead() {
   const s = state.sessions.get(state.viewed);
   const canPrompt = !!s && !TERMINAL.includes(s.state) && state.live;
   $("prompt").disabled = $("send").disabled = !canPrompt;
-  if (!s) { head.append(el("span", "empty", "Select or start a session.")); $("status-line").hidden = true; return; }
+  if (!s) { head.append(el("span", "empty", "Select or start a session.")); $("status-line").hidden = true; renderConfig(); return; }
   const badge = el("span", `badge tone-${s.state}${state.live ? "" : " stale"}`, s.state); badge.id = "session-state";
   const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
   running.id = "agent-running";
@@ -275,6 +393,7 @@ function renderHead() {
   raw.onclick = () => { state.showRaw = !state.showRaw; $("raw").hidden = !state.showRaw; renderRaw(); renderHead(); };
   head.append(resume, stop, cancel, raw);
   renderStatusLine(s);
+  renderConfig();
 }
 
 function renderStatusLine(s) {
@@ -442,6 +561,7 @@ async function openView(sid, again = false) {
 async function refreshStatus(sid = state.viewed) {
   const status = await call("task.session.status", { session_id: sid });
   state.statuses.set(sid, status);
+  if (status.config) state.configs.set(sid, status.config);
   if (state.sessions.has(sid)) Object.assign(state.sessions.get(sid), status);
   if (sid === state.viewed) { renderList(); renderHead(); }
   return status;
@@ -483,14 +603,15 @@ $("start-form").onsubmit = async (ev) => {
   try {
     const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd: $("cwd").value,
                                                     title: $("title").value || undefined, wait_ready: true });
-    state.sessions.set(view.session_id, view); openView(view.session_id);
+    state.sessions.set(view.session_id, view); if (view.config) state.configs.set(view.session_id, view.config);
+    openView(view.session_id);
   } catch (e) { alert(e.message || e); }
 };
 
 $("prompt-form").onsubmit = async (ev) => {
   ev.preventDefault();
   const text = $("prompt").value.trim(); if (!text || !state.viewed) return;
-  $("prompt").value = "";
+  $("prompt").value = ""; updatePalette();
   try { await call("task.session.prompt", { session_id: state.viewed, prompt: text }); }
   catch (e) {
     // The turn is the session's, not this page's: a lost connection only lost the wait; the outcome arrives
@@ -499,7 +620,20 @@ $("prompt-form").onsubmit = async (ev) => {
     else showError(e);
   }
 };
-$("prompt").addEventListener("keydown", (ev) => { if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("send").click(); } });
+$("prompt").addEventListener("keydown", (ev) => {
+  const p = state.palette;
+  if (!$("palette").hidden && p.items.length) {
+    if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+      ev.preventDefault(); p.active = (p.active + (ev.key === "ArrowDown" ? 1 : p.items.length - 1)) % p.items.length;
+      updatePalette(); return;
+    }
+    if (ev.key === "Tab" || (ev.key === "Enter" && !ev.shiftKey)) { ev.preventDefault(); pickCommand(p.items[p.active]); return; }
+    if (ev.key === "Escape") { $("palette").hidden = true; return; }
+  }
+  if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("send").click(); }
+});
+$("prompt").addEventListener("input", () => { state.palette.active = 0; updatePalette(); });
+$("prompt").addEventListener("blur", () => { $("palette").hidden = true; });
 
 connect();
 scheduleReconcile();
