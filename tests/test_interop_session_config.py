@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from gateway.client import GatewayClient
+from tests.conftest import wait_until
 from tests.gateway_harness import EventLog, GatewayProcess
 from tests.third_party import INTEROP, interop_node
 
@@ -137,15 +138,15 @@ async def choose_restart_resume(gw: GatewayProcess, agent: str, work: Path,
     return view, picks
 
 
-async def a_turn_cut_short(client: GatewayClient, sid: str) -> None:
-    """A prompt (offline, the agent retries its model until cancelled), then cancel_turn: the agent keeps a
-    transcript, so the next restore is a real `session/resume`."""
-    log = EventLog(client)
-    await client.call("task.session.subscribe", {"session_id": sid})
-    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "hello"}))
-    await log.wait(lambda e: e["type"] == "session_active_stage" and e["data"]["stage"] == "prompting")
-    await client.call("task.session.cancel_turn", {"session_id": sid})
-    assert (await asyncio.wait_for(turn, 60))["stop_reason"] == "cancelled"
+def a_turn_cut_short(wire: Path) -> Any:
+    """A prompt (offline, the agent retries its model until cancelled), cancelled once the agent has it: the agent
+    keeps a transcript, so the next restore is a real `session/resume`."""
+    async def cut(client: GatewayClient, sid: str) -> None:
+        turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "hello"}))
+        await wait_until(lambda: b'"session/prompt"' in wire.read_bytes(), 30, "the prompt to reach the agent")
+        await client.call("task.session.cancel_turn", {"session_id": sid})
+        assert (await asyncio.wait_for(turn, 60))["stop_reason"] == "cancelled"
+    return cut
 
 
 @pytest.mark.parametrize("agent", ["claude", "opencode"])
@@ -153,7 +154,7 @@ async def test_the_agent_reports_the_chosen_mode_and_model_after_a_crash(
         gateway: tuple[GatewayProcess, dict[str, Agent], dict[str, Path]], agent: str, tmp_path: Path) -> None:
     gw, _, wires = gateway
     view, picks = await choose_restart_resume(gw, agent, tmp_path / "work",
-                                              a_turn_cut_short if agent == "claude" else None)
+                                              a_turn_cut_short(wires[agent]) if agent == "claude" else None)
     current = {o["id"]: o["currentValue"] for o in view["config"]["options"]}
     said = reported(wires[agent])
     for category, (option_id, value) in picks.items():
