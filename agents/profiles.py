@@ -142,7 +142,8 @@ def load_profile(path: Path) -> AgentProfile:
         return AgentProfile(**data, source=str(path))
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(file)"
+        # pydantic names the member of a union (`str`, `bool`) in the location: the key is the rest
+        key = ".".join(str(p) for p in first["loc"] if p not in ("str", "bool")) or "(file)"
         if first["type"] == "missing":
             raise ProfileError(f"{path}: key '{key}' is required") from None
         if first["type"] == "extra_forbidden":

@@ -96,7 +96,8 @@ def params_refused(exc: ValidationError, prefix: tuple[str, ...] = ()) -> Gatewa
     """The first thing pydantic refused in a request's params, as -32602 naming its field by its dotted path
     (`prefix` first: where the validated object sits in the params)."""
     first = exc.errors()[0]
-    where = ".".join([*prefix, *(str(part) for part in first["loc"])]) or "params"
+    # pydantic names the member of a union (`str`, `bool`) in the location: the field is the rest
+    where = ".".join([*prefix, *(str(part) for part in first["loc"] if part not in ("str", "bool"))]) or "params"
     return invalid_params(where, f"Invalid params: {where}: {first['msg']}")
 
 

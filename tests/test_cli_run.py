@@ -119,9 +119,8 @@ def test_shipped_profiles() -> None:
     profiles = load_profiles()
     assert set(profiles) >= {"codex", "claude", "gemini", "opencode", "copilot", "auggie", "amp", "reference"}
     native = {pid for pid, p in profiles.items() if p.native_session_resume}
-    assert native == {"codex", "copilot", "auggie", "opencode", "reference"}
-    assert profiles["claude"].argv("tok")[-2:] == ["--resume", "tok"]
-    assert profiles["claude"].argv(None)[-1] != "--resume"
+    assert native == {"codex", "copilot", "auggie", "opencode", "claude", "reference"}
+    assert profiles["claude"].argv("tok") == ["npx", "-y", "@agentclientprotocol/claude-agent-acp"]  # by ACP
     assert profiles["reference"].argv()[0] == sys.executable
     assert "@zed-industries/codex-acp" in profiles["codex"].command
 
@@ -132,6 +131,10 @@ def test_shipped_profiles() -> None:
     ('id = "x"\ncommand = ["a"]\nnative_session_resume = "yes"\n', "key 'native_session_resume'"),
     ('id = "x"\ncommand = ["a"]\ncolour = 1\n', "key 'colour' is not a profile key"),
     ('id = "x"\ncommand = ["a"\n', "not valid TOML"),
+    ('id = "x"\ncommand = ["a"]\n[[mcp_servers]]\nname = "m"\ncommand = "rel"\n', "key 'mcp_servers': "
+     "Value error, MCP server mcp_servers.0.command: Value error, must be an absolute path"),
+    ('id = "x"\ncommand = ["a"]\n[config]\nmodel = 3\n', "key 'config.model'"),
+    ('id = "x"\ncommand = ["a"]\nadditional_directories = ["docs"]\n', "key 'additional_directories'"),
 ])
 def test_bad_profile_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.toml"

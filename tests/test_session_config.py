@@ -167,7 +167,10 @@ async def test_refusals_are_typed_name_what_is_offered_and_change_nothing(gw: Ga
                                "offered": ["ask", "code", "plan"], "agent_error": None}
     with pytest.raises(RpcCallError) as bad:  # the shape of a value is the contract's
         await client.call("task.session.set_config_option", {"session_id": sid, "config_id": "model", "value": 3})
-    assert bad.value.code == -32602
+    assert bad.value.code == -32602 and bad.value.data == {"field": "value"}
+    with pytest.raises(RpcCallError) as bad_start:
+        await client.call("task.session.start", {"agent": "ref", "cwd": str(paths["work"]), "config": {"model": 3}})
+    assert bad_start.value.code == -32602 and bad_start.value.data == {"field": "config.model"}
     assert await client.call("task.session.get", {"session_id": sid}) == before  # nothing changed
     assert set_calls(paths["log"], "session/set_config_option") == []  # nothing reached the agent
     assert not log.of_type("session_config")[1:]  # only the launch's
