@@ -27,6 +27,7 @@ from .models import (
     ReadTextFileRequest,
     RequestPermissionRequest,
     WriteTextFileRequest,
+    field_path,
 )
 from .offload import Offloader
 from .process import AgentProcess
@@ -245,5 +246,5 @@ def _parse(model: Any, params: Any, method: str) -> Any:
         return model.model_validate(params)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "params"
+        where = field_path(first["loc"]) or "params"
         raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {where}: {first['msg']}") from exc

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from .models import field_path
+
 MAX_SERVERS = 16  # per session
 MAX_BYTES = 64 * 1024  # per session, all servers as sent
 MAX_VALUE = 16 * 1024  # one env or header value
@@ -113,8 +115,8 @@ def parse(servers: Any, field: str = "mcp_servers") -> list[StdioServer | WebSer
         parsed = _SERVERS.validate_python(typed)
     except ValidationError as exc:
         first = exc.errors()[0]
-        location = [str(p) for p in first["loc"] if str(p) not in ("stdio", "http", "sse")]
-        where = ".".join([field, *location])
+        where = ".".join(p for p in (field, field_path(x for x in first["loc"] if x not in ("stdio", "http", "sse")))
+                         if p)
         # pydantic's message names the rule, never the value: a refused header value is not echoed back
         raise Refusal(where, f"MCP server {where}: {first['msg']}") from None
     names = [s.name for s in parsed]

@@ -150,5 +150,12 @@ class WriteTextFileRequest(_Wire):
     content: str
 
 
+def field_path(loc: Any) -> str:
+    """A pydantic error's location as the dotted path of the field a user wrote (`config.model`): without the names
+    pydantic gives the members of a union (`str`, `bool`, `constrained-str`), which are nobody's field."""
+    return ".".join(str(part) for part in loc if not (
+        isinstance(part, str) and (part in ("str", "bool", "int", "float") or part.startswith("constrained-"))))
+
+
 def text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from acp import mcp
 from acp.conformance_options import CheckPrompts
+from acp.models import field_path
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 SECRET_ENV_PREFIX = "ACP_GATEWAY_"  # the gateway's token and config never reach an agent
@@ -142,8 +143,7 @@ def load_profile(path: Path) -> AgentProfile:
         return AgentProfile(**data, source=str(path))
     except ValidationError as exc:
         first = exc.errors()[0]
-        # pydantic names the member of a union (`str`, `bool`) in the location: the key is the rest
-        key = ".".join(str(p) for p in first["loc"] if p not in ("str", "bool")) or "(file)"
+        key = field_path(first["loc"]) or "(file)"
         if first["type"] == "missing":
             raise ProfileError(f"{path}: key '{key}' is required") from None
         if first["type"] == "extra_forbidden":

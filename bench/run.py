@@ -357,6 +357,40 @@ async def resume_overhead(tmp: Path, agents: Path, runs: int = 25) -> tuple[list
     return gateway_ms, bare_ms
 
 
+async def config_round_trip(gw: Gateway, calls: int = 300) -> tuple[float, float]:
+    """µs per `set_config_option` round trip: a frontend's `task.session.set_config_option` on a live session
+    (checked, relayed, the agent's answer taken, the choice stored and announced), and the same ACP call made
+    straight to a reference agent of its own."""
+    from acp.client import AcpClient
+
+    values = ["low", "high"]
+    admin = await GatewayClient.connect(gw.url, TOKEN)
+    view = await admin.call("task.session.start", {"agent": "ref", "cwd": str(WORK), "wait_ready": True})
+    await admin.call("task.session.set_config_option", {"session_id": view["session_id"], "config_id": "effort",
+                                                        "value": "medium"})  # warm-up
+    t0 = time.perf_counter()
+    for i in range(calls):
+        await admin.call("task.session.set_config_option", {"session_id": view["session_id"], "config_id": "effort",
+                                                            "value": values[i % 2]})
+    ours = (time.perf_counter() - t0) / calls * 1e6
+    await admin.call("task.session.cancel", {"session_id": view["session_id"]})
+    await admin.close()
+    ref = [PY, "-m", "agents.reference", "--state-dir", str(gw.agents.parent / "ref-state")]
+    client = await AcpClient.launch(ref, cwd=str(WORK), env=CLEAN_ENV)
+    try:
+        await client.initialize()
+        sid = (await client.request("session/new", {"cwd": str(WORK), "mcpServers": []}))["sessionId"]
+        await client.request("session/set_config_option", {"sessionId": sid, "configId": "effort", "value": "medium"})
+        t0 = time.perf_counter()
+        for i in range(calls):
+            await client.request("session/set_config_option", {"sessionId": sid, "configId": "effort",
+                                                               "value": values[i % 2]})
+        direct = (time.perf_counter() - t0) / calls * 1e6
+    finally:
+        await client.stop()
+    return ours, direct
+
+
 def row(name: str, ours: list[float], base: list[float], unit: str, target: str, ok: bool, base_name: str) -> str:
     o, b = stats(ours), stats(base)
     ratio = o[1] / b[1] if b[1] else float("nan")
@@ -535,6 +569,16 @@ async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                         "bare websockets JSON-RPC server"))
 
 
+async def config_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    gw = Gateway(tmp / "config", agents).start()
+    try:
+        trips = [await config_round_trip(gw) for _ in range(RUNS)]  # each run: the gateway's, then the direct one
+    finally:
+        gw.stop()
+    rows.append(row("set_config_option round trip", [t[0] for t in trips], [t[1] for t in trips], "µs/call",
+                    "reported", True, "the same ACP call straight to the agent"))
+
+
 async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     """The same gateway on a PostgreSQL store beside SQLite, interleaved: relay throughput (every update committed
     before it is published) and status calls of a live session. The server is the tests' (tests/pg_server.py:
@@ -594,7 +638,7 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
     "journal": journal_section, "resume": resume_section, "dispatch": dispatch_section, "rpc": rpc_section,
-    "postgres": postgres_section,
+    "config": config_section, "postgres": postgres_section,
 }
 
 

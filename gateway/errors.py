@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 # The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from acp.models import field_path
 
 __all__ = [
     "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "CONFIG_REFUSED", "ERROR_DATA", "ERROR_MEANINGS", "INTERNAL_ERROR",
@@ -96,8 +97,7 @@ def params_refused(exc: ValidationError, prefix: tuple[str, ...] = ()) -> Gatewa
     """The first thing pydantic refused in a request's params, as -32602 naming its field by its dotted path
     (`prefix` first: where the validated object sits in the params)."""
     first = exc.errors()[0]
-    # pydantic names the member of a union (`str`, `bool`) in the location: the field is the rest
-    where = ".".join([*prefix, *(str(part) for part in first["loc"] if part not in ("str", "bool"))]) or "params"
+    where = ".".join(p for p in (*prefix, field_path(first["loc"])) if p) or "params"
     return invalid_params(where, f"Invalid params: {where}: {first['msg']}")
 
 

@@ -115,6 +115,18 @@ async def test_started_on_a_watched_on_b_prompted_on_c(cluster: Cluster) -> None
     history = await b.call("task.session.history", {"session_id": sid})
     assert [(e["kind"], e["content"]) for e in history["entries"]] == [
         ("user_message", "hello from c"), ("agent_message", "echo: hello from c")]
+    # A change of the session's configuration through c runs on a (the agent's node); b's subscriber sees it.
+    changed = await c.call("task.session.set_config_option", {"session_id": sid, "config_id": "model",
+                                                              "value": "ref-large"})
+    assert {o["id"]: o["currentValue"] for o in changed["config"]["options"]}["model"] == "ref-large"
+    with pytest.raises(RpcCallError) as refused:  # refused up front wherever it is asked
+        await b.call("task.session.set_mode", {"session_id": sid, "mode_id": "yolo"})
+    assert refused.value.code == -32017
+    seen = await watcher.wait(lambda e: e["type"] == "session_config" and e["data"]["cause"] == "set")
+    assert seen["data"]["chosen"]["model"] == {"value": "ref-large", "by": "user"}
+    assert [m["params"]["value"] for m in agent_log(cluster.log) if m["method"] == "session/set_config_option"] == [
+        "ref-large"]
+    assert len(cluster.agents_running()) == 1
     for client in (a, b, c):
         await client.close()
 

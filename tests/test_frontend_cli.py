@@ -64,6 +64,36 @@ async def test_a_session_from_start_to_cancel(gateway: GatewayProcess, tmp_path:
     assert rc == 1 and "not found (code -32002)" in err
 
 
+async def test_options_chosen_at_start_listed_set_and_the_commands(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--mode", "plan", "--config", "verbose=true", "--config", "colour=blue",
+                           cwd=tmp_path / "work")
+    assert rc == 0 and "not applied: the agent offers no option 'colour'" in out  # said, not an error
+    sid = out.split()[0]
+    rc, out, _ = await cli(gateway, "config", sid)
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == "mode: plan (chosen by user)    [ask | code | plan]  Mode"
+    assert lines[1] == "model: ref-small    [ref-small | ref-large]  Model"
+    assert lines[3] == "verbose: true (chosen by user)    [true | false]  Verbose"
+    rc, out, _ = await cli(gateway, "config", sid, "model", "ref-large")
+    assert rc == 0 and out.strip() == "model: ref-large (chosen by user)    [ref-small | ref-large]  Model"
+    rc, out, _ = await cli(gateway, "config", sid, "verbose", "false")
+    assert rc == 0 and out.startswith("verbose: false (chosen by user)")
+    rc, _, err = await cli(gateway, "config", sid, "model", "ref-huge")
+    assert rc == 1 and "its values: ref-small, ref-large" in err and "(code -32017)" in err
+    rc, _, err = await cli(gateway, "config", sid, "verbose", "maybe")
+    assert rc == 2 and "give true or false" in err
+    rc, out, _ = await cli(gateway, "prompt", sid, "/config")
+    assert rc == 0 and out.splitlines()[0] == "config: mode=plan model=ref-large effort=medium verbose=false"
+    rc, out, _ = await cli(gateway, "config", sid)
+    assert "usage: " in out and " of 200000 tokens, " in out
+    rc, out, _ = await cli(gateway, "commands", sid)
+    assert rc == 0 and "/read PATH [LINE [LIMIT]]    Read a file through the client (fs/read_text_file)" in out
+    assert "/config    Say the session's current mode, model, effort and verbosity" in out
+    rc, out, _ = await cli(gateway, "config", sid, "--json")
+    assert rc == 0 and orjson.loads(out)["chosen"]["model"] == {"value": "ref-large", "by": "user"}
+
+
 async def test_a_permission_answered_by_the_permission_command(gateway: GatewayProcess, tmp_path: Path) -> None:
     rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"))
     assert rc == 0

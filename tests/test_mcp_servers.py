@@ -108,6 +108,7 @@ async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere
         fh.write(f'[[mcp_servers]]\nname = "tracker"\ncommand = "/usr/bin/env"\nargs = []\n'
                  f'env = [{{ name = "TRACKER_KEY", value = "{PROFILE_SECRET}" }}]\n')
     reference_profile(agents, tmp_path / "agent-state", "no-http", "--no-mcp-http", log=log_file)
+    reference_profile(agents, tmp_path / "agent-state", "ref-load", "--no-resume", log=log_file)  # restored by load
     work = str(tmp_path / "work")
     await gw.start()
     seen: list[str] = []
@@ -137,13 +138,14 @@ async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere
         assert view["config"]["mcp_servers"] == [
             {"name": "tracker", "type": "stdio", "command": "/usr/bin/env", "args": [], "env": ["TRACKER_KEY"]},
             {"name": "docs", "type": "http", "url": "https://mcp.example.com/v1?…", "headers": ["Authorization"]}]
-        bobs = await bob.call("task.session.start", {"agent": "ref", "cwd": work, "wait_ready": True,
+        bobs = await bob.call("task.session.start", {"agent": "ref-load", "cwd": work, "wait_ready": True,
                                                      "mcp_servers": [stdio()]})
         seen += [orjson.dumps(v).decode() for v in (view, bobs)]
         await gw.kill9()
         await gw.start()
         alice, bob = await gw.client(ALICE), await gw.client(BOB)
         seen.append(orjson.dumps(await alice.call("task.session.resume", {"session_id": sid})).decode())
+        seen.append(orjson.dumps(await bob.call("task.session.resume", {"session_id": bobs["session_id"]})).decode())
         seen.append(orjson.dumps(await bob.call("task.session.status", {"session_id": bobs["session_id"]})).decode())
         seen.append(orjson.dumps(await alice.call("task.session.list", {})).decode())
         replay = EventLog(alice)
@@ -153,14 +155,16 @@ async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere
         seen.append(await scrape(gw.port, ALICE))
         # The agent got them, secrets included, on session/new and again on session/resume.
         got = [(m["method"], m["params"]["mcpServers"]) for m in agent_log(log_file)
-               if m["method"] in ("session/new", "session/resume")]
+               if m["method"] in ("session/new", "session/resume", "session/load")]
         alice_sets = [servers for _, servers in got if any(s["name"] == "docs" for s in servers)]
         assert [method for method, servers in got if servers in alice_sets] == ["session/new", "session/resume"]
         assert len(alice_sets) == 2 and all(
             {"type": "http", "name": "docs", "url": "https://mcp.example.com/v1?key=abc",
              "headers": [{"name": "Authorization", "value": HEADER_SECRET}]} in servers
             and any(e["value"] == PROFILE_SECRET for s in servers for e in s.get("env", [])) for servers in alice_sets)
-        assert any(e["value"] == ENV_SECRET for _, servers in got for s in servers for e in s.get("env", []))
+        bob_sets = [method for method, servers in got if any(e["value"] == ENV_SECRET for s in servers
+                                                             for e in s.get("env", []))]
+        assert bob_sets == ["session/new", "session/load"]  # bob's stdio server, again with the load
         for c in (alice, bob):
             await c.close()
     finally:

@@ -627,7 +627,11 @@ $("prompt").addEventListener("keydown", (ev) => {
       ev.preventDefault(); p.active = (p.active + (ev.key === "ArrowDown" ? 1 : p.items.length - 1)) % p.items.length;
       updatePalette(); return;
     }
-    if (ev.key === "Tab" || (ev.key === "Enter" && !ev.shiftKey)) { ev.preventDefault(); pickCommand(p.items[p.active]); return; }
+    // Tab takes the highlighted command; so does Enter, unless the command is typed out already (then it is sent).
+    const typedOut = $("prompt").value === `/${p.items[p.active].name}`;
+    if (ev.key === "Tab" || (ev.key === "Enter" && !ev.shiftKey && !typedOut)) {
+      ev.preventDefault(); pickCommand(p.items[p.active]); return;
+    }
     if (ev.key === "Escape") { $("palette").hidden = true; return; }
   }
   if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("send").click(); }
