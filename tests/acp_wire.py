@@ -33,12 +33,13 @@ class AcpWire:
         self.on_request: Callable[[dict[str, Any]], Any] | None = None  # answers the gateway's requests
 
     @classmethod
-    async def connect(cls, port: int, token: str, initialize: bool = True, **kwargs: Any) -> AcpWire:
+    async def connect(cls, port: int, token: str, initialize: bool = True,
+                      capabilities: dict[str, Any] | None = None, **kwargs: Any) -> AcpWire:
         ws = await websockets.connect(f"ws://127.0.0.1:{port}/acp",
                                       additional_headers={"Authorization": f"Bearer {token}"}, **kwargs)
         wire = cls(ws)
         if initialize:
-            await wire.call("initialize", {"protocolVersion": 1, "clientCapabilities": {},
+            await wire.call("initialize", {"protocolVersion": 1, "clientCapabilities": capabilities or {},
                                            "clientInfo": {"name": "acp-wire-test", "version": "0"}})
         return wire
 

@@ -98,10 +98,11 @@ async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
     # session/load on a new connection: the whole conversation, in order, before its answer.
     other = await AcpWire.connect(gw.port, ALICE)
     loaded = await other.request("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
-    # The answer says what the agent behind the session offers, as it said it (its config options and its modes).
+    # The answer says what the agent behind the session offers, as it said it (its config options and its modes);
+    # its boolean option only to a client that takes booleans (this one did not say it does).
     assert set(loaded["result"]) == {"configOptions", "modes"}
     assert [(o["id"], o["currentValue"]) for o in loaded["result"]["configOptions"]] == [
-        ("mode", "code"), ("model", "ref-small"), ("effort", "medium"), ("verbose", False)]
+        ("mode", "code"), ("model", "ref-small"), ("effort", "medium")]
     before = other.frames[:other.frames.index(loaded)]
     kinds = [f["params"]["update"]["sessionUpdate"] for f in before if f.get("method") == "session/update"]
     assert kinds == ["user_message_chunk", "tool_call", "tool_call_update", "user_message_chunk",
@@ -383,9 +384,10 @@ async def test_configuration_over_acp(gw: GatewayProcess, tmp_path: Path) -> Non
     with pytest.raises(AcpWireError) as untyped:
         await wire.call("session/set_config_option", {"sessionId": sid, "configId": "verbose", "value": True})
     assert untyped.value.code == -32602 and untyped.value.data == {"field": "value"}
-    other = await AcpWire.connect(gw.port, ALICE)
+    other = await AcpWire.connect(gw.port, ALICE, capabilities={"session": {"configOptions": {"boolean": {}}}})
     loaded = await other.call("session/load", {"sessionId": sid, "cwd": work(gw), "mcpServers": []})
-    assert {o["id"]: o["currentValue"] for o in loaded["configOptions"]}["effort"] == "high"
+    assert {o["id"]: o["currentValue"] for o in loaded["configOptions"]} == {
+        "mode": "code", "model": "ref-large", "effort": "high", "verbose": False}  # it takes booleans: all of them
     mark = len(other.frames)
     assert await wire.call("session/set_mode", {"sessionId": sid, "modeId": "plan"}) == {}
     await other.wait_for(update_of("current_mode_update", currentModeId="plan"), start=mark)
@@ -396,6 +398,9 @@ async def test_configuration_over_acp(gw: GatewayProcess, tmp_path: Path) -> Non
         o["id"] == "verbose" and o["currentValue"] is True for o in f["params"]["update"]["configOptions"]),
         start=mark)
     assert said["params"]["sessionId"] == sid
+    # The first client did not say it takes booleans: it never sees one, in an answer or an update.
+    assert not [o for f in wire.frames for o in ((f.get("result") or {}).get("configOptions") or []) +
+                ((f.get("params") or {}).get("update", {}).get("configOptions") or []) if o.get("type") == "boolean"]
     await wire.call("session/prompt", {"sessionId": sid, "prompt": text("/dirs")})
     assert wire.texts()[-1] == ("agent_message_chunk", f"dirs: {extra}")  # additionalDirectories reached the agent
     # A legacy agent (modes and `models`, no config options): its models as it sent them, set by session/set_model.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..events import Subscription
-from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate, translate_all
+from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate, translate_all, without_booleans
 
 
 @dataclass
@@ -42,6 +42,10 @@ class Wire(Protocol):
     def send_many(self, frames: list[bytes], shared: dict[str, Any] | None = None) -> None: ...
 
     async def drain(self) -> None: ...
+
+    @property
+    def booleans(self) -> bool:
+        """The client takes boolean config options (it said so at initialize)."""
 
     def offer(self, attachment: Attachment, offer: Offer) -> None: ...
 
@@ -95,11 +99,14 @@ class Attachment:
             if isinstance(out, Notify):
                 if out.prompt is not None and self.live and self.wire.own_turn_started(self.session_id, out.prompt):
                     continue  # the client has its own prompt: no echo
+                said = out.frames
+                if out.state in ("config_option_update", "session_config") and not self.wire.booleans:
+                    said = tuple(without_booleans(frame) for frame in said)
                 if out.state is not None and not self.live:
                     self.states.pop(out.state, None)  # kept in the order of their latest: sent after the answer
-                    self.states[out.state] = out.frames
+                    self.states[out.state] = said
                     continue
-                updates.extend(out.frames)
+                updates.extend(said)
             elif out is not None and self.live:  # a replay's permission requests and answers are history
                 if updates:
                     self.wire.send_many(updates)

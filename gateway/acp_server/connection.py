@@ -63,7 +63,15 @@ from .protocol import (
     next_phase,
     refusal,
 )
-from .updates import Offer, agent_options, initialize_result, offer_answer, permission_answer, session_info
+from .updates import (
+    Offer,
+    agent_options,
+    for_client,
+    initialize_result,
+    offer_answer,
+    permission_answer,
+    session_info,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +117,7 @@ class AcpConnection:
         self.info = info
         self.connection_id = connection_id
         self.phase = Phase.AWAITING_INITIALIZE
+        self.booleans = False  # the client takes boolean config options (initialize's clientCapabilities)
         self.attachments: dict[str, Attachment] = {}
         self.outbound: dict[int, tuple[Attachment, str]] = {}  # our request id -> (attachment, permission request)
         self.prompts: dict[int | str, str] = {}  # the client's session/prompt ids in flight -> their session
@@ -340,6 +349,9 @@ class AcpConnection:
     # -- handlers -------------------------------------------------------------------------------------------------
     async def _initialize(self, p: InitializeParams, msg_id: int | str) -> dict[str, Any]:
         info = p.clientInfo or {}
+        session = (p.clientCapabilities or {}).get("session")
+        config_options = session.get("configOptions") if isinstance(session, dict) else None
+        self.booleans = isinstance(config_options, dict) and isinstance(config_options.get("boolean"), dict)
         log.info("ACP connection %s of %s: %s %s, protocol version %d", self.connection_id, self.owner,
                  info.get("name", "an unnamed client"), info.get("version", ""), p.protocolVersion)
         caps = await self.sessions.agent_capabilities(self.info.default_agent, self.owner)
@@ -369,7 +381,7 @@ class AcpConnection:
             raise agent_failed(session_id, view["agent"], f"agent {view['agent']!r} of session {session_id} could not "
                                f"start: {reason}; the session is kept: session/resume it to try again, or check "
                                "the agent with `acp-gateway check`", None, True)
-        result = {"sessionId": session_id, **offer_answer(view["config"]), **_ignored(ignored)}
+        result = {"sessionId": session_id, **offer_answer(view["config"], self.booleans), **_ignored(ignored)}
         await self._attach(session_id, since, answer_first=lambda: self._result(msg_id, result))
         return ANSWERED
 
@@ -390,7 +402,7 @@ class AcpConnection:
 
     async def _load(self, p: AttachParams, msg_id: int | str) -> Any:
         view = await self._check_attach(p)
-        result = {**offer_answer(view["config"]), **_ignored(_kept_own(p.mcpServers))}
+        result = {**offer_answer(view["config"], self.booleans), **_ignored(_kept_own(p.mcpServers))}
         for attempt in range(2):
             since = await self.bus.store.events.horizon(self.owner)  # the whole retained journal
             try:
@@ -404,7 +416,7 @@ class AcpConnection:
 
     async def _resume(self, p: AttachParams, msg_id: int | str) -> Any:
         view = await self._check_attach(p)
-        result = {**offer_answer(view["config"]), **_ignored(_kept_own(p.mcpServers))}
+        result = {**offer_answer(view["config"], self.booleans), **_ignored(_kept_own(p.mcpServers))}
         await self._attach(p.sessionId, None, answer_when_caught_up=lambda: self._result(msg_id, result))
         return ANSWERED
 
@@ -461,7 +473,7 @@ class AcpConnection:
             raise invalid_params("value", "a boolean value goes with type: \"boolean\", and only a boolean does")
         view = await self.sessions.set_config_option(self.owner, p.sessionId, p.configId, p.value)
         options = view["config"]["options"]
-        return {"configOptions": agent_options(options) or options}
+        return {"configOptions": for_client(agent_options(options) or options, self.booleans)}
 
     async def _set_mode(self, p: SetModeParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)

@@ -120,11 +120,27 @@ def agent_options(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in options if not ((o.get("_meta") or {}).get(META_KEY) or {}).get("via")]
 
 
-def offer_answer(config: dict[str, Any]) -> dict[str, Any]:
+def for_client(options: list[dict[str, Any]], booleans: bool) -> list[dict[str, Any]]:
+    """Config options as a client may be sent them: boolean ones only to a client that said it takes them
+    (`clientCapabilities.session.configOptions.boolean`, as ACP requires of agents)."""
+    return options if booleans else [o for o in options if o.get("type") != "boolean"]
+
+
+def without_booleans(frame: bytes) -> bytes:
+    """A `config_option_update` notification without its boolean options (for a client that takes none)."""
+    message = orjson.loads(frame)
+    update = message.get("params", {}).get("update", {})
+    if update.get("sessionUpdate") != "config_option_update" or not isinstance(update.get("configOptions"), list):
+        return frame
+    update["configOptions"] = for_client(update["configOptions"], False)
+    return orjson.dumps(message)
+
+
+def offer_answer(config: dict[str, Any], booleans: bool) -> dict[str, Any]:
     """The `configOptions`, `modes` and `models` of a session/new, load or resume answer: what the agent behind the
-    session last reported, as it reported it."""
+    session last reported, as it reported it (booleans only for a client that takes them)."""
     answer: dict[str, Any] = {}
-    own = agent_options(config.get("options") or [])
+    own = for_client(agent_options(config.get("options") or []), booleans)
     if own:
         answer["configOptions"] = own
     for key in ("modes", "models"):
