@@ -192,11 +192,31 @@ def secrets(servers: Iterable[StdioServer | WebServer]) -> list[str]:
     return [v for v in values if len(v) >= 4]
 
 
+SECRET = "[secret]"
+
+
+def redacted_params(params: Any) -> Any:
+    """Request params with every MCP server's env and header values replaced by `[secret]` (a recording keeps the
+    names, never the values); anything that is not such a list passes as it is."""
+    if not isinstance(params, dict) or not isinstance(params.get("mcpServers"), list):
+        return params
+    servers = []
+    for server in params["mcpServers"]:
+        if isinstance(server, dict):
+            server = dict(server)
+            for key in ("env", "headers"):
+                if isinstance(server.get(key), list):
+                    server[key] = [{**pair, "value": SECRET} if isinstance(pair, dict) and "value" in pair else pair
+                                   for pair in server[key]]
+        servers.append(server)
+    return {**params, "mcpServers": servers}
+
+
 def scrub(text: str, hidden: Sequence[str]) -> str:
     """`text` with each secret replaced (an agent's error or stderr may repeat what it was given)."""
     for value in hidden:
         if value in text:
-            text = text.replace(value, "[secret]")
+            text = text.replace(value, SECRET)
     return text
 
 

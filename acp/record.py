@@ -1,7 +1,8 @@
 """`acp-gateway record`: a transparent stdio proxy that writes both directions of ACP traffic to JSONL.
 
 An editor launches it in place of the agent. Bytes are forwarded exactly as read, chunk by chunk, in
-both directions; only the copy written to the fixture is split into lines and parsed. A chunk's complete lines are
+both directions; only the copy written to the fixture is split into lines and parsed (and has its MCP servers' env
+and header values replaced by `[secret]`: a recording holds no secret). A chunk's complete lines are
 written to the fixture before the chunk is forwarded: whatever the peer has read is in the recording already. Each
 fixture line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to_client), `{"seq", "ts", "dir",
 "raw"}` for a line that is not JSON, and `{"seq", "ts", "dir": "agent_stderr", "line"}` for stderr.
@@ -22,6 +23,7 @@ from typing import IO, Any
 import orjson
 
 from .framing import DEFAULT_MAX_LINE, LineSplitter
+from .mcp import redacted_params
 
 _CHUNK = 256 * 1024
 
@@ -39,9 +41,13 @@ class Recorder:
             entry["line"] = text
         else:
             try:
-                entry["msg"] = orjson.loads(line)
+                msg = orjson.loads(line)
             except orjson.JSONDecodeError:
                 entry["raw"] = text
+            else:
+                if isinstance(msg, dict) and "params" in msg:  # MCP servers' secrets are never recorded
+                    msg["params"] = redacted_params(msg["params"])
+                entry["msg"] = msg
         self.out.write(orjson.dumps(entry) + b"\n")
         self.out.flush()
 

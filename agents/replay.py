@@ -1,10 +1,11 @@
 """The replay agent (`acp-gateway replay FILE.jsonl`): plays a recorded transcript back as an ACP agent.
 
 The recording is a script. Agent messages are sent in recorded order; each recorded client message
-is waited for and matched by method and params — request ids are rewritten, `_meta` is ignored and
-`cwd` matches any path (a recording made in one directory replays in another). A request that does
-not match gets `-32603` with a short diff, and the divergence is said on stderr. `--realtime`
-reproduces the recorded pacing of the agent's messages.
+is waited for and matched by method and params — request ids are rewritten, `_meta` is ignored,
+MCP servers' secrets (recorded as `[secret]`) match whatever is sent, and `cwd` matches any path (a
+recording made in one directory replays in another). A request that does not match gets `-32603`
+with a short diff, and the divergence is said on stderr. `--realtime` reproduces the recorded pacing
+of the agent's messages.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from acp.framing import LineSplitter
+from acp.mcp import redacted_params
 
 WILDCARD_KEYS = frozenset({"cwd"})
 
@@ -60,8 +62,9 @@ def matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
         return False
     if kind(got) == "response":
         return True  # answers to the agent's own requests: the client's choice is the client's
+    # A recording holds MCP servers' secrets as `[secret]`: the request is compared with its own redacted the same way.
     return bool(expected.get("method") == got.get("method")
-                and normalize(expected.get("params")) == normalize(got.get("params")))
+                and normalize(expected.get("params")) == normalize(redacted_params(got.get("params"))))
 
 
 def short_diff(expected: dict[str, Any], got: dict[str, Any], lines: int = 12) -> str:

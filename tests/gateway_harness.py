@@ -10,7 +10,7 @@ import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -137,6 +137,47 @@ async def running(gw: GatewayProcess) -> AsyncIterator[GatewayProcess]:
         yield gw
     finally:
         await gw.stop()
+
+
+async def subscribed(gw: GatewayProcess, since: int | None = None, **extra: Any) -> tuple[GatewayClient, EventLog]:
+    """A new client of `gw`, subscribed (after `since`, with `extra` params) and caught up."""
+    client = await gw.client()
+    log = EventLog(client)
+    params: dict[str, Any] = dict(extra)
+    if since is not None:
+        params["since"] = since
+    result = await client.call("task.session.subscribe", params)
+    await log.wait(lambda e: e["type"] == "caught_up" and e["data"]["subscription_id"] == result["subscription_id"])
+    return client, log
+
+
+async def metrics_text(port: int, token: str) -> tuple[str, str]:
+    """`GET /metrics` of a gateway with a token: (the response's head, its body)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                 "Connection: close\r\n\r\n".encode())
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head.decode(), body.decode()
+
+
+def end_model_run(loop: asyncio.AbstractEventLoop, gateway: GatewayProcess | None,
+                  closing: list[Coroutine[Any, Any, Any]]) -> None:
+    """A model-based test's teardown: its clients closed (`closing`), its gateway stopped — whose log holds no
+    traceback —, its event loop closed."""
+    try:
+        for close in closing:
+            loop.run_until_complete(asyncio.wait_for(close, 60))
+        if gateway is not None:
+            loop.run_until_complete(asyncio.wait_for(gateway.stop(), 60))
+            log = "".join(gateway.stderr_lines)
+            assert "Traceback" not in log, log[-4000:]
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def agent_log(path: Path) -> list[dict[str, Any]]:

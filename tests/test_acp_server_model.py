@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 
 from gateway.client import GatewayClient
 from tests.acp_wire import AcpWire, AcpWireError, is_update
-from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, reference_profile
+from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, end_model_run, reference_profile
 
 STEPS = {"count": 0}
 RAN: collections.Counter[str] = collections.Counter()  # rules that did something, over all examples
@@ -266,20 +266,9 @@ class AcpModel(RuleBasedStateMachine):
         assert not bad, bad
 
     def teardown(self) -> None:
-        try:
-            self._forget_hang()
-            if self.gateway is not None:
-                for client in self.clients:
-                    self.run(client.wire.close())
-                if self.rpc is not None:
-                    self.run(self.rpc.close())
-                self.run(self.gateway.stop())
-                log = "".join(self.gateway.stderr_lines)
-                assert "Traceback" not in log, log[-4000:]
-        finally:
-            with contextlib.suppress(Exception):
-                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+        self._forget_hang()
+        end_model_run(self.loop, self.gateway, [*(client.wire.close() for client in self.clients),
+                                                *([self.rpc.close()] if self.rpc is not None else [])])
 
 
 def test_acp_clients_model() -> None:

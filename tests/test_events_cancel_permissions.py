@@ -11,7 +11,7 @@ import pytest
 
 from acp.models import STATE_UPDATE_KINDS
 from gateway.client import GatewayClient, RpcCallError
-from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile, subscribed
 
 
 @pytest.fixture
@@ -43,17 +43,6 @@ async def gateway(paths: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
     await gw.start()
     yield gw
     await gw.stop()
-
-
-async def subscribed(gw: GatewayProcess, since: int | None = None, **extra: Any) -> tuple[GatewayClient, EventLog]:
-    client = await gw.client()
-    log = EventLog(client)
-    params: dict[str, Any] = dict(extra)
-    if since is not None:
-        params["since"] = since
-    result = await client.call("task.session.subscribe", params)
-    await log.wait(lambda e: e["type"] == "caught_up" and e["data"]["subscription_id"] == result["subscription_id"])
-    return client, log
 
 
 async def eventually(fetch: Any, ok: Any, timeout: float = 15.0) -> Any:

@@ -4,7 +4,6 @@ secrets written only: never in a view, an event, a log line, the metrics or an e
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,15 @@ import pytest
 from acp import mcp
 from gateway.client import RpcCallError
 from tests.acp_wire import AcpWire
-from tests.gateway_harness import ALICE, BOB, EventLog, agent_log, reference_profile, two_owner_gateway
+from tests.gateway_harness import (
+    ALICE,
+    BOB,
+    EventLog,
+    agent_log,
+    metrics_text,
+    reference_profile,
+    two_owner_gateway,
+)
 
 HEADER_SECRET = "Bearer dummy-mcp-header-secret-7f3a"
 ENV_SECRET = "dummy-mcp-env-secret-9c1e"
@@ -90,16 +97,6 @@ def test_what_is_shown_and_what_is_sent() -> None:
     assert mcp.scrub(f"agent said: {HEADER_SECRET} is bad", mcp.secrets([web])) == "agent said: [secret] is bad"
 
 
-async def scrape(port: int, token: str) -> str:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                 "Connection: close\r\n\r\n".encode())
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    return raw.decode()
-
-
 async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere_else(tmp_path: Path) -> None:
     gw = two_owner_gateway(tmp_path, bob="allow_stdio_mcp_servers = true\n")
     agents, log_file = tmp_path / "agents", tmp_path / "agent.log"
@@ -152,7 +149,7 @@ async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere
         await alice.call("task.session.subscribe", {"since": 0})
         await replay.wait(lambda e: e["type"] == "caught_up")
         seen += [orjson.dumps(e).decode() for e in [*watch.events, *replay.events]]
-        seen.append(await scrape(gw.port, ALICE))
+        seen.append("".join(await metrics_text(gw.port, ALICE)))
         # The agent got them, secrets included, on session/new and again on session/resume.
         got = [(m["method"], m["params"]["mcpServers"]) for m in agent_log(log_file)
                if m["method"] in ("session/new", "session/resume", "session/load")]
@@ -197,3 +194,31 @@ async def test_acp_clients_servers_go_under_the_same_policy(tmp_path: Path) -> N
     finally:
         await gw.stop()
     assert HEADER_SECRET not in "".join(gw.stderr_lines)
+
+
+async def test_a_server_the_agent_no_longer_takes_is_left_out_of_a_restore_and_said(tmp_path: Path) -> None:
+    """After an upgrade (here: a restart) the agent no longer advertises http MCP servers: the session's http server
+    is not sent with the resume (a strict agent would refuse the whole call), the restore succeeds, and the view and
+    a message say which server was left out and why."""
+    gw = two_owner_gateway(tmp_path)
+    log_file = tmp_path / "agent.log"
+    reference_profile(tmp_path / "agents", tmp_path / "agent-state", "ref", log=log_file)
+    await gw.start()
+    try:
+        alice = await gw.client(ALICE)
+        sid = (await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
+                                                       "wait_ready": True, "mcp_servers": [http()]}))["session_id"]
+        await gw.kill9()
+        reference_profile(tmp_path / "agents", tmp_path / "agent-state", "ref", "--no-mcp-http", log=log_file)
+        await gw.start()
+        alice = await gw.client(ALICE)
+        view = await alice.call("task.session.resume", {"session_id": sid})
+        assert view["is_agent_running"]
+        assert [(u["kind"], u["id"], u["reason"]) for u in view["config"]["unapplied"]] == [
+            ("mcp_server", "docs", "not_advertised")]
+        resumed = [m for m in agent_log(log_file) if m["method"] == "session/resume"]
+        assert resumed[-1]["params"]["mcpServers"] == []
+        assert view["config"]["mcp_servers"][0]["name"] == "docs"  # still the session's: given again if taken again
+        await alice.close()
+    finally:
+        await gw.stop()

@@ -3,7 +3,6 @@ die and come back."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import orjson
@@ -11,20 +10,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.client import RpcCallError
-from tests.gateway_harness import ALICE, two_owner_gateway
+from tests.gateway_harness import ALICE, metrics_text, two_owner_gateway
 
 
 async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ALICE}\r\n"
-                 "Connection: close\r\n\r\n".encode())
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    assert b"200 OK" in head.split(b"\r\n")[0] and b"text/plain" in head
+    head, body = await metrics_text(port, ALICE)
+    assert "200 OK" in head.split("\r\n")[0] and "text/plain" in head
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(body.decode()) for sample in family.samples}
+            for family in text_string_to_metric_families(body) for sample in family.samples}
 
 
 def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:

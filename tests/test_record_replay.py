@@ -227,3 +227,36 @@ async def test_gateway_turns_from_recordings(dirs: dict[str, Path], fixture: str
             ("user_message", "", "/tool ls README.md"), ("tool_call", "ls", ""), ("tool_result", "ls", "README.md")]
     await client.close()
     await gw.stop()
+
+
+async def test_a_recording_holds_no_secret_and_still_replays(dirs: dict[str, Path], tmp_path: Path) -> None:
+    """A session given an MCP server with a secret (an env value), recorded through the gateway: the fixture keeps the
+    variable's name and `[secret]`, never its value; and replaying it to a gateway that gives the same server (the
+    real secret) matches. (A stdio server: one of another type makes the gateway ask the agent what it takes first,
+    with a process of its own, whose `initialize` the recording would hold too.)"""
+    secret = "dummy-recorded-secret-5e8f"
+    fixture = tmp_path / "with-mcp.jsonl"
+    agent = [sys.executable, "-m", "agents.reference", "--state-dir", str(tmp_path / "agent-state")]
+    command = [sys.executable, "-m", "gateway.cli", "record", "--out", str(fixture), "--", *agent]
+    (dirs["agents"] / "rec.toml").write_text(f'id = "rec"\ncommand = {orjson.dumps(command).decode()}\n')
+    (dirs["agents"] / "play.toml").write_text(
+        f'id = "play"\ncommand = {orjson.dumps([sys.executable, "-m", "agents.replay", str(fixture)]).decode()}\n')
+    servers = [{"name": "docs", "command": "/usr/bin/env", "args": [], "env": [{"name": "DOCS_KEY", "value": secret}]}]
+    config = tmp_path / "gw.toml"
+    config.write_text("allow_stdio_mcp_servers = true\n")
+    gw = GatewayProcess(dirs["state"], dirs["agents"], config=config)
+    await gw.start()
+    try:
+        client = await gw.client()
+        for agent_id in ("rec", "play"):
+            view = await client.call("task.session.start", {"agent": agent_id, "cwd": str(dirs["work"]),
+                                                            "wait_ready": True, "mcp_servers": servers})
+            assert view["is_agent_running"], view["error_message"]
+            assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hello"}) \
+                == {"stop_reason": "end_turn"}
+            if agent_id == "rec":
+                text = fixture.read_text()
+                assert secret not in text and '"name":"DOCS_KEY","value":"[secret]"' in text
+        await client.close()
+    finally:
+        await gw.stop()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.client import GatewayClient, RpcCallError
-from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
+from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile, subscribed
 
 
 @pytest.fixture
@@ -48,14 +48,6 @@ async def serving(paths: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
 async def gw(paths: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
     async with serving(paths) as gateway:
         yield gateway
-
-
-async def subscribed(gw: GatewayProcess, **params: Any) -> tuple[GatewayClient, EventLog]:
-    client = await gw.client()
-    log = EventLog(client)
-    sub = await client.call("task.session.subscribe", params)
-    await log.wait(lambda e: e["type"] == "caught_up" and e["data"]["subscription_id"] == sub["subscription_id"])
-    return client, log
 
 
 def current(view: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import tempfile
 from collections.abc import Coroutine
 from pathlib import Path
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from gateway.client import GatewayClient, RpcCallError
-from tests.gateway_harness import EventLog, GatewayProcess, reference_profile
+from tests.gateway_harness import EventLog, GatewayProcess, end_model_run, reference_profile
 
 DOMAINS: dict[str, list[Any]] = {"mode": ["ask", "code", "plan"], "model": ["ref-small", "ref-large"],
                                  "effort": ["low", "medium", "high"], "verbose": [False, True]}
@@ -163,17 +162,7 @@ class ConfigModel(RuleBasedStateMachine):
             assert {o["id"]: o["currentValue"] for o in view["config"]["options"]} == self.current()
 
     def teardown(self) -> None:
-        try:
-            if self.gateway is not None:
-                if self.client is not None:
-                    self.run(self.client.close())
-                self.run(self.gateway.stop())
-                log = "".join(self.gateway.stderr_lines)
-                assert "Traceback" not in log, log[-4000:]
-        finally:
-            with contextlib.suppress(Exception):
-                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+        end_model_run(self.loop, self.gateway, [self.client.close()] if self.client is not None else [])
 
 
 def test_session_config_model() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +110,7 @@ def agent_said(err: RpcError) -> str:
     "Internal error" with the reason in `data.details`, as gemini-cli answers)."""
     if err.data is None:
         return err.message
-    detail = err.data.get("details") or err.data.get("message") if isinstance(err.data, dict) else None
+    detail = (err.data.get("details") or err.data.get("message")) if isinstance(err.data, dict) else None
     return f"{err.message}: {detail if isinstance(detail, str) else orjson.dumps(err.data).decode()[:300]}"
 
 
@@ -158,8 +158,8 @@ class ConfigKeeper:
     def _keep(self, row: SessionRow, config: SessionConfig, *columns: str) -> None:
         """Store these columns soon: whatever else changes meanwhile goes in the same write."""
         config.changed()
-        _, dirty = self._dirty.setdefault(row.id, (config, set()))
-        dirty.update(columns)
+        _, dirty = self._dirty.get(row.id, (config, set()))
+        self._dirty[row.id] = (config, dirty | set(columns))  # this session's configuration now (a relaunch makes one)
         if row.id not in self._flushing:
             self._flushing[row.id] = asyncio.ensure_future(self._flush(row.id))
 
@@ -205,7 +205,6 @@ class ConfigKeeper:
         """Set one option (or the mode or model) on the live agent and make it a choice; refused up front
         (`target`), or with the agent's own error."""
         async with config.lock:
-            offer = config.offer
             target = self.target(row.id, config, agent, option_id, value, category=category)
             option_id = target.option_id if category is not None else option_id
             try:
@@ -219,8 +218,8 @@ class ConfigKeeper:
                 raise agent_failed(row.id, agent, f"agent {agent!r} of session {row.id} did not answer "
                                    f"{target.via.value} ({exc}); resume the session and try again", None,
                                    True) from None
-            option = offer.option(target.option_id)
-            config.offer = offer.after(target, answer)
+            option = config.offer.option(target.option_id)
+            config.offer = config.offer.after(target, answer)  # with what the agent said during the call
             config.chosen[option_id] = Choice(value, option.category if option else None, "user")
             config.unapplied = [u for u in config.unapplied if u.get("id") != option_id]
             config.changed()
@@ -280,7 +279,7 @@ async def stored(store: StoreBase, session_id: str) -> SessionConfig:
     return SessionConfig.from_row(await store.configs.get(session_id))
 
 
-def setup_plan(config: SessionConfig, caps: AgentCapabilities, refused_directory: Any) \
+def setup_plan(config: SessionConfig, caps: AgentCapabilities, refused_directory: Callable[[str], str | None]) \
         -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """What a session set-up sends (ACP wants the MCP servers and directories again on every load and resume): the
     servers of types the agent takes now, the directories that still pass the workspace rules (`refused_directory`:
@@ -293,13 +292,14 @@ def setup_plan(config: SessionConfig, caps: AgentCapabilities, refused_directory
             servers.append(mcp.wire(server))
         else:
             found.append({"kind": "mcp_server", "id": server.name, "value": server.type, "reason": "not_advertised",
-                          "message": f"MCP server {server.name!r} was not given to the agent: it no longer takes "
-                                     f"MCP servers over {server.type}", "offered": sorted(transports)})
+                          "message": f"MCP server {server.name!r} was not given to the agent: it does not take "
+                                     f"MCP servers over {server.type} (mcpCapabilities)",
+                          "offered": sorted(transports)})
     directories: list[str] = []
     for directory in config.additional_directories:
         why = refused_directory(directory)
         if not caps.takes_additional_directories:
-            why = "the agent no longer takes additional directories (sessionCapabilities.additionalDirectories)"
+            why = "the agent does not take additional directories (sessionCapabilities.additionalDirectories)"
         if why is None:
             directories.append(directory)
         else:

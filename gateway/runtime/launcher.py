@@ -121,6 +121,7 @@ class Launcher:
         # directories): a start is checked against it before the session exists (`capabilities`).
         self.capabilities: dict[str, AgentCapabilities] = {}
         self._unreachable: dict[str, float] = {}  # profile id -> when it last could not be asked (monotonic)
+        self._asking: dict[str, asyncio.Future[AgentCapabilities | None]] = {}
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -334,6 +335,13 @@ class Launcher:
             return known
         if time.monotonic() - self._unreachable.get(profile.id, -1e9) < 60.0:
             return None
+        asking = self._asking.get(profile.id)
+        if asking is None:  # callers at once share one process
+            asking = self._asking[profile.id] = asyncio.ensure_future(self._ask(profile, cwd, timeout))
+            asking.add_done_callback(lambda _: self._asking.pop(profile.id, None))
+        return await asyncio.shield(asking)
+
+    async def _ask(self, profile: AgentProfile, cwd: str, timeout: float) -> AgentCapabilities | None:
         env = profile.launch_env(self.settings.environ)
         argv = agent_argv(profile.argv(None, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
         try:
