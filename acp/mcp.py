@@ -212,6 +212,33 @@ def redacted_params(params: Any) -> Any:
     return {**params, "mcpServers": servers}
 
 
+class Scrubber:
+    """Keeps a session's secrets out of what its agent says: an agent that repeats what it was given (its MCP servers'
+    env or headers, in a message, a tool call's output, an error) has each secret shown as `[secret]`. Built once per
+    launch; with no secrets it does nothing and costs nothing."""
+
+    def __init__(self, hidden: Sequence[str]) -> None:
+        self.hidden = list(hidden)
+        self._in_json = [orjson.dumps(h)[1:-1] for h in self.hidden]  # as each appears inside a JSON string
+
+    def __bool__(self) -> bool:
+        return bool(self.hidden)
+
+    def text(self, text: str) -> str:
+        return scrub(text, self.hidden) if self.hidden else text
+
+    def value(self, value: Any) -> Any:
+        """`value` (JSON-like) with every secret in its strings replaced; the same object when none is there."""
+        if not self.hidden:
+            return value
+        raw = orjson.dumps(value)
+        if not any(h in raw for h in self._in_json):
+            return value
+        for h in self._in_json:
+            raw = raw.replace(h, SECRET.encode())
+        return orjson.loads(raw)
+
+
 def scrub(text: str, hidden: Sequence[str]) -> str:
     """`text` with each secret replaced (an agent's error or stderr may repeat what it was given)."""
     for value in hidden:

@@ -100,7 +100,8 @@ def test_what_is_shown_and_what_is_sent() -> None:
 async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere_else(tmp_path: Path) -> None:
     gw = two_owner_gateway(tmp_path, bob="allow_stdio_mcp_servers = true\n")
     agents, log_file = tmp_path / "agents", tmp_path / "agent.log"
-    reference_profile(agents, tmp_path / "agent-state", "ref", log=log_file)
+    # An agent that repeats what it was given (`/mcp` says the values too): what it says shows `[secret]` instead.
+    reference_profile(agents, tmp_path / "agent-state", "ref", "--leaky-mcp", log=log_file)
     with (agents / "ref.toml").open("a") as fh:  # a profile may give stdio servers: the operator's own
         fh.write(f'[[mcp_servers]]\nname = "tracker"\ncommand = "/usr/bin/env"\nargs = []\n'
                  f'env = [{{ name = "TRACKER_KEY", value = "{PROFILE_SECRET}" }}]\n')
@@ -135,6 +136,13 @@ async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere
         assert view["config"]["mcp_servers"] == [
             {"name": "tracker", "type": "stdio", "command": "/usr/bin/env", "args": [], "env": ["TRACKER_KEY"]},
             {"name": "docs", "type": "http", "url": "https://mcp.example.com/v1?…", "headers": ["Authorization"]}]
+        assert await alice.call("task.session.prompt", {"session_id": sid, "prompt": "/mcp"}) == {
+            "stop_reason": "end_turn"}
+        said = await watch.wait(lambda e: e["type"] == "session_update" and "mcp: " in str(e["data"]["update"]))
+        assert said["data"]["update"]["content"]["text"] == ("mcp: tracker (stdio; TRACKER_KEY = [secret]), "
+                                                              "docs (http; Authorization = [secret])")
+        history = await alice.call("task.session.history", {"session_id": sid})
+        assert history["entries"][-1]["content"] == said["data"]["update"]["content"]["text"]
         bobs = await bob.call("task.session.start", {"agent": "ref-load", "cwd": work, "wait_ready": True,
                                                      "mcp_servers": [stdio()]})
         seen += [orjson.dumps(v).decode() for v in (view, bobs)]

@@ -97,6 +97,7 @@ class Config:
     mcp_http: bool = True
     mcp_sse: bool = True
     additional_directories: bool = True
+    leaky_mcp: bool = False
 
 
 @dataclass
@@ -323,7 +324,9 @@ class ReferenceAgent:
                 raise RpcError(INVALID_PARAMS, f"Invalid params: MCP server type {kind!r} is not supported")
             pairs = server.get("env") if kind == "stdio" else server.get("headers")
             servers.append({"name": server.get("name"), "type": kind,
-                            "keys": [p.get("name") for p in pairs or [] if isinstance(p, dict)]})
+                            "keys": [p.get("name") for p in pairs or [] if isinstance(p, dict)],
+                            **({"values": [p.get("value") for p in pairs or [] if isinstance(p, dict)]}
+                               if self.config.leaky_mcp else {})})
         directories = params.get("additionalDirectories")
         if directories is not None and not self.config.additional_directories:
             raise RpcError(INVALID_PARAMS, "Invalid params: additionalDirectories is not supported")
@@ -609,7 +612,9 @@ class ReferenceAgent:
             await self._message(session, f"config: {described(session.options.values)}")
         elif word == "/mcp":
             await self._message(session, "mcp: " + (", ".join(
-                f"{m['name']} ({m['type']}; {', '.join(m['keys']) or 'no keys'})" for m in session.mcp) or "none"))
+                f"{m['name']} ({m['type']}; {', '.join(m['keys']) or 'no keys'}"
+                + (f" = {', '.join(map(str, m['values']))}" if m.get("values") else "") + ")"
+                for m in session.mcp) or "none"))
         elif word == "/dirs":
             await self._message(session, "dirs: " + (", ".join(session.directories) or "none"))
         else:
@@ -674,6 +679,8 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--no-mcp-sse", action="store_true", help="do not advertise or take MCP servers over sse")
     p.add_argument("--no-additional-directories", action="store_true",
                    help="do not advertise or take additionalDirectories")
+    p.add_argument("--leaky-mcp", action="store_true",
+                   help="fault: /mcp also says the env and header values it was given (an agent repeating a secret)")
     ns = p.parse_args(argv)
     def faults_of(items: list[str], flag: str) -> dict[str, str]:
         faults: dict[str, str] = {}
@@ -727,6 +734,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         mcp_http=not ns.no_mcp_http,
         mcp_sse=not ns.no_mcp_sse,
         additional_directories=not ns.no_additional_directories,
+        leaky_mcp=ns.leaky_mcp,
     )
 
 

@@ -104,6 +104,9 @@ class SessionConfig:
     def secrets(self) -> list[str]:
         return mcp.secrets(self.mcp_servers)
 
+    def scrubber(self) -> mcp.Scrubber:
+        return mcp.Scrubber(self.secrets())
+
 
 def agent_said(err: RpcError) -> str:
     """An agent's error in words: its message, and its `data` when the message alone says little (a bare

@@ -311,9 +311,10 @@ class Launcher:
         change the session's configuration are also kept (`ConfigKeeper.observe`)."""
         enqueue, owner, sid, task_id = self.writer.bus.enqueue, row.owner, row.id, row.task_id
         observe = self.keeper.observe
+        scrubber = config.scrubber()
 
         def on_update(params: dict[str, Any], replay: bool) -> None:
-            update = params.get("update")
+            update = scrubber.value(params.get("update")) if scrubber else params.get("update")
             enqueue("session_update", owner, sid, task_id, {"update": update, "replay": replay})
             if isinstance(update, dict):
                 if update.get("sessionUpdate") in WATCHED:
@@ -367,7 +368,7 @@ class Launcher:
         row = live.row if live is not None else await self.store.sessions.get(session_id)
         if row is None:
             return {"outcome": "cancelled"}
-        return await self.broker.ask(row, params)
+        return await self.broker.ask(row, live.config.scrubber().value(params) if live is not None else params)
 
     async def _watch_exit(self, live: LiveSession) -> None:
         """An agent that exits while idle: the session keeps its token and reports `needs_resume`. (An agent
@@ -377,8 +378,8 @@ class Launcher:
             return
         await self.stop(live, "exited")
         tail = " | ".join(live.client.process.stderr.tail_lines(3))
-        await self.writer.apply(live.row, None, error_message=f"agent process exited (status "
-                                f"{live.client.process.returncode})" + (f": {tail}" if tail else ""))
+        await self.writer.apply(live.row, None, error_message=live.config.scrubber().text(
+            f"agent process exited (status {live.client.process.returncode})" + (f": {tail}" if tail else "")))
 
     async def stop(self, live: LiveSession, status: str) -> None:
         """Unregister the live session and stop its agent process group; the executor row says how it ended."""

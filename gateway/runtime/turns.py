@@ -139,8 +139,10 @@ class TurnRunner:
         except RpcError as exc:
             if live.stopping:
                 return TurnEnd("cancelled", error=str(exc))
-            message = f"agent {agent!r} failed the turn: {exc.message}"
-            return TurnEnd(None, exc.to_dict(), message, agent_failed(row.id, agent, message, exc.to_dict(), False))
+            scrubber = live.config.scrubber()  # an agent's error may repeat a secret it was given
+            message = scrubber.text(f"agent {agent!r} failed the turn: {exc.message}")
+            said = scrubber.value(exc.to_dict())
+            return TurnEnd(None, said, message, agent_failed(row.id, agent, message, said, False))
         except TransportError as exc:
             if live.stopping:  # the session is being cancelled or stopped
                 return TurnEnd("cancelled", error=str(exc))
