@@ -92,6 +92,7 @@ class PostgresStore(StoreBase):
         self.leases = LeaseRepo(self)
         self.commands = CommandRepo(self)
         self._listening: asyncio.Task[None] | None = None
+        self._first_listen = asyncio.Event()  # the first listening connection is up (or failed: polling covers it)
 
     @classmethod
     async def open(cls, url: str, max_bytes: int = 0, pool_size: int = 10, node: str | None = None) -> PostgresStore:
@@ -213,6 +214,10 @@ class PostgresStore(StoreBase):
         self._channels[channel] = callback
         if self._listening is None:
             self._listening = asyncio.ensure_future(self._keep_listening())
+            # Listening before this returns: a commit made once `hear` returned wakes this process at once (else it
+            # would wait for a poll).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first_listen.wait(), 10)
         elif self._listener is not None:
             await self._add_listener(self._listener, channel)
 
@@ -235,6 +240,7 @@ class PostgresStore(StoreBase):
                 for channel in list(self._channels):
                     await self._add_listener(conn, channel)
                 self._listener = conn
+                self._first_listen.set()
                 try:
                     await lost.wait()
                 finally:
@@ -245,6 +251,7 @@ class PostgresStore(StoreBase):
                 raise
             except Exception as exc:
                 log.warning("listening for notifications failed (polling meanwhile): %s", exc)
+                self._first_listen.set()  # nobody waits for it any longer: the poll covers what it misses
             await asyncio.sleep(1.0)
 
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:
