@@ -63,7 +63,8 @@ class StartParams(Params):
 
 class SetConfigOptionParams(SessionParams):
     config_id: OptionId = Field(description="the option's id (from the view's config.options)")
-    value: OptionValue = Field(description="one of a select's values, or true/false for a boolean")
+    value: OptionValue | None = Field(description="one of a select's values, or true/false for a boolean; null "
+                                      "forgets the choice (the agent keeps its value, and no restore sets it again)")
 
 
 class SetModeParams(SessionParams):

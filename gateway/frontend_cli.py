@@ -53,6 +53,8 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
             p.add_argument("option_id", nargs="?", help="the option to set (its id; `mode` and `model` also name "
                            "the agent's mode and model whatever their ids)")
             p.add_argument("value", nargs="?", help="the value (true or false for a boolean option)")
+            p.add_argument("--unset", action="store_true", help="forget the choice of OPTION_ID: the agent keeps its "
+                           "value, and no restore sets it again")
         if name == "prompt":
             p.add_argument("text", help="the prompt")
         if name == "start":
@@ -256,6 +258,11 @@ async def _config(args: argparse.Namespace, client: GatewayClient) -> int:
                          + (f", {cost.get('amount')} {cost.get('currency')}" if cost else ""))
         lines += _unapplied(config)
         _print(args, config, "\n".join(lines) or "the agent offers no options for this session")
+        return 0
+    if args.unset:
+        view = await client.call("task.session.set_config_option", {"session_id": args.session_id,
+                                                                   "config_id": args.option_id, "value": None})
+        _print(args, view["config"], f"{args.option_id}: no longer chosen")
         return 0
     if args.value is None:
         print("acp-gateway config: give both ID and VALUE to set an option (or neither to list them)", file=sys.stderr)

@@ -92,6 +92,10 @@ async def test_options_chosen_at_start_listed_set_and_the_commands(gateway: Gate
     assert "/config    Say the session's current mode, model, effort and verbosity" in out
     rc, out, _ = await cli(gateway, "config", sid, "--json")
     assert rc == 0 and orjson.loads(out)["chosen"]["model"] == {"value": "ref-large", "by": "user"}
+    rc, out, _ = await cli(gateway, "config", sid, "colour", "--unset")
+    assert rc == 0 and out.strip() == "colour: no longer chosen"
+    rc, out, _ = await cli(gateway, "config", sid)
+    assert "not applied" not in out
 
 
 async def test_a_permission_answered_by_the_permission_command(gateway: GatewayProcess, tmp_path: Path) -> None:

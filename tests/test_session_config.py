@@ -196,6 +196,13 @@ async def test_choices_at_start_and_profile_defaults_are_what_the_agent_reports(
     assert await says(client, log, sid, "/config") == "config: mode=plan model=ref-large effort=medium verbose=true"
     warned = [e for e in log.events if e["type"] == "session_message" and e["session_id"] == sid]
     assert warned and "colour" in warned[0]["data"]["text"] and warned[0]["data"]["level"] == "warning"
+    # A choice given up (value null) is no longer re-applied nor listed; the agent keeps its own value.
+    view = await client.call("task.session.set_config_option", {"session_id": sid, "config_id": "colour",
+                                                                "value": None})
+    assert "colour" not in view["config"]["chosen"] and view["config"]["unapplied"] == []
+    view = await client.call("task.session.set_config_option", {"session_id": sid, "config_id": "verbose",
+                                                                "value": None})
+    assert "verbose" not in view["config"]["chosen"] and current(view)["verbose"] is True
     # The profile's defaults, under the start's own choices.
     view = await client.call("task.session.start", {"agent": "defaults", "cwd": str(paths["work"]),
                                                     "wait_ready": True, "config": {"model": "ref-small"}})

@@ -298,11 +298,13 @@ async def test_options_usage_the_command_palette_and_what_was_not_reapplied(gate
                       "model=ref-large")
     await crash_and_restart(page, gateway)
     await page.locator("#sessions li", has_text="configured").click()  # auto-resume
-    await expect(page.locator("#config-notice")).to_contain_text("Not re-applied: the agent refused model",
+    await expect(page.locator("#config-notice")).to_contain_text("Not applied: the agent refused model",
                                                                  timeout=30_000)
     await expect(mode).to_have_value("ask")
     await expect(model).to_have_value("ref-small")
     await shot(page, "ui-config-not-reapplied")
+    await page.locator('#config-notice button[data-option-id="model"]').click()  # given up: said no more
+    await expect(page.locator("#config-notice")).to_be_hidden()
     assert errors == []
 
 

@@ -267,10 +267,22 @@ class ConfigKeeper:
             await self.writer.publish(row, "session_config", {"cause": cause, **config.settings()})
             if config.unapplied:
                 listed = "; ".join(u["message"] for u in config.unapplied)
+                again = "" if cause == "launch" else " again"
                 await self.writer.message(row, "warning", f"Not everything chosen for this session could be given to "
-                                          f"its agent again: {listed}.")
+                                          f"its agent{again}: {listed}.")
 
-    def forget(self, session_id: str) -> None:
+    async def forget(self, row: SessionRow, config: SessionConfig, option_id: str) -> None:
+        """A choice given up: not re-applied any more, nor listed as not applied."""
+        async with config.lock:
+            if option_id not in config.chosen and not any(u.get("id") == option_id for u in config.unapplied):
+                return
+            config.chosen.pop(option_id, None)
+            config.unapplied = [u for u in config.unapplied if u.get("id") != option_id]
+            config.changed()
+            await self.store.configs.save(row.id, **config.columns("chosen", "unapplied"))
+            await self.writer.publish(row, "session_config", {"cause": "set", **config.settings()})
+
+    def drop(self, session_id: str) -> None:
         """The session is gone: nothing of it is written any more."""
         self._dirty.pop(session_id, None)
         task = self._flushing.pop(session_id, None)

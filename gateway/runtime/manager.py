@@ -382,9 +382,23 @@ class SessionManager:
                             "could be sent; see task.session.status")
 
     # -- configuration -------------------------------------------------------------------
-    async def set_config_option(self, owner: str, session_id: str, config_id: str, value: str | bool,
+    async def set_config_option(self, owner: str, session_id: str, config_id: str, value: str | bool | None,
                                 forwarded: bool = False) -> dict[str, Any]:
+        if value is None:
+            return await self._forget_choice(owner, session_id, config_id, forwarded)
         return await self._configure(owner, session_id, "set_config_option", config_id, value, None, forwarded)
+
+    async def _forget_choice(self, owner: str, session_id: str, config_id: str, forwarded: bool) -> dict[str, Any]:
+        """No longer choose an option: the agent keeps what it has, and no restore sets it again. No agent is needed
+        (a stored session's choice is forgotten in the store)."""
+        row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "set_config_option", forwarded, config_id=config_id, value=None)
+        if routed:
+            return dict(answer)
+        live = self.live.get(row.id)
+        config = live.config if live is not None else await stored(self.store, row.id)
+        await self._owned(self.keeper.forget(row, config, config_id))
+        return await self.views.get(owner, row.id)
 
     async def set_mode(self, owner: str, session_id: str, mode_id: str, forwarded: bool = False) -> dict[str, Any]:
         return await self._configure(owner, session_id, "set_mode", MODE, mode_id, MODE, forwarded)
@@ -538,6 +552,6 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None:
             await self._stop_live(live)
-        self.keeper.forget(row.id)
+        self.keeper.drop(row.id)
         await self.store.sessions.delete(row.id)
         await self.writer.publish(row, "session_deleted", {})

@@ -259,7 +259,16 @@ function renderConfig() {
     usage.id = "usage"; bar.append(usage);
   }
   bar.hidden = !bar.childElementCount;
-  for (const item of c.unapplied || []) notice.append(el("div", "unapplied", `Not re-applied: ${item.message}`));
+  for (const item of c.unapplied || []) {
+    const line = el("div", "unapplied", `Not applied: ${item.message}`);
+    if (item.kind === "option" && editable) {  // a choice that cannot be applied may be given up
+      const forget = el("button", "forget", "Forget this choice"); forget.dataset.optionId = item.id;
+      forget.title = "no longer choose it: the agent keeps its own value, and no restart sets it again";
+      forget.onclick = () => setOption(s.session_id, item.id, null);
+      line.append(" ", forget);
+    }
+    notice.append(line);
+  }
   notice.hidden = !(c.unapplied || []).length;
 }
 
