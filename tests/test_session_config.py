@@ -194,8 +194,12 @@ async def test_choices_at_start_and_profile_defaults_are_what_the_agent_reports(
     # A choice the agent does not offer is kept, and said — not an error, not silently dropped.
     assert [(u["id"], u["reason"]) for u in view["config"]["unapplied"]] == [("colour", "option_not_offered")]
     assert await says(client, log, sid, "/config") == "config: mode=plan model=ref-large effort=medium verbose=true"
-    warned = [e for e in log.events if e["type"] == "session_message" and e["session_id"] == sid]
-    assert warned and "colour" in warned[0]["data"]["text"] and warned[0]["data"]["level"] == "warning"
+    said = {e["data"]["level"]: e["data"]["text"] for e in log.events
+            if e["type"] == "session_message" and e["session_id"] == sid}
+    assert said == {"info": "Chosen for this session and set on its agent: model = 'ref-large', mode = 'plan', "
+                            "verbose = True.",
+                    "warning": "Not everything chosen for this session could be given to its agent: the agent offers "
+                               "no option 'colour'; it offers mode, model, effort, verbose."}
     # A choice given up (value null) is no longer re-applied nor listed; the agent keeps its own value.
     view = await client.call("task.session.set_config_option", {"session_id": sid, "config_id": "colour",
                                                                 "value": None})

@@ -265,6 +265,11 @@ class ConfigKeeper:
             config.changed()
             await self.store.configs.save(row.id, **config.columns())
             await self.writer.publish(row, "session_config", {"cause": cause, **config.settings()})
+            applied = [f"{a.choice_id} = {a.call.value!r}" for a in attempts if a.error is None]
+            if applied:  # what the agent did not have, and was given
+                what = "Chosen for this session and set on its agent" if cause == "launch" else \
+                    "Set again on the agent (it had not kept them)"
+                await self.writer.message(row, "info", f"{what}: {', '.join(applied)}.")
             if config.unapplied:
                 listed = "; ".join(u["message"] for u in config.unapplied)
                 again = "" if cause == "launch" else " again"
