@@ -46,8 +46,11 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
     }
 
     chat = ChatPrinter(out)
+    finished = False  # the summary is out: it stays the last line (an agent may still speak while it stops)
 
     def on_update(params: dict[str, Any], replay: bool) -> None:
+        if finished:
+            return
         summary["updates"] += 1
         raw = params.get("update")
         update: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -57,6 +60,8 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
             chat.update(update, replay)
 
     def finish(code: int) -> int:
+        nonlocal finished
+        finished = True
         if opts.json:
             out.write(orjson.dumps(summary).decode() + "\n")
         else:

@@ -274,8 +274,11 @@ class AcpModel(RuleBasedStateMachine):
 def test_acp_clients_model() -> None:
     STEPS["count"] = 0
     RAN.clear()
+    # Derandomized: hypothesis's swarm testing leaves some rules out of whole examples, and which ones varies from run
+    # to run (a run without `resume` failed the assertion below); the seeded run exercises every rule asserted.
     run_state_machine_as_test(AcpModel, settings=settings(
-        max_examples=8, stateful_step_count=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)))
+        max_examples=8, stateful_step_count=30, deadline=None, database=None, derandomize=True,
+        suppress_health_check=list(HealthCheck)))
     assert STEPS["count"] >= 120, f"only {STEPS['count']} steps ran"
     # The rules every run must have exercised (the others, cancel and close among them, run in most; a run that
     # missed one is not a failure of the gateway).

@@ -138,17 +138,16 @@ async def choose_restart_resume(gw: GatewayProcess, agent: str, work: Path,
     return view, picks
 
 
-def a_turn_cut_short(wire: Path, home: Path) -> Any:
-    """A prompt (offline, the agent retries its model until cancelled), cancelled once the agent has it: the agent
-    keeps a transcript (waited for: claude-agent-acp writes it on its own time), so the next restore is a real
-    `session/resume`."""
+def a_turn_cut_short(home: Path) -> Any:
+    """A prompt (offline, the agent retries its model until cancelled), cancelled once the agent keeps a transcript
+    of it (claude-agent-acp writes it when its CLI takes the prompt, on its own time): the next restore is then a
+    real `session/resume`."""
     async def cut(client: GatewayClient, sid: str) -> None:
+        acp_id = (await client.call("task.session.get", {"session_id": sid}))["acp_session_id"]
         turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "hello"}))
-        await wait_until(lambda: b'"session/prompt"' in wire.read_bytes(), 30, "the prompt to reach the agent")
+        await wait_until(lambda: any(home.glob(f".claude/projects/*/{acp_id}.jsonl")), 60, "the agent's transcript")
         await client.call("task.session.cancel_turn", {"session_id": sid})
         assert (await asyncio.wait_for(turn, 60))["stop_reason"] == "cancelled"
-        acp_id = (await client.call("task.session.get", {"session_id": sid}))["acp_session_id"]
-        await wait_until(lambda: any(home.glob(f".claude/projects/*/{acp_id}.jsonl")), 30, "the agent's transcript")
     return cut
 
 
@@ -157,7 +156,7 @@ async def test_the_agent_reports_the_chosen_mode_and_model_after_a_crash(
         gateway: tuple[GatewayProcess, dict[str, Agent], dict[str, Path]], agent: str, tmp_path: Path) -> None:
     gw, found, wires = gateway
     view, picks = await choose_restart_resume(
-        gw, agent, tmp_path / "work", a_turn_cut_short(wires[agent], found[agent].home) if agent == "claude" else None)
+        gw, agent, tmp_path / "work", a_turn_cut_short(found[agent].home) if agent == "claude" else None)
     current = {o["id"]: o["currentValue"] for o in view["config"]["options"]}
     said = reported(wires[agent])
     for category, (option_id, value) in picks.items():

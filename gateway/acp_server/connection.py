@@ -9,6 +9,7 @@ agent behind it is restarted), and every client of the owner sees the same conve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -77,6 +78,7 @@ log = logging.getLogger(__name__)
 
 MAX_ATTACHED_SESSIONS = 64  # sessions open on one connection (each is a journal subscription)
 MAX_IN_FLIGHT = 256  # requests of one connection being answered at once
+INITIALIZE_WAIT = 3.0  # seconds `initialize` waits for the default agent to say what it takes (once per gateway)
 LIST_PAGE = 50
 
 
@@ -354,7 +356,14 @@ class AcpConnection:
         self.booleans = isinstance(config_options, dict) and isinstance(config_options.get("boolean"), dict)
         log.info("ACP connection %s of %s: %s %s, protocol version %d", self.connection_id, self.owner,
                  info.get("name", "an unnamed client"), info.get("version", ""), p.protocolVersion)
-        caps = await self.sessions.agent_capabilities(self.info.default_agent, self.owner)
+        # The default agent's own word on MCP transports and directories: asked once (a slow or broken agent is not
+        # waited for long: the answer then says none, and a later connection gets what the agent says meanwhile).
+        caps = None
+        asking = asyncio.ensure_future(self.sessions.agent_capabilities(self.info.default_agent, self.owner))
+        self._tasks.add(asking)
+        asking.add_done_callback(self._tasks.discard)
+        with contextlib.suppress(TimeoutError):
+            caps = await asyncio.wait_for(asyncio.shield(asking), INITIALIZE_WAIT)
         mcp_caps = (caps.mcpCapabilities.http, caps.mcpCapabilities.sse) if caps is not None else (False, False)
         return initialize_result(self.info.prompt_capabilities, self.info.version, self.info.default_agent,
                                  self.info.agents, mcp_caps, caps is not None and caps.takes_additional_directories)

@@ -9,7 +9,6 @@ closes mid-call only stops waiting; the change (a turn, a cancel, a launch) fini
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import logging
 import os
@@ -245,12 +244,12 @@ class SessionManager:
         refused server or directory changes nothing. The agent's capabilities are those its last `initialize` here
         said, or asked of it now, where the start needs them."""
         try:
-            given = mcp.parse(builtins.list(servers))
+            given = mcp.parse([*servers])
             mcp.check_servers(given, stdio_allowed=self.settings.stdio_mcp_allowed(owner), transports=None,
                               agent=profile.id)
         except mcp.Refusal as refused:
             raise invalid_params(refused.field, refused.message) from None
-        wanted: builtins.list[str] = builtins.list(dict.fromkeys(directories))
+        wanted = [*dict.fromkeys(directories)]
         for index, directory in enumerate(wanted):
             if not os.path.isabs(directory):
                 raise invalid_params(f"additional_directories.{index}", "each additional directory must be an "
@@ -395,6 +394,10 @@ class SessionManager:
         routed, answer = await self._elsewhere(row, "set_config_option", forwarded, config_id=config_id, value=None)
         if routed:
             return dict(answer)
+        launch = self.launcher.launches.get(row.id)
+        if launch is not None:  # its agent is being set up with the choices it read: forgotten in its copy, after
+            with contextlib.suppress(Exception):
+                await asyncio.shield(launch.future)
         live = self.live.get(row.id)
         config = live.config if live is not None else await stored(self.store, row.id)
         await self._owned(self.keeper.forget(row, config, config_id))
