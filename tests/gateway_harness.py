@@ -24,13 +24,15 @@ ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
 
 
 def reference_profile(agents_dir: Path, agent_state: Path, agent_id: str, *flags: str, native: bool = True,
-                      history: bool = False, log: Path | None = None) -> None:
+                      history: bool = False, log: Path | None = None, extra: str = "") -> None:
+    """A profile running the reference agent with `flags`; `extra` is more of the profile's TOML, appended."""
     command = [sys.executable, "-m", "agents.reference", "--state-dir", str(agent_state), *flags]
     if log is not None:
         command += ["--log", str(log)]
     (agents_dir / f"{agent_id}.toml").write_text(
         f'id = "{agent_id}"\ncommand = {orjson.dumps(command).decode()}\n'
-        f"native_session_resume = {str(native).lower()}\nhistory_context_injection = {str(history).lower()}\n")
+        f"native_session_resume = {str(native).lower()}\nhistory_context_injection = {str(history).lower()}\n"
+        + extra)
 
 
 class GatewayProcess:

@@ -23,15 +23,10 @@ def paths(tmp_path: Path) -> dict[str, Path]:
     reference_profile(p["agents"], p["agent_state"], "ref", log=p["log"])
     reference_profile(p["agents"], p["agent_state"], "ref-load", "--no-resume", log=p["log"])
     reference_profile(p["agents"], p["agent_state"], "stubborn", "--ignore-cancel", log=p["log"])
-    with (p["agents"] / "ref.toml").open("a") as fh:
-        fh.write("")
     for policy in ("allow_all", "deny_all"):
-        reference_profile(p["agents"], p["agent_state"], f"ref-{policy}", log=p["log"])
-        with (p["agents"] / f"ref-{policy}.toml").open("a") as fh:
-            fh.write(f'permission_policy = "{policy}"\n')
-    reference_profile(p["agents"], p["agent_state"], "ref-timeout", log=p["log"])
-    with (p["agents"] / "ref-timeout.toml").open("a") as fh:
-        fh.write("permission_timeout = 0.2\n")
+        reference_profile(p["agents"], p["agent_state"], f"ref-{policy}", log=p["log"],
+                          extra=f'permission_policy = "{policy}"\n')
+    reference_profile(p["agents"], p["agent_state"], "ref-timeout", log=p["log"], extra="permission_timeout = 0.2\n")
     return p
 
 

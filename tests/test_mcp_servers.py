@@ -101,10 +101,9 @@ async def test_servers_reach_the_agent_on_every_set_up_and_their_secrets_nowhere
     gw = two_owner_gateway(tmp_path, bob="allow_stdio_mcp_servers = true\n")
     agents, log_file = tmp_path / "agents", tmp_path / "agent.log"
     # An agent that repeats what it was given (`/mcp` says the values too): what it says shows `[secret]` instead.
-    reference_profile(agents, tmp_path / "agent-state", "ref", "--leaky-mcp", log=log_file)
-    with (agents / "ref.toml").open("a") as fh:  # a profile may give stdio servers: the operator's own
-        fh.write(f'[[mcp_servers]]\nname = "tracker"\ncommand = "/usr/bin/env"\nargs = []\n'
-                 f'env = [{{ name = "TRACKER_KEY", value = "{PROFILE_SECRET}" }}]\n')
+    reference_profile(agents, tmp_path / "agent-state", "ref", "--leaky-mcp", log=log_file,  # a profile may give
+                      extra=f'[[mcp_servers]]\nname = "tracker"\ncommand = "/usr/bin/env"\nargs = []\n'  # stdio
+                            f'env = [{{ name = "TRACKER_KEY", value = "{PROFILE_SECRET}" }}]\n')  # servers
     reference_profile(agents, tmp_path / "agent-state", "no-http", "--no-mcp-http", log=log_file)
     reference_profile(agents, tmp_path / "agent-state", "ref-load", "--no-resume", log=log_file)  # restored by load
     work = str(tmp_path / "work")

@@ -28,9 +28,8 @@ def paths(tmp_path: Path) -> dict[str, Path]:
     reference_profile(p["agents"], p["agent_state"], "legacy", "--config-style", "legacy", log=p["log"])
     reference_profile(p["agents"], p["agent_state"], "ref-load", "--no-resume", "--forget-config", log=p["log"])
     reference_profile(p["agents"], p["agent_state"], "picky", "--refuse-value", "model=ref-large", log=p["log"])
-    reference_profile(p["agents"], p["agent_state"], "defaults", log=p["log"])
-    with (p["agents"] / "defaults.toml").open("a") as fh:
-        fh.write('[config]\neffort = "high"\nmodel = "ref-large"\n')
+    reference_profile(p["agents"], p["agent_state"], "defaults", log=p["log"],
+                      extra='[config]\neffort = "high"\nmodel = "ref-large"\n')
     return p
 
 

@@ -28,9 +28,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     (tmp_path / "work").mkdir()
     reference_profile(agents, tmp_path / "agent-state", "ref")
     reference_profile(agents, tmp_path / "agent-state", "ref-once-internal", "--fault-once", "session/resume=internal")
-    reference_profile(agents, tmp_path / "agent-state", "paid")
-    with (agents / "paid.toml").open("a") as profile:
-        profile.write("auto_resume = false\n")
+    reference_profile(agents, tmp_path / "agent-state", "paid", extra="auto_resume = false\n")
     gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "ref", port=free_port())
     await gw.start()
     yield gw
