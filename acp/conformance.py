@@ -246,7 +246,8 @@ async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | 
     def on_update(params: dict[str, Any], replay: bool) -> None:
         probe = probe_ref["p"]
         probe.updates.append(params)
-        probe.first_update.set()
+        if conversation([params]):  # a state update (slash commands after set-up, usage) shows no turn running
+            probe.first_update.set()
 
     async def hold_permission(params: dict[str, Any]) -> dict[str, Any]:
         probe_ref["p"].permission_asked.set()

@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from acp.conformance import CHECKS, Result, Tier, all_checks
+from acp.conformance import CHECKS, Result, Tier, all_checks, launch_probe
 from acp.conformance_options import CheckOptions, CheckPrompts
 from acp.conformance_run import run_checks
 from acp.schema_check import acp_v1_schema
@@ -275,3 +275,19 @@ def test_valid_messages_pass_the_schema() -> None:
     schema = acp_v1_schema()
     assert schema.check_from_agent({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s"}}, "session/new") is None
     assert schema.check_from_agent({"jsonrpc": "2.0", "method": "_vendor/thing", "params": 5}) is None
+
+
+async def test_only_a_conversation_update_shows_a_turn_running(tmp_path: Path) -> None:
+    """The cancel checks wait for a sign the turn runs before they cancel. A slash-command or usage report (which
+    may arrive late, after the set-up answer) is no such sign: taking it for one cancelled turns that had not
+    started and blamed the agent for the message that followed."""
+    probe = await launch_probe(agent(tmp_path, "--brief-turns"), str(tmp_path), None, REFERENCE)
+    try:
+        for kind in ("available_commands_update", "usage_update", "current_mode_update"):
+            probe.client.on_update({"sessionId": "s", "update": {"sessionUpdate": kind}}, False)
+        assert not probe.first_update.is_set()
+        probe.client.on_update({"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk",
+                                                             "content": {"type": "text", "text": "hi"}}}, False)
+        assert probe.first_update.is_set()
+    finally:
+        await probe.client.stop()
