@@ -82,6 +82,47 @@ def blocked_by_error(err: RpcError, doing: str) -> CheckBlocked | None:
     return None
 
 
+class TurnGate:
+    """Whether a prompt turn can run here at all, decided once for the whole run.
+
+    Most checks need a turn that completes. When the agent's model is unreachable every such turn fails the same
+    way, often after the agent's own retries (half a minute for real adapters offline): the first turn of the run is
+    the precondition's test, turns asked for meanwhile wait for its outcome, and once a turn was blocked every later
+    one is blocked at once with the same evidence, instead of each check waiting for the same failure.
+    """
+
+    def __init__(self) -> None:
+        self.blocked: str | None = None
+        self.works = False
+        self._first: asyncio.Future[None] | None = None
+
+    async def run(self, turn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        if self.blocked is not None:
+            raise CheckBlocked(f"{self.blocked} (decided once for the run by its first turn)")
+        if not self.works and self._first is not None:
+            await asyncio.shield(self._first)
+            return await self.run(turn)
+        first = not self.works and self._first is None
+        if first:
+            self._first = asyncio.get_running_loop().create_future()
+        try:
+            result = await turn()
+        except CheckBlocked as exc:
+            if first:
+                self.blocked = str(exc)
+            raise
+        except BaseException:
+            if first:  # not the precondition's fault (a timeout, a broken answer): the next turn tests it again
+                self._first = None
+            raise
+        finally:
+            if first and self._first is not None and not self._first.done():
+                self._first.set_result(None)
+        if first:
+            self.works = True
+        return result
+
+
 @dataclass
 class Probe:
     """One agent process under test, with everything it said since the check using it began."""
@@ -102,6 +143,7 @@ class Probe:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))  # for env_var auth methods
     permission_asked: asyncio.Event = field(default_factory=asyncio.Event)
     first_update: asyncio.Event = field(default_factory=asyncio.Event)
+    turns: TurnGate = field(default_factory=TurnGate)  # the run's: shared by every probe
 
     def begin(self) -> None:
         """A check starts using this (shared) process: what it observes from now on is that check's evidence."""
@@ -193,6 +235,9 @@ class Probe:
         return sid
 
     async def prompt(self, sid: str, text: str) -> dict[str, Any]:
+        return await self.turns.run(lambda: self._prompt(sid, text))
+
+    async def _prompt(self, sid: str, text: str) -> dict[str, Any]:
         try:
             result = await self.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
                                      self.options.turn_timeout)
@@ -239,7 +284,7 @@ def _clip(value: Any, limit: int = 2000) -> Any:
 
 
 async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | None,
-                       options: CheckOptions) -> Probe:
+                       options: CheckOptions, turns: TurnGate | None = None) -> Probe:
     """A new agent process, observed. Its permission requests stay pending until the checker cancels the turn."""
     probe_ref: dict[str, Probe] = {}
 
@@ -259,7 +304,8 @@ async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | 
     process = await AgentProcess.spawn(argv, cwd=options.agent_cwd or os.getcwd(), env=env)
     client = AcpClient(process, cwd=workdir, on_update=on_update, on_permission=hold_permission,
                        options=ClientOptions(request_timeout=options.setup_timeout, stop_grace=1.0))
-    probe = Probe(client, time.monotonic(), options, env=env if env is not None else dict(os.environ))
+    probe = Probe(client, time.monotonic(), options, env=env if env is not None else dict(os.environ),
+                  turns=turns if turns is not None else TurnGate())
     probe_ref["p"] = probe
     client.conn.observers.append(probe.observe)
     return probe

@@ -1,8 +1,10 @@
-"""The reports of `acp-gateway check`: the table, JSON, JUnit XML, and the progress lines on stderr.
+"""The reports of `acp-gateway check`: the verdict, the table, JSON, JUnit XML, and the progress lines on stderr.
 
-The summary keeps "not conformant" (FAILs of mandatory and advertised-capability checks: the exit status) apart
-from "could not be checked here" (BLOCKED, INCONCLUSIVE). Each check names the ACP TCK requirement ids it
-overlaps, so a report can be read beside the kit's.
+The verdict is one of three (`verdict`): "conformant" only when every mandatory and advertised-capability check
+was decided and none failed; "NOT conformant" when one of them failed (the exit status); "not shown" when none
+failed but some could not be decided here (BLOCKED, INCONCLUSIVE) — then the summary says what was shown and what
+is still unknown. Each check names the ACP TCK requirement ids it overlaps, so a report can be read beside the
+kit's.
 """
 
 from __future__ import annotations
@@ -10,9 +12,59 @@ from __future__ import annotations
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any, TextIO
 
-from .conformance import UNDECIDED, Check, CheckResult, Result
+from .conformance import UNDECIDED, Check, CheckResult, Result, Tier
+
+# The tiers whose checks decide conformance: a FAIL of one is "not conformant", an undecided one leaves it unknown.
+DECIDING = (Tier.MANDATORY, Tier.CAPABILITY)
+
+
+class Verdict(StrEnum):
+    CONFORMANT = "conformant"  # every deciding check decided, none failed
+    NOT_CONFORMANT = "not_conformant"  # a deciding check failed (exit status 1)
+    NOT_SHOWN = "not_shown"  # none failed, but some could not be decided here
+
+
+def verdict(results: Sequence[CheckResult]) -> Verdict:
+    if any(r.fatal for r in results):
+        return Verdict.NOT_CONFORMANT
+    if any(r.result in UNDECIDED and r.check.tier in DECIDING for r in results):
+        return Verdict.NOT_SHOWN
+    return Verdict.CONFORMANT
+
+
+def _named(results: Sequence[CheckResult]) -> str:
+    """`mandatory ACP-A, ACP-B; capability ACP-C`: findings named with their tier, deciding tiers first."""
+    by_tier: dict[Tier, list[str]] = {}
+    for r in results:
+        by_tier.setdefault(r.check.tier, []).append(r.check.id)
+    return "; ".join(f"{tier.value} {', '.join(by_tier[tier])}" for tier in Tier if tier in by_tier)
+
+
+def summary(results: Sequence[CheckResult], seconds: float | None = None) -> str:
+    """The last line of the table: the counts, the verdict with the tier of each finding, the time."""
+    counts = {res: sum(1 for r in results if r.result is res) for res in Result}
+    failed = [r for r in results if r.result is Result.FAIL]
+    undecided = [r for r in results if r.result in UNDECIDED]
+    outcome = verdict(results)
+    if outcome is Verdict.CONFORMANT:
+        said = "conformant"
+    elif outcome is Verdict.NOT_CONFORMANT:
+        said = f"NOT conformant (failed: {_named([r for r in failed if r.fatal])})"
+    else:
+        shown = sum(1 for r in results if r.check.tier in DECIDING and r.result in (Result.PASS, Result.SKIP))
+        said = (f"conformance not shown: {shown} mandatory or capability check(s) passed or do not apply and none failed; "
+                f"still unknown: {_named([r for r in undecided if r.check.tier in DECIDING])}")
+    advisory = [r for r in failed if not r.fatal]
+    return (f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.BLOCKED]} blocked, "
+            f"{counts[Result.INCONCLUSIVE]} inconclusive, {counts[Result.SKIP]} skipped, "
+            f"{counts[Result.INFO]} informational; {said}"
+            + (f"; advisory findings: {', '.join(r.check.id for r in advisory)}" if advisory else "")
+            + (f"; could not be checked here: {_named(undecided)}"
+               if undecided and outcome is not Verdict.NOT_SHOWN else "")
+            + (f"; {seconds:.1f} s" if seconds is not None else ""))
 
 
 def render_table(results: Sequence[CheckResult], seconds: float | None = None) -> str:
@@ -20,16 +72,8 @@ def render_table(results: Sequence[CheckResult], seconds: float | None = None) -
     lines = [f"{'check':{width}}  {'tier':13}  {'result':12}  evidence"]
     for r in results:
         lines.append(f"{r.check.id:{width}}  {r.check.tier.value:13}  {r.result.value.upper():12}  {r.evidence}")
-    failed = [r for r in results if r.fatal]
-    undecided = [r.check.id for r in results if r.result in UNDECIDED]
-    counts = {res: sum(1 for r in results if r.result is res) for res in Result}
     lines.append("")
-    lines.append(f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.BLOCKED]} blocked, "
-                 f"{counts[Result.INCONCLUSIVE]} inconclusive, {counts[Result.SKIP]} skipped, "
-                 f"{counts[Result.INFO]} informational; "
-                 + ("conformant" if not failed else f"NOT conformant ({', '.join(r.check.id for r in failed)})")
-                 + (f"; could not be checked here: {', '.join(undecided)}" if undecided else "")
-                 + (f"; {seconds:.1f} s" if seconds is not None else ""))
+    lines.append(summary(results, seconds))
     return "\n".join(lines)
 
 
@@ -48,7 +92,8 @@ def report_json(argv: Sequence[str], results: Sequence[CheckResult], seconds: fl
     return {
         "agent": list(argv),
         "schema": "ACP v1 (acp/schema/v1/schema.json)",
-        "conformant": not any(r.fatal for r in results),
+        "verdict": verdict(results).value,
+        "conformant": verdict(results) is Verdict.CONFORMANT,
         "could_not_check": [r.check.id for r in results if r.result in UNDECIDED],
         "seconds": None if seconds is None else round(seconds, 3),
         "checks": [check_json(r, with_transcript=r.result is Result.FAIL) for r in results],

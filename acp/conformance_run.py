@@ -33,6 +33,7 @@ from .conformance import (
     Probe,
     Result,
     Tier,
+    TurnGate,
     all_checks,
     blocked_by_error,
     launch_probe,
@@ -47,8 +48,9 @@ class SharedAgent:
     """The agent process the checks share, restarted when a check retires it."""
 
     def __init__(self, argv: Sequence[str], workdir: str, env: dict[str, str] | None, options: CheckOptions,
-                 violations: list[Violation]) -> None:
+                 violations: list[Violation], turns: TurnGate) -> None:
         self.argv, self.workdir, self.env, self.options = list(argv), workdir, env, options
+        self.turns = turns
         self.violations = violations  # the run's: what no check was looking at still counts for ACP-SCHEMA-001
         self.probe: Probe | None = None
         self.unusable: str | None = None  # why it could not be started: every later check is blocked by it
@@ -87,7 +89,7 @@ class SharedAgent:
                 await probe.client.stop()
 
     async def _launch(self) -> Probe:
-        probe = await launch_probe(self.argv, self.workdir, self.env, self.options)
+        probe = await launch_probe(self.argv, self.workdir, self.env, self.options, self.turns)
         try:
             await probe.initialize()
         except BaseException:
@@ -119,7 +121,8 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
     violations: list[Violation] = []
     shared_dir = os.path.join(workdir, "shared")
     os.makedirs(shared_dir)
-    shared = SharedAgent(argv, shared_dir, env, options, violations)
+    turns = TurnGate()  # whether a turn can run here: decided once, by the run's first turn
+    shared = SharedAgent(argv, shared_dir, env, options, violations, turns)
     selected = [c for c in CHECKS if not only or c.id in only]
     results: dict[str, CheckResult] = {}
 
@@ -145,7 +148,7 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         async def fresh(c: Check) -> None:
             async with gate:
                 check_dir = _check_dir(workdir, c)
-                ctx = CheckContext(check_dir, caps, options, lambda: launch_probe(argv, check_dir, env, options))
+                ctx = CheckContext(check_dir, caps, options, lambda: launch_probe(argv, check_dir, env, options, turns))
                 result, found = await _judge(c, ctx, options, on_start, shared.unusable)
             violations.extend(found)
             ended(result)

@@ -13,8 +13,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from acp.conformance import CHECKS, Result, Tier, all_checks, launch_probe
+from acp.conformance import CHECKS, Check, CheckResult, Result, Tier, all_checks, launch_probe
 from acp.conformance_options import CheckOptions, CheckPrompts
+from acp.conformance_report import Verdict, summary, verdict
 from acp.conformance_run import run_checks
 from acp.schema_check import acp_v1_schema
 from agents.profiles import load_profiles
@@ -97,6 +98,54 @@ async def test_what_the_agent_is_not_to_blame_for_is_blocked_or_inconclusive(
             assert "run again" in r.evidence  # it says what would unblock it
 
 
+async def test_a_failing_turn_is_tried_once_for_the_whole_run(tmp_path: Path) -> None:
+    """A model that cannot answer fails every turn the same way: the run's first turn decides it, and every other
+    check that needs a turn is BLOCKED at once with that evidence (not by sending its own turn to fail again)."""
+    log = tmp_path / "received.jsonl"
+    results = await run_checks(agent(tmp_path, "--fault", "session/prompt=internal", "--log", str(log)),
+                               options=REFERENCE)
+    prompts = [line for line in log.read_text().splitlines() if '"session/prompt"' in line]
+    assert len(prompts) == 1, prompts
+    blocked = [r for r in results if r.result is Result.BLOCKED]
+    assert len(blocked) >= 5 and all("a prompt turn failed" in r.evidence for r in blocked)
+    assert verdict(results) is Verdict.NOT_SHOWN
+    line = summary(results)
+    assert "conformant" not in line.replace("conformance", "")
+    assert "still unknown: mandatory ACP-" in line
+
+
+def _result(tier: Tier, result: Result, cid: str = "ACP-X-001") -> CheckResult:
+    async def fn(ctx: object) -> str:
+        return ""
+    return CheckResult(Check(cid, tier, "t", "c", fn), result, "e")
+
+
+# the deciding results of a run -> its verdict, and what the summary must (not) say
+VERDICTS: list[tuple[list[tuple[Tier, Result]], Verdict, str, str]] = [
+    ([(Tier.MANDATORY, Result.PASS), (Tier.CAPABILITY, Result.SKIP)], Verdict.CONFORMANT, "; conformant", "unknown"),
+    ([(Tier.MANDATORY, Result.PASS), (Tier.ADVISORY, Result.FAIL)], Verdict.CONFORMANT, "advisory findings",
+     "NOT"),
+    ([(Tier.MANDATORY, Result.PASS), (Tier.ADVISORY, Result.BLOCKED)], Verdict.CONFORMANT, "could not be checked here: "
+     "advisory", "NOT"),
+    ([(Tier.MANDATORY, Result.FAIL), (Tier.MANDATORY, Result.BLOCKED)], Verdict.NOT_CONFORMANT,
+     "NOT conformant (failed: mandatory", "; conformant"),
+    ([(Tier.CAPABILITY, Result.FAIL)], Verdict.NOT_CONFORMANT, "failed: capability", "; conformant"),
+    ([(Tier.MANDATORY, Result.PASS), (Tier.MANDATORY, Result.BLOCKED)], Verdict.NOT_SHOWN,
+     "conformance not shown: 1 mandatory", "; conformant"),
+    ([(Tier.CAPABILITY, Result.INCONCLUSIVE), (Tier.ADVISORY, Result.FAIL)], Verdict.NOT_SHOWN,
+     "still unknown: capability", "; conformant"),
+]
+
+
+@pytest.mark.parametrize(("found", "expected", "says", "never"), VERDICTS)
+def test_the_verdict_is_conformant_only_when_every_deciding_check_passed(
+        found: list[tuple[Tier, Result]], expected: Verdict, says: str, never: str) -> None:
+    results = [_result(tier, result, f"ACP-T-{i:03}") for i, (tier, result) in enumerate(found)]
+    assert verdict(results) is expected
+    line = summary(results, 1.0)
+    assert says in line and never not in line, line
+
+
 async def test_capability_checks_skip_when_not_advertised(tmp_path: Path) -> None:
     results = await run_checks(agent(tmp_path, "--no-load", "--no-resume", "--no-list", "--no-close"),
                                options=REFERENCE)
@@ -108,7 +157,8 @@ async def test_capability_checks_skip_when_not_advertised(tmp_path: Path) -> Non
 
 def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "gateway.cli", "check"]
-    ok = subprocess.run([*base, "--", *agent(tmp_path)], capture_output=True, text=True, timeout=120)
+    own = ["--prompt", "long=/hang", "--prompt", "longer=/hang"]  # the profile's: a turn that runs until cancelled
+    ok = subprocess.run([*base, *own, "--", *agent(tmp_path)], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "conformant" in ok.stdout.splitlines()[-1]
     assert "; conformant; " in ok.stdout.splitlines()[-1] and ok.stdout.rstrip().endswith(" s")  # the total time
     progress = ok.stderr.splitlines()  # a line per check as it ends, on stderr
@@ -229,6 +279,9 @@ def test_an_agent_built_on_the_official_python_sdk_passes(tmp_path: Path, flags:
     assert run.returncode == 0, [c for c in report["checks"] if c["result"] == "fail"]
     checks = {c["id"]: c for c in report["checks"]}
     assert checks["ACP-CANCEL-001"]["result"] == cancel
+    # a mandatory check that could not be decided leaves conformance unknown, and the report says so
+    assert report["verdict"] == ("conformant" if cancel == "pass" else "not_shown")
+    assert report["conformant"] is (cancel == "pass")
     assert checks["ACP-INFO-001"]["evidence"].startswith("sdk-streaming-agent")
     assert not [c for c in report["checks"] if c["result"] in ("fail", "blocked")]
     suite = ElementTree.parse(junit).getroot()
