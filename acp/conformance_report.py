@@ -55,8 +55,8 @@ def summary(results: Sequence[CheckResult], seconds: float | None = None) -> str
         said = f"NOT conformant (failed: {_named([r for r in failed if r.fatal])})"
     else:
         shown = sum(1 for r in results if r.check.tier in DECIDING and r.result in (Result.PASS, Result.SKIP))
-        said = (f"conformance not shown: {shown} mandatory or capability check(s) passed or do not apply and none failed; "
-                f"still unknown: {_named([r for r in undecided if r.check.tier in DECIDING])}")
+        said = (f"conformance not shown: {shown} mandatory or capability check(s) passed or do not apply and none "
+                f"failed; still unknown: {_named([r for r in undecided if r.check.tier in DECIDING])}")
     advisory = [r for r in failed if not r.fatal]
     return (f"{counts[Result.PASS]} passed, {counts[Result.FAIL]} failed, {counts[Result.BLOCKED]} blocked, "
             f"{counts[Result.INCONCLUSIVE]} inconclusive, {counts[Result.SKIP]} skipped, "
