@@ -54,8 +54,12 @@ class StderrRing:
     def text(self) -> str:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
-    def tail_lines(self, n: int = 20) -> list[str]:
-        return self.text().splitlines()[-n:]
+    def tail_lines(self, n: int = 20, since: int = 0) -> list[str]:
+        """The last `n` lines; with `since` (a `total_bytes` read earlier), only of what was written after it."""
+        data = b"".join(self._chunks)
+        if since:
+            data = data[len(data) - min(len(data), max(0, self.total_bytes - since)):]
+        return data.decode("utf-8", "replace").splitlines()[-n:]
 
 
 class AgentProcess:

@@ -22,6 +22,9 @@ from acp.conformance_options import CheckPrompts
 from acp.models import field_path
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
+# Commands that fetch the agent they run: the runner being on PATH says nothing of the agent being there.
+PACKAGE_RUNNERS = {"npx": "npm", "bunx": "bun", "pnpx": "pnpm", "uvx": "uv", "pipx": "pipx"}
+Availability = Literal["installed", "downloads_on_first_start", "not_found"]
 SECRET_ENV_PREFIX = "ACP_GATEWAY_"  # the gateway's token and config never reach an agent
 
 
@@ -120,8 +123,40 @@ class AgentProfile(BaseModel):
         return env
 
     def command_found(self) -> bool:
+        """The agent itself is there (not merely a runner that would download it)."""
+        return self.availability() == "installed"
+
+    def availability(self) -> Availability:
+        """`installed`: the command is on this machine; `downloads_on_first_start`: a package runner (npx, uvx…)
+        is, and fetches the agent at its first start (which needs the network); `not_found`: neither."""
         exe = self.argv()[0]
-        return Path(exe).is_file() if "/" in exe else shutil.which(exe) is not None
+        present = Path(exe).is_file() if "/" in exe else shutil.which(exe) is not None
+        if not present:
+            return "not_found"
+        return "downloads_on_first_start" if Path(exe).name in PACKAGE_RUNNERS else "installed"
+
+    def availability_words(self) -> str:
+        runner = Path(self.argv()[0]).name
+        return {"installed": "found", "not_found": "not found",
+                "downloads_on_first_start": f"downloads on first start ({runner})"}[self.availability()]
+
+
+# What a package runner says on stderr when it could not fetch the package: the network or the registry.
+DOWNLOAD_FAILURES = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ENETUNREACH", "network request to",
+                     "npm error network", "npm ERR! network", "Failed to fetch", "failed to download",
+                     "Could not find a version", "404 Not Found", "E404", "ECONNRESET")
+
+
+def download_failed(argv: list[str], stderr_lines: Iterable[str]) -> str | None:
+    """Why an agent started by a package runner never ran, when its stderr says the download failed (else None)."""
+    runner = Path(argv[0]).name if argv else ""
+    if runner not in PACKAGE_RUNNERS:
+        return None
+    if any(marker in line for line in stderr_lines for marker in DOWNLOAD_FAILURES):
+        package = next((a for a in argv[1:] if not a.startswith("-")), "the agent")
+        return (f"{runner} could not download {package}: the first start needs the network (or the package in "
+                f"{PACKAGE_RUNNERS[runner]}'s cache); install it, or start once with the network")
+    return None
 
 
 def adhoc_profile(command: Iterable[str], **overrides: Any) -> AgentProfile:

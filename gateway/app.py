@@ -210,6 +210,11 @@ class Gateway:
     def _announce(self, state_dir: Path, generated: str | None, port: int) -> None:
         host = self.config.host
         shown = f"[{host}]" if ":" in host else host
+        # Where the CLI of this state directory finds the gateway with no --url (a wildcard bind is reached on
+        # loopback). Written after the bind: a file naming a port nobody listens on would mislead it.
+        local = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, shown)
+        url_file = state_dir / "url"
+        url_file.write_text(f"ws://{local}:{port}/rpc\n")
         print(f"acp-gateway {self.instance_id} listening on ws://{shown}:{port}/rpc", file=self.out)
         print(f"ACP clients (WebSocket, same token): ws://{shown}:{port}/acp", file=self.out)
         print(f"state directory: {state_dir}", file=self.out)

@@ -20,6 +20,32 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+# Flags every frontend command takes, also accepted before the command's name (`acp-gateway --json sessions`):
+# the flag and how many values it takes.
+GLOBAL_FLAGS = {"--url": 1, "--token": 1, "--state-dir": 1, "--json": 0}
+
+
+def hoist_global_flags(argv: list[str]) -> list[str]:
+    """`acp-gateway --json --url U sessions` as `acp-gateway sessions --json --url U`: argparse takes a
+    subcommand's flags only after its name, and people put them on either side."""
+    before: list[str] = []
+    moved: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag = arg.split("=", 1)[0]
+        if flag in GLOBAL_FLAGS:
+            width = 1 + (GLOBAL_FLAGS[flag] if "=" not in arg else 0)
+            moved += argv[i:i + width]
+            i += width
+        elif arg.startswith("-"):
+            before.append(arg)
+            i += 1
+        else:  # the subcommand
+            return [*before, arg, *moved, *argv[i + 1:]]
+    return argv
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="acp-gateway", description="ACP session gateway")
     parser.add_argument("--version", action="version", version=f"acp-gateway {__version__}")
@@ -100,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args_in, command = _split_command(list(sys.argv[1:] if argv is None else argv))
+    args_in = hoist_global_flags(args_in)
     parser = _parser()
     args, unknown = parser.parse_known_args(args_in)
     if unknown:  # argparse would print the top-level usage; the subcommand's own says what it takes
@@ -133,8 +160,7 @@ def _main(argv: list[str] | None) -> int:
             return replay_main([args.fixture, *(["--realtime"] if args.realtime else [])])
         if args.command == "agents":
             for profile in load_profiles(args.agents_dir).values():
-                found = "found" if profile.command_found() else "not found"
-                print(f"{profile.id:10} {found:9} {' '.join(profile.command)}")
+                print(f"{profile.id:10} {profile.availability_words():30} {' '.join(profile.command)}")
             return 0
     except ProfileError as exc:
         print(f"acp-gateway: {exc}", file=sys.stderr)
@@ -164,7 +190,7 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     # A command line is run as given, in the caller's environment; a profile as the gateway would launch it.
     env = profile.launch_env(os.environ) if args.agent else None
     command, auth_method = command or profile.argv(), args.auth_method or profile.auth_method
-    if not profile.command_found():
+    if profile.availability() == "not_found":
         print(f"acp-gateway check: agent command not found: {command[0]!r}", file=sys.stderr)
         return 2
     try:

@@ -163,6 +163,7 @@ class OwnerSessionClient:
         self.reconnects = 0
         self.events_seen = 0
         self.on_event: list[EventCallback] = []
+        self.on_link: list[Callable[[bool, int | None], None]] = []  # (stream up, cursor): when it comes and goes
         self.connected = asyncio.Event()
         self._reconcile_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -199,10 +200,15 @@ class OwnerSessionClient:
                 await self._subscribe()
                 self._stream_live = True
                 self.connected.set()
+                for callback in self.on_link:
+                    callback(True, self.cursor)
                 await self._consume()
             except (ConnectionError, RpcCallError, TimeoutError):
                 pass
             finally:
+                if self._stream_live:
+                    for callback in self.on_link:
+                        callback(False, self.cursor)
                 self._stream_live = False
                 self.connected.clear()
                 if self.conn is not None:

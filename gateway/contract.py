@@ -37,7 +37,14 @@ class NoParams(Params):
 
 
 class SessionParams(Params):
-    session_id: str = Field(min_length=1, max_length=200, description="the session's id (`s-…`)")
+    session_id: str = Field(min_length=1, max_length=200, description="the session's id (`s-…`), or its name")
+
+
+# A session's name: what an owner calls it instead of its id (never of an id's form, so the two cannot be confused).
+SESSION_ID_PATTERN = r"^s-[0-9a-f]{32}$"
+SessionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                                   description="letters, digits, '.', '_', '-', not of an id's form (s- and 32 hex "
+                                               "digits); unique among your sessions")]
 
 
 class StartParams(Params):
@@ -47,6 +54,8 @@ class StartParams(Params):
     description: str | None = Field(default=None, max_length=1_000_000,
                                     description="the task: sent as the first prompt on the first launch")
     title: str | None = Field(default=None, max_length=1000)
+    name: SessionName | None = Field(default=None, description="a name for the session, accepted wherever its id "
+                                     "is (unique among your sessions)")
     task_id: str | None = Field(default=None, min_length=1, max_length=200,
                                 description="one of your task ids (created if new); default: a new task")
     wait_ready: bool = Field(default=False, description="answer once the agent is ready")
@@ -85,6 +94,8 @@ class PromptParams(SessionParams):
 
 class ListParams(Params):
     states: list[SessionStateName] | None = None
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096, description="only sessions in this "
+                            "working directory (as started)")
     limit: int = Field(default=50, ge=1, le=500)
     cursor: str | None = Field(default=None, max_length=100, description="a `next_cursor` from the page before")
 
@@ -112,6 +123,11 @@ class HistoryParams(SessionParams):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+class EventsParams(SessionParams):
+    after: int = Field(default=0, ge=0, le=MAX_ID, description="an event id: the page starts after it")
+    limit: int = Field(default=500, ge=1, le=2000)
+
+
 class TitleParams(SessionParams):
     title: str = Field(max_length=1000)
 
@@ -125,6 +141,7 @@ class SessionSummary(Result):
     """A session as `task.session.list` shows it; one session's view adds `config`."""
 
     session_id: str
+    name: str | None = Field(description="the name given at start, accepted wherever the id is")
     task_id: str
     agent: str
     cwd: str
@@ -193,6 +210,9 @@ class StatusView(SessionView):
 
 class ResumeView(SessionView):
     already_running: bool
+    how: str | None = Field(default=None, description="how the agent came back (restored by session/resume or "
+                            "load, a fresh session and why) or why it could not; null when it was already running "
+                            "or not waited for")
 
 
 class PromptResult(Result):
@@ -233,7 +253,10 @@ class AgentInfo(Result):
     name: str
     native_session_resume: bool
     history_context_injection: bool
-    command_found: bool
+    command_found: bool = Field(description="the agent itself is on this machine (not merely npx or uvx)")
+    availability: Literal["installed", "downloads_on_first_start", "not_found"] = Field(
+        description="installed; or a package runner (npx, uvx…) fetches it at its first start, which needs the "
+                    "network; or neither is there")
     auto_resume: bool = Field(description="frontends may resume its sessions on their own (off for paid agents)")
 
 
@@ -243,6 +266,7 @@ class GatewayInfo(Result):
     owner: str
     default_agent: str
     agents: list[AgentInfo]
+    workspace_roots: list[str] = Field(description="where your sessions may run: a cwd must lie inside one")
     instance_id: str
 
 
@@ -255,6 +279,14 @@ class Event(Result):
     task_id: str | None
     ts: float
     data: dict[str, Any]
+
+
+class EventsPage(Result):
+    events: list[Event] = Field(description="the session's journal events, oldest first, as subscribers got them")
+    next: int | None = Field(description="the `after` of the next page; null once the page reaches `cursor`")
+    cursor: int = Field(description="the journal's head when this was read: a subscription from it misses nothing")
+    complete: bool = Field(description="the journal still holds the session's first event (false: older events "
+                                       "were pruned by retention; task.session.history has what they said)")
 
 
 @dataclass(frozen=True)
@@ -276,6 +308,8 @@ METHODS: dict[str, MethodSpec] = {
     "task.session.list": MethodSpec(ListParams, SessionPage, "Your sessions, newest first"),
     "task.session.get": MethodSpec(SessionParams, SessionView, "One session"),
     "task.session.history": MethodSpec(HistoryParams, HistoryPage, "What the session recorded, oldest first"),
+    "task.session.events": MethodSpec(EventsParams, EventsPage, "The session's events from the journal, oldest "
+                                      "first: what a frontend renders its transcript from"),
     "task.session.set_title": MethodSpec(TitleParams, SessionView, "Rename a session"),
     "task.session.set_config_option": MethodSpec(SetConfigOptionParams, SessionView,
                                                  "Set one of the agent's options (model, mode, …) and keep it"),

@@ -1,5 +1,10 @@
-"""`acp-gateway sessions|start|status|resume|prompt|history|permission|config|commands|cancel-turn|cancel|watch`: a
-frontend in the terminal, on the client library. Human output by default, `--json` for machines."""
+"""`acp-gateway sessions|start|status|resume|prompt|history|permission|config|commands|cancel-turn|cancel|delete|watch`:
+a frontend in the terminal, on the client library. Human output by default, `--json` for machines.
+
+Sessions are named by id or by the name given at start (the gateway takes either); `prompt` without one uses the
+current directory's session, as acpx does. The gateway is the one `--url` or ACP_GATEWAY_URL names, else the one
+`serve` last announced in the state directory. Exit status: 0 done (an "already terminal" answer, -32009, is
+success: the API says so), 1 the gateway refused the request, 2 a usage error or no gateway to talk to."""
 
 from __future__ import annotations
 
@@ -30,9 +35,19 @@ COMMAND_HELP: dict[str, str] = {
     "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
     "cancel-turn": "stop the running turn; the session stays",
     "cancel": "end a session for good",
-    "watch": "print your events as they happen",
+    "delete": "delete a session and its history",
+    "watch": "print your events as they happen; reconnects and goes on from where it was across gateway restarts",
 }
 COMMANDS = tuple(COMMAND_HELP)
+TERMINAL = ("CANCELLED", "FAILED", "COMPLETED")
+# What each `resume_reason` of a stopped session means to its user (docs/restore.md, the web UI's words).
+RESUME_REASONS = {
+    "agent_not_running": "its agent is not running; its ACP session was saved and a resume restores it",
+    "agent_not_running_fresh_start": "its agent is not running and no ACP session was saved: a resume starts afresh",
+    "not_started": "its agent has not been started",
+    "stale_execution": "another gateway instance ran it moments ago: wait",
+    "error_recovery": "the last restore failed and kept the saved session: `acp-gateway status` says why",
+}
 
 
 def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
@@ -40,15 +55,20 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
     for name, help_text in COMMAND_HELP.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         parsers[name] = p
-        p.add_argument("--url", default=os.environ.get("ACP_GATEWAY_URL", "ws://127.0.0.1:8765/rpc"),
-                       help="the gateway (default: ACP_GATEWAY_URL, else ws://127.0.0.1:8765/rpc)")
+        p.add_argument("--url", default=None, help="the gateway (default: ACP_GATEWAY_URL, else where `serve` "
+                       f"listens, from the state directory's `{URL_FILE}`, else {DEFAULT_URL})")
         p.add_argument("--token", help="default: ACP_GATEWAY_TOKEN, else the token file in --state-dir")
         p.add_argument("--state-dir", type=Path, default=None,
                        help="where to find the generated token (default: the per-user state directory)")
         p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
-        if name in ("status", "resume", "cancel", "cancel-turn", "prompt", "history", "permission", "config",
-                    "commands"):
-            p.add_argument("session_id", help="the session's id (see `acp-gateway sessions`)")
+        if name in ("status", "resume", "cancel", "cancel-turn", "history", "permission", "config", "commands",
+                    "delete"):
+            p.add_argument("session_id", help="the session's id or name (see `acp-gateway sessions`)")
+        if name == "prompt":
+            p.add_argument("session_id", nargs="?", help="the session's id or name (default: this directory's "
+                           "session, started if there is none)")
+            p.add_argument("--agent", help="the agent of a session started for this directory (default: the "
+                           "gateway's default agent)")
         if name == "config":
             p.add_argument("option_id", nargs="?", help="the option to set (its id; `mode` and `model` also name "
                            "the agent's mode and model whatever their ids)")
@@ -61,6 +81,7 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
             p.add_argument("--agent", help="agent profile id (default: the gateway's default agent)")
             p.add_argument("--cwd", default=os.getcwd(), help="the session's working directory (default: here)")
             p.add_argument("--title", help="a title for the session")
+            p.add_argument("--name", help="a name for the session, accepted wherever its id is (unique among yours)")
             p.add_argument("--description", help="the task: sent as the first prompt")
             p.add_argument("--task-id", help="group the session under this task id of yours")
             p.add_argument("--no-wait", action="store_true", help="return once the session exists, before "
@@ -89,6 +110,25 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
     return parsers
 
 
+DEFAULT_URL = "ws://127.0.0.1:8765/rpc"
+URL_FILE = "url"  # written by `serve` in its state directory: where it listens
+
+
+def gateway_url(args: argparse.Namespace) -> str:
+    """--url, else ACP_GATEWAY_URL, else where the gateway of this state directory said it listens, else the
+    default address (read again at each reconnect: a restarted gateway may listen elsewhere)."""
+    if args.url:
+        return str(args.url)
+    if os.environ.get("ACP_GATEWAY_URL"):
+        return os.environ["ACP_GATEWAY_URL"]
+    path = (args.state_dir or default_state_dir()) / URL_FILE
+    try:
+        announced = path.read_text().strip()
+    except OSError:
+        announced = ""
+    return announced or DEFAULT_URL
+
+
 def _token(args: argparse.Namespace) -> str | None:
     if args.token:
         return str(args.token)
@@ -107,16 +147,25 @@ def _view_line(view: dict[str, Any]) -> str:
             + (f"; error: {view['error_message']}" if view.get("error_message") else ""))
 
 
+ALREADY_TERMINAL = -32009  # "treat as success" (docs/api.md): a second cancel, a permission already answered
+
+
 async def run_frontend(args: argparse.Namespace) -> int:
     token = _token(args)
+    args.url_given = args.url
+    args.url = gateway_url(args)
     try:
         client = await GatewayClient.connect(args.url, token)
     except Exception as exc:
-        print(f"acp-gateway {args.command}: cannot connect to {args.url}: {exc}", file=sys.stderr)
+        print(f"acp-gateway {args.command}: cannot connect to {args.url}: {exc} (is `acp-gateway serve` running? "
+              "--url or ACP_GATEWAY_URL name another gateway)", file=sys.stderr)
         return 2
     try:
         return await _command(args, client, token)
     except RpcCallError as err:
+        if err.code == ALREADY_TERMINAL:
+            print(f"acp-gateway {args.command}: already done: {err.message} (code {err.code})", file=sys.stderr)
+            return 0
         print(f"acp-gateway {args.command}: {err.message} (code {err.code})", file=sys.stderr)
         return 1
     except ConnectionError:
@@ -135,11 +184,20 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
     command = args.command
     if command == "sessions":
         listed = await client.call("task.session.list", {"states": args.states} if args.states else {})
-        lines = [f"{s['session_id']}  {s['state']:18} {s['agent']:10} {s['title'] or ''}" for s in listed["sessions"]]
+        lines = []
+        for view in listed["sessions"]:
+            needs = ""
+            if view["state"] not in TERMINAL and not view["is_agent_running"]:
+                status = await client.call("task.session.status", {"session_id": view["session_id"]})
+                view.update(needs_resume=status["needs_resume"], resume_reason=status["resume_reason"])
+                if status["needs_resume"] or status["resume_reason"] == "not_started":
+                    needs = f"  needs resume: {RESUME_REASONS.get(status['resume_reason'], status['resume_reason'])}"
+            label = view.get("name") or view["title"] or ""
+            lines.append(f"{view['session_id']}  {view['state']:18} {view['agent']:10} {label}{needs}")
         _print(args, listed, "\n".join(lines) or "no sessions")
     elif command == "start":
         params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd), "wait_ready": not args.no_wait}
-        params.update({k: v for k, v in (("agent", args.agent), ("title", args.title),
+        params.update({k: v for k, v in (("agent", args.agent), ("title", args.title), ("name", args.name),
                                          ("description", args.description), ("task_id", args.task_id)) if v})
         try:
             params.update(_start_choices(args))
@@ -163,8 +221,10 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
                + (f"; {status['pending_permissions']} permission request(s) waiting"
                   if status.get("pending_permissions") else ""))
     elif command == "resume":
-        view = await client.call("task.session.resume", {"session_id": args.session_id})
-        _print(args, view, _view_line(view))
+        return await _resume(args, client)
+    elif command == "delete":
+        await client.call("task.session.delete", {"session_id": args.session_id})
+        _print(args, {"deleted": args.session_id}, f"deleted {args.session_id}")
     elif command == "cancel-turn":
         view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
         _print(args, view, _view_line(view))
@@ -191,17 +251,82 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
     elif command == "prompt":
         return await _prompt(args, client)
     elif command == "watch":
-        wanted: dict[str, Any] = {}
-        if args.since is not None:
-            wanted["since"] = args.since
-        if args.session_id:
-            wanted["session_id"] = args.session_id
-        await client.call("task.session.subscribe", wanted)
-        while True:
-            event = (await client.notifications.get()).get("params") or {}
-            if event.get("type") not in ("heartbeat", "caught_up"):
-                print(orjson.dumps(event).decode() if args.json else _describe_event(event), flush=True)
+        await client.close()
+        return await _watch(args, token)
     return 0
+
+
+async def _resume(args: argparse.Namespace, client: GatewayClient) -> int:
+    view = await client.call("task.session.resume", {"session_id": args.session_id})
+    how = "its agent was already running" if view["already_running"] else view.get("how")
+    _print(args, view, _view_line(view) + (f"\n{how}" if how else ""))
+    return 0 if view["is_agent_running"] else 1
+
+
+async def _watch(args: argparse.Namespace, token: str | None) -> int:
+    """Every event, as it happens, across reconnects: the client library keeps the cursor, resubscribes from it
+    after a lost connection (a gateway restart), and this says when the link went and came back."""
+    said = {"lost": False}
+
+    def on_link(up: bool, cursor: int | None) -> None:
+        if up and said["lost"]:
+            print(f"acp-gateway watch: reconnected to {client.url}; going on after event {cursor}", file=sys.stderr,
+                  flush=True)
+        elif not up and not said["lost"]:
+            print(f"acp-gateway watch: connection to {client.url} lost; reconnecting (nothing after event {cursor} "
+                  "is missed)", file=sys.stderr, flush=True)
+        said["lost"] = not up
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("type") in ("heartbeat", "caught_up"):
+            return
+        if args.session_id and event.get("session_id") not in wanted:
+            return
+        print(orjson.dumps(event).decode() if args.json else _describe_event(event), flush=True)
+
+    client = OwnerSessionClient(args.url, token,
+                                connector=lambda _url, tok: GatewayClient.connect(_reaimed(client, args), tok))
+    client.cursor = args.since
+    client.on_event.append(on_event)
+    client.on_link.append(on_link)
+    wanted: set[str] = set()
+    if args.session_id:  # a name is resolved once, to the id the events carry
+        probe = await GatewayClient.connect(args.url, token)
+        try:
+            wanted.add((await probe.call("task.session.get", {"session_id": args.session_id}))["session_id"])
+        finally:
+            await probe.close()
+    client.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await client.close()
+    return 0
+
+
+def _reaimed(client: OwnerSessionClient, args: argparse.Namespace) -> str:
+    """The address to (re)connect to: a restarted gateway may have announced another one in the state directory."""
+    args.url = None if args.url_given is None else args.url_given
+    client.url = gateway_url(args)
+    return client.url
+
+
+async def _directory_session(args: argparse.Namespace, client: GatewayClient) -> str:
+    """acpx's default: the newest session of this directory that has not ended, or a new one started for it."""
+    cwd = os.path.abspath(os.getcwd())
+    listed = await client.call("task.session.list", {"cwd": cwd, "states": ["CREATED", "STARTING", "RUNNING",
+                                                                             "WAITING_FOR_INPUT"], "limit": 1})
+    if listed["sessions"]:
+        found = listed["sessions"][0]
+        print(f"acp-gateway prompt: session {found.get('name') or found['session_id']} of {cwd}", file=sys.stderr)
+        return str(found["session_id"])
+    params: dict[str, Any] = {"cwd": cwd, "wait_ready": True, **({"agent": args.agent} if args.agent else {})}
+    view = await client.call("task.session.start", params)
+    print(f"acp-gateway prompt: started session {view['session_id']} for {cwd} (agent {view['agent']})",
+          file=sys.stderr)
+    if view["state"] in TERMINAL:
+        raise RpcCallError(-32013, f"the session's agent could not start: {view['error_message']}")
+    return str(view["session_id"])
 
 
 def _start_choices(args: argparse.Namespace) -> dict[str, Any]:
@@ -336,6 +461,8 @@ def _describe_request(data: dict[str, Any]) -> str:
 
 
 async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
+    if args.session_id is None:
+        args.session_id = await _directory_session(args, client)
     await client.call("task.session.subscribe", {"session_id": args.session_id})
     chat = ChatPrinter(sys.stdout)
     interactive = sys.stdin.isatty() and not args.json

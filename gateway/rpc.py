@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 from . import __version__, metrics, openrpc
 from .contract import (
     METHODS,
+    SESSION_ID_PATTERN,
     NoParams,
     Params,
     SessionParams,
@@ -51,6 +53,7 @@ from .runtime import SessionManager
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 log = logging.getLogger(__name__)
 
 
@@ -87,9 +90,10 @@ class RpcAdapter:
             "task.session.prompt": lambda c, p: sessions.prompt(c.owner, p.session_id, p.prompt),
             "task.session.cancel_turn": lambda c, p: sessions.cancel_turn(c.owner, p.session_id),
             "task.session.list": lambda c, p: sessions.list(c.owner, states=list(p.states) if p.states else None,
-                                                            limit=p.limit, cursor=p.cursor),
+                                                            limit=p.limit, cursor=p.cursor, cwd=p.cwd),
             "task.session.get": self._get,
             "task.session.history": lambda c, p: sessions.history(c.owner, p.session_id, p.after, p.limit),
+            "task.session.events": lambda c, p: sessions.events(c.owner, p.session_id, p.after, p.limit),
             "task.session.set_title": lambda c, p: sessions.set_title(c.owner, p.session_id, p.title),
             "task.session.set_config_option": lambda c, p: sessions.set_config_option(c.owner, p.session_id,
                                                                                       p.config_id, p.value),
@@ -117,6 +121,7 @@ class RpcAdapter:
             "owner": ctx.owner,
             "default_agent": self.default_agent,
             "agents": self._agents(),
+            "workspace_roots": [str(root) for root in self.sessions.settings.roots_of(ctx.owner)],
             **self.info,
         }
 
@@ -131,15 +136,15 @@ class RpcAdapter:
             self._agents_cache = (now, [
                 {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
                  "history_context_injection": pr.history_context_injection, "command_found": pr.command_found(),
-                 "auto_resume": pr.auto_resume}
+                 "availability": pr.availability(), "auto_resume": pr.auto_resume}
                 for pr in self.sessions.profiles.values()])
         return self._agents_cache[1]
 
     async def _start(self, ctx: RpcContext, p: StartParams) -> dict[str, Any]:
         return await self.sessions.start(ctx.owner, agent=p.agent or self.default_agent, cwd=p.cwd,
                                          description=p.description, title=p.title, task_id=p.task_id,
-                                         wait_ready=p.wait_ready, config=p.config, mcp_servers=p.mcp_servers,
-                                         additional_directories=p.additional_directories)
+                                         name=p.name, wait_ready=p.wait_ready, config=p.config,
+                                         mcp_servers=p.mcp_servers, additional_directories=p.additional_directories)
 
     async def _get(self, ctx: RpcContext, p: SessionParams) -> dict[str, Any]:
         return await self.sessions.get(ctx.owner, p.session_id)
@@ -180,6 +185,7 @@ class RpcAdapter:
     def _wrap(self, name: str, model: type[Params], handler: Handler) -> Callable[..., Awaitable[Any]]:
         # The label children are looked up once: `labels()` on every call cost more than the rest of the metrics.
         calls, ok, seconds = metrics.RPC_CALLS, metrics.RPC_CALLS.labels(name, "ok"), metrics.RPC_SECONDS.labels(name)
+        named = "session_id" in model.model_fields  # a session's name is taken wherever its id is
 
         async def method(ctx: RpcContext, *args: Any, **params: Any) -> Any:
             if args:
@@ -192,6 +198,9 @@ class RpcAdapter:
                 return Error(refused.code, refused.message, refused.data)
             started, outcome = time.perf_counter(), "ok"
             try:
+                given = getattr(parsed, "session_id", None) if named else None
+                if isinstance(given, str) and not SESSION_ID.match(given):
+                    parsed = parsed.model_copy(update={"session_id": await self.sessions.named(ctx.owner, given)})
                 return Success(await handler(ctx, parsed))
             except GatewayError as err:
                 outcome = str(err.code)

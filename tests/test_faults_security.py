@@ -72,10 +72,11 @@ async def test_agent_hangs_on_resume_then_stops_cleanly(gateway: GatewayProcess,
 async def test_agent_never_answers_initialize(gateway: GatewayProcess, env: dict[str, Path]) -> None:
     c = await gateway.client()
     view = await start(c, env["work"], "hang-init")
-    assert view["state"] == "WAITING_FOR_INPUT" and view["is_agent_running"] is False
+    # it never had an ACP session: nothing to come back to, so it is FAILED with the cause (not waiting for input)
+    assert view["state"] == "FAILED" and view["is_agent_running"] is False
     assert "failed to start" in view["error_message"] and "initialize" in view["error_message"]
     status = await c.call("task.session.status", {"session_id": view["session_id"]})
-    assert status["resume_reason"] == "error_recovery"
+    assert (status["needs_resume"], status["is_resumable"]) == (False, False)
     assert (await c.call("gateway.info"))["owner"] == "alice"  # still serving
     await c.close()
 

@@ -29,6 +29,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     reference_profile(agents, tmp_path / "agent-state", "ref")
     reference_profile(agents, tmp_path / "agent-state", "ref-once-internal", "--fault-once", "session/resume=internal")
     reference_profile(agents, tmp_path / "agent-state", "paid", extra="auto_resume = false\n")
+    reference_profile(agents, tmp_path / "agent-state", "no-key", "--fault", "session/new=internal",
+                      "--fault-reason", "reference agent: REF_API_KEY is not set (export it, or add it to the profile)")
     gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "ref", port=free_port())
     await gw.start()
     yield gw
@@ -109,6 +111,15 @@ async def test_start_prompt_markdown_and_cancel(gateway: GatewayProcess, browser
     assert await page.locator(".msg.agent img[onerror], .msg.agent script").count() == 0
     assert all("Content Security Policy" in e or "404" in e for e in errors), errors
     await shot(page, "ui-markdown")
+    asked: list[str] = []
+
+    async def decline_then_accept(dialog: playwright_api.Dialog) -> None:
+        asked.append(dialog.message)
+        await (dialog.dismiss() if len(asked) == 1 else dialog.accept())
+    page.on("dialog", decline_then_accept)
+    await page.click("#cancel")  # asked first: declined, nothing happens
+    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    assert asked and "for good" in asked[0]
     await page.click("#cancel")
     await expect(page.locator("#session-state")).to_have_text("CANCELLED")
     await expect(page.locator("#prompt")).to_be_disabled()
@@ -133,7 +144,6 @@ async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: 
     await shot(page, "ui-needs-resume")
     # Reopening the session resumes it, once, and says how.
     await page.locator("#sessions li").first.click()
-    await expect(page.locator(".msg.notice").filter(has_text="Resuming automatically")).to_have_count(1)
     await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
     await expect(page.locator("#agent-running")).to_have_text("agent running")
     await expect(page.locator("#status-line")).to_be_hidden()
@@ -149,8 +159,7 @@ async def test_auto_resume_off_waits_for_a_click(gateway: GatewayProcess, browse
     await start_in_page(page, gateway, tmp_path / "work", agent="paid")
     await crash_and_restart(page, gateway)
     await page.locator("#sessions li").first.click()
-    await expect(page.locator(".msg.notice").filter(has_text="Auto-resume is off")).to_have_count(1)
-    await expect(page.locator("#status-line")).to_contain_text("press Resume")
+    await expect(page.locator("#status-line")).to_contain_text("auto-resume is off for this agent: press Resume")
     await expect(page.locator("#agent-running")).to_have_text("agent stopped")
     await shot(page, "ui-auto-resume-off")
     await page.click("#resume")
@@ -246,10 +255,9 @@ async def test_tool_calls_unknown_updates_and_the_raw_pane(gateway: GatewayProce
     await page.click("#raw-toggle")
     await expect(page.locator("#raw-log")).to_contain_text('"type":"session_update"')
     await shot(page, "ui-tools-raw")
-    # After a reload the transcript comes from the history: the tool call looks the same.
+    # After a reload the transcript comes from the journal: the tool call looks the same.
     await page.reload()
     await expect(page.locator("#stream")).to_have_text("live")
-    await page.locator("#sessions li").first.click()
     await expect(page.locator(".card.tool").first).to_contain_text("⚙ ls")
     await expect(page.locator(".card.tool .status").first).to_have_text("completed")
     assert errors == []
@@ -304,6 +312,82 @@ async def test_options_usage_the_command_palette_and_what_was_not_reapplied(gate
     await page.locator('#config-notice button[data-option-id="model"]').click()  # given up: said no more
     await expect(page.locator("#config-notice")).to_be_hidden()
     assert errors == []
+
+
+async def test_one_transcript_live_reopened_and_reloaded(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                        tmp_path: Path) -> None:
+    """Every kind of entry — messages, a tool call, a plan, permission cards answered (with the diff and the answer),
+    unanswered and still pending, the gateway's messages, a failed turn, turn markers, an update newer than the
+    page — reads the same live, after opening another session and coming back, and after a reload (which keeps
+    the selected session, as the URL does)."""
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", title="other")
+    await start_in_page(page, gateway, tmp_path / "work", title="everything")
+    await expect(page.locator("#detail-head strong")).to_have_text("everything")
+    turns = page.locator(".msg.turn")
+    for n, text in enumerate(["hello", "/tool ls README.md", "/plan look around; make the change", "/permission"], 1):
+        await say(page, text)
+        if text == "/permission":
+            await page.locator(".card.permission button[data-option-id='allow-once']").click()
+        await expect(turns).to_have_count(n)
+    await say(page, "/permission")  # a request the turn's end leaves unanswered
+    await expect(page.locator(".card.permission button")).to_have_count(2)
+    await page.click("#stop-turn")
+    await expect(page.locator(".card.permission .answered").last).to_contain_text("Answered: cancelled")
+    await say(page, "/fail")
+    await expect(turns.last).to_contain_text("turn failed")
+    await say(page, "/unknown-update")
+    await expect(turns).to_have_count(7)
+    await crash_and_restart(page, gateway)  # the gateway's own message about how the agent came back
+    await say(page, "after the restart")
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(turns).to_have_count(8)
+    await say(page, "/permission")  # pending while the transcript is compared
+    await expect(page.locator(".card.permission button")).to_have_count(2)
+    live = await page.locator("#transcript").inner_text()
+    for kind in ("hello", "⚙ ls", "Plan", "make the change", "Answered: Allow once (by user)", "- draft", "+ final",
+                 "turn failed", "[_reference_future_kind]", "restored by session/resume", "Starting the agent",
+                 "turn ended: end_turn", "Allow once\nReject"):
+        assert kind in live, (kind, live)
+    await shot(page, "ui-transcript-live")
+    await page.locator("#sessions li", has_text="other").click()
+    await expect(page.locator("#detail-head strong")).to_have_text("other")
+    await page.locator("#sessions li", has_text="everything").click()
+    await expect(page.locator(".card.permission button")).to_have_count(2)
+    assert await page.locator("#transcript").inner_text() == live
+    await page.reload()
+    await expect(page.locator("#stream")).to_have_text("live")
+    await expect(page.locator("#detail-head strong")).to_have_text("everything")  # the URL kept it
+    await expect(page.locator(".card.permission button")).to_have_count(2)
+    assert await page.locator("#transcript").inner_text() == live
+    await shot(page, "ui-transcript-reloaded")
+    await page.go_back()  # the session selected before is shown again
+    await expect(page.locator("#detail-head strong")).to_have_text("other")
+    assert errors == [], errors
+
+
+async def test_a_refused_start_says_why_by_the_form(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                    tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await page.goto(ui_url(gateway))
+    await expect(page.locator("#stream")).to_have_text("live")
+    root = str(gateway.state_dir.parent)
+    await expect(page.locator("#cwd")).to_have_value(root)  # the owner's root is offered, and said
+    assert root in (await page.locator("#cwd").get_attribute("placeholder") or "")
+    await page.fill("#cwd", "/usr")
+    await page.click("#start")
+    await expect(page.locator("#start-error")).to_contain_text("outside this owner's workspace roots")
+    await shot(page, "ui-start-refused")
+    # An agent whose session/new fails: the session is FAILED, with the agent's own words from its stderr.
+    await page.select_option("#agent", "no-key")
+    await page.fill("#cwd", str(tmp_path / "work"))
+    await page.click("#start")
+    await expect(page.locator("#session-state")).to_have_text("FAILED")
+    await expect(page.locator("#status-line")).to_contain_text("REF_API_KEY is not set")
+    await expect(page.locator("#start-error")).to_contain_text("REF_API_KEY is not set")
+    await expect(page.locator(".msg.notice.level-error")).to_contain_text("could not create a session")
+    await shot(page, "ui-start-failed")
+    assert errors == [], errors
 
 
 async def test_usable_at_400_pixels(gateway: GatewayProcess, browser: playwright_api.Browser, tmp_path: Path) -> None:

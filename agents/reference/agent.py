@@ -6,7 +6,7 @@ replays the history before answering) and `session/resume` (no replay) work acro
 
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
 at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
-`/tool`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`, `/mode M`
+`/tool`, `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`, `/mode M`
 (the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
@@ -72,6 +72,7 @@ class Config:
     noise: int = 0
     huge_line: int = 0
     stderr_flood: int = 0
+    fault_reason: str | None = None  # said on stderr before an error fault's answer, as real agents say why
     replay_delay: float = 0.0
     late_replay: bool = False
     permission: bool = False
@@ -256,6 +257,9 @@ class ReferenceAgent:
         if fault == "hang":
             await asyncio.Event().wait()
         if fault in ERROR_FAULTS:
+            if self.config.fault_reason:
+                sys.stderr.write(f"{self.config.fault_reason}\n")
+                sys.stderr.flush()
             code, template = ERROR_FAULTS[fault]
             sid = params.get("sessionId", "") if isinstance(params, dict) else ""
             raise RpcError(code, template.format(id=sid))
@@ -596,6 +600,11 @@ class ReferenceAgent:
             await self._message(session, "done sleeping")
         elif word == "/fail":
             raise RpcError(INTERNAL_ERROR, "the reference agent failed this turn as asked")
+        elif word == "/plan":  # a plan of the given steps (default two), the first done
+            steps = [step.strip() for step in rest.split(";") if step.strip()] or ["look around", "make the change"]
+            await self._update(session, {"sessionUpdate": "plan", "entries": [
+                {"content": step, "priority": "medium", "status": "completed" if i == 0 else "pending"}
+                for i, step in enumerate(steps)]})
         elif word == "/unknown-update":
             await self._update(session, {"sessionUpdate": "_reference_future_kind", "payload": {"x": 1}})
         elif word == "/mode":  # the agent changes its own mode, mid-turn
@@ -649,6 +658,7 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--log", metavar="FILE", help="append every message received as a JSON line")
     p.add_argument("--noise", type=int, default=0, help="non-JSON lines on stdout at start and per prompt")
     p.add_argument("--huge-line", type=int, default=0, metavar="BYTES", help="one huge update per prompt")
+    p.add_argument("--fault-reason", metavar="TEXT", help="write TEXT to stderr before an error fault's answer")
     p.add_argument("--stderr-flood", type=int, default=0, metavar="BYTES", help="write this much to stderr at start")
     p.add_argument("--replay-delay", type=float, default=0.0, metavar="SECONDS", help="pause between replayed updates")
     p.add_argument("--late-replay", action="store_true", help="answer session/load first, replay after")
@@ -708,7 +718,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         faults=faults,
         noise=ns.noise,
         huge_line=ns.huge_line,
-        stderr_flood=ns.stderr_flood,
+        stderr_flood=ns.stderr_flood, fault_reason=ns.fault_reason,
         replay_delay=ns.replay_delay,
         late_replay=ns.late_replay,
         permission=ns.permission,

@@ -35,6 +35,7 @@ from . import reaper, workspace
 from .broker import PermissionBroker
 from .cluster import Cluster
 from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
+from .diagnosis import hidden_values, stderr_said
 from .history import HistoryCoalescer
 from .live import LiveSession
 from .settings import Settings
@@ -61,6 +62,7 @@ class LaunchResult:
     live: bool
     restore: RestoreResult | None = None
     error: str | None = None
+    how: str | None = None  # how the agent came back, as the session's message says it
 
 
 def check_workspace(settings: Settings, owner: str, session_id: str | None, cwd: str) -> None:
@@ -226,44 +228,45 @@ class Launcher:
             log.info("session %s: agent %s %s (plan %s, attempts %s)", row.id, profile.id, restore["outcome"],
                      restore["plan"], [a["method"] for a in restore["attempts"]],
                      extra={"session_id": row.id, "agent": profile.id, "restore": restore})
-        if failure is not None:
-            await client.stop()
-            await history.idle()
-            tail = " | ".join(client.process.stderr.tail_lines(3))
-            reason = mcp.scrub(f"agent {profile.id!r} failed to start: {failure}" + (f" (stderr: {tail})" if tail
-                                                                                      else ""), config.secrets())
-            await self.store.executors.set_stopped(row.id, "failed")
-            await self.preserve(row, reason)
-            return LaunchResult(False, error=reason)
-        if result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
+        if failure is not None or result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
             await client.stop()
             await history.idle()
             await self.store.executors.set_stopped(row.id, "failed")
-            reason = mcp.scrub((f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
-                                f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
-                                "with action 'retry' or 'fresh_start'") if token else (
-                               f"agent {profile.id!r} could not create a session: {result.describe_failure()}"),
-                               config.secrets())
-            await self.preserve(row, reason)
-            return LaunchResult(False, restore=result, error=reason)
+            await client.process.stderr_tail()  # what an exited agent left in the pipe is read first
+            said = stderr_said(client.process, profile, config.secrets())
+            if failure is not None:
+                reason = f"agent {profile.id!r} failed to start: {failure}"
+            elif token:
+                reason = (f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
+                          f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
+                          "with action 'retry' or 'fresh_start'")
+            else:
+                reason = f"agent {profile.id!r} could not create a session: {result.describe_failure()}"
+            reason = mcp.scrub(reason, hidden_values(profile, config.secrets())) + said
+            if first_launch and not token:  # it never had a session: nothing is kept to come back to
+                await self.fail_first_launch(row, reason)
+            else:
+                await self.preserve(row, reason)
+            return LaunchResult(False, restore=None if failure is not None else result, error=reason)
 
         started_fresh = result.outcome in (Outcome.NEW, Outcome.FALLBACK_NEW)
         if result.session_id != token:
             await self.store.executors.set_token(row.id, result.session_id)
+        how = None
         if result.outcome is Outcome.FALLBACK_NEW:
-            await self.writer.message(row, "warning",
-                                      f"The agent no longer knew session {token} ({result.failure_class}); "
-                                      f"a fresh session {result.session_id} was started.")
+            how = (f"The agent no longer knew session {token} ({result.failure_class}); "
+                   f"a fresh session {result.session_id} was started.")
+            await self.writer.message(row, "warning", how)
         elif result.outcome is Outcome.RESTORED:  # a relaunch the user should see (it may cost a paid agent's start)
-            await self.writer.message(row, "info", f"Agent {profile.id} relaunched; session {result.session_id} "
-                                      f"restored by {result.settled_by}" + (", which replayed the conversation"
-                                                                 if result.replayed else "") + ".")
+            how = (f"Agent {profile.id} relaunched; session {result.session_id} restored by {result.settled_by}"
+                   + (", which replayed the conversation" if result.replayed else "") + ".")
+            await self.writer.message(row, "info", how)
         elif not first_launch:
             why = ("a fresh start was asked for; the saved session was given up" if fresh_start
                    else "its profile does not restore sessions natively" if not profile.native_session_resume
                    else "no ACP session was saved")
-            await self.writer.message(row, "info", f"Agent {profile.id} relaunched with a fresh session "
-                                      f"{result.session_id}: {why}.")
+            how = f"Agent {profile.id} relaunched with a fresh session {result.session_id}: {why}."
+            await self.writer.message(row, "info", how)
         # What the agent offers now is in its answer (an answer to load or resume that says nothing of it leaves the
         # last offer standing: the agent said nothing new); then the session's choices are re-applied.
         restored = result.settled_by != Method.NEW.value
@@ -295,7 +298,15 @@ class Launcher:
             self._on_ready(live, task.description)
         else:
             await self.writer.apply(row, SessionEvent.READY)
-        return LaunchResult(True, restore=result)
+        return LaunchResult(True, restore=result, how=how)
+
+    async def fail_first_launch(self, row: SessionRow, reason: str) -> None:
+        """The first launch failed before the agent made a session (initialize or session/new): the session is
+        FAILED with the cause, not left waiting for input it could never take."""
+        current = await self.store.sessions.get(row.id) or row
+        if SessionState(current.state) not in TERMINAL_SESSION_STATES:
+            await self.writer.apply(current, SessionEvent.FAIL, error_message=reason, recovery_pending=False)
+        await self.writer.message(current, "error", reason)
 
     async def preserve(self, row: SessionRow, reason: str) -> None:
         """A failure that keeps the saved identity: resumable later, but not automatically."""
@@ -377,9 +388,11 @@ class Launcher:
         if live.stopping or self.live.get(live.session_id) is not live or live.turn_running:
             return
         await self.stop(live, "exited")
-        tail = " | ".join(live.client.process.stderr.tail_lines(3))
-        await self.writer.apply(live.row, None, error_message=live.config.scrubber().text(
-            f"agent process exited (status {live.client.process.returncode})" + (f": {tail}" if tail else "")))
+        with contextlib.suppress(TimeoutError):  # what it wrote as it exited is still in the pipe
+            await asyncio.wait_for(live.client.process.stderr_tail(), 2.0)
+        await self.writer.apply(live.row, None, error_message=(
+            f"agent process exited (status {live.client.process.returncode})"
+            + stderr_said(live.client.process, live.profile, live.config.secrets())))
 
     async def stop(self, live: LiveSession, status: str) -> None:
         """Unregister the live session and stop its agent process group; the executor row says how it ended."""

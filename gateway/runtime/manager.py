@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from ..errors import (
     invalid_params,
     limit_exceeded,
     log_fault,
+    not_found,
     not_resumable,
     workspace_refused,
 )
@@ -45,6 +47,7 @@ from .views import SessionViews
 from .writer import SessionWriter
 
 log = logging.getLogger(__name__)
+SESSION_ID_FORM = re.compile(r"^s-[0-9a-f]{32}$")  # what `sessions.create` makes: a name never looks like one
 T = TypeVar("T")
 
 
@@ -216,27 +219,51 @@ class SessionManager:
     async def status(self, owner: str, session_id: str) -> dict[str, Any]:
         return await self.views.status(owner, session_id)
 
-    async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None) -> dict[str, Any]:
-        return await self.views.list(owner, states=states, limit=limit, cursor=cursor)
+    async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None,
+                   cwd: str | None = None) -> dict[str, Any]:
+        return await self.views.list(owner, states=states, limit=limit, cursor=cursor, cwd=cwd)
+
+    async def named(self, owner: str, name: str) -> str:
+        """The id of the owner's session called `name` (ids are taken as they are: they never look like names)."""
+        session_id = await self.store.sessions.named(owner, name)
+        if session_id is None:
+            raise not_found(name)
+        return session_id
 
     async def history(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
         return await self.views.history(owner, session_id, after, limit)
+
+    async def events(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
+        return await self.views.events(owner, session_id, after, limit)
 
     # -- launching -----------------------------------------------------------------------
     async def start(self, owner: str, *, agent: str, cwd: str, description: str | None = None,
                     title: str | None = None, task_id: str | None = None, wait_ready: bool = False,
                     config: Mapping[str, Any] | None = None, mcp_servers: Sequence[Any] | None = None,
-                    additional_directories: Sequence[str] | None = None) -> dict[str, Any]:
+                    additional_directories: Sequence[str] | None = None, name: str | None = None) -> dict[str, Any]:
         if agent not in self.profiles:
             raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
         if not os.path.isabs(cwd):
             raise invalid_params("cwd", "cwd must be an absolute path")
         check_workspace(self.settings, owner, None, cwd)
+        if name is not None:
+            await self._check_name(owner, name)
         setup = await self._setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
                                   additional_directories or [])
         self._check_live_limit(owner)
         self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
-        return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup))
+        return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup,
+                                             name))
+
+    async def _check_name(self, owner: str, name: str) -> None:
+        if SESSION_ID_FORM.match(name):
+            raise invalid_params("name", f"name {name!r} has the form of a session id: choose another")
+        holder = await self.store.sessions.named(owner, name)
+        if holder is not None:
+            row = await self.store.sessions.get(holder, owner)
+            raise invalid_params("name", f"name {name!r} is taken by session {holder}"
+                                 + (f" ({row.state})" if row else "") + ": choose another, or delete that session "
+                                 f"(acp-gateway delete {name})")
 
     async def _setup(self, owner: str, profile: AgentProfile, cwd: str, config: Mapping[str, Any],
                      servers: Sequence[Any], directories: Sequence[str]) -> dict[str, Any]:
@@ -275,11 +302,17 @@ class SessionManager:
                 "additional_directories": [*dict.fromkeys([*profile.additional_directories, *wanted])]}
 
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
-                     task_id: str | None, wait_ready: bool, setup: dict[str, Any]) -> dict[str, Any]:
+                     task_id: str | None, wait_ready: bool, setup: dict[str, Any],
+                     name: str | None = None) -> dict[str, Any]:
         try:
-            row = await self.store.sessions.create(
-                owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
-                task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup)
+            try:
+                row = await self.store.sessions.create(
+                    owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
+                    task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name)
+            except Exception as exc:
+                if name is not None and "unique" in str(exc).lower():  # two starts raced for one name
+                    await self._check_name(owner, name)
+                raise
             await self.writer.publish(row, "session_created", await self.views.view(row))
             await self.cluster.acquire(row.id)  # a new session: no other node can hold it
         finally:
@@ -306,9 +339,11 @@ class SessionManager:
             return dict(await self._forward(holder, row, "resume", {"wait_ready": wait_ready}))
         check_resumable(row, self.settings)
         future = self.launcher.launch_once(row, fresh_start=False)
+        how = None
         if wait_ready:
-            await asyncio.shield(future)
-        return {**await self.views.get(owner, row.id), "already_running": False}
+            launched = await asyncio.shield(future)
+            how = launched.how if launched.live else launched.error
+        return {**await self.views.get(owner, row.id), "already_running": False, "how": how}
 
     async def recover(self, owner: str, session_id: str, action: str, forwarded: bool = False) -> dict[str, Any]:
         row = await self.row(owner, session_id)

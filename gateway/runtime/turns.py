@@ -24,6 +24,7 @@ from ..events import EventBus
 from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
 from .commands import Command, Decision, decide
+from .diagnosis import stderr_said
 from .live import LiveSession
 from .resume_context import render_resume_context
 from .states import SessionEvent, SessionState
@@ -134,20 +135,24 @@ class TurnRunner:
         if live.cancel_requested:
             return TurnEnd("cancelled")
         live.prompt_sent = True  # no await between this and the prompt's write
+        stderr_mark = live.client.process.stderr.total_bytes  # what it says on stderr from here is this turn's
         try:
             response = await live.client.prompt(live.acp_session_id, sent)
         except RpcError as exc:
             if live.stopping:
                 return TurnEnd("cancelled", error=str(exc))
             scrubber = live.config.scrubber()  # an agent's error may repeat a secret it was given
-            message = scrubber.text(f"agent {agent!r} failed the turn: {exc.message}")
+            message = scrubber.text(f"agent {agent!r} failed the turn: {exc.message}") + stderr_said(
+                live.client.process, live.profile, live.config.secrets(), since=stderr_mark)
             said = scrubber.value(exc.to_dict())
             return TurnEnd(None, said, message, agent_failed(row.id, agent, message, said, False))
         except TransportError as exc:
             if live.stopping:  # the session is being cancelled or stopped
                 return TurnEnd("cancelled", error=str(exc))
             await self._on_agent_gone(live)
-            message = f"agent {agent!r} exited during the turn ({exc}); the session is kept: resume it to continue"
+            await live.client.process.stderr_tail()
+            message = (f"agent {agent!r} exited during the turn ({exc}); the session is kept: resume it to continue"
+                       + stderr_said(live.client.process, live.profile, live.config.secrets(), since=stderr_mark))
             return TurnEnd(None, {"message": message}, message, agent_failed(row.id, agent, message, None, True))
         except Exception as exc:
             return self._internal(row, exc)
@@ -172,6 +177,8 @@ class TurnRunner:
         metrics.TURNS.labels(live.profile.id, end.stop_reason or "error").inc()
         if end.error is not None:
             data["error"] = end.error
+            if end.error_message is not None:  # in words, with what the agent said on stderr during the turn
+                data["message"] = end.error_message
         fields: dict[str, Any] = {"turn_event_id": None}
         if end.stop_reason is not None or end.error_message is not None:
             fields["error_message"] = end.error_message

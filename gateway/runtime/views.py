@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
 from ..errors import invalid_params, not_found
 from ..events import EventBus
 from ..store import SessionRow, StoreBase
@@ -20,6 +22,7 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
     """A session as a list shows it; one session's view (`detail_view`) adds its `config`."""
     return {
         "session_id": row.id,
+        "name": row.name,
         "task_id": row.task_id,
         "agent": row.agent,
         "cwd": row.cwd,
@@ -120,7 +123,8 @@ class SessionViews:
                 "is_resumable": decision.is_resumable, "resume_reason": decision.resume_reason.value,
                 "pending_permissions": pending_permissions}
 
-    async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None) -> dict[str, Any]:
+    async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None,
+                   cwd: str | None = None) -> dict[str, Any]:
         before = None
         if cursor is not None:
             try:
@@ -130,7 +134,7 @@ class SessionViews:
             if not 0 <= before < 2**63:  # SQLite's integers: anything else is not a cursor we issued
                 raise invalid_params("cursor", "cursor is not one this gateway issued")
         event_cursor = self.bus.head(owner)  # committed and handed out: subscribing from it misses nothing
-        rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1)
+        rows = await self.store.sessions.list(owner, states=states, before_seq=before, limit=limit + 1, cwd=cwd)
         more = len(rows) > limit
         rows = rows[:limit]
         elsewhere = (await self._running_elsewhere([row.id for row, _ in rows if row.id not in self.live])
@@ -142,6 +146,36 @@ class SessionViews:
                          else session_view(row, executor.resume_token if executor else None, row.id in elsewhere))
         return {"sessions": views, "next_cursor": str(rows[-1][0].seq) if more and rows else None,
                 "event_cursor": event_cursor}
+
+    # At most this many of the owner's event ids are looked through per call: a session's events are spread over
+    # the owner's journal, and one call must not read all of it (the caller asks again from `next`).
+    EVENTS_SCAN_IDS = 50_000
+
+    async def events(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
+        """The session's events from the journal, oldest first: one ordered source a frontend renders its transcript
+        from, then goes on with live events past `cursor`."""
+        row = await self.row(owner, session_id)
+        head = self.bus.head(owner)
+        horizon = await self.store.events.horizon(owner)
+        cursor: int | None = max(after, horizon)
+        budget_end = min(head, (cursor or 0) + self.EVENTS_SCAN_IDS)
+        events: list[dict[str, Any]] = []
+        next_after: int | None = None
+        while cursor is not None and cursor < budget_end:
+            frames, following = await self.store.events.after(owner, cursor, budget_end, session_id=row.id)
+            for frame in frames:
+                params = orjson.loads(frame)["params"]
+                if len(events) == limit:
+                    next_after = events[-1]["id"]
+                    break
+                events.append(params)
+            if next_after is not None:
+                break
+            cursor = following
+        if next_after is None and budget_end < head:
+            next_after = budget_end
+        complete = horizon == 0 or (after == 0 and bool(events) and events[0]["type"] == "session_created")
+        return {"events": events, "next": next_after, "cursor": head, "complete": complete}
 
     async def history(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
         row = await self.row(owner, session_id)

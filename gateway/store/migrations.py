@@ -233,4 +233,9 @@ MIGRATIONS: list[str] = [
         updated_at REAL NOT NULL
     )
     """,
+    # 12: a session's name, the owner's handle for it (`--name`, acpx's named sessions): unique per owner
+    """
+    ALTER TABLE sessions ADD COLUMN name TEXT;
+    CREATE UNIQUE INDEX sessions_by_name ON sessions(owner, name) WHERE name IS NOT NULL
+    """,
 ]

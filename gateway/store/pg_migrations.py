@@ -209,4 +209,9 @@ PG_MIGRATIONS: list[str] = [
     CREATE TRIGGER fence_session_config BEFORE INSERT OR UPDATE ON session_config
         FOR EACH ROW EXECUTE FUNCTION acp_fence_row()
     """,
+    # 8: the schema of SQLite migration 12 (a session's name, unique per owner)
+    """
+    ALTER TABLE sessions ADD COLUMN name TEXT;
+    CREATE UNIQUE INDEX sessions_by_name ON sessions(owner, name) WHERE name IS NOT NULL
+    """,
 ]

@@ -16,6 +16,7 @@ from .rows import (
     CONFIG_JSON_COLUMNS,
     EXECUTOR_COLUMNS,
     SESSION_COLUMNS,
+    SESSION_WIDTH,
     ConfigRow,
     EventGroup,
     ExecutorRow,
@@ -53,7 +54,7 @@ class TaskRepo(_Repo):
 class SessionRepo(_Repo):
     async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
                      task_id: str | None, task_state: str, session_state: str,
-                     config: Mapping[str, Any] | None = None) -> SessionRow:
+                     config: Mapping[str, Any] | None = None, name: str | None = None) -> SessionRow:
         """A new session and its task (unless the owner's `task_id` exists), with its configuration's columns
         (`config`: what it is started with), in one transaction."""
         now = time.time()
@@ -67,9 +68,9 @@ class SessionRepo(_Repo):
                 await db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                                  (task_id, owner, title, description, task_state, now, now))
             await db.execute(
-                "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, task_id, owner, agent, cwd, title, session_state, now, now),
+                "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at, name) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, task_id, owner, agent, cwd, title, session_state, now, now, name),
             )
             await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen) VALUES (?, ?, 'created', ?)",
                              (session_id, cwd, now))
@@ -100,8 +101,9 @@ class SessionRepo(_Repo):
             "WHERE s.id = ? AND s.owner = ?", (session_id, owner))
         if row is None:
             return None
-        count_at = 16 + len(ExecutorRow.__dataclass_fields__)
-        return session_row(row), executor_row(row, 16), int(row[count_at]), config_row(row, count_at + 1)
+        count_at = SESSION_WIDTH + len(ExecutorRow.__dataclass_fields__)
+        return (session_row(row), executor_row(row, SESSION_WIDTH), int(row[count_at]),
+                config_row(row, count_at + 1))
 
     async def running(self) -> list[SessionRow]:
         """Sessions stored as RUNNING: at start-up, the turns a crashed instance left open."""
@@ -109,11 +111,19 @@ class SessionRepo(_Repo):
                                          "WHERE s.state = 'RUNNING'")
         return [session_row(r) for r in rows]
 
+    async def named(self, owner: str, name: str) -> str | None:
+        """The id of the owner's session of that name."""
+        row = await self.store.fetchone("SELECT id FROM sessions WHERE owner = ? AND name = ?", (owner, name))
+        return str(row[0]) if row else None
+
     async def list(self, owner: str, *, states: Iterable[str] | None, before_seq: int | None,
-                   limit: int) -> list[tuple[SessionRow, ExecutorRow | None]]:
+                   limit: int, cwd: str | None = None) -> list[tuple[SessionRow, ExecutorRow | None]]:
         sql = (f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS} {SESSIONS_WITH_TASKS} "
                "LEFT JOIN executors e ON e.session_id = s.id WHERE s.owner = ?")
         params: list[Any] = [owner]
+        if cwd is not None:
+            sql += " AND s.cwd = ?"
+            params.append(cwd)
         if before_seq is not None:
             sql += " AND s.seq < ?"
             params.append(before_seq)
@@ -123,12 +133,13 @@ class SessionRepo(_Repo):
             params += state_list
         sql += " ORDER BY s.seq DESC LIMIT ?"
         params.append(limit)
-        return [(session_row(r), executor_row(r, 16)) for r in await self.store.fetchall(sql, params)]
+        return [(session_row(r), executor_row(r, SESSION_WIDTH)) for r in await self.store.fetchall(sql, params)]
 
     async def update(self, session_id: str, *, state: str | None = None, task_state: str | None = None,
                      **fields: Any) -> None:
         """Change the session (and its task) in one transaction. `fields` are session columns."""
-        allowed = {"title", "error_message", "recovery_pending", "needs_resume_context", "launched", "turn_event_id"}
+        allowed = {"title", "error_message", "recovery_pending", "needs_resume_context", "launched", "turn_event_id",
+                   "name"}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"not session columns: {sorted(unknown)}")

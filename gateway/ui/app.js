@@ -20,15 +20,17 @@ const REASONS = {
 };
 
 const params = new URLSearchParams(location.search);
-if (params.get("token")) { sessionStorage.setItem("acp-token", params.get("token")); history.replaceState(null, "", location.pathname); }
+if (params.get("token")) { sessionStorage.setItem("acp-token", params.get("token")); history.replaceState(null, "", location.pathname + location.hash); }
+// The selected session is in the URL (#s-…): a reload, a shared link, back and forward keep it.
+const fromUrl = () => decodeURIComponent(location.hash.slice(1)) || null;
 const $ = (id) => document.getElementById(id);
 const el = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls; if (text != null) e.textContent = text; return e; };
 const clock = (ts) => new Date(ts * 1000).toLocaleTimeString();
 
 const state = { token: sessionStorage.getItem("acp-token") || "", ws: null, live: false, everLive: false, nextId: 1,
-  pending: new Map(), cursor: null, sessions: new Map(), statuses: new Map(), viewed: null, resumedViews: new Set(),
-  misses: 0, malformed: 0, attempt: 0, transcripts: new Map(), raw: new Map(), agents: new Map(), reconcileTimer: null,
-  showRaw: false, configs: new Map(), palette: { items: [], active: 0 } };
+  pending: new Map(), cursor: null, sessions: new Map(), statuses: new Map(), viewed: fromUrl(), resumedViews: new Set(),
+  misses: 0, malformed: 0, attempt: 0, logs: new Map(), raw: new Map(), agents: new Map(), reconcileTimer: null,
+  showRaw: false, configs: new Map(), palette: { items: [], active: 0 }, asking: new Map(), roots: [], busy: null };
 window.__acpGateway = state;  // for debugging in the console
 
 // ---- the connection ----
@@ -64,7 +66,8 @@ function connect() {
       await reconcile(); await subscribe();
       state.live = true; state.everLive = true; state.misses = 0; setHealth("live", "live");
       if (!state.agents.size) await loadInfo();
-      if (state.viewed) await openView(state.viewed, true); else renderHead();
+      if (state.viewed) await openView(state.viewed, !!state.everOpened); else renderHead();
+      state.everOpened = true;
     } catch (e) { ws.close(); }
   };
   ws.onmessage = (m) => {
@@ -98,7 +101,11 @@ $("login-form").onsubmit = (ev) => {
 
 async function subscribe() {
   try { await call("task.session.subscribe", state.cursor == null ? { batch: true } : { since: state.cursor, batch: true }); }
-  catch (e) { if (e.code !== RESYNC) throw e; await reconcile(true); await call("task.session.subscribe", { since: state.cursor, batch: true }); }
+  catch (e) {
+    if (e.code !== RESYNC) throw e;
+    state.logs.clear(); state.asking.clear();  // events were missed: every transcript is read again from the journal
+    await reconcile(true); await call("task.session.subscribe", { since: state.cursor, batch: true });
+  }
 }
 
 async function reconcile(resync = false) {
@@ -114,15 +121,25 @@ async function reconcile(resync = false) {
   renderList(); renderHead();
 }
 
+const AVAILABILITY = { installed: "", downloads_on_first_start: " (downloads on first start)", not_found: " (not installed)" };
+
 async function loadInfo() {
   const info = await call("gateway.info");
   $("owner").textContent = `owner: ${info.owner}`;
   $("agent").replaceChildren();
   for (const a of info.agents) {
     state.agents.set(a.id, a);
-    const o = el("option", "", `${a.name || a.id}${a.command_found ? "" : " (not installed)"}`); o.value = a.id; $("agent").append(o);
+    const o = el("option", "", `${a.name || a.id}${AVAILABILITY[a.availability] ?? ""}`); o.value = a.id;
+    if (a.availability === "downloads_on_first_start") o.title = "started through a package runner (npx, uvx…): its first start downloads it, which needs the network";
+    $("agent").append(o);
   }
   $("agent").value = info.default_agent;
+  // Where sessions may run: offered in the working-directory field, and said in its hint.
+  state.roots = info.workspace_roots || [];
+  const list = $("cwd-roots"); list.replaceChildren(...state.roots.map((r) => { const o = el("option"); o.value = r; return o; }));
+  const hint = state.roots.length ? `inside ${state.roots.join(" or ")}` : "an absolute path";
+  $("cwd").placeholder = `working directory (${hint})`; $("cwd").title = `A session runs in a directory ${hint}.`;
+  if (!$("cwd").value && state.roots.length) $("cwd").value = state.roots[0];
 }
 
 function scheduleReconcile() {
@@ -145,9 +162,7 @@ function validEvent(p) {
          && p.data && typeof p.data === "object" && !Array.isArray(p.data);
 }
 
-// ---- events into transcripts ----
-function transcript(sid) { if (!state.transcripts.has(sid)) state.transcripts.set(sid, []); return state.transcripts.get(sid); }
-
+// ---- events: the session list, pending requests, and each opened session's transcript ----
 function keepRaw(p) {
   if (!p.session_id) return;
   if (!state.raw.has(p.session_id)) state.raw.set(p.session_id, []);
@@ -167,18 +182,123 @@ function handleEvent(p) {
       renderList();
       if (sid === state.viewed) { renderHead(); if (p.type === "session_status") refreshStatus().catch(() => {}); }
       break;
-    case "session_deleted": state.sessions.delete(sid); if (state.viewed === sid) state.viewed = null; renderList(); renderHead(); break;
-    case "session_update":
-      if (STATE_KINDS.includes((d.update || {}).sessionUpdate)) noteState(sid, d.update, !!d.replay);
-      else addUpdate(sid, d.update || {}, !!d.replay, p.ts);
-      break;
-    case "session_config": configChanged(sid, d, p.ts); break;
-    case "turn_started": addEntry(sid, { kind: "user", text: promptText(d.prompt), ts: p.ts }); break;
-    case "turn_ended": addEntry(sid, { kind: "turn", text: turnOutcome(d), ts: p.ts }); break;
-    case "session_message": addEntry(sid, { kind: "notice", level: d.level || "warning", text: d.text, ts: p.ts }); break;
-    case "permission_requested": addPermission(sid, d, p.ts); break;
-    case "permission_resolved": resolvePermission(sid, d); break;
+    case "session_deleted":
+      state.sessions.delete(sid); state.logs.delete(sid); state.asking.delete(sid);
+      if (state.viewed === sid) select(null); renderList(); renderHead(); break;
+    case "permission_requested": asking(sid).add(d.request_id); renderList(); break;
+    case "permission_resolved": asking(sid).delete(d.request_id); renderList(); break;
+    case "turn_ended": asking(sid).clear(); renderList(); break;
   }
+  if (sid) feed(sid, p);
+}
+
+// The permission requests of each session still waiting for an answer (for the list's counts).
+function asking(sid) { if (!state.asking.has(sid)) state.asking.set(sid, new Set()); return state.asking.get(sid); }
+
+// A live event into an opened session's transcript: after the journal's part is in (events that arrive while it is
+// read wait for it), and never twice (the journal's read and the live stream may overlap).
+function feed(sid, p) {
+  const log = state.logs.get(sid);
+  if (!log) { applyConfig(sid, p); return; }  // not opened: its transcript is read from the journal when it is
+  if (log.loading) { log.waiting.push(p); return; }
+  if (p.id !== null && p.id <= log.through) return;
+  applyEvent(sid, log, p);
+  if (sid === state.viewed) renderTranscript();
+}
+
+// ---- the transcript: one function folds a session's events, in journal order, into what is shown ----
+function applyEvent(sid, log, p) {
+  if (p.id !== null && p.id > log.through) log.through = p.id;
+  const t = log.entries, d = p.data || {}, ts = p.ts;
+  switch (p.type) {
+    case "session_update": {
+      const u = d.update || {};
+      if (STATE_KINDS.includes(u.sessionUpdate)) noteState(sid, u); else addUpdate(t, u, !!d.replay, ts);
+      break;
+    }
+    case "session_config": configChanged(sid, log, d, ts); break;
+    case "turn_started": t.push({ kind: "user", text: promptText(d.prompt), ts }); break;
+    case "turn_ended":
+      // A request of the turn that got no answer can get none now: the agent stopped waiting with the turn.
+      for (const e of t) if (e.kind === "permission" && !e.answer) e.expired = true;
+      t.push({ kind: "turn", text: turnOutcome(d), failed: !d.stop_reason, ts });
+      break;
+    case "session_message": t.push({ kind: "notice", level: d.level || "warning", text: d.text, ts }); break;
+    case "session_active_stage":
+      if (d.stage === "launching") t.push({ kind: "notice", level: "info", text: "Starting the agent…", ts });
+      break;
+    case "permission_requested":
+      if (p.id === null || t.some((e) => e.kind === "permission" && e.request_id === d.request_id)) break;  // a re-offer
+      t.push({ kind: "permission", request_id: d.request_id, tool: d.tool_call || {}, options: d.options || [], ts });
+      break;
+    case "permission_resolved": {
+      const card = t.find((e) => e.kind === "permission" && e.request_id === d.request_id);
+      if (card) card.answer = d;
+      break;
+    }
+    default: return;
+  }
+  for (let i = 0; i < t.length - 1; i++) t[i].open = false;
+}
+
+function applyConfig(sid, p) {  // what a session not opened keeps of its events: its options, commands and usage
+  const d = p.data || {};
+  if (p.type === "session_config") configChanged(sid, null, d, p.ts);
+  else if (p.type === "session_update" && STATE_KINDS.includes((d.update || {}).sessionUpdate)) noteState(sid, d.update);
+}
+
+// A session's transcript: its events from the journal, then live ones past that read's cursor. When retention has
+// pruned its beginning, its recorded history stands for the journal instead (history, then live events).
+function openLog(sid) {
+  let log = state.logs.get(sid);
+  if (log) return log.loading || Promise.resolve(log);
+  log = { entries: [], through: 0, loading: null, waiting: [] };
+  state.logs.set(sid, log);
+  log.loading = (async () => {
+    let after = 0;
+    for (let first = true; ; first = false) {
+      const page = await call("task.session.events", { session_id: sid, after, limit: 2000 });
+      if (first && !page.complete) { await fromHistory(sid, log, page.cursor); break; }
+      for (const e of page.events) applyEvent(sid, log, e);
+      if (page.next == null) { log.through = Math.max(log.through, page.cursor); break; }
+      after = page.next;
+    }
+    log.loading = null;
+    for (const p of log.waiting) if (p.id === null || p.id > log.through) applyEvent(sid, log, p);
+    log.waiting = [];
+    return log;
+  })();
+  log.loading.catch(() => state.logs.delete(sid));  // read again at the next opening
+  return log.loading;
+}
+
+async function fromHistory(sid, log, cursor) {
+  const entries = [];
+  for (let after = 0; after != null; ) {
+    const h = await call("task.session.history", { session_id: sid, after, limit: 1000 });
+    entries.push(...h.entries); after = h.next;
+  }
+  log.entries.push({ kind: "notice", level: "info", text: "The start of this session is past the event journal's retention: what it recorded is shown from its history." });
+  for (const p of historyEvents(entries)) applyEvent(sid, log, p);
+  log.through = cursor;
+}
+
+// History entries as the events they were recorded from, for `applyEvent`.
+function historyEvents(entries) {
+  const ev = (type, data, ts) => ({ id: null, type, data, ts });
+  const open = new Map();
+  return entries.map((e, i) => {
+    if (e.kind === "user_message") return ev("turn_started", { prompt: [{ type: "text", text: e.content }] }, e.ts);
+    if (e.kind === "agent_message") return ev("session_update", { update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: e.content } } }, e.ts);
+    if (e.kind === "turn_interrupted") return ev("turn_ended", { stop_reason: "interrupted" }, e.ts);
+    if (e.kind === "tool_call") { open.set(e.name, `h${i}`); return ev("session_update", { update: { sessionUpdate: "tool_call", toolCallId: `h${i}`, title: e.name, status: "pending" } }, e.ts); }
+    if (e.kind === "tool_result") {
+      const id = open.get(e.name) || `h${i}`; open.delete(e.name);
+      return ev("session_update", { update: { sessionUpdate: "tool_call_update", toolCallId: id, title: e.name,
+        status: e.content.startsWith("(failed)") ? "failed" : "completed", content: [{ type: "content", content: { type: "text", text: e.content } }] } }, e.ts);
+    }
+    return ev("unknown", {}, e.ts);
+  });
 }
 
 // ---- what the agent offers, what was chosen: the session's configuration ----
@@ -195,7 +315,7 @@ function optionValues(o) {  // a select's values, groups flattened
   return out;
 }
 
-function noteState(sid, u, replay) {
+function noteState(sid, u) {
   const c = config(sid);
   if (u.sessionUpdate === "available_commands_update" && Array.isArray(u.availableCommands)) c.commands = u.availableCommands;
   else if (u.sessionUpdate === "usage_update") { const { sessionUpdate, ...usage } = u; c.usage = usage; }
@@ -203,14 +323,17 @@ function noteState(sid, u, replay) {
   if (sid === state.viewed) { renderConfig(); updatePalette(); }
 }
 
-function configChanged(sid, d, ts) {
+function configChanged(sid, log, d, ts) {
   const c = config(sid);
-  const before = Object.fromEntries((c.options || []).map((o) => [o.id, o.currentValue]));
+  const before = Object.fromEntries((log ? log.options || [] : []).map((o) => [o.id, o.currentValue]));
   Object.assign(c, { options: d.options || [], modes: d.modes, models: d.models, chosen: d.chosen || {}, unapplied: d.unapplied || [] });
-  if (d.cause === "agent") {  // the agent changed it on its own: say so in the conversation
-    const moved = (d.options || []).filter((o) => o.id in before && before[o.id] !== o.currentValue)
-      .map((o) => `${o.name || o.id}: ${valueName(o, o.currentValue)}`);
-    if (moved.length) addEntry(sid, { kind: "notice", level: "info", text: `The agent changed ${moved.join(", ")}`, ts });
+  if (log) {  // the transcript's own account of the options (the view's may be newer than the event being folded)
+    if (d.cause === "agent") {  // the agent changed it on its own: say so in the conversation
+      const moved = (d.options || []).filter((o) => o.id in before && before[o.id] !== o.currentValue)
+        .map((o) => `${o.name || o.id}: ${valueName(o, o.currentValue)}`);
+      if (moved.length) log.entries.push({ kind: "notice", level: "info", text: `The agent changed ${moved.join(", ")}`, ts });
+    }
+    log.options = d.options || [];
   }
   if (sid === state.viewed) renderConfig();
 }
@@ -273,8 +396,8 @@ function renderConfig() {
 }
 
 async function setOption(sid, id, value) {
-  try { await call("task.session.set_config_option", { session_id: sid, config_id: id, value }); }
-  catch (e) { showError(e); renderConfig(); }  // the control goes back to what the agent says
+  try { await call("task.session.set_config_option", { session_id: sid, config_id: id, value }); showErrorAt("config-error", null); }
+  catch (e) { showErrorAt("config-error", e); renderConfig(); }  // the control goes back to what the agent says
 }
 
 // ---- the slash-command palette: `/` at the start of the prompt lists the agent's commands ----
@@ -303,14 +426,10 @@ function pickCommand(c) {
 function turnOutcome(d) {
   if (d.stop_reason === "interrupted") return "turn interrupted: the gateway stopped before the agent answered";
   if (d.stop_reason) return `turn ended: ${d.stop_reason}`;
-  return `turn failed: ${(d.error && d.error.message) || "the agent did not answer"}`;
+  return `turn failed: ${d.message || (d.error && d.error.message) || "the agent did not answer"}`;
 }
 
 function promptText(blocks) { return (blocks || []).map((b) => b.text || `[${b.type}]`).join("\n"); }
-
-function addEntry(sid, entry) { transcript(sid).push(entry); closeOpen(sid); if (sid === state.viewed) renderTranscript(); }
-
-function closeOpen(sid) { const t = transcript(sid); for (let i = 0; i < t.length - 1; i++) t[i].open = false; }
 
 function contentText(c) {
   if (!c) return "";
@@ -321,8 +440,8 @@ function contentText(c) {
   return c.text || "";
 }
 
-function addUpdate(sid, u, replay, ts) {
-  const t = transcript(sid), kind = u.sessionUpdate, text = u.content && u.content.text;
+function addUpdate(t, u, replay, ts) {
+  const kind = u.sessionUpdate, text = u.content && u.content.text;
   const last = t[t.length - 1];
   if (kind === "agent_message_chunk" || kind === "agent_thought_chunk" || (kind === "user_message_chunk" && replay)) {
     const k = kind === "agent_message_chunk" ? "agent" : kind === "agent_thought_chunk" ? "thought" : "user";
@@ -337,32 +456,12 @@ function addUpdate(sid, u, replay, ts) {
     const i = t.findIndex((e) => e.kind === "plan");
     const entry = { kind: "plan", entries: u.entries || [], replay, ts };
     if (i >= 0) t[i] = entry; else t.push(entry);
-  } else {  // any other kind (available commands, modes, kinds newer than this page): folded, as raw JSON
+  } else {  // any other kind (kinds newer than this page): folded, as raw JSON
     t.push({ kind: "raw", label: kind || "update", json: u, replay, ts });
   }
-  closeOpen(sid);
-  if (sid === state.viewed) renderTranscript();
 }
 
-function addPermission(sid, d, ts) {
-  const t = transcript(sid);
-  if (t.some((e) => e.kind === "permission" && e.request_id === d.request_id)) return;  // a re-offer of one shown
-  t.push({ kind: "permission", request_id: d.request_id, tool: d.tool_call || {}, options: d.options || [], ts });
-  closeOpen(sid);
-  if (sid === state.viewed) renderTranscript();
-  renderList();
-}
-
-function resolvePermission(sid, d) {
-  const card = transcript(sid).find((e) => e.kind === "permission" && e.request_id === d.request_id);
-  if (card) card.answer = d;
-  if (sid === state.viewed) renderTranscript();
-  renderList();
-}
-
-function pendingPermissions(sid) {
-  return transcript(sid).filter((e) => e.kind === "permission" && !e.answer).length;
-}
+function pendingPermissions(sid) { return state.asking.has(sid) ? state.asking.get(sid).size : 0; }
 
 // ---- rendering ----
 function renderList() {
@@ -372,7 +471,7 @@ function renderList() {
   for (const s of sorted) {
     const li = el("li", s.session_id === state.viewed ? "selected" : "");
     li.dataset.sessionId = s.session_id;
-    li.append(el("div", "title", s.title || s.session_id), el("span", `badge tone-${s.state}`, s.state));
+    li.append(el("div", "title", s.title || s.name || s.session_id), el("span", `badge tone-${s.state}`, s.state));
     const waiting = pendingPermissions(s.session_id);
     if (waiting) li.append(el("span", "muted", ` · ${waiting} permission request${waiting > 1 ? "s" : ""}`));
     li.onclick = () => openView(s.session_id);
@@ -389,12 +488,14 @@ function renderHead() {
   const badge = el("span", `badge tone-${s.state}${state.live ? "" : " stale"}`, s.state); badge.id = "session-state";
   const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
   running.id = "agent-running";
-  head.append(el("strong", "", s.title || s.session_id), badge, running, el("span", "muted", `${s.agent} · ${s.cwd}`));
+  head.append(el("strong", "", s.title || s.name || s.session_id), badge, running,
+              el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent} · ${s.cwd}`));
   const active = !TERMINAL.includes(s.state) && state.live;
   const resume = el("button", "", "Resume"); resume.id = "resume"; resume.disabled = !active || s.is_agent_running;
   resume.onclick = () => resumeViewed("by hand");
   const stop = el("button", "", "Stop turn"); stop.id = "stop-turn"; stop.disabled = !state.live || s.state !== "RUNNING";
-  stop.onclick = () => call("task.session.cancel_turn", { session_id: s.session_id }).catch(showError);
+  stop.onclick = () => call("task.session.cancel_turn", { session_id: s.session_id })
+    .then(() => showErrorAt("head-error", null), (e) => showErrorAt("head-error", e));
   const cancel = el("button", "", "Cancel session"); cancel.id = "cancel"; cancel.disabled = !active;
   cancel.onclick = () => cancelSession(s.session_id);
   const raw = el("button", "", state.showRaw ? "Hide raw" : "Raw"); raw.id = "raw-toggle";
@@ -413,6 +514,12 @@ function renderStatusLine(s) {
     line.append(el("span", "", "Connection lost: this is the last known state; it updates once the gateway answers again."));
     return;
   }
+  if (state.busy) {
+    line.dataset.kind = "busy"; line.hidden = false; line.append(el("span", "", state.busy)); return;
+  }
+  if (s.state === "FAILED" && s.error_message) {  // why it ended: shown where the user looks, not only in the log
+    line.dataset.kind = "failed"; line.hidden = false; line.append(el("span", "", `Failed: ${s.error_message}`)); return;
+  }
   if (!status || TERMINAL.includes(s.state) || s.is_agent_running) { line.hidden = true; return; }
   if (status.resume_reason === "error_recovery") {
     line.dataset.kind = "error_recovery"; line.hidden = false;
@@ -428,6 +535,7 @@ function renderStatusLine(s) {
     const agent = state.agents.get(s.agent);
     const manual = agent && agent.auto_resume === false ? " — auto-resume is off for this agent: press Resume" : "";
     line.append(el("span", "", `Needs resume: ${REASONS[status.resume_reason] || status.resume_reason}${manual}`));
+    if (s.error_message) line.append(el("div", "muted", `Last error: ${s.error_message}`));
   } else { line.hidden = true; }
 }
 
@@ -486,6 +594,8 @@ function permissionCard(e) {
     const chosen = (e.options.find((o) => o.optionId === outcome.optionId) || {}).name || outcome.optionId;
     card.append(el("div", "answered", outcome.outcome === "selected" ? `Answered: ${chosen} (by ${e.answer.by})`
                                                                      : `Answered: cancelled (by ${e.answer.by})`));
+  } else if (e.expired) {
+    card.append(el("div", "answered", "Not answered: the turn ended first"));
   } else {
     const opts = el("div", "options");
     for (const o of e.options) {
@@ -495,13 +605,15 @@ function permissionCard(e) {
       opts.append(b);
     }
     card.append(opts);
+    if (e.error) card.append(el("div", "call-error", e.error));
   }
   return stamp(card, e);
 }
 
 function renderTranscript() {
   const box = $("transcript"); box.replaceChildren();
-  for (const e of transcript(state.viewed)) {
+  const log = state.logs.get(state.viewed);
+  for (const e of log ? log.entries : []) {
     const cls = `msg ${e.kind}${e.replay ? " replay" : ""}`;
     if (e.kind === "tool") box.append(toolCard(e));
     else if (e.kind === "permission") box.append(permissionCard(e));
@@ -515,6 +627,7 @@ function renderTranscript() {
       d.append(el("summary", "", `[${e.label}]`), el("pre", "", JSON.stringify(e.json, null, 2)));
       box.append(stamp(d, e));
     } else if (e.kind === "notice") box.append(stamp(el("div", `${cls} level-${e.level || "warning"}`, e.text), e));
+    else if (e.kind === "turn") box.append(stamp(el("div", `${cls}${e.failed ? " level-error" : ""}`, e.text), e));
     else box.append(stamp(el("div", cls, e.text), e));
   }
   box.scrollTop = box.scrollHeight;
@@ -527,44 +640,37 @@ function renderRaw() {
 }
 
 // ---- actions ----
-function historyEntries(entries) {
-  const t = [];
-  for (const e of entries) {
-    if (e.kind === "user_message") t.push({ kind: "user", text: e.content, ts: e.ts });
-    else if (e.kind === "agent_message") t.push({ kind: "agent", text: e.content, ts: e.ts });
-    else if (e.kind === "turn_interrupted") t.push({ kind: "turn", text: `turn interrupted: ${e.content}`, ts: e.ts });
-    else if (e.kind === "tool_call") t.push({ kind: "tool", title: e.name, status: "pending", ts: e.ts });
-    else if (e.kind === "tool_result") {
-      const card = [...t].reverse().find((x) => x.kind === "tool" && x.title === e.name && x.status === "pending");
-      const failed = e.content.startsWith("(failed)");
-      if (card) { card.status = failed ? "failed" : "completed"; card.output = e.content; }
-      else t.push({ kind: "tool", title: e.name, status: failed ? "failed" : "completed", output: e.content, ts: e.ts });
-    }
-  }
-  return t;
+function select(sid) {  // the selected session goes into the URL: a reload or back/forward shows it again
+  state.viewed = sid;
+  const hash = sid ? `#${encodeURIComponent(sid)}` : "";
+  if (location.hash !== hash) history.pushState(null, "", location.pathname + location.search + hash);
 }
 
+window.addEventListener("popstate", () => {
+  const sid = fromUrl();
+  if (sid) openView(sid); else { state.viewed = null; renderList(); renderHead(); renderTranscript(); }
+});
+
 async function openView(sid, again = false) {
-  if (state.viewed !== sid) { state.viewed = sid; state.resumedViews.delete(sid); }
+  if (state.viewed !== sid) { select(sid); state.resumedViews.delete(sid); showErrorAt("head-error", null); }
   renderList(); renderHead(); renderTranscript(); renderRaw();
   try {
-    if (!transcript(sid).length) {
-      const h = await call("task.session.history", { session_id: sid, limit: 1000 });
-      if (!transcript(sid).length) { state.transcripts.set(sid, historyEntries(h.entries)); }
-      renderTranscript();
-    }
+    await openLog(sid);
+    if (sid === state.viewed) renderTranscript();
     const status = await refreshStatus(sid);
     const agent = state.agents.get(status.agent);
     // Auto-resume once per view, as a user would click Resume; not for agents whose launches cost money, and not
     // on a reconnect (`again`): the page shows what the gateway says (needs resume, with Resume enabled) and a
     // restarted gateway is not flooded with relaunches by every tab left open.
-    if (!again && status.needs_resume && status.is_resumable && !state.resumedViews.has(sid)) {
+    if (!again && status.needs_resume && status.is_resumable && !state.resumedViews.has(sid)
+        && !(agent && agent.auto_resume === false)) {
       state.resumedViews.add(sid);
-      if (agent && agent.auto_resume === false) {
-        addEntry(sid, { kind: "notice", level: "info", text: `Auto-resume is off for agent ${status.agent}: press Resume to relaunch it.`, ts: Date.now() / 1000 });
-      } else await resumeViewed("automatically");
+      await resumeViewed("automatically");
     }
-  } catch (e) { if (e.code !== -1) showError(e); }
+  } catch (e) {
+    if (e.code === -32002 && sid === state.viewed) { select(null); renderHead(); renderTranscript(); }
+    if (e.code !== -1) showErrorAt("head-error", e);
+  }
 }
 
 async function refreshStatus(sid = state.viewed) {
@@ -576,57 +682,79 @@ async function refreshStatus(sid = state.viewed) {
   return status;
 }
 
+// What is being done to the viewed session right now (a resume, a recovery), said in its status line: it is the
+// page's doing, not the session's, so it is not part of the transcript (how the agent came back is: the gateway
+// says it as a session message every frontend sees).
+async function busyWith(text, work) {
+  state.busy = text; renderHead();
+  try { await work(); showErrorAt("head-error", null); }
+  catch (e) { showErrorAt("head-error", e); }
+  finally { state.busy = null; }
+  await refreshStatus().catch(() => {});
+  renderHead();
+}
+
 async function resumeViewed(how) {
   const sid = state.viewed; if (!sid) return;
   const s = state.sessions.get(sid);
-  addEntry(sid, { kind: "notice", level: "info", text: `Resuming ${how}: relaunching agent ${s ? s.agent : ""}…`, ts: Date.now() / 1000 });
-  try { await call("task.session.resume", { session_id: sid }); }
-  catch (e) { showError(e); }
-  await refreshStatus(sid).catch(() => {});  // how it came back arrives as the gateway's own message
+  await busyWith(`Resuming ${how}: relaunching agent ${s ? s.agent : ""}…`,
+                 () => call("task.session.resume", { session_id: sid }));
 }
 
 async function recover(action) {
   const sid = state.viewed; if (!sid) return;
-  addEntry(sid, { kind: "notice", level: "info", text: action === "retry" ? "Recovering: retrying the restore…" : "Recovering: starting a fresh session…", ts: Date.now() / 1000 });
-  try { await call("task.session.recover", { session_id: sid, action }); } catch (e) { showError(e); }
-  await refreshStatus(sid).catch(() => {});
+  await busyWith(action === "retry" ? "Recovering: retrying the restore…" : "Recovering: starting a fresh session…",
+                 () => call("task.session.recover", { session_id: sid, action }));
 }
 
 async function cancelSession(sid) {
-  try { await call("task.session.cancel", { session_id: sid }); }
-  catch (e) { if (e.code !== ALREADY_TERMINAL) { showError(e); return; } }  // already terminal: that is success
+  const s = state.sessions.get(sid);
+  if (!confirm(`Cancel session "${(s && (s.title || s.name)) || sid}" for good? Its agent is stopped and it cannot be resumed; its transcript stays.`)) return;
+  try { await call("task.session.cancel", { session_id: sid }); showErrorAt("head-error", null); }
+  catch (e) { if (e.code !== ALREADY_TERMINAL) { showErrorAt("head-error", e); return; } }  // already terminal: that is success
   await refreshStatus(sid).catch(() => {});
 }
 
 function respond(card, answer) {
   call("task.session.permission.respond", { session_id: state.viewed, request_id: card.request_id, ...answer })
-    .catch((e) => { if (e.code !== ALREADY_TERMINAL) showError(e); });
+    .then(() => { card.error = null; })
+    .catch((e) => {
+      if (e.code === ALREADY_TERMINAL) return;  // answered elsewhere first: its answer arrives as an event
+      card.error = `Not answered: ${e.message || e}`; renderTranscript();
+    });
 }
 
-function showError(e) {
-  if (state.viewed) addEntry(state.viewed, { kind: "notice", level: "error", text: `Error: ${e.message || e}`, ts: Date.now() / 1000 });
+// A refused call's message, next to the control that made it (null clears it).
+function showErrorAt(id, e) {
+  const box = $(id); if (!box) return;
+  box.textContent = e ? (e.message || String(e)) : ""; box.hidden = !e;
 }
 
 $("start-form").onsubmit = async (ev) => {
   ev.preventDefault();
+  showErrorAt("start-error", null);
+  $("start").disabled = true;
   try {
-    const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd: $("cwd").value,
+    const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd: $("cwd").value.trim(),
                                                     title: $("title").value || undefined, wait_ready: true });
     state.sessions.set(view.session_id, view); if (view.config) state.configs.set(view.session_id, view.config);
+    if (view.state === "FAILED") showErrorAt("start-error", { message: `The session could not start: ${view.error_message}` });
     openView(view.session_id);
-  } catch (e) { alert(e.message || e); }
+  } catch (e) { showErrorAt("start-error", e); }
+  finally { $("start").disabled = false; }
 };
 
 $("prompt-form").onsubmit = async (ev) => {
   ev.preventDefault();
   const text = $("prompt").value.trim(); if (!text || !state.viewed) return;
   $("prompt").value = ""; updatePalette();
+  showErrorAt("prompt-error", null);
   try { await call("task.session.prompt", { session_id: state.viewed, prompt: text }); }
   catch (e) {
     // The turn is the session's, not this page's: a lost connection only lost the wait; the outcome arrives
     // as turn_ended once the stream is back (or as "interrupted" if the gateway itself went down).
-    if (e.code === -1) addEntry(state.viewed, { kind: "notice", text: "connection lost while the turn ran: its outcome will show here", ts: Date.now() / 1000 });
-    else showError(e);
+    if (e.code === -1) showErrorAt("prompt-error", { message: "Connection lost while the turn ran: its outcome will show in the transcript." });
+    else if (e.code !== -32015) showErrorAt("prompt-error", e);  // an agent's failure is the transcript's (turn failed: …)
   }
 };
 $("prompt").addEventListener("keydown", (ev) => {

@@ -1,0 +1,31 @@
+"""What an agent said on stderr, made part of the error a user sees: bounded, secrets redacted, a failed download
+named. An agent that fails `initialize`, `session/new`, a restore or a turn usually says why only there (a missing
+API key, an unreachable model, npx offline), while its JSON-RPC error says "Internal error"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from acp import mcp
+from acp.process import AgentProcess
+from agents.profiles import AgentProfile, download_failed
+
+TAIL_LINES = 5  # what is shown: the last lines, where the reason usually is
+SCAN_LINES = 40  # what is searched for a package runner's download failure (npm prints a dozen lines)
+LINE_CHARS = 300
+MIN_SECRET_CHARS = 8  # a profile's env values this long are hidden too (an API key); "1" or "true" are not secrets
+
+
+def hidden_values(profile: AgentProfile, secrets: Sequence[str]) -> list[str]:
+    """What never appears: the session's MCP secrets and the profile's env values (its API keys)."""
+    return [*secrets, *(v for v in profile.env.values() if len(v) >= MIN_SECRET_CHARS)]
+
+
+def stderr_said(process: AgentProcess, profile: AgentProfile, secrets: Sequence[str], since: int = 0) -> str:
+    """`; <why a download failed>` and ` (agent stderr: line | line)`, or "" when it said nothing."""
+    lines = [line.strip() for line in process.stderr.tail_lines(SCAN_LINES, since) if line.strip()]
+    if not lines:
+        return ""
+    hint = download_failed(list(process.argv), lines)
+    shown = " | ".join(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in lines[-TAIL_LINES:])
+    return mcp.scrub((f"; {hint}" if hint else "") + f" (agent stderr: {shown})", hidden_values(profile, secrets))
