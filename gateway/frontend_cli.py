@@ -144,6 +144,7 @@ def _print(args: argparse.Namespace, value: Any, human: str) -> None:
 
 def _view_line(view: dict[str, Any]) -> str:
     return (f"{view['session_id']}  {view['state']}; agent running: {view['is_agent_running']}"
+            + (f"; name: {view['name']}" if view.get("name") else "")
             + (f"; error: {view['error_message']}" if view.get("error_message") else ""))
 
 
@@ -206,6 +207,7 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
             return 2
         view = await client.call("task.session.start", params)
         _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in _unapplied(view["config"])))
+        return 1 if view["state"] in TERMINAL else 0  # its agent could not start: the error says why
     elif command == "config":
         return await _config(args, client)
     elif command == "commands":

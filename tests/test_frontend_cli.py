@@ -21,6 +21,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     (tmp_path / "agents").mkdir()
     (tmp_path / "work").mkdir()
     reference_profile(tmp_path / "agents", tmp_path / "agent-state", "reference")
+    reference_profile(tmp_path / "agents", tmp_path / "agent-state", "no-key", "--fault", "session/new=internal",
+                      "--fault-reason", "reference agent: REF_API_KEY is not set")
     gw = GatewayProcess(tmp_path / "state", tmp_path / "agents")
     await gw.start()
     yield gw
@@ -181,6 +183,86 @@ async def test_watch_prints_events_as_they_happen(gateway: GatewayProcess, tmp_p
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_watch_goes_on_across_a_gateway_restart(gateway: GatewayProcess, tmp_path: Path) -> None:
+    """A gateway `kill -9` and restart (on another port: found again through the state directory): `watch` says so,
+    resubscribes from its cursor, and prints every event once — the owner's ids have no gap and no repeat."""
+    rc, out, _ = await cli(gateway, "start", "--cwd", str(tmp_path / "work"))
+    assert rc == 0
+    sid = out.split()[0]
+    env = {k: v for k, v in os.environ.items() if k != "ACP_GATEWAY_URL"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "--json", "watch", "--since", "0", "--state-dir", str(gateway.state_dir),
+        "--token", gateway.token or "", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    seen: list[dict[str, object]] = []
+
+    async def until_turn_ended(count: int) -> None:
+        while sum(1 for e in seen if e["type"] == "turn_ended") < count:
+            seen.append(orjson.loads(await asyncio.wait_for(proc.stdout.readline(), 60)))  # type: ignore[union-attr]
+    try:
+        assert (await cli(gateway, "prompt", sid, "before"))[0] == 0
+        await until_turn_ended(1)
+        port_before = gateway.port
+        await gateway.kill9()
+        await gateway.start()
+        assert (await cli(gateway, "prompt", sid, "after"))[0] == 0  # the lazy resume, then the turn
+        await until_turn_ended(2)
+    finally:
+        proc.kill()
+        _, err = await proc.communicate()
+    ids = [e["id"] for e in seen]
+    assert ids == list(range(1, len(ids) + 1)), ids  # none lost, none repeated
+    said = err.decode()
+    assert "connection to ws://127.0.0.1:" in said and "lost; reconnecting" in said
+    assert f"reconnected to ws://127.0.0.1:{gateway.port}/rpc" in said, (port_before, said)
+
+
+async def test_named_sessions_and_the_directory_session(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--name", "fix-bug", "--cwd", str(tmp_path / "work"))
+    assert rc == 0 and "name: fix-bug" in out
+    sid = out.split()[0]
+    rc, out, _ = await cli(gateway, "prompt", "fix-bug", "by name")
+    assert rc == 0 and "echo: by name" in out
+    rc, out, _ = await cli(gateway, "--json", "status", "fix-bug")  # a global flag before the command
+    assert rc == 0 and orjson.loads(out)["session_id"] == sid
+    rc, _, err = await cli(gateway, "start", "--name", "fix-bug", "--cwd", str(tmp_path / "work"))
+    assert rc == 1 and f"taken by session {sid}" in err
+    await gateway.kill9()
+    await gateway.start()
+    rc, out, _ = await cli(gateway, "sessions")
+    assert rc == 0 and "fix-bug  needs resume: its agent is not running" in out, out
+    rc, out, _ = await cli(gateway, "resume", "fix-bug")
+    assert rc == 0 and "restored by session/resume" in out, out  # how it came back
+    rc, out, _ = await cli(gateway, "cancel", "fix-bug")
+    assert rc == 0 and out.strip() == "CANCELLED"
+    # acpx's default: a prompt without a session uses this directory's, started on first use
+    here = tmp_path / "work" / "project"
+    here.mkdir()
+    rc, out, err = await cli(gateway, "prompt", "first", cwd=here)
+    assert rc == 0 and "echo: first" in out and "started session s-" in err and str(here) in err
+    started = err.split("started session ")[1].split()[0]
+    rc, out, err = await cli(gateway, "prompt", "second", cwd=here)
+    assert rc == 0 and "echo: second" in out and f"session {started} of {here}" in err
+    rc, out, _ = await cli(gateway, "delete", "fix-bug")
+    assert rc == 0
+    rc, out, _ = await cli(gateway, "start", "--name", "fix-bug", "--cwd", str(tmp_path / "work"))
+    assert rc == 0  # the name is free again
+
+
+async def test_a_session_whose_agent_cannot_start_is_failed_with_the_agents_words(gateway: GatewayProcess,
+                                                                                    tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--agent", "no-key", "--cwd", str(tmp_path / "work"))
+    assert rc == 1 and "FAILED" in out and "REF_API_KEY is not set" in out
+    sid = out.split()[0]
+    rc, out, _ = await cli(gateway, "status", sid)
+    assert out.startswith("FAILED") and "could not create a session" in out and "REF_API_KEY is not set" in out
+    c = await gateway.client()
+    view = await c.call("task.session.get", {"session_id": sid})
+    assert view["state"] == "FAILED"
+    assert "agent stderr: reference agent: REF_API_KEY is not set" in view["error_message"]
+    await c.close()
 
 
 def test_a_reader_that_stops_early_is_no_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
