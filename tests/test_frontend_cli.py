@@ -16,6 +16,9 @@ from gateway import __version__
 from tests.gateway_harness import GatewayProcess, reference_profile
 
 
+SECRET = "dummy-ref-key-0123456789"  # a profile's env value: never shown, even when the agent repeats it
+
+
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     (tmp_path / "agents").mkdir()
@@ -23,6 +26,19 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     reference_profile(tmp_path / "agents", tmp_path / "agent-state", "reference")
     reference_profile(tmp_path / "agents", tmp_path / "agent-state", "no-key", "--fault", "session/new=internal",
                       "--fault-reason", "reference agent: REF_API_KEY is not set")
+    reference_profile(tmp_path / "agents", tmp_path / "agent-state", "leaky", "--fault", "session/new=internal",
+                      "--fault-reason", f"reference agent: key {SECRET} was refused",
+                      extra=f'[env]\nREF_API_KEY = "{SECRET}"\n')
+    offline = tmp_path / "bin" / "npx"  # a package runner that cannot reach its registry, as npx offline says it
+    offline.parent.mkdir()
+    offline.write_text("#!/bin/sh\necho 'npm error code ENOTFOUND' >&2\n"
+                       "echo 'npm error network request to https://registry.npmjs.org/@scope%2fagent failed' >&2\n"
+                       "exit 1\n")
+    offline.chmod(0o755)
+    (tmp_path / "agents" / "offline.toml").write_text(
+        f'id = "offline"\ncommand = ["{offline}", "-y", "@scope/agent"]\n')
+    reference_profile(tmp_path / "agents", tmp_path / "agent-state", "grumpy",
+                      "--fault-reason", "reference agent: the model at api.example.invalid does not answer")
     gw = GatewayProcess(tmp_path / "state", tmp_path / "agents")
     await gw.start()
     yield gw
@@ -263,6 +279,23 @@ async def test_a_session_whose_agent_cannot_start_is_failed_with_the_agents_word
     assert view["state"] == "FAILED"
     assert "agent stderr: reference agent: REF_API_KEY is not set" in view["error_message"]
     await c.close()
+
+
+async def test_the_agents_stderr_says_why_and_keeps_secrets(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", "--agent", "offline", "--cwd", str(tmp_path / "work"))
+    assert rc == 1 and "FAILED" in out and "could not download @scope/agent" in out and "ENOTFOUND" in out
+    rc, out, _ = await cli(gateway, "start", "--agent", "leaky", "--cwd", str(tmp_path / "work"))
+    assert rc == 1 and "key [secret] was refused" in out and SECRET not in out
+    rc, out, _ = await cli(gateway, "start", "--agent", "grumpy", "--cwd", str(tmp_path / "work"))
+    sid = out.split()[0]
+    rc, _, err = await cli(gateway, "prompt", sid, "/fail")  # a failed turn: the agent's words from its stderr
+    assert rc == 1 and "failed this turn" in err and "api.example.invalid does not answer" in err
+    c = await gateway.client()
+    events = (await c.call("task.session.events", {"session_id": sid}))["events"]
+    ended = [e for e in events if e["type"] == "turn_ended"][-1]
+    assert ended["data"]["stop_reason"] is None and "api.example.invalid" in ended["data"]["message"]
+    await c.close()
+    assert SECRET not in "".join(gateway.stderr_lines)  # nor in the gateway's log
 
 
 def test_a_reader_that_stops_early_is_no_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -599,6 +599,9 @@ class ReferenceAgent:
                 return "cancelled"
             await self._message(session, "done sleeping")
         elif word == "/fail":
+            if self.config.fault_reason:  # why, as real agents say it: on stderr, not in the error
+                sys.stderr.write(f"{self.config.fault_reason}\n")
+                sys.stderr.flush()
             raise RpcError(INTERNAL_ERROR, "the reference agent failed this turn as asked")
         elif word == "/plan":  # a plan of the given steps (default two), the first done
             steps = [step.strip() for step in rest.split(";") if step.strip()] or ["look around", "make the change"]

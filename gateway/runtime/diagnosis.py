@@ -26,6 +26,6 @@ def stderr_said(process: AgentProcess, profile: AgentProfile, secrets: Sequence[
     lines = [line.strip() for line in process.stderr.tail_lines(SCAN_LINES, since) if line.strip()]
     if not lines:
         return ""
-    hint = download_failed(list(process.argv), lines)
+    hint = download_failed(profile.argv(), lines)  # the command as configured (the launch may wrap it)
     shown = " | ".join(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in lines[-TAIL_LINES:])
     return mcp.scrub((f"; {hint}" if hint else "") + f" (agent stderr: {shown})", hidden_values(profile, secrets))
