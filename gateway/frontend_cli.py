@@ -193,7 +193,7 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
                 view.update(needs_resume=status["needs_resume"], resume_reason=status["resume_reason"])
                 if status["needs_resume"] or status["resume_reason"] == "not_started":
                     needs = f"  needs resume: {RESUME_REASONS.get(status['resume_reason'], status['resume_reason'])}"
-            label = view.get("name") or view["title"] or ""
+            label = " · ".join(str(x) for x in (view.get("name"), view["title"], view["cwd"]) if x)
             lines.append(f"{view['session_id']}  {view['state']:18} {view['agent']:10} {label}{needs}")
         _print(args, listed, "\n".join(lines) or "no sessions")
     elif command == "start":
