@@ -15,7 +15,6 @@ import pytest
 from gateway import __version__
 from tests.gateway_harness import GatewayProcess, reference_profile
 
-
 SECRET = "dummy-ref-key-0123456789"  # a profile's env value: never shown, even when the agent repeats it
 
 

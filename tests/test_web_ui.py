@@ -366,6 +366,37 @@ async def test_one_transcript_live_reopened_and_reloaded(gateway: GatewayProcess
     assert errors == [], errors
 
 
+async def test_a_transcript_past_retention_is_shown_from_history(browser: playwright_api.Browser,
+                                                                tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    config = tmp_path / "gw.toml"
+    config.write_text("event_retention = 10\n")
+    gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "ref", config=config)
+    await gw.start()
+    try:
+        client = await gw.client()
+        view = await client.call("task.session.start", {"cwd": str(tmp_path / "work"), "wait_ready": True})
+        for n in range(6):
+            await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"turn {n}"})
+        await client.close()
+        await gw.stop()  # the journal is pruned when the gateway opens it again
+        await gw.start()
+        page, errors = await new_page(browser)
+        await page.goto(ui_url(gw) + f"#{view['session_id']}")
+        await expect(page.locator(".msg.notice").first).to_contain_text("past the event journal's retention")
+        await expect(page.locator(".msg.user")).to_have_count(6)
+        await expect(page.locator(".msg.agent").last).to_have_text("echo: turn 5")
+        await say(page, "and now")  # then live, as ever
+        await expect(page.locator(".msg.agent").last).to_have_text("echo: and now", timeout=30_000)
+        await shot(page, "ui-transcript-from-history")
+        assert errors == [], errors
+    finally:
+        await gw.stop()
+
+
 async def test_a_refused_start_says_why_by_the_form(gateway: GatewayProcess, browser: playwright_api.Browser,
                                                     tmp_path: Path) -> None:
     page, errors = await new_page(browser)

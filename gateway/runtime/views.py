@@ -150,6 +150,9 @@ class SessionViews:
     # At most this many of the owner's event ids are looked through per call: a session's events are spread over
     # the owner's journal, and one call must not read all of it (the caller asks again from `next`).
     EVENTS_SCAN_IDS = 50_000
+    # A page holds at most this many bytes of events (and always one): an agent's message may be megabytes, and
+    # 2000 of them must not be one answer.
+    EVENTS_PAGE_BYTES = 8 << 20
 
     async def events(self, owner: str, session_id: str, after: int, limit: int) -> dict[str, Any]:
         """The session's events from the journal, oldest first: one ordered source a frontend renders its transcript
@@ -160,15 +163,16 @@ class SessionViews:
         cursor: int | None = max(after, horizon)
         budget_end = min(head, (cursor or 0) + self.EVENTS_SCAN_IDS)
         events: list[dict[str, Any]] = []
+        size = 0
         next_after: int | None = None
         while cursor is not None and cursor < budget_end:
             frames, following = await self.store.events.after(owner, cursor, budget_end, session_id=row.id)
             for frame in frames:
-                params = orjson.loads(frame)["params"]
-                if len(events) == limit:
+                if len(events) == limit or (events and size + len(frame) > self.EVENTS_PAGE_BYTES):
                     next_after = events[-1]["id"]
                     break
-                events.append(params)
+                size += len(frame)
+                events.append(orjson.loads(frame)["params"])
             if next_after is not None:
                 break
             cursor = following
