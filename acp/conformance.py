@@ -57,6 +57,10 @@ class CheckFailed(Exception):
     pass
 
 
+class TurnTimedOut(CheckFailed):
+    """A prompt turn that did not end within the turn timeout."""
+
+
 class CheckSkipped(Exception):
     pass
 
@@ -88,7 +92,9 @@ class TurnGate:
     Most checks need a turn that completes. When the agent's model is unreachable every such turn fails the same
     way, often after the agent's own retries (half a minute for real adapters offline): the first turn of the run is
     the precondition's test, turns asked for meanwhile wait for its outcome, and once a turn was blocked every later
-    one is blocked at once with the same evidence, instead of each check waiting for the same failure.
+    one is blocked at once with the same evidence, instead of each check waiting for the same failure. A first turn
+    that never ends (an agent retrying an unreachable model past the turn timeout) FAILs the check it ran in, and
+    blocks the others the same way.
     """
 
     def __init__(self) -> None:
@@ -110,6 +116,11 @@ class TurnGate:
         except CheckBlocked as exc:
             if first:
                 self.blocked = str(exc)
+            raise
+        except TurnTimedOut as exc:  # judged once, by the check whose turn it was; the others are not made to wait
+            if first:
+                self.blocked = (f"{exc}: a turn did not end in time in another check, which judged it; make a turn "
+                                "end, then run again")
             raise
         except BaseException:
             if first:  # not the precondition's fault (a timeout, a broken answer): the next turn tests it again
@@ -144,6 +155,7 @@ class Probe:
     permission_asked: asyncio.Event = field(default_factory=asyncio.Event)
     first_update: asyncio.Event = field(default_factory=asyncio.Event)
     turns: TurnGate = field(default_factory=TurnGate)  # the run's: shared by every probe
+    activity: int = 0  # conversation updates and requests this process sent: what shows a turn running
 
     def begin(self) -> None:
         """A check starts using this (shared) process: what it observes from now on is that check's evidence."""
@@ -161,6 +173,7 @@ class Probe:
             return
         if "method" in msg and "id" in msg:
             self.requests_in.append(msg)
+            self.activity += 1  # a request of the agent's (a permission, a file): the turn runs
         answered = self._answering.pop(msg.get("id"), None) if "method" not in msg else None
         violation = acp_v1_schema().check_from_agent(msg, answered)
         if violation is not None:
@@ -238,14 +251,25 @@ class Probe:
         return await self.turns.run(lambda: self._prompt(sid, text))
 
     async def _prompt(self, sid: str, text: str) -> dict[str, Any]:
+        heard = self.activity
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+        request = asyncio.ensure_future(self.call("session/prompt", prompt, self.options.turn_timeout))
+        quiet = min(self.options.quiet_timeout, self.options.turn_timeout)
+        done, _ = await asyncio.wait({request}, timeout=quiet)
+        if not done and self.activity == heard:  # not a word: the turn is not running
+            request.cancel()
+            with contextlib.suppress(Exception):
+                await self.client.cancel(sid)
+            raise CheckBlocked(f"a prompt turn said nothing (no update, no answer) within {quiet:g} s: the model "
+                               "behind the agent may be unreachable or unconfigured (raise --quiet-timeout if it "
+                               "only starts slowly); make a turn work, then run again")
         try:
-            result = await self.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]},
-                                     self.options.turn_timeout)
+            result = await request
         except RpcError as err:
             raise blocked_by_error(err, "a prompt turn") or err from None
         except RequestTimeout:
-            raise CheckFailed(f"the prompt turn did not end within {self.options.turn_timeout:g} s (raise "
-                              "--turn-timeout if the agent is only slow)") from None
+            raise TurnTimedOut(f"the prompt turn did not end within {self.options.turn_timeout:g} s (raise "
+                               "--turn-timeout if the agent is only slow)") from None
         if not isinstance(result, dict):
             raise CheckFailed(f"session/prompt answered {result!r:.200}")
         return result
@@ -292,6 +316,7 @@ async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | 
         probe = probe_ref["p"]
         probe.updates.append(params)
         if conversation([params]):  # a state update (slash commands after set-up, usage) shows no turn running
+            probe.activity += 1
             probe.first_update.set()
 
     async def hold_permission(params: dict[str, Any]) -> dict[str, Any]:

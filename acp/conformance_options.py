@@ -50,6 +50,9 @@ class CheckOptions:
     # (its `initialize_timeout`): adapters that probe for their CLI take 20 s and more to answer initialize.
     setup_timeout: float = 60.0
     turn_timeout: float = 120.0  # one prompt turn (a real model)
+    # A turn that says nothing at all (no update, no answer) this long is taken as not running: its model unreachable
+    # (an adapter retrying an unreachable API says nothing for minutes). Real models stream within seconds.
+    quiet_timeout: float = 25.0
     auth_method: str | None = None  # the profile's `auth_method`: authenticate with it when asked
     concurrency: int = 3  # checks that need their own agent process, run beside the shared process's sequence
     agent_cwd: str | None = None  # where the agent process runs (default: where the checker was started)

@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
                             "gateway)")
     check.add_argument("--turn-timeout", type=float, default=120.0, metavar="S",
                        help="wait this long for one prompt turn (default 120)")
+    check.add_argument("--quiet-timeout", type=float, default=25.0, metavar="S",
+                       help="a turn with no update and no answer this long is taken as not running (its model "
+                            "unreachable): the checks needing a turn are blocked (default 25)")
     check.add_argument("--agent-cwd", type=Path, metavar="DIR", help="run the agent in DIR (default: here)")
     check.add_argument("--auth-method", metavar="ID", help="authenticate with this advertised method when asked "
                        "(default: the profile's auth_method, else one whose env vars are set, else an agent-run one)")
@@ -203,10 +206,12 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     if unknown:
         print(f"acp-gateway check: unknown check id(s) {', '.join(unknown)}; see --list", file=sys.stderr)
         return 2
-    if args.setup_timeout <= 0 or args.turn_timeout <= 0:
-        print("acp-gateway check: --setup-timeout and --turn-timeout must be positive", file=sys.stderr)
+    if args.setup_timeout <= 0 or args.turn_timeout <= 0 or args.quiet_timeout <= 0:
+        print("acp-gateway check: --setup-timeout, --turn-timeout and --quiet-timeout must be positive",
+              file=sys.stderr)
         return 2
     options = CheckOptions(prompts=prompts, setup_timeout=args.setup_timeout, turn_timeout=args.turn_timeout,
+                           quiet_timeout=args.quiet_timeout,
                            auth_method=auth_method, agent_cwd=str(args.agent_cwd) if args.agent_cwd else None)
     progress = Progress(len(args.only) if args.only else len(all_checks()), sys.stderr, live=sys.stderr.isatty())
 

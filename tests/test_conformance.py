@@ -114,6 +114,33 @@ async def test_a_failing_turn_is_tried_once_for_the_whole_run(tmp_path: Path) ->
     assert "still unknown: mandatory ACP-" in line
 
 
+async def test_a_turn_that_says_nothing_blocks_the_checks_at_once(tmp_path: Path) -> None:
+    """An agent whose model is unreachable says nothing in a turn (it retries the API for minutes): after the quiet
+    timeout the turn is taken as not running, and every check needing a turn is BLOCKED — by one wait, not one per
+    check, and never FAILed for it."""
+    log = tmp_path / "received.jsonl"
+    options = CheckOptions(prompts=REFERENCE.prompts, turn_timeout=60.0, quiet_timeout=2.0, setup_timeout=10.0)
+    results = await run_checks(agent(tmp_path, "--fault", "session/prompt=hang", "--log", str(log)), options=options)
+    prompts = [line for line in log.read_text().splitlines() if '"session/prompt"' in line]
+    assert len(prompts) == 1, prompts
+    quiet = [r for r in results if "said nothing (no update, no answer) within 2 s" in r.evidence]
+    assert len(quiet) >= 5 and all(r.result is Result.BLOCKED for r in quiet)
+    assert not [r for r in results if r.fatal], [(r.check.id, r.evidence) for r in results if r.fatal]
+
+
+async def test_a_turn_that_never_ends_is_judged_once(tmp_path: Path) -> None:
+    """A turn that streams but never ends fails the check whose turn it was; the other checks needing a turn are
+    blocked at once instead of each waiting out the turn timeout."""
+    log = tmp_path / "received.jsonl"
+    options = CheckOptions(prompts=CheckPrompts(short="/stream 100000", long="/hang", longer="/hang",
+                                                permission="/permission"),
+                           turn_timeout=3.0, setup_timeout=10.0)
+    results = await run_checks(agent(tmp_path, "--log", str(log)), options=options)
+    timed_out = [r for r in results if "did not end within 3 s" in r.evidence]
+    assert [r.result for r in timed_out if r.result is Result.FAIL] == [Result.FAIL], timed_out
+    assert sum(1 for r in timed_out if r.result is Result.BLOCKED) >= 3
+
+
 def _result(tier: Tier, result: Result, cid: str = "ACP-X-001") -> CheckResult:
     async def fn(ctx: object) -> str:
         return ""
