@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
                            usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] [--prompt KEY=TEXT] "
-                                 "[--setup-timeout S] [--turn-timeout S] [--auth-method ID] "
+                                 "[--setup-timeout S] [--turn-timeout S] [--quiet-timeout S] [--auth-method ID] "
                                  "(--agent ID | -- CMD ARGS...)")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
