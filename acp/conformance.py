@@ -349,6 +349,7 @@ class Check:
     needs: str | None = None  # the capability that must be advertised: "loadSession", "resume", "list", "close"
     fresh: bool = False  # needs agent processes of its own (a new initialize, stdin closed, a restart)
     tck: tuple[str, ...] = ()  # the ACP TCK's v1 requirement ids this check overlaps
+    turn: bool = False  # cannot be decided without a prompt turn that completes
 
 
 @dataclass
@@ -399,12 +400,16 @@ class CheckContext:
 
 
 CHECKS: list[Check] = []
+# The checks that cannot be decided without a prompt turn that completes: once the run's turns are known to be
+# blocked, they are blocked before they set up anything (a session/new may itself take an adapter 20 s offline).
+NEEDS_TURN = frozenset({"ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002",
+                        "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001"})
 
 
 def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = None, fresh: bool = False,
           tck: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
     def register(fn: CheckFn) -> CheckFn:
-        CHECKS.append(Check(id_, tier, title, citation, fn, needs, fresh, tck))
+        CHECKS.append(Check(id_, tier, title, citation, fn, needs, fresh, tck, turn=id_ in NEEDS_TURN))
         return fn
 
     return register

@@ -137,7 +137,7 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         async def shared_sequence() -> None:
             for c in (c for c in selected if not c.fresh):
                 ctx = CheckContext(_check_dir(workdir, c), caps, options, shared.acquire, owns_probes=False)
-                result, found = await _judge(c, ctx, options, on_start, shared.unusable)
+                result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
                 if result.result is Result.FAIL or any(not p.alive for p in ctx.probes):
                     await shared.retire()
                 violations.extend(found)
@@ -149,7 +149,7 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
             async with gate:
                 check_dir = _check_dir(workdir, c)
                 ctx = CheckContext(check_dir, caps, options, lambda: launch_probe(argv, check_dir, env, options, turns))
-                result, found = await _judge(c, ctx, options, on_start, shared.unusable)
+                result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
             violations.extend(found)
             ended(result)
 
@@ -189,12 +189,14 @@ def _check_dir(workdir: str, c: Check) -> str:
 
 
 async def _judge(c: Check, ctx: CheckContext, options: CheckOptions, on_start: Callable[[Check], None] | None,
-                 undiscovered: str | None) -> tuple[CheckResult, list[Violation]]:
+                 undiscovered: str | None, turns: TurnGate) -> tuple[CheckResult, list[Violation]]:
     """Run one check to its verdict: every way it can end is one of PASS, FAIL, BLOCKED, INCONCLUSIVE, SKIP."""
     if c.needs and undiscovered is not None:  # nothing is known of what it advertises
         return CheckResult(c, Result.BLOCKED, undiscovered), []
     if c.needs and not ctx.advertised(c.needs):
         return CheckResult(c, Result.SKIP, f"{c.needs} is not advertised"), []
+    if c.turn and turns.blocked is not None:  # decided already: no session is set up for it
+        return CheckResult(c, Result.BLOCKED, f"{turns.blocked} (decided once for the run by its first turn)"), []
     if on_start is not None:
         on_start(c)
     started = time.monotonic()

@@ -107,7 +107,11 @@ async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
     kinds = [f["params"]["update"]["sessionUpdate"] for f in before if f.get("method") == "session/update"]
     assert kinds == ["user_message_chunk", "tool_call", "tool_call_update", "user_message_chunk",
                      "agent_message_chunk"]  # the conversation: past reports of state are not replayed
-    after = [f["params"]["update"]["sessionUpdate"] for f in other.frames[other.frames.index(loaded):]
+    answered_at = other.frames.index(loaded)
+    for kind in ("available_commands_update", "usage_update"):  # sent after the answer: waited for, not raced
+        await other.wait_for(lambda f, kind=kind: f.get("method") == "session/update"
+                             and f["params"]["update"]["sessionUpdate"] == kind, start=answered_at)
+    after = [f["params"]["update"]["sessionUpdate"] for f in other.frames[answered_at:]
              if f.get("method") == "session/update"]
     assert sorted(after) == ["available_commands_update", "usage_update"]  # ... the latest of each follows
     assert other.texts() == [("user_message_chunk", "/tool search found-it"), ("user_message_chunk", "second"),

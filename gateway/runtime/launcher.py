@@ -39,7 +39,7 @@ from .diagnosis import hidden_values, stderr_said
 from .history import HistoryCoalescer
 from .live import LiveSession
 from .settings import Settings
-from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState
+from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
 from .writer import HistoryWriter, SessionWriter
 
@@ -169,7 +169,10 @@ class Launcher:
         token = None if fresh_start or executor is None else executor.resume_token
         first_launch = not row.launched
         config = await stored(self.store, row.id)
-        row = await self.writer.apply(row, SessionEvent.LAUNCH, error_message=None)
+        try:
+            row = await self.writer.apply(row, SessionEvent.LAUNCH, error_message=None)
+        except IllegalTransition:  # ended (a cancel finished by a restarted gateway) since the caller read it
+            return LaunchResult(False, error=f"session {row.id} ended before its agent could start")
         execution_id = f"x-{uuid.uuid4().hex}"
         env = {**profile.launch_env(self.settings.environ), reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.

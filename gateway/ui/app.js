@@ -652,7 +652,10 @@ window.addEventListener("popstate", () => {
 });
 
 async function openView(sid, again = false) {
-  if (state.viewed !== sid) { select(sid); state.resumedViews.delete(sid); showErrorAt("head-error", null); }
+  if (state.viewed !== sid) {
+    select(sid); state.resumedViews.delete(sid);
+    for (const box of ["head-error", "config-error", "prompt-error"]) showErrorAt(box, null);  // another session's
+  }
   renderList(); renderHead(); renderTranscript(); renderRaw();
   try {
     await openLog(sid);
