@@ -246,6 +246,7 @@ class Launcher:
             else:
                 reason = f"agent {profile.id!r} could not create a session: {result.describe_failure()}"
             reason = mcp.scrub(reason, hidden_values(profile, config.secrets())) + said
+            log.warning("session %s: %s", row.id, reason, extra={"session_id": row.id, "agent": profile.id})
             if first_launch and not token:  # it never had a session: nothing is kept to come back to
                 await self.fail_first_launch(row, reason)
             else:
