@@ -63,6 +63,22 @@ class ClientOptions:
     file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
 
 
+def _pin(directory: str) -> fs.Root:
+    """A directory pinned for the fs methods; one that cannot be opened (gone) stays a path, and the fs methods
+    refuse what does not exist under it anyway."""
+    try:
+        return fs.PinnedRoot.open(directory)
+    except OSError:
+        return directory
+
+
+def _unpin(roots: Sequence[fs.Root]) -> None:
+    for root in roots:
+        if isinstance(root, fs.PinnedRoot):
+            with contextlib.suppress(OSError):
+                root.close()
+
+
 class AcpClient:
     def __init__(
         self,
@@ -76,7 +92,9 @@ class AcpClient:
     ) -> None:
         self.process = process
         self.cwd = os.path.realpath(cwd)
-        self.extra_roots: tuple[str, ...] = ()  # the session's additional directories, once sent to the agent
+        # The session's directories, pinned now (see acp.fs): the fs methods never resolve them again.
+        self.root: fs.Root = _pin(self.cwd)
+        self._extra_roots: tuple[fs.Root, ...] = ()
         self.on_update = on_update
         self.on_permission = on_permission
         self.on_ext_notification = on_ext_notification
@@ -179,10 +197,22 @@ class AcpClient:
             params["cursor"] = cursor
         return await self.request("session/list", params)
 
+    @property
+    def extra_roots(self) -> tuple[fs.Root, ...]:
+        return self._extra_roots
+
+    @extra_roots.setter
+    def extra_roots(self, directories: tuple[str, ...]) -> None:
+        """The session's additional directories, once sent to the agent: pinned as the cwd is."""
+        _unpin(self._extra_roots)
+        self._extra_roots = tuple(_pin(d) for d in directories)
+
     async def stop(self) -> int:
         rc = await self.process.stop(self.options.stop_grace)
         self.conn.close(f"agent stopped (status {rc})")
         self._watch.cancel()
+        _unpin((self.root, *self._extra_roots))
+        self.root, self._extra_roots = self.cwd, ()
         return rc
 
     @property
@@ -201,12 +231,12 @@ class AcpClient:
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "fs/read_text_file":
             read = _parse(ReadTextFileRequest, params, method)
-            content = await self.files.run(f"reading {read.path}", fs.read_text_file, self.cwd, read.path,
+            content = await self.files.run(f"reading {read.path}", fs.read_text_file, self.root, read.path,
                                            read.line, read.limit, self.options.never_serve, self.extra_roots)
             return {"content": content}
         if method == "fs/write_text_file":
             write = _parse(WriteTextFileRequest, params, method)
-            await self.files.run(f"writing {write.path}", fs.write_text_file, self.cwd, write.path, write.content,
+            await self.files.run(f"writing {write.path}", fs.write_text_file, self.root, write.path, write.content,
                                  self.options.never_serve, self.extra_roots)
             return {}
         if method == "session/request_permission":

@@ -1,8 +1,12 @@
 """The client's file methods (`fs/read_text_file`, `fs/write_text_file`), confined to the session's directories.
 
-Confinement is decided on the fully resolved path (symlinks followed), so `..`, absolute paths
-elsewhere and symlinks pointing out of the session's cwd are all refused the same way. The final
-open refuses to follow a symlink, narrowing the window for a rename race after the check.
+The session's directories are pinned when the session starts (`PinnedRoot`: the resolved path and an open
+directory descriptor), never resolved again: a directory swapped for a symlink to another owner's afterwards
+moves nothing. Confinement is decided on the fully resolved path (symlinks followed) against the pinned paths, so
+`..`, absolute paths elsewhere and symlinks pointing out are all refused the same way; the open then walks from
+the pinned descriptor one component at a time, never following a link (a rename race after the check is refused,
+not followed). A regular file with more than one hard link is refused: a hard link has no path to resolve, and
+one in the workspace can name any file of the gateway's user (its configuration, its database).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
@@ -21,23 +26,45 @@ MAX_READ_BYTES = 64 * 1024 * 1024
 SYSTEM_DIRECTORIES = ("/proc", "/sys", "/dev")
 
 
-def confine(root: str | os.PathLike[str], path: str, never_serve: Sequence[str] = ()) -> Path:
+@dataclass(frozen=True)
+class PinnedRoot:
+    """A session directory as it was when the session started: its resolved path, and a descriptor of it."""
+
+    path: Path
+    fd: int
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str]) -> PinnedRoot:
+        real = os.path.realpath(directory)
+        return cls(Path(real), os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+Root = str | os.PathLike[str] | PinnedRoot
+
+
+def _real(root: Root) -> Path:
+    return root.path if isinstance(root, PinnedRoot) else Path(os.path.realpath(root))
+
+
+def confine(root: Root, path: str, never_serve: Sequence[str] = ()) -> Path:
     """Resolve `path` (absolute, or relative to `root`) and refuse it unless it lies inside `root`, and outside
     the system directories and `never_serve`."""
     return confine_within((root,), path, never_serve)[1]
 
 
-def confine_within(roots: Sequence[str | os.PathLike[str]], path: str,
-                   never_serve: Sequence[str] = ()) -> tuple[Path, Path]:
+def confine_within(roots: Sequence[Root], path: str, never_serve: Sequence[str] = ()) -> tuple[Root, Path]:
     """(the root it lies in, the resolved path) for `path`, absolute or relative to the first root (the session's
     cwd; the others are its additional directories); refused unless it lies inside one of `roots`, and outside the
     system directories and `never_serve`."""
     if not isinstance(path, str) or not path or "\x00" in path:
         raise RpcError(INVALID_PARAMS, "path must be a non-empty string", {"path": path})
-    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    real_roots = [_real(r) for r in roots]
     candidate = Path(path) if os.path.isabs(path) else real_roots[0] / path
     resolved = Path(os.path.realpath(candidate))
-    inside = next((r for r in real_roots if resolved == r or r in resolved.parents), None)
+    inside = next((roots[i] for i, r in enumerate(real_roots) if resolved == r or r in resolved.parents), None)
     if inside is None:
         raise RpcError(
             INVALID_PARAMS,
@@ -62,14 +89,14 @@ def select_lines(text: str, line: int | None, limit: int | None) -> str:
     return "".join(lines[start:end])
 
 
-def open_beneath(root: str | os.PathLike[str], target: Path, flags: int, *, create_dirs: bool = False) -> int:
-    """Open `target` (already confined) walking from `root` one component at a time, never following a
-    symlink: a directory swapped for a link after `confine` checked the path is refused, not followed."""
-    real_root = os.path.realpath(root)
-    parts = target.relative_to(real_root).parts
+def open_beneath(root: Root, target: Path, flags: int, *, create_dirs: bool = False) -> int:
+    """Open `target` (already confined) walking from `root` (its pinned descriptor) one component at a time, never
+    following a symlink: a directory swapped for a link after `confine` checked the path is refused, not followed."""
+    parts = target.relative_to(_real(root)).parts
     if not parts:
         raise RpcError(INVALID_PARAMS, "the session directory itself is not a file", {"path": str(target)})
-    fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY)
+    fd = (os.dup(root.fd) if isinstance(root, PinnedRoot)
+          else os.open(os.path.realpath(root), os.O_RDONLY | os.O_DIRECTORY))
     try:
         for part in parts[:-1]:
             try:
@@ -86,22 +113,26 @@ def open_beneath(root: str | os.PathLike[str], target: Path, flags: int, *, crea
         os.close(fd)
 
 
-def open_regular(root: str | os.PathLike[str], target: Path, flags: int, path: str, *,
-                 create_dirs: bool = False) -> int:
+def open_regular(root: Root, target: Path, flags: int, path: str, *, create_dirs: bool = False) -> int:
     """`open_beneath`, for regular files only. The open never blocks (O_NONBLOCK: a FIFO with no writer would
-    hold a worker thread forever) and whatever is not a regular file — FIFO, device, socket — is refused
-    before a byte is read or written."""
+    hold a worker thread forever) and whatever is not a regular file — FIFO, device, socket — or is a file with
+    more than one hard link is refused before a byte is read or written."""
     fd = open_beneath(root, target, flags | os.O_NONBLOCK, create_dirs=create_dirs)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise RpcError(INVALID_PARAMS, f"not a regular file: {path}", {"path": path})
+    if info.st_nlink > 1:
+        os.close(fd)
+        raise RpcError(INVALID_PARAMS, f"refused: {path} has {info.st_nlink} hard links (rule hard_link: a hard "
+                       "link may name a file outside the session's directories; copy the file instead)",
+                       {"path": path, "rule": "hard_link"})
     os.set_blocking(fd, True)
     return fd
 
 
-def read_text_file(root: str, path: str, line: int | None = None, limit: int | None = None,
-                   never_serve: Sequence[str] = (), extra_roots: Sequence[str] = ()) -> str:
+def read_text_file(root: Root, path: str, line: int | None = None, limit: int | None = None,
+                   never_serve: Sequence[str] = (), extra_roots: Sequence[Root] = ()) -> str:
     inside, target = confine_within((root, *extra_roots), path, never_serve)
     try:
         fd = open_regular(inside, target, os.O_RDONLY, path)
@@ -116,8 +147,8 @@ def read_text_file(root: str, path: str, line: int | None = None, limit: int | N
     return select_lines(data.decode("utf-8", "replace"), line, limit)
 
 
-def write_text_file(root: str, path: str, content: str, never_serve: Sequence[str] = (),
-                    extra_roots: Sequence[str] = ()) -> None:
+def write_text_file(root: Root, path: str, content: str, never_serve: Sequence[str] = (),
+                    extra_roots: Sequence[Root] = ()) -> None:
     inside, target = confine_within((root, *extra_roots), path, never_serve)
     try:
         # Truncated only once it is known to be a regular file.

@@ -27,6 +27,29 @@ PACKAGE_RUNNERS = {"npx": "npm", "bunx": "bun", "pnpx": "pnpm", "uvx": "uv", "pi
 Availability = Literal["installed", "downloads_on_first_start", "not_found"]
 SECRET_ENV_PREFIX = "ACP_GATEWAY_"  # the gateway's token and config never reach an agent
 
+# What of the gateway's own environment an agent gets: the one list (docs/security.md repeats it). Everything else
+# — the database password, cloud credentials, the gateway's token — stays with the gateway; what an agent needs
+# besides (its API key) comes from its profile's `env`.
+AGENT_ENV_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "NO_COLOR", "TMPDIR", "SHELL",
+                             "USER", "LOGNAME"})
+AGENT_ENV_PREFIXES = ("LC_",)  # locale categories
+
+
+def agent_environment(base: Mapping[str, str], home: Path | None = None) -> dict[str, str]:
+    """The allowlisted part of `base`; HOME is the agent home when given (the XDG directories beneath it), else the
+    caller's (a local `run` or `check`, on the user's own behalf)."""
+    env = {k: v for k, v in base.items()
+           if (k in AGENT_ENV_NAMES or k.startswith(AGENT_ENV_PREFIXES)) and not k.startswith(SECRET_ENV_PREFIX)}
+    if home is None:
+        if "HOME" in base:
+            env["HOME"] = base["HOME"]
+        return env
+    env["HOME"] = str(home)
+    for name, below in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
+                        ("XDG_STATE_HOME", ".local/state"), ("XDG_CACHE_HOME", ".cache")):
+        env[name] = str(home / below)
+    return env
+
 
 def default_state_dir() -> Path:
     """The per-user state directory (XDG): SQLite file, token, the reference agent's sessions."""
@@ -77,6 +100,10 @@ class AgentProfile(BaseModel):
     config: dict[str, str | bool] = Field(default_factory=dict)
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
     additional_directories: list[str] = Field(default_factory=list)
+    # Where its HOME is: the owner's agent home, shared by the owner's agents ("owner"), or one of its own in it
+    # ("profile"); and files copied into a new home (relative path in the home -> an absolute source file).
+    home: Literal["owner", "profile"] = "owner"
+    home_seed: dict[str, str] = Field(default_factory=dict)
     source: str = Field(default="", exclude=True)
 
     @field_validator("command")
@@ -93,6 +120,16 @@ class AgentProfile(BaseModel):
             mcp.parse(value, "mcp_servers")
         except mcp.Refusal as refused:
             raise ValueError(refused.message) from None
+        return value
+
+    @field_validator("home_seed")
+    @classmethod
+    def _seed_paths(cls, value: dict[str, str]) -> dict[str, str]:
+        for relative, source in value.items():
+            if os.path.isabs(relative) or ".." in Path(relative).parts or not relative:
+                raise ValueError(f"{relative!r}: a path relative to the home, without '..'")
+            if not os.path.isabs(source):
+                raise ValueError(f"{relative!r}: the source must be an absolute path")
         return value
 
     @field_validator("additional_directories")
@@ -116,9 +153,10 @@ class AgentProfile(BaseModel):
         state = state_dir or str(default_state_dir())
         return [part.replace("{state_dir}", state) for part in argv]
 
-    def launch_env(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The agent's environment: the gateway's, minus the gateway's own secrets, plus the profile's."""
-        env = {k: v for k, v in base.items() if not k.startswith(SECRET_ENV_PREFIX)}
+    def launch_env(self, base: Mapping[str, str], home: Path | None = None) -> dict[str, str]:
+        """The agent's environment: of the gateway's, only what `agent_environment` allows; then the profile's.
+        With `home` (the gateway's launches: the owner's agent home), HOME and the XDG directories are there."""
+        env = agent_environment(base, home)
         env.update(self.env)
         return env
 

@@ -98,13 +98,22 @@ def resolve_tokens(config: ServeConfig, state_dir: Path) -> tuple[dict[str, str]
     return {token: "default"}, token
 
 
+def store_files(config: ServeConfig) -> tuple[Path, ...]:
+    """A SQLite store given outside the state directory (`--store PATH`): the database and its WAL files are the
+    gateway's own wherever they are — no session may run in a directory holding them, nor read or write them."""
+    if not config.store or "://" in config.store:
+        return ()
+    db = resolved(Path(config.store).expanduser())
+    return (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"))
+
+
 def workspace_settings(config: ServeConfig, state_dir: Path, config_file: Path | None) -> dict[str, Any]:
     """Workspace roots, resolved (default: the user's home), and the gateway's own files: the state directory and
     the configuration file, which no session may contain or see; and who may give a session a stdio MCP server."""
     roots = tuple(resolved(r) for r in config.workspace_roots) or (resolved(Path.home()),)
     per_owner = {e.owner: tuple(resolved(r) for r in e.workspace_roots)
                  for e in config.auth.tokens if e.workspace_roots is not None}
-    protected = (resolved(state_dir), *((resolved(config_file),) if config_file else ()))
+    protected = (resolved(state_dir), *((resolved(config_file),) if config_file else ()), *store_files(config))
     stdio = {e.owner: e.allow_stdio_mcp_servers for e in config.auth.tokens if e.allow_stdio_mcp_servers is not None}
     return {"workspace_roots": roots, "owner_workspace_roots": per_owner, "protected_paths": protected,
             "allow_stdio_mcp_servers": config.allow_stdio_mcp_servers, "owner_stdio_mcp_servers": stdio}

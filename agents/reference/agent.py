@@ -6,7 +6,7 @@ replays the history before answering) and `session/resume` (no replay) work acro
 
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
 at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
-`/tool`, `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`, `/mode M`
+`/tool`, `/sh CMD` (its own shell), `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`, `/mode M`
 (the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
@@ -527,6 +527,27 @@ class ReferenceAgent:
                                      "status": "completed",
                                      "content": [{"type": "content", "content": {"type": "text", "text": result}}]})
 
+    async def _shell(self, session: Session, command: str) -> str | None:
+        """Run `command` with `sh -c` in the session's directory, as the agent's own process, streaming its output
+        back as it comes (a tool call, then its output as message chunks, then the exit status)."""
+        call_id = f"call-{uuid.uuid4().hex[:8]}"
+        await self._update(session, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": f"sh: {command}",
+                                     "kind": "execute", "status": "in_progress"})
+        proc = await asyncio.create_subprocess_exec("sh", "-c", command, cwd=session.cwd,
+                                                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT)
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65536):
+            await self._message(session, chunk.decode("utf-8", "replace"))
+            if session.cancel.is_set():
+                proc.kill()
+        status = await proc.wait()
+        await self._update(session, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                                     "status": "completed" if status == 0 else "failed",
+                                     "content": [{"type": "content",
+                                                  "content": {"type": "text", "text": f"exit status {status}"}}]})
+        return "cancelled" if session.cancel.is_set() else None
+
     async def _ask_permission(self, session: Session) -> Any:
         assert self.conn is not None
         call_id = f"call-{uuid.uuid4().hex[:8]}"
@@ -603,6 +624,8 @@ class ReferenceAgent:
                 sys.stderr.write(f"{self.config.fault_reason}\n")
                 sys.stderr.flush()
             raise RpcError(INTERNAL_ERROR, "the reference agent failed this turn as asked")
+        elif word == "/sh":  # the agent's own shell tool, as every real coding agent has: no ACP call involved
+            return await self._shell(session, rest)
         elif word == "/plan":  # a plan of the given steps (default two), the first done
             steps = [step.strip() for step in rest.split(";") if step.strip()] or ["look around", "make the change"]
             await self._update(session, {"sessionUpdate": "plan", "entries": [

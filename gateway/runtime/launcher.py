@@ -37,6 +37,7 @@ from .cluster import Cluster
 from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
 from .diagnosis import hidden_values, stderr_said
 from .history import HistoryCoalescer
+from .homes import PROBE_OWNER, ensure_home
 from .live import LiveSession
 from .settings import Settings
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
@@ -174,7 +175,8 @@ class Launcher:
         except IllegalTransition:  # ended (a cancel finished by a restarted gateway) since the caller read it
             return LaunchResult(False, error=f"session {row.id} ended before its agent could start")
         execution_id = f"x-{uuid.uuid4().hex}"
-        env = {**profile.launch_env(self.settings.environ), reaper.MARKER: execution_id}
+        home = ensure_home(self.settings.state_dir, row.owner, profile)  # the owner's: never shared with another
+        env = {**profile.launch_env(self.settings.environ, home), reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.
         coalescer = HistoryCoalescer()
         history = HistoryWriter(self.store, row.id)
@@ -358,7 +360,7 @@ class Launcher:
         return await asyncio.shield(asking)
 
     async def _ask(self, profile: AgentProfile, cwd: str, timeout: float) -> AgentCapabilities | None:
-        env = profile.launch_env(self.settings.environ)
+        env = profile.launch_env(self.settings.environ, ensure_home(self.settings.state_dir, PROBE_OWNER, profile))
         argv = agent_argv(profile.argv(None, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
         try:
             client = await AcpClient.launch(argv, cwd=cwd, env=env, options=ClientOptions(

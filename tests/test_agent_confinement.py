@@ -1,0 +1,152 @@
+"""What an owner's agent reaches beyond the API: its environment (an allowlist), its HOME (the owner's own agent
+home), and files through ACP fs calls that links cannot fool (a hard link, a directory swapped for a symlink, a
+store kept outside the state directory)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.profiles import AGENT_ENV_NAMES, AgentProfile, agent_environment
+from gateway.client import GatewayClient, RpcCallError
+from gateway.runtime.homes import home_of, owner_dir_name
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, reference_profile, running, two_owner_gateway
+
+PG_SECRET, AWS_SECRET = "dummy-pg-password-4711", "dummy-aws-secret-0815"
+
+
+# the gateway's environment -> what an agent gets of it
+ENVIRONMENTS: list[tuple[dict[str, str], Path | None, dict[str, str]]] = [
+    ({"PATH": "/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "PGPASSWORD": "x", "AWS_SECRET_ACCESS_KEY": "y",
+      "ACP_GATEWAY_TOKEN": "t", "HOME": "/root", "OTEL_EXPORTER_OTLP_HEADERS": "k"}, Path("/s/homes/a"),
+     {"PATH": "/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "HOME": "/s/homes/a", "XDG_CONFIG_HOME": "/s/homes/a/.config",
+      "XDG_DATA_HOME": "/s/homes/a/.local/share", "XDG_STATE_HOME": "/s/homes/a/.local/state",
+      "XDG_CACHE_HOME": "/s/homes/a/.cache"}),
+    ({"PATH": "/bin", "HOME": "/home/me", "XDG_CONFIG_HOME": "/home/me/.config", "DATABASE_URL": "pg://…"}, None,
+     {"PATH": "/bin", "HOME": "/home/me"}),  # a local run or check: the user's own HOME, still nothing else
+]
+
+
+@pytest.mark.parametrize(("base", "home", "expected"), ENVIRONMENTS)
+def test_an_agent_gets_only_the_allowlisted_environment(base: dict[str, str], home: Path | None,
+                                                        expected: dict[str, str]) -> None:
+    assert agent_environment(base, home) == expected
+    assert "PGPASSWORD" not in AGENT_ENV_NAMES
+
+
+def test_homes_are_per_owner_and_per_profile_when_asked(tmp_path: Path) -> None:
+    shared = AgentProfile(id="a", command=["a"])
+    own = AgentProfile(id="b", command=["b"], home="profile")
+    assert home_of(tmp_path, "alice", shared) == home_of(tmp_path, "alice", AgentProfile(id="c", command=["c"]))
+    assert home_of(tmp_path, "alice", shared) != home_of(tmp_path, "bob", shared)
+    assert home_of(tmp_path, "alice", own) == home_of(tmp_path, "alice", shared) / "b"
+    assert owner_dir_name("a/b") != owner_dir_name("a_b")  # distinct owners, distinct directories
+    assert "/" not in owner_dir_name("../../etc") and not owner_dir_name("..").startswith(".")
+
+
+async def said(gw: GatewayProcess, token: str | None, sid: str, prompt: str) -> str:
+    """The agent's message text in the turn of `prompt` (read on a connection of its own, so turns never mix)."""
+    own = await gw.client(token)
+    try:
+        await own.call("task.session.subscribe", {"session_id": sid})
+        texts: list[str] = []
+        await own.call("task.session.prompt", {"session_id": sid, "prompt": prompt})
+        while True:
+            event = (await own.next_notification(10))["params"]
+            update = event["data"].get("update") or {} if event["type"] == "session_update" else {}
+            if update.get("sessionUpdate") == "agent_message_chunk":
+                texts.append(update["content"]["text"])
+            elif event["type"] == "turn_ended":
+                return "".join(texts)
+    finally:
+        await own.close()
+
+
+async def shell(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:
+    """What the agent's own shell printed (`/sh`, streamed back as message chunks)."""
+    return await said(gw, token, sid, f"/sh {command}")
+
+
+async def start(client: GatewayClient, cwd: Path) -> dict[str, Any]:
+    view: dict[str, Any] = await client.call("task.session.start", {"agent": "ref", "cwd": str(cwd),
+                                                                    "wait_ready": True})
+    return view
+
+
+async def test_agents_get_their_owners_home_and_none_of_the_gateways_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGPASSWORD", PG_SECRET)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    async with running(two_owner_gateway(tmp_path)) as gw:
+        alice, bob = await gw.client(ALICE), await gw.client(BOB)
+        a = await start(alice, tmp_path / "work")
+        b = await start(bob, tmp_path / "work")
+        env_a = await shell(gw, ALICE, a["session_id"], "env")
+        assert PG_SECRET not in env_a and AWS_SECRET not in env_a and "ACP_GATEWAY" not in env_a
+        homes = gw.state_dir / "homes"
+        home_a = await shell(gw, ALICE, a["session_id"], 'echo "$HOME"; echo "$XDG_STATE_HOME"')
+        home_b = await shell(gw, BOB, b["session_id"], 'echo "$HOME"')
+        assert home_a.splitlines()[0] == str(homes / owner_dir_name("alice"))
+        assert home_a.splitlines()[1] == str(homes / owner_dir_name("alice") / ".local" / "state")
+        assert home_b.strip() == str(homes / owner_dir_name("bob"))
+        assert oct(os.stat(homes / owner_dir_name("alice")).st_mode & 0o777) == "0o700"
+        await alice.close()
+        await bob.close()
+
+
+async def test_a_hard_link_is_refused_for_reading_and_writing(tmp_path: Path) -> None:
+    async with running(two_owner_gateway(tmp_path)) as gw:
+        alice = await gw.client(ALICE)
+        outside = tmp_path / "outside.txt"
+        outside.write_text("every owner's token\n")
+        os.link(outside, tmp_path / "work" / "hl")
+        view = await start(alice, tmp_path / "work")
+        read = await said(gw, ALICE, view["session_id"], "/read hl")
+        assert "error -32602" in read and "rule hard_link" in read and "token" not in read
+        written = await said(gw, ALICE, view["session_id"], "/write hl overwritten")
+        assert "error -32602" in written and "hard_link" in written
+        assert outside.read_text() == "every owner's token\n"
+        assert "ok" in await said(gw, ALICE, view["session_id"], "/write fresh.txt mine")  # one link: fine
+        await alice.close()
+
+
+async def test_a_workspace_swapped_for_a_link_moves_nothing(tmp_path: Path) -> None:
+    async with running(two_owner_gateway(tmp_path)) as gw:
+        alice = await gw.client(ALICE)
+        project, other = tmp_path / "work" / "alice" / "proj", tmp_path / "work" / "bob"
+        project.mkdir(parents=True)
+        other.mkdir()
+        (other / "secret.txt").write_text("bob's secret\n")
+        (project / "mine.txt").write_text("alice's\n")
+        view = await start(alice, project)
+        assert "alice's" in await said(gw, ALICE, view["session_id"], "/read mine.txt")
+        project.rename(project.with_name("proj_real"))  # the directory swapped for a link to another's
+        project.symlink_to(Path("..") / ".." / "bob")
+        for path in ("secret.txt", str(project / "secret.txt")):
+            answer = await said(gw, ALICE, view["session_id"], f"/read {path}")
+            assert "error" in answer and "bob's secret" not in answer, answer
+        await alice.close()
+
+
+async def test_a_store_outside_the_state_directory_is_the_gateways_own(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    data = tmp_path / "data"
+    data.mkdir()
+    gw = GatewayProcess(tmp_path / "state", agents, "--store", str(data / "gw.db"), "--default-agent", "ref")
+    async with running(gw):
+        client = await gw.client()
+        with pytest.raises(RpcCallError) as refused:
+            await start(client, data)
+        assert refused.value.code == -32011 and refused.value.data["rule"] == "contains_gateway_files"
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "db").symlink_to(data / "gw.db")
+        view = await start(client, work)
+        answer = await said(gw, None, view["session_id"], "/read db")
+        assert "error" in answer and "SQLite" not in answer, answer
+        await client.close()
