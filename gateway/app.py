@@ -145,6 +145,9 @@ class Gateway:
         if config.default_agent not in profiles:
             raise StartupError(f"default_agent {config.default_agent!r} has no profile; known: "
                                f"{', '.join(sorted(profiles))}")
+        if config.store and "://" in config.store and not config.cluster_secret:
+            raise StartupError("a PostgreSQL store needs `cluster_secret` in the configuration file (32 characters or "
+                               "more, the same on every node): it seals the commands nodes forward to each other")
         state_dir = prepare_state_dir(config)
         lock = StateDirLock(state_dir)
         lock.acquire()
@@ -162,6 +165,7 @@ class Gateway:
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
                                 lease_ttl=config.lease_ttl,
+                                cluster_secret=(config.cluster_secret or "").encode(),
                                 environ={k: v for k, v in os.environ.items()},
                                 **workspace_settings(config, state_dir, self.config_file))
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)

@@ -37,6 +37,9 @@ class ServeConfig(BaseModel):
     store: str | None = None
     node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # default: host name
     lease_ttl: float = Field(default=15.0, gt=0)  # seconds a cluster node's lease lasts without renewal
+    # Seals the commands cluster nodes forward to each other (the same on every node; required with a PostgreSQL
+    # store). Only here, in the configuration: never in the environment, which an unconfined agent can read.
+    cluster_secret: str | None = Field(default=None, min_length=32, repr=False)
     agents_dir: list[str] = Field(default_factory=list)
     token: str | None = Field(default=None, min_length=16)
     default_agent: str = "reference"

@@ -20,6 +20,7 @@ from gateway.client import GatewayClient
 from gateway.store import journal_frames
 
 TOKEN = "test-token-aaaaaaaaaaaaaaaa"
+CLUSTER_SECRET = "the-test-clusters-shared-secret-0123456789"
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"
 
 
@@ -64,8 +65,15 @@ class GatewayProcess:
                 "--agents-dir", str(self.agents_dir), *self.extra]
         if self.cli_token:
             argv += ["--token", self.cli_token]
-        if self.config:
-            argv += ["--config", str(self.config)]
+        config = self.config
+        if any(arg.startswith("postgresql://") for arg in self.extra):  # a cluster node: the nodes' shared secret
+            if config is None:
+                config = self.state_dir.parent / "cluster-secret.toml"
+                config.write_text(f'cluster_secret = "{CLUSTER_SECRET}"\n')
+            elif "cluster_secret" not in config.read_text():
+                config.write_text(f'cluster_secret = "{CLUSTER_SECRET}"\n' + config.read_text())
+        if config:
+            argv += ["--config", str(config)]
         return argv
 
     async def start(self) -> GatewayProcess:

@@ -15,6 +15,8 @@ from gateway.runtime.forwarding import Forwarder, TargetGone
 from gateway.store import open_store
 from gateway.store.postgres import PostgresStore
 
+SECRET = b"cluster-secret-for-the-forwarding-tests"
+
 
 class Node:
     def __init__(self, store: PostgresStore, name: str) -> None:
@@ -22,7 +24,7 @@ class Node:
         self.started = asyncio.Event()
         self.release = asyncio.Event()
         self.release.set()
-        self.forwarder = Forwarder(store, name, self.run, poll=0.2)
+        self.forwarder = Forwarder(store, name, self.run, SECRET, poll=0.2)
 
     async def run(self, request: dict[str, Any]) -> Any:
         self.ran.append(request)
@@ -82,3 +84,49 @@ async def test_a_caller_stops_waiting_when_its_target_is_gone(nodes: tuple[Node,
     with pytest.raises(TargetGone):
         await asyncio.wait_for(call, 5)
     b.release.set()
+
+
+async def test_a_forged_command_is_not_run_and_is_logged(nodes: tuple[Node, Node], pg_url: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Rows written straight into the table, as an agent that read the store's URL could: without a MAC, with a
+    wrong one, expired, or a sealed command inserted again after it ran. None of them runs; each is logged."""
+    import time
+
+    from gateway.command_seal import seal
+
+    _a, b = nodes
+    tool = await open_store(pg_url)
+    request = '{"method": "set_title", "owner": "bob", "session_id": "s-9", "args": {"title": "as bob"}}'
+    later, earlier = time.time() + 30, time.time() - 30
+
+    async def insert(command_id: str, mac: str | None, expires_at: float | None) -> None:
+        await tool.write("INSERT INTO commands (id, target, sender, request, state, mac, expires_at) VALUES "
+                         "(?, 'node-b', 'node-a', ?, 'pending', ?, ?)", (command_id, request, mac, expires_at))
+        await tool.write("SELECT pg_notify('acp_gateway_commands', 'command node-b')")
+
+    async def gone(command_id: str) -> None:  # the target took it and discarded it
+        while await tool.fetchone("SELECT 1 FROM commands WHERE id = ?", (command_id,)):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    caplog.set_level("WARNING")
+    await insert("c-nomac", None, None)
+    await insert("c-wrong", "0" * 64, later)
+    await insert("c-old", seal(SECRET, "c-old", "node-b", "node-a", request, earlier), earlier)
+    await insert("c-othersecret", seal(b"x" * 40, "c-othersecret", "node-b", "node-a", request, later), later)
+    for command_id in ("c-nomac", "c-wrong", "c-old", "c-othersecret"):
+        await asyncio.wait_for(gone(command_id), 10)
+    assert b.ran == []
+    # a sealed command runs once; the same row inserted again is a replay
+    await insert("c-good", seal(SECRET, "c-good", "node-b", "node-a", request, later), later)
+    await asyncio.wait_for(b.started.wait(), 10)
+    while await tool.fetchone("SELECT state FROM commands WHERE id = 'c-good' AND state = 'pending'"):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await tool.write("DELETE FROM commands WHERE id = 'c-good'")
+    await insert("c-good", seal(SECRET, "c-good", "node-b", "node-a", request, later), later)
+    await asyncio.wait_for(gone("c-good"), 10)
+    assert [r["args"]["title"] for r in b.ran] == ["as bob"]  # the sealed one, once
+    said = caplog.text
+    for command_id, why in (("c-nomac", "no_mac"), ("c-wrong", "bad_mac"), ("c-old", "expired"),
+                            ("c-othersecret", "bad_mac"), ("c-good", "replayed")):
+        assert f"forwarded command {command_id} (from 'node-a') not run: {why}" in said, said
+    await tool.close()

@@ -6,8 +6,8 @@ replays the history before answering) and `session/resume` (no replay) work acro
 
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
 at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
-`/tool`, `/sh CMD` (its own shell), `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`, `/unknown-update`, `/sleep S`, `/mode M`
-(the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
+`/tool`, `/sh CMD` (its own shell), `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`,
+`/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
 shapes), slash commands (`available_commands_update` after every session set-up) and usage (`usage_update`

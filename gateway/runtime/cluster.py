@@ -42,7 +42,8 @@ def node_name(configured: str | None) -> str:
 
 class Cluster:
     def __init__(self, store: StoreBase, node: str, lease_ttl: float,
-                 on_lost: Callable[[str], Awaitable[None]], roots: Mapping[str, list[str]] | None = None) -> None:
+                 on_lost: Callable[[str], Awaitable[None]], roots: Mapping[str, list[str]] | None = None,
+                 secret: bytes = b"") -> None:
         self.store = store if isinstance(store, PostgresStore) else None
         self.enabled = self.store is not None
         self.node = node
@@ -54,6 +55,7 @@ class Cluster:
         self._lost: set[asyncio.Task[None]] = set()
         self.lease_failure: str | None = None  # the last renewal's fault, for /healthz
         self.roots = dict(roots or {})  # where this node may run sessions: {"*": [...], owner: [...]}
+        self.secret = secret  # seals the commands this node forwards, and checks those sent to it
 
     async def prepare(self) -> None:
         """Before recovery: this node is registered, and the leases of nodes that ran on this machine and died (this
@@ -70,7 +72,7 @@ class Cluster:
     async def start(self, run_forwarded: Handler) -> None:
         if self.store is None:
             return
-        self.forwarder = Forwarder(self.store, self.node, run_forwarded)
+        self.forwarder = Forwarder(self.store, self.node, run_forwarded, self.secret)
         await self.forwarder.start()
         self._renewing = asyncio.ensure_future(self._renew_forever())
 

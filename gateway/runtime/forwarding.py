@@ -1,9 +1,11 @@
 """Forwarding commands between the nodes of a cluster (DESIGN §10): a call on one node, run on another.
 
-`Forwarder.call` sends a request to a node and waits for its answer: the result, or the GatewayError the other
-node answered (code, message and data as they were). It stops waiting, with a clear error, when `still_there`
-says the target is gone (its lease on the session expired: it died mid-call). The same forwarder runs what is
-sent to this node with `run`, each request once, however often it is woken. Rows in the store carry the requests
+Every command is sealed with the cluster secret and checked before it runs (`command_seal`): a row someone else
+wrote into the table is discarded and logged. `Forwarder.call` sends a request to a node and waits for its answer:
+the result, or the GatewayError the other node answered (code, message and data as they were). It stops waiting,
+with a clear error, when `still_there` says the target is gone (its lease on the session expired: it died
+mid-call). The same forwarder runs what is sent to this node with `run`, each request once, however often it is
+woken. Rows in the store carry the requests
 (`CommandRepo`); NOTIFY wakes both sides and a poll stands behind it.
 """
 
@@ -12,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
+from ..command_seal import SeenCommands, judge
 from ..errors import GatewayError, unexpected
 from ..store.commands import COMMANDS_CHANNEL
 from ..store.postgres import PostgresStore
@@ -29,9 +35,11 @@ class TargetGone(Exception):
 
 
 class Forwarder:
-    def __init__(self, store: PostgresStore, node: str, run: Handler, poll: float = 0.5) -> None:
+    def __init__(self, store: PostgresStore, node: str, run: Handler, secret: bytes, poll: float = 0.5) -> None:
         self.store = store
         self.node = node
+        self.secret = secret
+        self.seen = SeenCommands()
         self.run = run
         self.poll = poll
         self._commands = asyncio.Event()
@@ -64,7 +72,7 @@ class Forwarder:
     # -- sending -----------------------------------------------------------------------------------------------
     async def call(self, target: str, request: dict[str, Any],
                    still_there: Callable[[], Awaitable[bool]] | None = None) -> Any:
-        command_id = await self.store.commands.submit(target, self.node, request)
+        command_id = await self.store.commands.submit(target, self.node, request, self.secret)
         woken = self._answers[command_id] = asyncio.Event()
         try:
             while True:
@@ -94,8 +102,15 @@ class Forwarder:
             except Exception as exc:
                 log.warning("claiming forwarded commands failed (retrying): %s", exc)
                 claimed = []
-            for command_id, sender, request in claimed:
-                task = asyncio.ensure_future(self._run_one(command_id, sender, request))
+            for command in claimed:
+                refused = judge(self.secret, command.id, command.target, command.sender, command.request,
+                                command.mac, command.expires_at, time.time(), self.seen)
+                if refused is not None or command.target != self.node:
+                    log.warning("forwarded command %s (from %r) not run: %s", command.id, command.sender,
+                                refused or "addressed to another node")
+                    await self.store.commands.discard(command.id)
+                    continue
+                task = asyncio.ensure_future(self._run_one(command.id, command.sender, orjson.loads(command.request)))
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
             if not claimed:

@@ -8,10 +8,13 @@ Notifications are wake-ups only: both sides also poll. bench/pg_forwarding.py me
 
 from __future__ import annotations
 
+import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+
+from ..command_seal import TTL, seal
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
@@ -19,26 +22,45 @@ if TYPE_CHECKING:
 COMMANDS_CHANNEL = "acp_gateway_commands"  # payload: "command <target>" or "answer <sender> <id>"
 
 
+class Claimed(NamedTuple):
+    """A command as its row says it: what the seal is checked against before anything of it is believed."""
+
+    id: str
+    target: str
+    sender: str
+    request: str  # the JSON as stored (the seal covers these bytes)
+    mac: str | None
+    expires_at: float | None
+
+
 class CommandRepo:
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
 
-    async def submit(self, target: str, sender: str, request: dict[str, Any]) -> str:
+    async def submit(self, target: str, sender: str, request: dict[str, Any], secret: bytes) -> str:
         command_id = f"c-{uuid.uuid4().hex}"
+        body = orjson.dumps(request).decode()
+        expires_at = time.time() + TTL
+        mac = seal(secret, command_id, target, sender, body, expires_at)
         async with self.store.transaction() as tx:
-            await tx.execute("INSERT INTO commands (id, target, sender, request, state) VALUES (?, ?, ?, ?, 'pending')",
-                             (command_id, target, sender, orjson.dumps(request).decode()))
+            await tx.execute("INSERT INTO commands (id, target, sender, request, state, mac, expires_at) "
+                             "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+                             (command_id, target, sender, body, mac, expires_at))
             await tx.execute("SELECT pg_notify(?, ?)", (COMMANDS_CHANNEL, f"command {target}"))
         return command_id
 
-    async def claim(self, target: str, limit: int = 16) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, sender, request) of pending commands for `target`, now running: each is claimed once."""
+    async def claim(self, target: str, limit: int = 16) -> list[Claimed]:
+        """The pending commands for `target`, now running: each is claimed once."""
         async with self.store.transaction() as tx:
             rows = await tx.fetchall(
                 "UPDATE commands SET state = 'running' WHERE id IN (SELECT id FROM commands WHERE target = ? AND "
-                "state = 'pending' ORDER BY created_at FOR UPDATE SKIP LOCKED LIMIT ?) RETURNING id, sender, request",
-                (target, limit))
-        return [(command_id, sender, orjson.loads(request)) for command_id, sender, request in rows]
+                "state = 'pending' ORDER BY created_at FOR UPDATE SKIP LOCKED LIMIT ?) "
+                "RETURNING id, target, sender, request, mac, expires_at", (target, limit))
+        return [Claimed(*row) for row in rows]
+
+    async def discard(self, command_id: str) -> None:
+        """A command refused (its seal did not verify): removed, never answered."""
+        await self.store.write("DELETE FROM commands WHERE id = ?", (command_id,))
 
     async def answer(self, command_id: str, sender: str, answer: dict[str, Any]) -> None:
         async with self.store.transaction() as tx:

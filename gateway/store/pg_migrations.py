@@ -214,4 +214,9 @@ PG_MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN name TEXT;
     CREATE UNIQUE INDEX sessions_by_name ON sessions(owner, name) WHERE name IS NOT NULL
     """,
+    # 9: a forwarded command's seal (gateway.runtime.command_seal): its MAC and expiry, without which it is not run
+    """
+    ALTER TABLE commands ADD COLUMN mac TEXT;
+    ALTER TABLE commands ADD COLUMN expires_at DOUBLE PRECISION
+    """,
 ]
