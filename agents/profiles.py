@@ -77,6 +77,17 @@ class PromptCapabilities(BaseModel):
         return {"image": self.image, "audio": self.audio, "embeddedContext": self.embedded_context}
 
 
+class ResourceLimits(BaseModel):
+    """rlimits an agent runs under (bytes, counts); unset: the gateway's own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    address_space: int | None = Field(default=None, gt=0)
+    processes: int | None = Field(default=None, gt=0)
+    file_size: int | None = Field(default=None, gt=0)
+    open_files: int | None = Field(default=None, gt=0)
+
+
 class AgentProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -104,6 +115,12 @@ class AgentProfile(BaseModel):
     # ("profile"); and files copied into a new home (relative path in the home -> an absolute source file).
     home: Literal["owner", "profile"] = "owner"
     home_seed: dict[str, str] = Field(default_factory=dict)
+    # Its sandbox (none: the gateway's setting), its network inside one, what it may read besides the system's
+    # directories and its command's prefix (a private Node prefix, say), and its resource limits.
+    sandbox: Literal["none", "bwrap"] | None = None
+    network: Literal["host", "none"] = "host"
+    sandbox_read: list[str] = Field(default_factory=list)
+    limits: ResourceLimits = Field(default_factory=lambda: ResourceLimits())
     source: str = Field(default="", exclude=True)
 
     @field_validator("command")
@@ -130,6 +147,13 @@ class AgentProfile(BaseModel):
                 raise ValueError(f"{relative!r}: a path relative to the home, without '..'")
             if not os.path.isabs(source):
                 raise ValueError(f"{relative!r}: the source must be an absolute path")
+        return value
+
+    @field_validator("sandbox_read")
+    @classmethod
+    def _reads_absolute(cls, value: list[str]) -> list[str]:
+        if not all(os.path.isabs(d) for d in value):
+            raise ValueError("each must be an absolute path")
         return value
 
     @field_validator("additional_directories")

@@ -25,7 +25,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from agents.profiles import AgentProfile, default_state_dir, load_profiles
 
-from . import __version__, metrics
+from . import __version__, confinement, metrics
 from .acp_server import AcpConnection, EdgeInfo
 from .config import ServeConfig
 from .errors import is_storage_error
@@ -138,6 +138,7 @@ class Gateway:
         self.out = out
         self.instance_id = f"g-{uuid.uuid4().hex[:12]}"
         self.stopped = asyncio.Event()
+        self.unconfined = False  # several owners' agents without a sandbox (allow_unconfined_agents)
 
     async def run(self) -> None:
         config = self.config
@@ -145,6 +146,14 @@ class Gateway:
         if config.default_agent not in profiles:
             raise StartupError(f"default_agent {config.default_agent!r} has no profile; known: "
                                f"{', '.join(sorted(profiles))}")
+        refused = confinement.refusal(config, profiles) or confinement.sandbox_unavailable(config,
+                                                                                          profiles.values())
+        if refused is not None:
+            raise StartupError(refused)
+        self.unconfined = len(confinement.owners_of(config)) > 1 and bool(confinement.unconfined(config, profiles))
+        if self.unconfined:
+            log.warning("agents run unconfined for %d owners (allow_unconfined_agents): each owner's agent can read "
+                        "the others' work; see docs/security.md", len(confinement.owners_of(config)))
         if config.store and "://" in config.store and not config.cluster_secret:
             raise StartupError("a PostgreSQL store needs `cluster_secret` in the configuration file (32 characters or "
                                "more, the same on every node): it seals the commands nodes forward to each other")
@@ -164,7 +173,7 @@ class Gateway:
                                 initialize_timeout=config.initialize_timeout,
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
-                                lease_ttl=config.lease_ttl,
+                                lease_ttl=config.lease_ttl, sandbox=config.sandbox,
                                 cluster_secret=(config.cluster_secret or "").encode(),
                                 environ={k: v for k, v in os.environ.items()},
                                 **workspace_settings(config, state_dir, self.config_file))
@@ -176,7 +185,8 @@ class Gateway:
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
                                    ui=ui_pages(ui_files(), metrics.exposition), outbox_limit=config.outbox_limit,
                                    outbox_limit_bytes=config.outbox_limit_bytes,
-                                   health=lambda: node_fault(store, sessions), healthy=lambda: node_ok(store, sessions),
+                                   health=lambda: node_fault(store, sessions),
+                                healthy=lambda: node_ok(store, sessions, self.unconfined),
                                    max_connections_per_owner=config.max_connections_per_owner,
                                    acp=acp_endpoint(sessions, bus, profiles, config.default_agent))
             self.sessions, self.server, self.store = sessions, server, store
@@ -185,6 +195,8 @@ class Gateway:
             metrics.gauge("acp_gateway_connections", "Open WebSocket connections", lambda: len(server.connections))
             metrics.gauge("acp_gateway_events_committed", "Events committed to the journal since start",
                           lambda: bus.committed)
+            metrics.gauge("acp_gateway_unconfined_agents", "1 while several owners' agents run unconfined "
+                          "(allow_unconfined_agents)", lambda: 1 if self.unconfined else 0)
             metrics.gauge("acp_gateway_store_healthy", "1 while the store accepts writes, 0 after a refused one",
                           lambda: 0 if store.health() else 1)
             await server.start()
@@ -265,10 +277,10 @@ def node_fault(store: StoreBase, sessions: SessionManager) -> str | None:
     return None
 
 
-def node_ok(store: StoreBase, sessions: SessionManager) -> str:
-    if not sessions.cluster.enabled:
-        return "ok"
-    return f"ok: node {sessions.cluster.node}, {len(sessions.cluster.held)} session lease(s) held, {store.kind} store"
+def node_ok(store: StoreBase, sessions: SessionManager, unconfined: bool = False) -> str:
+    said = "ok" if not sessions.cluster.enabled else (
+        f"ok: node {sessions.cluster.node}, {len(sessions.cluster.held)} session lease(s) held, {store.kind} store")
+    return said + ("; agents unconfined for several owners (allow_unconfined_agents)" if unconfined else "")
 
 
 def serve_command(config: ServeConfig, config_file: Path | None = None) -> int:

@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
     serve.add_argument("--log-format", choices=["text", "json"], help="json: one object a line, with session_id, "
                        "agent and each restore's plan, attempts and outcome as fields (default text)")
+    serve.add_argument("--sandbox", choices=["none", "bwrap"], help="confine agents' own processes: bwrap runs each "
+                       "under bubblewrap (default none; docs/security.md)")
+    serve.add_argument("--allow-unconfined-agents", action="store_true", default=None,
+                       help="serve several owners with agents unconfined (each could read the others' work)")
     serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
@@ -253,7 +257,7 @@ def _serve(args: argparse.Namespace) -> int:
         "host": args.host, "port": args.port, "state_dir": args.state_dir, "agents_dir": args.agents_dir,
         "token": args.token or os.environ.get("ACP_GATEWAY_TOKEN") or None, "default_agent": args.default_agent,
         "workspace_roots": args.workspace_roots, "log_format": args.log_format, "store": args.store,
-        "node_id": args.node_id,
+        "node_id": args.node_id, "sandbox": args.sandbox, "allow_unconfined_agents": args.allow_unconfined_agents,
     }
     try:
         config = load_config(args.config, overrides)

@@ -57,6 +57,11 @@ class ServeConfig(BaseModel):
     max_live_sessions_per_owner: int = Field(default=32, ge=1)
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
+    # How agents' own processes are confined (docs/security.md): "none", or "bwrap" (bubblewrap: a sandbox per agent
+    # showing it only its workspace, its owner's agent home and the system). A profile may choose its own.
+    sandbox: Literal["none", "bwrap"] = "none"
+    # Several owners' agents under one unconfined OS user can read each other's work: refused unless accepted here.
+    allow_unconfined_agents: bool = False
     workspace_roots: list[str] = Field(default_factory=list)  # where sessions may run; empty: the user's home
     # A stdio MCP server is a command this host runs for the agent: frontends may give one only where allowed
     allow_stdio_mcp_servers: bool = False

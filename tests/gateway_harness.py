@@ -135,7 +135,10 @@ def two_owner_gateway(tmp_path: Path, config: str = "", bob: str = "") -> Gatewa
     (tmp_path / "work").mkdir()
     reference_profile(agents, tmp_path / "agent-state", "ref")
     path = tmp_path / "gw.toml"
-    path.write_text(f'{config}[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+    # Two owners, agents unconfined: accepted here (the tests of confinement say what that means, and use bwrap).
+    unconfined = ("" if "sandbox" in config or "allow_unconfined_agents" in config
+                  else "allow_unconfined_agents = true\n")
+    path.write_text(f'{unconfined}{config}[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
                     f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n{bob}')
     return GatewayProcess(tmp_path / "state", agents, token=None, config=path)
 

@@ -33,7 +33,7 @@ def env(tmp_path: Path) -> dict[str, Path]:
     reference_profile(a, s, "load-exit", "--no-resume", "--fault-once", "session/load=exit_mid_replay")
     config = tmp_path / "gw.toml"
     config.write_text(f'request_timeout = 1.0\ninitialize_timeout = 1.0\nmax_live_sessions_per_owner = 3\n'
-                      f'max_connections_per_owner = 6\noutbox_limit = 20\n'
+                      f'max_connections_per_owner = 6\noutbox_limit = 20\nallow_unconfined_agents = true\n'
                       f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
                       f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
     p["config"] = config

@@ -6,7 +6,7 @@ replays the history before answering) and `session/resume` (no replay) work acro
 
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
 at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
-`/tool`, `/sh CMD` (its own shell), `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`,
+`/tool`, `/sh CMD` (its own shell), `/fill BYTES`, `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`,
 `/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
@@ -624,6 +624,11 @@ class ReferenceAgent:
                 sys.stderr.write(f"{self.config.fault_reason}\n")
                 sys.stderr.flush()
             raise RpcError(INTERNAL_ERROR, "the reference agent failed this turn as asked")
+        elif word == "/fill":  # the agent itself writes BYTES to a file (a resource limit's test)
+            with open(os.path.join(session.cwd, "fill.bin"), "wb") as out:
+                for _ in range((int(args[0]) if args else 1 << 20) // 65536 + 1):
+                    out.write(b"\0" * 65536)
+            await self._message(session, "filled")
         elif word == "/sh":  # the agent's own shell tool, as every real coding agent has: no ACP call involved
             return await self._shell(session, rest)
         elif word == "/plan":  # a plan of the given steps (default two), the first done

@@ -13,12 +13,15 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import agents as agents_package
 from acp import mcp
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
@@ -31,7 +34,7 @@ from agents.profiles import AgentProfile
 from .. import metrics
 from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
 from ..store import SessionRow, StoreBase
-from . import reaper, workspace
+from . import reaper, sandbox, workspace
 from .broker import PermissionBroker
 from .cluster import Cluster
 from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
@@ -91,6 +94,30 @@ def check_resumable(row: SessionRow, settings: Settings) -> None:
         raise not_resumable(row.id, row.state, f"session {row.id} is {row.state} and cannot be resumed; "
                             "start a new session")
     check_workspace(settings, row.owner, row.id, row.cwd)
+
+
+BWRAP, PRLIMIT = shutil.which("bwrap"), shutil.which("prlimit")
+
+
+def limit_said(live: LiveSession) -> str:
+    """`: it hit its file_size limit (…)` when the agent's exit says it ran into one of its profile's limits."""
+    limits = sandbox.Limits(**live.profile.limits.model_dump())
+    hit = sandbox.limit_hit(live.client.process.returncode, live.client.process.stderr.tail_lines(20), limits)
+    if hit is None:
+        return ""
+    value = getattr(limits, hit, None)
+    return (f": it hit its {hit} limit" + (f" (limits.{hit} = {value} in profile {live.profile.id!r})"
+                                           if value is not None else ""))
+
+
+def sandbox_reads(profile: AgentProfile, program: str) -> list[str]:
+    """What an agent's sandbox shows it read-only besides the system: its command's prefix (a private Node, a
+    venv), the gateway's own Python and code (the shipped Python agents run on them), and its profile's list."""
+    real = Path(os.path.realpath(program))
+    reads = [str(real.parent.parent)]
+    if real == Path(os.path.realpath(sys.executable)) or program == sys.executable:
+        reads += [sys.prefix, sys.base_prefix, str(Path(agents_package.__file__).resolve().parent.parent)]
+    return [*dict.fromkeys([*reads, *profile.sandbox_read])]
 
 
 def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) -> list[str]:
@@ -184,7 +211,7 @@ class Launcher:
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
             row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
-        argv = agent_argv(profile.argv(token, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
+        argv = self._command(profile, row, config, env, home, token)
         try:
             client = await AcpClient.launch(
                 argv, cwd=row.cwd, env=env, on_update=on_update,
@@ -306,6 +333,29 @@ class Launcher:
             await self.writer.apply(row, SessionEvent.READY)
         return LaunchResult(True, restore=result, how=how)
 
+    def _command(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
+                 home: Path, token: str | None) -> list[str]:
+        """The agent's command line: under bubblewrap where its profile or the gateway says so (its workspace, its
+        additional directories and its owner's home writable; the gateway's own files masked; rlimits applied),
+        else under the parent-death signal alone."""
+        argv = profile.argv(token, str(self.settings.state_dir))
+        limits = sandbox.Limits(**profile.limits.model_dump())
+        if (profile.sandbox or self.settings.sandbox) != "bwrap":
+            bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
+            return [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
+        program = shutil.which(argv[0], path=env.get("PATH", os.defpath)) or argv[0]
+        directories = [d for d in config.additional_directories
+                       if directory_refusal(self.settings, row.owner, d) is None]
+        protected = [str(p) for p in self.settings.protected_paths]
+        plan = sandbox.SandboxPlan(
+            command=[program, *argv[1:]], cwd=row.cwd, writable=[row.cwd, *directories], home=str(home),
+            readable=sandbox_reads(profile, program), system=sandbox.system_directories(),
+            masked_dirs=[p for p in protected if os.path.isdir(p)],
+            masked_files=[p for p in protected if not os.path.isdir(p)],
+            network=profile.network, uid=sandbox.owner_uid(row.owner))
+        wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap")
+        return [PRLIMIT, *limits.prlimit_args(), "--", *wrapped] if limits.prlimit_args() and PRLIMIT else wrapped
+
     async def fail_first_launch(self, row: SessionRow, reason: str) -> None:
         """The first launch failed before the agent made a session (initialize or session/new): the session is
         FAILED with the cause, not left waiting for input it could never take."""
@@ -397,7 +447,7 @@ class Launcher:
         with contextlib.suppress(TimeoutError):  # what it wrote as it exited is still in the pipe
             await asyncio.wait_for(live.client.process.stderr_tail(), 2.0)
         await self.writer.apply(live.row, None, error_message=(
-            f"agent process exited (status {live.client.process.returncode})"
+            f"agent process exited (status {live.client.process.returncode})" + limit_said(live)
             + stderr_said(live.client.process, live.profile, live.config.secrets())))
 
     async def stop(self, live: LiveSession, status: str) -> None:

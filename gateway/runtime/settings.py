@@ -31,6 +31,7 @@ class Settings:
     # without renewal (a dead node's sessions can be taken over after it)
     node: str = ""
     lease_ttl: float = 15.0
+    sandbox: str = "none"  # "none" or "bwrap", for profiles that do not choose (gateway.runtime.sandbox)
     cluster_secret: bytes = b""  # seals forwarded commands (gateway.command_seal); from the configuration only
     # Whether a frontend may give a session a stdio MCP server (a command this host runs): everyone's, and per owner
     allow_stdio_mcp_servers: bool = False

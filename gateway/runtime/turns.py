@@ -25,6 +25,7 @@ from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
 from .commands import Command, Decision, decide
 from .diagnosis import stderr_said
+from .launcher import limit_said
 from .live import LiveSession
 from .resume_context import render_resume_context
 from .states import SessionEvent, SessionState
@@ -142,7 +143,7 @@ class TurnRunner:
             if live.stopping:
                 return TurnEnd("cancelled", error=str(exc))
             scrubber = live.config.scrubber()  # an agent's error may repeat a secret it was given
-            message = scrubber.text(f"agent {agent!r} failed the turn: {exc.message}") + stderr_said(
+            message = scrubber.text(f"agent {agent!r} failed the turn: {exc.message}") + limit_said(live) + stderr_said(
                 live.client.process, live.profile, live.config.secrets(), since=stderr_mark)
             said = scrubber.value(exc.to_dict())
             return TurnEnd(None, said, message, agent_failed(row.id, agent, message, said, False))
@@ -151,7 +152,10 @@ class TurnRunner:
                 return TurnEnd("cancelled", error=str(exc))
             await self._on_agent_gone(live)
             await live.client.process.stderr_tail()
-            message = (f"agent {agent!r} exited during the turn ({exc}); the session is kept: resume it to continue"
+            with contextlib.suppress(TimeoutError):  # how it ended names a limit it hit
+                await asyncio.wait_for(live.client.process.wait(), 2.0)
+            message = (f"agent {agent!r} exited during the turn ({exc}){limit_said(live)}; the session is kept: "
+                       "resume it to continue"
                        + stderr_said(live.client.process, live.profile, live.config.secrets(), since=stderr_mark))
             return TurnEnd(None, {"message": message}, message, agent_failed(row.id, agent, message, None, True))
         except Exception as exc:

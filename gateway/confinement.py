@@ -1,0 +1,51 @@
+"""Whether the gateway may serve with the agents' confinement it is configured for: decided at `serve`, before
+anything is opened. Several owners whose agents run unconfined under one OS user can read each other's work, so
+that is refused unless accepted; a sandbox that cannot start here is a start-up error, never a silent fallback."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+
+from agents.profiles import AgentProfile
+
+from .config import ServeConfig
+
+
+def owners_of(config: ServeConfig) -> set[str]:
+    """The owners the configuration names (`token` is the owner `default`'s)."""
+    return {e.owner for e in config.auth.tokens} | ({"default"} if config.token else set())
+
+
+def unconfined(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> list[str]:
+    """The profiles whose agents would run with no sandbox."""
+    return sorted(p.id for p in profiles.values() if (p.sandbox or config.sandbox) == "none")
+
+
+def refusal(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> str | None:
+    """Why `serve` must not start with this confinement, or None."""
+    owners = owners_of(config)
+    loose = unconfined(config, profiles)
+    if len(owners) > 1 and loose and not config.allow_unconfined_agents:
+        return (f"{len(owners)} owners are configured and agents run unconfined (sandbox = \"none\"; profiles "
+                f"{', '.join(loose)}): each owner's agent could read the others' sessions and workspaces. Set "
+                "sandbox = \"bwrap\" (docs/security.md), or accept the risk with --allow-unconfined-agents "
+                "(allow_unconfined_agents = true)")
+    return None
+
+
+def sandbox_unavailable(config: ServeConfig, profiles: Iterable[AgentProfile]) -> str | None:
+    """Why bubblewrap cannot run here when some agent is to run under it (missing, or no user namespaces)."""
+    if config.sandbox != "bwrap" and not any(p.sandbox == "bwrap" for p in profiles):
+        return None
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "sandbox \"bwrap\" needs bubblewrap: install it (Debian: apt-get install bubblewrap)"
+    trial = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "10000",
+                            "--gid", "10000", "--proc", "/proc", "--dev", "/dev", "--", "true"],
+                           capture_output=True, text=True, timeout=30)
+    if trial.returncode != 0:
+        return (f"sandbox \"bwrap\" cannot start here: {trial.stderr.strip() or f'status {trial.returncode}'} "
+                "(it needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1)")
+    return None

@@ -1,0 +1,238 @@
+"""Agents under bubblewrap (`sandbox = "bwrap"`): an owner's agent, through its own shell, sees its workspace, its
+home and the system — not the gateway's state, configuration or store, not another owner's workspace or home, not
+the gateway's environment — and dies with the gateway. The same attempts under `none` succeed (so these tests can
+fail). Also: the command line itself, by table; which limit an agent hit; serve's refusal of unconfined owners."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway.client import GatewayClient, RpcCallError
+from gateway.runtime.sandbox import Limits, SandboxPlan, bwrap_argv, limit_hit, owner_uid
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, running, two_owner_gateway
+
+PG_SECRET = "dummy-pg-password-for-the-sandbox-4711"
+
+
+def plan(**change: object) -> SandboxPlan:
+    fields: dict[str, object] = {
+        "command": ["/usr/bin/agent", "--acp"], "cwd": "/work/alice/p", "writable": ["/work/alice/p", "/data/x"],
+        "home": "/state/homes/alice", "readable": ["/opt/node", "/srv/venv"], "masked_dirs": ["/state"],
+        "masked_files": ["/etc/acp-gateway/gateway.toml", "/srv/venv/gw.db"],
+        "system": [("/usr", None), ("/etc", None), ("/opt", None), ("/bin", "usr/bin")], "uid": 12345}
+    fields.update(change)
+    return SandboxPlan(**fields)  # type: ignore[arg-type]
+
+
+def pairs(argv: list[str], flag: str, width: int = 2) -> list[tuple[str, ...]]:
+    return [tuple(argv[i + 1:i + 1 + width]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_the_command_line_shows_only_what_it_should() -> None:
+    argv = bwrap_argv(plan())
+    assert argv[:4] == ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    assert argv[argv.index("--"):] == ["--", "/usr/bin/agent", "--acp"]
+    assert ("--uid", "12345") == tuple(argv[argv.index("--uid"):argv.index("--uid") + 2])
+    assert "--share-net" in argv
+    assert pairs(argv, "--ro-bind") == [
+        ("/usr", "/usr"), ("/etc", "/etc"), ("/opt", "/opt"), ("/srv/venv", "/srv/venv"),
+        ("/dev/null", "/etc/acp-gateway/gateway.toml"), ("/dev/null", "/srv/venv/gw.db")]
+    assert ("usr/bin", "/bin") in pairs(argv, "--symlink")  # a merged /usr, as on the host
+    assert pairs(argv, "--bind") == [("/work/alice/p", "/work/alice/p"), ("/data/x", "/data/x"),
+                                     ("/state/homes/alice", "/state/homes/alice")]
+    # the state directory is not under a bound directory: absent anyway, so not masked; /opt/node is within /opt
+    assert ("/state",) not in pairs(argv, "--tmpfs", 1) and ("/opt/node", "/opt/node") not in pairs(argv, "--ro-bind")
+    inside = bwrap_argv(plan(masked_dirs=["/etc/acp-gateway"]))
+    assert ("/etc/acp-gateway",) in pairs(inside, "--tmpfs", 1)
+    # masks come after the read-only binds they hide in, and before the writable binds (the home is in the state)
+    assert inside.index("/etc/acp-gateway") < inside.index("--bind")
+    assert "--share-net" not in bwrap_argv(plan(network="none"))
+
+
+# (how it ended, what it said, its limits) -> the limit named
+LIMITS: list[tuple[int | None, list[str], Limits, str | None]] = [
+    (-signal.SIGXFSZ, [], Limits(file_size=1), "file_size"),
+    (1, ["OSError: [Errno 24] Too many open files"], Limits(open_files=64), "open_files"),
+    (1, ["OSError: [Errno 24] Too many open files"], Limits(), None),  # not a limit it was given
+    (1, ["MemoryError"], Limits(address_space=1 << 30), "address_space"),
+    (134, ["FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory"],
+     Limits(address_space=1 << 30), "address_space"),
+    (1, ["BlockingIOError: [Errno 11] Resource temporarily unavailable"], Limits(processes=32), "processes"),
+    (0, [], Limits(processes=32), None),
+    (-signal.SIGKILL, [], Limits(processes=32), None),
+]
+
+
+@pytest.mark.parametrize(("returncode", "stderr", "limits", "expected"), LIMITS)
+def test_the_limit_an_agent_hit_is_named(returncode: int | None, stderr: list[str], limits: Limits,
+                                         expected: str | None) -> None:
+    assert limit_hit(returncode, stderr, limits) == expected
+
+
+def reference_without_state(agents: Path, agent_id: str, extra: str = "") -> None:
+    """The reference agent keeping its sessions where it would on its own: in its agent home."""
+    command = [sys.executable, "-m", "agents.reference"]
+    (agents / f"{agent_id}.toml").write_text(f'id = "{agent_id}"\ncommand = {orjson.dumps(command).decode()}\n'
+                                            f"native_session_resume = true\n{extra}")
+
+
+async def shell(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:
+    client = await gw.client(token)
+    try:
+        await client.call("task.session.subscribe", {"session_id": sid})
+        await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/sh {command}"})
+        said: list[str] = []
+        while True:
+            event = (await client.next_notification(20))["params"]
+            update = event["data"].get("update") or {} if event["type"] == "session_update" else {}
+            if update.get("sessionUpdate") == "agent_message_chunk":
+                said.append(update["content"]["text"])
+            elif event["type"] == "turn_ended":
+                return "".join(said)
+    finally:
+        await client.close()
+
+
+async def start(client: GatewayClient, cwd: Path) -> str:
+    cwd.mkdir(parents=True, exist_ok=True)
+    view = await client.call("task.session.start", {"agent": "sref", "cwd": str(cwd), "wait_ready": True})
+    assert view["state"] == "WAITING_FOR_INPUT", view["error_message"]
+    return str(view["session_id"])
+
+
+ATTEMPTS = {  # what owner B's agent tries, through its own shell: each must fail under bwrap
+    "the state database": "cat {state}/gateway.db | head -c 16",
+    "the configuration": "cat {config}",
+    "owner A's workspace": "ls {work_a}; cat {work_a}/notes.txt",
+    "owner A's agent home": "cat {home_a}/.secret",
+    "the gateway's environment": "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {pg} || true",
+    "writing outside": "echo x > {outside}/dropped; echo x > /etc/dropped && echo wrote-etc",
+}
+
+
+async def attempts(gw: GatewayProcess, tmp_path: Path, sid_b: str) -> dict[str, str]:
+    from gateway.runtime.homes import owner_dir_name
+
+    where = {"state": gw.state_dir, "config": tmp_path / "gw.toml", "work_a": tmp_path / "work" / "alice",
+             "home_a": gw.state_dir / "homes" / owner_dir_name("alice"), "pg": PG_SECRET, "outside": tmp_path}
+    return {what: await shell(gw, BOB, sid_b, command.format(**where)) for what, command in ATTEMPTS.items()}
+
+
+async def test_an_owners_agent_sees_only_its_owners_world_under_bwrap(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGPASSWORD", PG_SECRET)
+    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
+    reference_without_state(tmp_path / "agents", "sref")
+    async with running(gw):
+        alice, bob = await gw.client(ALICE), await gw.client(BOB)
+        sid_a = await start(alice, tmp_path / "work" / "alice")
+        (tmp_path / "work" / "alice" / "notes.txt").write_text("alice's notes\n")
+        assert "wrote" in await shell(gw, ALICE, sid_a, "echo hidden-value-42 > ~/.secret && echo wrote")
+        sid_b = await start(bob, tmp_path / "work" / "bob")
+        tried = await attempts(gw, tmp_path, sid_b)
+        assert "SQLite" not in tried["the state database"], tried
+        assert "auth.tokens" not in tried["the configuration"] and ALICE not in tried["the configuration"], tried
+        assert "alice's notes" not in tried["owner A's workspace"], tried
+        assert "hidden-value-42" not in tried["owner A's agent home"], tried
+        assert tried["the gateway's environment"].strip() == "0", tried
+        # a write outside lands nowhere: the sandbox's /tmp is its own, the system read-only
+        assert "wrote-etc" not in tried["writing outside"] and not (tmp_path / "dropped").exists(), tried
+        # its own world works: its workspace, its home; its processes are its own, as its owner's uid
+        own = await shell(gw, BOB, sid_b, "echo mine > here.txt && cat here.txt; echo h > ~/h && cat ~/h; "
+                                          "ls /proc | grep -c '^[0-9]'; id -u")
+        lines = own.split()
+        assert lines[:2] == ["mine", "h"] and int(lines[2]) < 10 and lines[3] == str(owner_uid("bob")), own
+        assert (tmp_path / "work" / "bob" / "here.txt").read_text() == "mine\n"
+        # a restart restores the session: its agent's own store is in its owner's home
+        await gw.kill9()
+        assert not running_agents(tmp_path), running_agents(tmp_path)  # none left behind
+        await gw.start()
+        bob = await gw.client(BOB)
+        resumed = await bob.call("task.session.resume", {"session_id": sid_b})
+        assert resumed["is_agent_running"] and "restored by session/resume" in (resumed["how"] or ""), resumed
+        await alice.close()
+        await bob.close()
+
+
+async def test_the_same_attempts_succeed_unconfined(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    reference_without_state(agents, "sref")
+    config = tmp_path / "gw.toml"
+    config.write_text(f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
+    gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "sref", token=None, config=config)
+    gw.token = BOB
+    async with running(gw):
+        (tmp_path / "work" / "alice").mkdir(parents=True)
+        (tmp_path / "work" / "alice" / "notes.txt").write_text("alice's notes\n")
+        bob = await gw.client()
+        sid_b = await start(bob, tmp_path / "work" / "bob")
+        tried = await attempts(gw, tmp_path, sid_b)
+        assert "SQLite" in tried["the state database"], tried
+        assert "auth.tokens" in tried["the configuration"], tried
+        assert "alice's notes" in tried["owner A's workspace"], tried
+        assert (tmp_path / "dropped").exists()
+        await bob.close()
+
+
+async def test_an_agent_over_its_limit_gets_a_named_error_and_the_rest_carry_on(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
+    reference_without_state(tmp_path / "agents", "sref")
+    reference_without_state(tmp_path / "agents", "small", "[limits]\nfile_size = 1048576\n")
+    async with running(gw):
+        alice = await gw.client(ALICE)
+        other = await start(alice, tmp_path / "work" / "other")
+        (tmp_path / "work" / "small").mkdir(parents=True)
+        view = await alice.call("task.session.start", {"agent": "small", "cwd": str(tmp_path / "work" / "small"),
+                                                       "wait_ready": True})
+        with pytest.raises(RpcCallError) as failed:
+            await alice.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/fill 4194304"})
+        assert failed.value.code == -32015  # (Python ignores SIGXFSZ: the write fails, the agent answers an error)
+        assert "it hit its file_size limit (limits.file_size = 1048576 in profile 'small')" in failed.value.message
+        assert "ok" in await shell(gw, ALICE, other, "echo ok")  # the other session carries on
+        await alice.close()
+
+
+def running_agents(tmp_path: Path) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp_path) in cmdline and "bwrap" in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_serve_refuses_several_owners_with_unconfined_agents(tmp_path: Path) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text(f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
+    base = [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--state-dir", str(tmp_path / "state"),
+            "--config", str(config)]
+    refused = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    said = refused.stderr.strip().splitlines()[-1]
+    assert "2 owners are configured and agents run unconfined" in said and "--allow-unconfined-agents" in said
+    assert 'sandbox = "bwrap"' in said
+
+
+async def test_accepted_unconfined_agents_are_said_by_healthz(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path)  # the harness accepts it for two owners
+    async with running(gw):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await writer.drain()
+        answer = (await asyncio.wait_for(reader.read(4096), 10)).decode()
+        writer.close()
+        assert "200" in answer.splitlines()[0] and "agents unconfined for several owners" in answer
+        assert any("agents run unconfined for 2 owners" in line for line in gw.stderr_lines)
