@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser interop sdk postgres bench
+.PHONY: run test lint browser sandbox interop sdk postgres bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ browser:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
 	  else echo "make test: install Debian's chromium (apt-get install chromium) for the browser test" >&2; exit 1; fi; }
+
+# Debian's bubblewrap (and util-linux's prlimit) for the agents' sandbox (`sandbox = "bwrap"`) and its tests.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && apt-get install -y -qq bubblewrap util-linux) >/dev/null; \
+	  else echo "make test: install bubblewrap (apt-get install bubblewrap) for the sandbox tests" >&2; exit 1; fi; }
 
 # Real third-party ACP peers for the interop tests, pinned: the Auggie agent; the official TypeScript SDK (with `ws`),
 # whose WebSocket client drives `/acp`; and the agents whose sessions offer modes, models and config options, run
@@ -63,7 +70,7 @@ postgres: $(STAMP)
 	    (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null; \
 	  else echo "make test: install PostgreSQL (apt-get install postgresql) or set ACP_GATEWAY_TEST_PG" >&2; exit 1; fi; }
 
-test: lint browser interop sdk postgres
+test: lint browser sandbox interop sdk postgres
 	$(VENV)/bin/pytest -q
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
