@@ -569,6 +569,32 @@ async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                         "bare websockets JSON-RPC server"))
 
 
+async def sandbox_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """An agent's start (task.session.start to ready) under bubblewrap beside the same agent unconfined, interleaved
+    in one gateway so drift on a shared machine hits both alike."""
+    ref = [PY, "-m", "agents.reference"]  # its sessions in its owner's agent home, inside the sandbox too
+    for name, extra in (("ref-none", ""), ("ref-bwrap", 'sandbox = "bwrap"\n')):
+        (agents / f"{name}.toml").write_text(f'id = "{name}"\ncommand = {orjson.dumps(ref).decode()}\n'
+                                             f"native_session_resume = true\n{extra}")
+    work = WORK / "sandbox"
+    work.mkdir(exist_ok=True)
+    g = Gateway(tmp / "sandbox-state", agents).start()
+    c = await GatewayClient.connect(g.url, TOKEN)
+    timings: dict[str, list[float]] = {"ref-none": [], "ref-bwrap": []}
+    for _ in range(15):
+        for name in timings:
+            t0 = time.perf_counter()
+            view = await c.call("task.session.start", {"agent": name, "cwd": str(work), "wait_ready": True})
+            timings[name].append((time.perf_counter() - t0) * 1000)
+            assert view["is_agent_running"], view
+            await c.call("task.session.cancel", {"session_id": view["session_id"]})
+    await c.close()
+    g.stop()
+    ratio = statistics.median(timings["ref-bwrap"]) / statistics.median(timings["ref-none"])
+    rows.append(row("agent start to ready under bwrap", timings["ref-bwrap"], timings["ref-none"], "ms",
+                    "≤ 1.3× unconfined", ratio <= 1.3, "the same agent unconfined"))
+
+
 async def config_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     gw = Gateway(tmp / "config", agents).start()
     try:
@@ -637,7 +663,8 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
 
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
-    "journal": journal_section, "resume": resume_section, "dispatch": dispatch_section, "rpc": rpc_section,
+    "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section, "dispatch": dispatch_section,
+    "rpc": rpc_section,
     "config": config_section, "postgres": postgres_section,
 }
 
