@@ -68,7 +68,8 @@ class GatewayProcess:
         config = self.config
         if any(arg.startswith("postgresql://") for arg in self.extra):  # a cluster node: the nodes' shared secret
             if config is None:
-                config = self.state_dir.parent / "cluster-secret.toml"
+                # not *.toml: a test may use this directory as its agents directory
+                config = self.state_dir.parent / f"{self.state_dir.name}-cluster-secret.conf"
                 config.write_text(f'cluster_secret = "{CLUSTER_SECRET}"\n')
             elif "cluster_secret" not in config.read_text():
                 config.write_text(f'cluster_secret = "{CLUSTER_SECRET}"\n' + config.read_text())

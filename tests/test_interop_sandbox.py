@@ -5,12 +5,14 @@ which live in their owner's agent home."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.conftest import wait_until
 from tests.gateway_harness import GatewayProcess, running
 from tests.third_party import INTEROP, interop_node
 
@@ -56,13 +58,28 @@ async def test_a_real_agent_starts_answers_and_is_restored_inside_the_sandbox(tm
         assert view["is_agent_running"], view["error_message"]
         assert view["config"]["options"], "its session/new answered with its options"
         token = view["acp_session_id"]
-        await client.close()
+        # a choice, as a user makes one: claude keeps a session on disk once something happened in it
+        mode = next(o for o in view["config"]["options"] if o.get("category") == "mode")
+        other = next(v["value"] for v in mode["options"] if v["value"] != mode["currentValue"])
+        await client.call("task.session.set_config_option", {"session_id": view["session_id"],
+                                                             "config_id": mode["id"], "value": other})
         homes = gw.state_dir / "homes"
+        if agent == "claude":  # it keeps a session once its CLI took a prompt: one, cut short (its model is offline)
+            turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                             "prompt": "hello"}))
+            await wait_until(lambda: any(homes.glob(f"*/.claude/projects/*/{token}.jsonl")), 60,
+                             "its transcript, in its owner's agent home")
+            await client.call("task.session.cancel_turn", {"session_id": view["session_id"]})
+            assert (await asyncio.wait_for(turn, 60))["stop_reason"] == "cancelled"
+        await client.close()
         await gw.kill9()
-        assert processes_under(homes) == []  # the agent (and everything it started) died with the gateway
+        # the agent and everything it started die with the gateway (its PID namespace ends with it)
+        await wait_until(lambda: not processes_under(homes), 10, f"no agent processes left: {processes_under(homes)}")
         await gw.start()
         client = await gw.client()
         resumed = await client.call("task.session.resume", {"session_id": view["session_id"]}, timeout=120)
         assert resumed["is_agent_running"], resumed["error_message"]
-        assert resumed["acp_session_id"] == token and "restored by session/resume" in (resumed["how"] or "")
+        assert resumed["acp_session_id"] == token and "restored by session/resume" in (resumed["how"] or ""), resumed
+        chosen = {o["id"]: o["currentValue"] for o in resumed["config"]["options"]}
+        assert chosen[mode["id"]] == other
         await client.close()

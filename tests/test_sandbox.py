@@ -17,6 +17,7 @@ import pytest
 
 from gateway.client import GatewayClient, RpcCallError
 from gateway.runtime.sandbox import Limits, SandboxPlan, bwrap_argv, limit_hit, owner_uid
+from tests.conftest import wait_until
 from tests.gateway_harness import ALICE, BOB, GatewayProcess, running, two_owner_gateway
 
 PG_SECRET = "dummy-pg-password-for-the-sandbox-4711"
@@ -153,7 +154,7 @@ async def test_an_owners_agent_sees_only_its_owners_world_under_bwrap(tmp_path: 
         assert (tmp_path / "work" / "bob" / "here.txt").read_text() == "mine\n"
         # a restart restores the session: its agent's own store is in its owner's home
         await gw.kill9()
-        assert not running_agents(tmp_path), running_agents(tmp_path)  # none left behind
+        await wait_until(lambda: not running_agents(tmp_path), 10, "no sandboxed agent left behind")
         await gw.start()
         bob = await gw.client(BOB)
         resumed = await bob.call("task.session.resume", {"session_id": sid_b})

@@ -53,8 +53,10 @@ async def test_no_flags_on_a_fresh_machine(tmp_path: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    # The reference agent kept its sessions in the gateway's state directory.
-    assert list((state / "reference-agent").glob("ref-*.json"))
+    # The reference agent kept its sessions in its owner's agent home, under the gateway's state directory.
+    from gateway.runtime.homes import owner_dir_name
+    home = state / "homes" / owner_dir_name("default")
+    assert list((home / ".local" / "state" / "acp-reference-agent").glob("ref-*.json"))
 
 
 async def test_sigterm_stops_agents_and_sessions_stay_resumable(tmp_path: Path) -> None:
