@@ -150,3 +150,22 @@ async def test_a_store_outside_the_state_directory_is_the_gateways_own(tmp_path:
         answer = await said(gw, None, view["session_id"], "/read db")
         assert "error" in answer and "SQLite" not in answer, answer
         await client.close()
+
+
+def test_a_new_home_is_seeded_and_never_from_another_home(tmp_path: Path) -> None:
+    from gateway.runtime.homes import ensure_home
+
+    template = tmp_path / "template.json"
+    template.write_text('{"theme": "dark"}')
+    profile = AgentProfile(id="a", command=["a"], home_seed={".config/agent/settings.json": str(template)})
+    home = ensure_home(tmp_path / "state", "alice", profile)
+    seeded = home / ".config" / "agent" / "settings.json"
+    assert seeded.read_text() == '{"theme": "dark"}' and oct(seeded.stat().st_mode & 0o777) == "0o600"
+    seeded.write_text("changed by the agent")
+    ensure_home(tmp_path / "state", "alice", profile)  # a seed never overwrites what the home has
+    assert seeded.read_text() == "changed by the agent"
+    stolen = AgentProfile(id="b", command=["b"], home_seed={"loot": str(seeded)})  # another owner's file
+    with pytest.raises(ValueError, match="comes from an agent home"):
+        ensure_home(tmp_path / "state", "bob", stolen)
+    with pytest.raises(ValueError):
+        AgentProfile(id="c", command=["c"], home_seed={"../escape": str(template)})

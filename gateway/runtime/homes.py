@@ -35,7 +35,7 @@ def ensure_home(state_dir: Path, owner: str, profile: AgentProfile) -> Path:
     """The agent home for `owner` and `profile`, made (0700) and seeded if needed."""
     home = home_of(state_dir, owner, profile)
     homes = state_dir / HOMES
-    homes.mkdir(mode=0o700, exist_ok=True)
+    homes.mkdir(mode=0o700, parents=True, exist_ok=True)
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     for relative, source in profile.home_seed.items():
         target = home / relative
