@@ -26,12 +26,13 @@ browser:
 	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
 	  else echo "make test: install Debian's chromium (apt-get install chromium) for the browser test" >&2; exit 1; fi; }
 
-# Debian's bubblewrap (and util-linux's prlimit) for the agents' sandbox (`sandbox = "bwrap"`) and its tests.
+# Debian's bubblewrap (and util-linux's prlimit, slirp4netns for `network = "outbound"`) for the agents' sandbox
+# (`sandbox = "bwrap"`) and its tests.
 sandbox:
-	@command -v bwrap >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1 || { \
+	@command -v bwrap >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1 && command -v slirp4netns >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && apt-get install -y -qq bubblewrap util-linux) >/dev/null; \
-	  else echo "make test: install bubblewrap (apt-get install bubblewrap) for the sandbox tests" >&2; exit 1; fi; }
+	    (apt-get update -qq && apt-get install -y -qq bubblewrap util-linux slirp4netns) >/dev/null; \
+	  else echo "make test: install bubblewrap and slirp4netns (apt-get install bubblewrap slirp4netns) for the sandbox tests" >&2; exit 1; fi; }
 
 # Real third-party ACP peers for the interop tests, pinned: the Auggie agent; the official TypeScript SDK (with `ws`),
 # whose WebSocket client drives `/acp`; and the agents whose sessions offer modes, models and config options, run

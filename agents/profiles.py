@@ -118,7 +118,7 @@ class AgentProfile(BaseModel):
     # Its sandbox (none: the gateway's setting), its network inside one, what it may read besides the system's
     # directories and its command's prefix (a private Node prefix, say), and its resource limits.
     sandbox: Literal["none", "bwrap"] | None = None
-    network: Literal["host", "none"] = "host"
+    network: Literal["host", "none", "outbound"] | None = None  # None: the gateway's (outbound for several owners)
     sandbox_read: list[str] = Field(default_factory=list)
     limits: ResourceLimits = Field(default_factory=lambda: ResourceLimits())
     source: str = Field(default="", exclude=True)

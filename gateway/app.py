@@ -174,6 +174,7 @@ class Gateway:
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
                                 lease_ttl=config.lease_ttl, sandbox=config.sandbox,
+                                network="outbound" if len(confinement.owners_of(config)) > 1 else "host",
                                 cluster_secret=(config.cluster_secret or "").encode(),
                                 environ={k: v for k, v in os.environ.items()},
                                 **workspace_settings(config, state_dir, self.config_file))

@@ -42,6 +42,11 @@ def sandbox_unavailable(config: ServeConfig, profiles: Iterable[AgentProfile]) -
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "sandbox \"bwrap\" needs bubblewrap: install it (Debian: apt-get install bubblewrap)"
+    outbound = any(p.network == "outbound" for p in profiles) or (
+        len(owners_of(config)) > 1 and any(p.network is None for p in profiles))
+    if outbound and (shutil.which("slirp4netns") is None or shutil.which("unshare") is None):
+        return ("agents with network \"outbound\" (the default for several owners) need slirp4netns: install it "
+                "(Debian: apt-get install slirp4netns), or give their profiles network = \"host\" or \"none\"")
     trial = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "10000",
                             "--gid", "10000", "--proc", "/proc", "--dev", "/dev", "--", "true"],
                            capture_output=True, text=True, timeout=30)

@@ -237,3 +237,32 @@ async def test_accepted_unconfined_agents_are_said_by_healthz(tmp_path: Path) ->
         writer.close()
         assert "200" in answer.splitlines()[0] and "agents unconfined for several owners" in answer
         assert any("agents run unconfined for 2 owners" in line for line in gw.stderr_lines)
+
+
+PROBE = ("import socket, sys\nfor port in sys.argv[1:]:\n    try:\n        socket.create_connection(('127.0.0.1', "
+         "int(port)), 3).close(); print(port, 'reachable')\n    except OSError as e: print(port, 'unreachable', e)\n"
+         "print('routes', sum(1 for line in open('/proc/net/route') if line.split()[1] == '00000000'))")
+
+
+@pytest.mark.parametrize(("network", "reachable"), [("outbound", False), ("host", True)])
+async def test_outbound_has_a_way_out_but_no_loopback_services(tmp_path: Path, pg_url: str, network: str,
+                                                              reachable: bool) -> None:
+    """Under `outbound` the agent's namespace has a default route out (through slirp4netns) and reaches neither the
+    test PostgreSQL server nor the gateway's own port on loopback; under `host` it reaches both (so this can fail).
+    No outside host is contacted: the test machines have no network beyond loopback."""
+    from urllib.parse import urlparse
+
+    pg_port = urlparse(pg_url).port or 5432
+    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
+    reference_without_state(tmp_path / "agents", "sref", f'network = "{network}"\n')
+    (tmp_path / "probe.py").write_text(PROBE)
+    async with running(gw):
+        alice = await gw.client(ALICE)
+        sid = await start(alice, tmp_path / "work" / "a")
+        (tmp_path / "work" / "a" / "probe.py").write_text(PROBE)
+        said = await shell(gw, ALICE, sid, f"{sys.executable} probe.py {pg_port} {gw.port}")
+        lines = dict(line.split(" ", 1) for line in said.strip().splitlines())
+        assert lines[str(pg_port)].startswith("reachable" if reachable else "unreachable"), said
+        assert lines[str(gw.port)].startswith("reachable" if reachable else "unreachable"), said
+        assert int(lines["routes"]) >= 1, said  # a default route out
+        await alice.close()

@@ -347,13 +347,16 @@ class Launcher:
         directories = [d for d in config.additional_directories
                        if directory_refusal(self.settings, row.owner, d) is None]
         protected = [str(p) for p in self.settings.protected_paths]
+        network = profile.network or self.settings.network
         plan = sandbox.SandboxPlan(
             command=[program, *argv[1:]], cwd=row.cwd, writable=[row.cwd, *directories], home=str(home),
             readable=sandbox_reads(profile, program), system=sandbox.system_directories(),
             masked_dirs=[p for p in protected if os.path.isdir(p)],
             masked_files=[p for p in protected if not os.path.isdir(p)],
-            network=profile.network, uid=sandbox.owner_uid(row.owner))
+            network=network, uid=sandbox.owner_uid(row.owner))
         wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap")
+        if network == "outbound":  # in a network namespace of its own, out through slirp4netns only
+            wrapped = [sys.executable, "-m", "gateway.runtime.outbound", "--", *wrapped]
         return [PRLIMIT, *limits.prlimit_args(), "--", *wrapped] if limits.prlimit_args() and PRLIMIT else wrapped
 
     async def fail_first_launch(self, row: SessionRow, reason: str) -> None:

@@ -69,10 +69,9 @@ def within(path: str, parent: str) -> bool:
 def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
     """The bubblewrap command line for `plan` (without the rlimit wrapper: see `Limits.prlimit_args`)."""
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
-    if plan.network == "host":
+    if plan.network != "none":  # host: the host's; outbound: the one `outbound` made for it (slirp4netns)
         argv.append("--share-net")
-    if plan.network != "outbound":  # outbound's network namespace is made for it outside (slirp4netns)
-        argv += ["--unshare-user", "--uid", str(plan.uid), "--gid", str(plan.uid)]
+    argv += ["--unshare-user", "--uid", str(plan.uid), "--gid", str(plan.uid)]
     bound: list[str] = []
     for directory, target in plan.system:
         if target is not None:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Settings:
     node: str = ""
     lease_ttl: float = 15.0
     sandbox: str = "none"  # "none" or "bwrap", for profiles that do not choose (gateway.runtime.sandbox)
+    # a sandboxed agent's network where its profile does not choose: outbound for several owners
+    network: Literal["host", "none", "outbound"] = "host"
     cluster_secret: bytes = b""  # seals forwarded commands (gateway.command_seal); from the configuration only
     # Whether a frontend may give a session a stdio MCP server (a command this host runs): everyone's, and per owner
     allow_stdio_mcp_servers: bool = False

@@ -1,0 +1,65 @@
+"""`python -m gateway.runtime.outbound -- CMD…`: CMD (the agent's bubblewrap command line) in a network namespace of
+its own whose only way out is slirp4netns — outbound connections work, the host's loopback services (the gateway's
+port, its database) do not (`--disable-host-loopback`), nor anything listening on the host's other addresses
+through loopback.
+
+The namespace is made by `unshare --net` (in the gateway's user namespace, so slirp4netns can attach to it), the
+command waits on a pipe until slirp4netns says the network is up, then runs; this process keeps the agent's stdin
+and stdout where they were, stops slirp4netns when the command ends, and exits as it did. It dies with the gateway
+(a parent-death signal) and the command with it (bubblewrap's `--die-with-parent`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+PR_SET_PDEATHSIG = 1
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] != "--" or len(argv) < 2:
+        print("usage: python -m gateway.runtime.outbound -- CMD ARGS...", file=sys.stderr)
+        return 2
+    command = argv[1:]
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    unshare, slirp = shutil.which("unshare"), shutil.which("slirp4netns")
+    if unshare is None or slirp is None:
+        print("outbound network needs unshare (util-linux) and slirp4netns (Debian: apt-get install slirp4netns)",
+              file=sys.stderr)
+        return 126
+    go_r, go_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    child = subprocess.Popen([unshare, "--net", "--", "sh", "-c", f'read _ <&{go_r}; exec {go_r}<&-; exec "$@"', "sh",
+                              *command], pass_fds=(go_r,))
+    os.close(go_r)
+    said = tempfile.TemporaryFile()  # what slirp4netns says: read only if it fails (a pipe could fill and stall it)
+    network = subprocess.Popen([slirp, "--configure", "--mtu=65520", "--disable-host-loopback",
+                                f"--ready-fd={ready_w}", str(child.pid), "tap0"], pass_fds=(ready_w,),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=said)
+    os.close(ready_w)
+    ready = os.read(ready_r, 1)
+    os.close(ready_r)
+    if not ready:  # slirp4netns could not attach: the agent never runs without the network it was promised
+        network.wait()
+        said.seek(0)
+        why = said.read(2000).decode(errors="replace").strip()
+        print(f"outbound network could not be set up: {why or 'slirp4netns exited'}", file=sys.stderr)
+        child.kill()
+        child.wait()
+        return 126
+    os.write(go_w, b"go\n")
+    os.close(go_w)
+    status = child.wait()
+    network.terminate()
+    network.wait()
+    return 128 - status if status < 0 else status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
