@@ -111,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     from .frontend_cli import add_parsers
 
     add_parsers(sub)
+    doctor = sub.add_parser("doctor", help="what serve would make of this configuration and machine: the store, "
+                            "owners, agents' confinement and whether it can run here, each agent")
+    doctor.add_argument("--config", type=Path, help="the TOML configuration file serve would read")
+    doctor.add_argument("--state-dir", help="as serve's")
+    doctor.add_argument("--agents-dir", action="append", default=[], help="as serve's (repeatable)")
+    doctor.add_argument("--sandbox", choices=["none", "bwrap"], help="as serve's")
+    doctor.add_argument("--allow-unconfined-agents", action="store_true", default=None, help="as serve's")
     agents = sub.add_parser("agents", help="list agent profiles and whether each command is found")
     agents.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
     return parser
@@ -165,6 +172,18 @@ def _main(argv: list[str] | None) -> int:
             from agents.replay import main as replay_main
 
             return replay_main([args.fixture, *(["--realtime"] if args.realtime else [])])
+        if args.command == "doctor":
+            from .config import ConfigError, load_config
+            from .doctor import report
+
+            try:
+                config = load_config(args.config, {
+                    "state_dir": args.state_dir, "agents_dir": args.agents_dir, "sandbox": args.sandbox,
+                    "allow_unconfined_agents": args.allow_unconfined_agents})
+            except ConfigError as exc:
+                print(f"acp-gateway doctor: {exc}", file=sys.stderr)
+                return 2
+            return report(config)
         if args.command == "agents":
             for profile in load_profiles(args.agents_dir).values():
                 print(f"{profile.id:10} {profile.availability_words():30} {' '.join(profile.command)}")

@@ -266,3 +266,19 @@ async def test_outbound_has_a_way_out_but_no_loopback_services(tmp_path: Path, p
         assert lines[str(gw.port)].startswith("reachable" if reachable else "unreachable"), said
         assert int(lines["routes"]) >= 1, said  # a default route out
         await alice.close()
+
+
+def test_doctor_says_what_serve_would_make_of_it(tmp_path: Path) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text(f'[[auth.tokens]]\ntoken = "{ALICE}"\nowner = "alice"\n'
+                      f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
+    base = [sys.executable, "-m", "gateway.cli", "doctor", "--config", str(config), "--state-dir", str(tmp_path)]
+    refused = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "agents unconfined for several owners: REFUSED at serve" in refused.stdout
+    assert "PROBLEM: 2 owners are configured and agents run unconfined" in refused.stdout
+    accepted = subprocess.run([*base, "--allow-unconfined-agents"], capture_output=True, text=True, timeout=60)
+    assert accepted.returncode == 0 and "accepted (allow_unconfined_agents)" in accepted.stdout
+    confined = subprocess.run([*base, "--sandbox", "bwrap"], capture_output=True, text=True, timeout=60)
+    assert confined.returncode == 0, confined.stdout
+    assert "sandbox bwrap: works here" in confined.stdout and "agent reference: found; sandbox bwrap, network " \
+        "outbound" in confined.stdout
