@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Mapping
 
 from agents.profiles import AgentProfile
@@ -35,22 +36,45 @@ def refusal(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> str | 
     return None
 
 
-def sandbox_unavailable(config: ServeConfig, profiles: Iterable[AgentProfile]) -> str | None:
-    """Why bubblewrap cannot run here when some agent is to run under it (missing, or no user namespaces)."""
-    if config.sandbox != "bwrap" and not any(p.sandbox == "bwrap" for p in profiles):
-        return None
+_TRIAL: dict[str, tuple[float, str | None]] = {}  # what the last trial said, and when (monotonic)
+TRIAL_FRESH = 60.0
+
+
+def bwrap_trial() -> str | None:
+    """Why a bubblewrap sandbox cannot start on this machine now, or None; asked at most once a minute (a start of a
+    sandboxed agent asks before its session exists: a machine that lost user namespaces is a typed error then, not
+    a session that fails later)."""
+    now = time.monotonic()
+    last = _TRIAL.get("bwrap")
+    if last is not None and now - last[0] < TRIAL_FRESH:
+        return last[1]
     bwrap = shutil.which("bwrap")
+    said: str | None
     if bwrap is None:
-        return "sandbox \"bwrap\" needs bubblewrap: install it (Debian: apt-get install bubblewrap)"
-    outbound = any(p.network == "outbound" for p in profiles) or (
-        len(owners_of(config)) > 1 and any(p.network is None for p in profiles))
+        said = "bubblewrap is not installed (Debian: apt-get install bubblewrap)"
+    else:
+        trial = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "10000",
+                                "--gid", "10000", "--proc", "/proc", "--dev", "/dev", "--", "true"],
+                               capture_output=True, text=True, timeout=30)
+        said = None if trial.returncode == 0 else (
+            f"{trial.stderr.strip() or f'status {trial.returncode}'} (bubblewrap needs unprivileged user namespaces: "
+            "sysctl kernel.unprivileged_userns_clone=1)")
+    _TRIAL["bwrap"] = (now, said)
+    return said
+
+
+def sandbox_unavailable(config: ServeConfig, profiles: Iterable[AgentProfile]) -> str | None:
+    """Why bubblewrap cannot run here when some agent is to run under it (missing, no user namespaces, no
+    slirp4netns for an `outbound` network)."""
+    chosen = list(profiles)
+    if config.sandbox != "bwrap" and not any(p.sandbox == "bwrap" for p in chosen):
+        return None
+    said = bwrap_trial()
+    if said is not None:
+        return f"sandbox \"bwrap\" cannot start here: {said}"
+    outbound = any(p.network == "outbound" for p in chosen) or (
+        len(owners_of(config)) > 1 and any(p.network is None for p in chosen))
     if outbound and (shutil.which("slirp4netns") is None or shutil.which("unshare") is None):
         return ("agents with network \"outbound\" (the default for several owners) need slirp4netns: install it "
                 "(Debian: apt-get install slirp4netns), or give their profiles network = \"host\" or \"none\"")
-    trial = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "10000",
-                            "--gid", "10000", "--proc", "/proc", "--dev", "/dev", "--", "true"],
-                           capture_output=True, text=True, timeout=30)
-    if trial.returncode != 0:
-        return (f"sandbox \"bwrap\" cannot start here: {trial.stderr.strip() or f'status {trial.returncode}'} "
-                "(it needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1)")
     return None

@@ -148,7 +148,7 @@ def not_resumable(session_id: str, state: str | None, reason: str) -> GatewayErr
     return GatewayError(NOT_RESUMABLE, reason, {"session_id": session_id, "state": state, "reason": reason})
 
 
-def agent_failed(session_id: str, agent: str, message: str, agent_error: dict[str, Any] | None,
+def agent_failed(session_id: str | None, agent: str, message: str, agent_error: dict[str, Any] | None,
                  needs_resume: bool) -> GatewayError:
     """The agent answered the turn with an error (`agent_error`, its own error object), or exited during it."""
     return GatewayError(AGENT_FAILED, message, {"session_id": session_id, "agent": agent, "agent_error": agent_error,

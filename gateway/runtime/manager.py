@@ -21,9 +21,11 @@ from acp.models import AgentCapabilities
 from acp.session_config import MODE, MODEL
 from agents.profiles import AgentProfile
 
+from ..confinement import bwrap_trial
 from ..errors import (
     WORKSPACE_MISSING,
     GatewayError,
+    agent_failed,
     already_terminal,
     invalid_params,
     limit_exceeded,
@@ -247,6 +249,11 @@ class SessionManager:
         if not os.path.isabs(cwd):
             raise invalid_params("cwd", "cwd must be an absolute path")
         check_workspace(self.settings, owner, None, cwd)
+        if (self.profiles[agent].sandbox or self.settings.sandbox) == "bwrap":
+            why = await asyncio.to_thread(bwrap_trial)  # a machine that lost what a sandbox needs: said now
+            if why is not None:
+                raise agent_failed(None, agent, f"agent {agent!r} runs in a bubblewrap sandbox, which cannot start "
+                                   f"here: {why}", None, False)
         if name is not None:
             await self._check_name(owner, name)
         setup = await self._setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
