@@ -48,19 +48,23 @@ def bwrap_trial() -> str | None:
     last = _TRIAL.get("bwrap")
     if last is not None and now - last[0] < TRIAL_FRESH:
         return last[1]
-    bwrap = shutil.which("bwrap")
-    said: str | None
-    if bwrap is None:
-        said = "bubblewrap is not installed (Debian: apt-get install bubblewrap)"
-    else:
-        trial = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "10000",
-                                "--gid", "10000", "--proc", "/proc", "--dev", "/dev", "--", "true"],
-                               capture_output=True, text=True, timeout=30)
-        said = None if trial.returncode == 0 else (
-            f"{trial.stderr.strip() or f'status {trial.returncode}'} (bubblewrap needs unprivileged user namespaces: "
-            "sysctl kernel.unprivileged_userns_clone=1)")
+    said = run_bwrap_trial()
     _TRIAL["bwrap"] = (now, said)
     return said
+
+
+def run_bwrap_trial() -> str | None:
+    """A sandbox started here now, with the namespaces an agent's gets: why it failed, or None."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap is not installed (Debian: apt-get install bubblewrap)"
+    trial = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "10000",
+                            "--gid", "10000", "--proc", "/proc", "--dev", "/dev", "--", "true"],
+                           capture_output=True, text=True, timeout=30)
+    if trial.returncode == 0:
+        return None
+    return (f"{trial.stderr.strip() or f'status {trial.returncode}'} (bubblewrap needs unprivileged user namespaces: "
+            "sysctl kernel.unprivileged_userns_clone=1)")
 
 
 def sandbox_unavailable(config: ServeConfig, profiles: Iterable[AgentProfile]) -> str | None:
@@ -69,7 +73,7 @@ def sandbox_unavailable(config: ServeConfig, profiles: Iterable[AgentProfile]) -
     chosen = list(profiles)
     if config.sandbox != "bwrap" and not any(p.sandbox == "bwrap" for p in chosen):
         return None
-    said = bwrap_trial()
+    said = run_bwrap_trial()
     if said is not None:
         return f"sandbox \"bwrap\" cannot start here: {said}"
     outbound = any(p.network == "outbound" for p in chosen) or (

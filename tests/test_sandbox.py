@@ -282,3 +282,31 @@ def test_doctor_says_what_serve_would_make_of_it(tmp_path: Path) -> None:
     assert confined.returncode == 0, confined.stdout
     assert "sandbox bwrap: works here" in confined.stdout and "agent reference: found; sandbox bwrap, network " \
         "outbound" in confined.stdout
+
+
+async def test_a_start_whose_sandbox_cannot_run_is_refused_at_once(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine that loses what a sandbox needs after `serve` started (user namespaces turned off, say): the next
+    start of a sandboxed agent is a typed error naming why, and nothing is created."""
+    import shutil as shell_tools
+
+    real = shell_tools.which("bwrap")
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    broken = tmp_path / "userns-off"
+    fake.write_text(f"#!/bin/sh\nif [ -e {broken} ]; then echo 'bwrap: setting up uid map: Permission denied' >&2; "
+                    f"exit 1; fi\nexec {real} \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
+    reference_without_state(tmp_path / "agents", "sref")
+    async with running(gw):
+        alice = await gw.client(ALICE)
+        broken.touch()
+        (tmp_path / "work" / "a").mkdir(parents=True)
+        with pytest.raises(RpcCallError) as refused:
+            await alice.call("task.session.start", {"agent": "sref", "cwd": str(tmp_path / "work" / "a")})
+        assert refused.value.code == -32015 and refused.value.data["session_id"] is None
+        assert "sandbox, which cannot start here: bwrap: setting up uid map: Permission denied" in refused.value.message
+        assert (await alice.call("task.session.list", {}))["sessions"] == []
+        await alice.close()
