@@ -56,6 +56,9 @@ def test_the_command_line_shows_only_what_it_should() -> None:
     # masks come after the read-only binds they hide in, and before the writable binds (the home is in the state)
     assert inside.index("/etc/acp-gateway") < inside.index("--bind")
     assert "--share-net" not in bwrap_argv(plan(network="none"))
+    # its private /tmp comes before what is bound into it: programs and workspaces may live under /tmp
+    in_tmp = bwrap_argv(plan(readable=["/tmp/checkout/.venv"], writable=["/tmp/work"], cwd="/tmp/work"))
+    assert in_tmp.index("/tmp") < in_tmp.index("/tmp/checkout/.venv") < in_tmp.index("/tmp/work")
 
 
 # (how it ended, what it said, its limits) -> the limit named

@@ -79,11 +79,13 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
         else:
             argv += ["--ro-bind", directory, directory]
             bound.append(directory)
+    # Its own /dev, /proc and /tmp before the programs' and the session's directories, which may lie in /tmp
+    # (a checkout there, a workspace there): a tmpfs mounted after them would hide them.
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for directory in plan.readable:
         if not any(within(directory, b) for b in bound):
             argv += ["--ro-bind", directory, directory]
             bound.append(directory)
-    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     # After the read-only binds they may lie in, before the writable ones (the owner's home is in the state dir).
     for own in plan.masked_dirs:
         if any(within(own, b) for b in bound):
