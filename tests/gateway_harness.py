@@ -292,3 +292,38 @@ def frozen_websocket(port: int, token: str, requests: list[bytes]) -> socket.soc
         length = bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
         sock.sendall(bytes([0x81]) + length + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
     return sock
+
+
+def processes_naming(text: str, also_environ: bool = False) -> list[str]:
+    """The command lines of this machine's processes that name `text` (in their environment too, with
+    `also_environ`): the agents a test started, found by the directory they were given."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = Path(f"/proc/{pid}/environ").read_bytes() if also_environ else b""
+        except OSError:
+            continue
+        if text in cmdline or text.encode() in environ:
+            found.append(cmdline)
+    return found
+
+
+async def agent_said(gw: GatewayProcess, token: str | None, sid: str, prompt: str, timeout: float = 20) -> str:
+    """The agent's message text in the turn of `prompt`, read on a connection of its own (turns never mix)."""
+    client = await gw.client(token)
+    try:
+        await client.call("task.session.subscribe", {"session_id": sid})
+        await client.call("task.session.prompt", {"session_id": sid, "prompt": prompt})
+        said: list[str] = []
+        while True:
+            event = (await client.next_notification(timeout))["params"]
+            update = event["data"].get("update") or {} if event["type"] == "session_update" else {}
+            if update.get("sessionUpdate") == "agent_message_chunk":
+                said.append(update["content"]["text"])
+            elif event["type"] == "turn_ended":
+                return "".join(said)
+    finally:
+        await client.close()

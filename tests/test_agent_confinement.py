@@ -13,7 +13,15 @@ import pytest
 from agents.profiles import AGENT_ENV_NAMES, AgentProfile, agent_environment
 from gateway.client import GatewayClient, RpcCallError
 from gateway.runtime.homes import home_of, owner_dir_name
-from tests.gateway_harness import ALICE, BOB, GatewayProcess, reference_profile, running, two_owner_gateway
+from tests.gateway_harness import (
+    ALICE,
+    BOB,
+    GatewayProcess,
+    agent_said,
+    reference_profile,
+    running,
+    two_owner_gateway,
+)
 
 PG_SECRET, AWS_SECRET = "dummy-pg-password-4711", "dummy-aws-secret-0815"
 
@@ -48,21 +56,7 @@ def test_homes_are_per_owner_and_per_profile_when_asked(tmp_path: Path) -> None:
 
 
 async def said(gw: GatewayProcess, token: str | None, sid: str, prompt: str) -> str:
-    """The agent's message text in the turn of `prompt` (read on a connection of its own, so turns never mix)."""
-    own = await gw.client(token)
-    try:
-        await own.call("task.session.subscribe", {"session_id": sid})
-        texts: list[str] = []
-        await own.call("task.session.prompt", {"session_id": sid, "prompt": prompt})
-        while True:
-            event = (await own.next_notification(10))["params"]
-            update = event["data"].get("update") or {} if event["type"] == "session_update" else {}
-            if update.get("sessionUpdate") == "agent_message_chunk":
-                texts.append(update["content"]["text"])
-            elif event["type"] == "turn_ended":
-                return "".join(texts)
-    finally:
-        await own.close()
+    return await agent_said(gw, token, sid, prompt, 10)
 
 
 async def shell(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:

@@ -19,6 +19,7 @@ from acp.conformance_report import Verdict, summary, verdict
 from acp.conformance_run import run_checks
 from acp.schema_check import acp_v1_schema
 from agents.profiles import load_profiles
+from tests.gateway_harness import processes_naming
 from tests.third_party import sdk_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,15 +241,7 @@ def test_cli_json_report_and_exit_status(tmp_path: Path) -> None:
 
 def agents_running(tmp_path: Path) -> list[str]:
     """Processes whose command line names this test's directory (the agents it started)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(tmp_path) in cmdline and int(pid) != os.getpid():
-            found.append(cmdline)
-    return found
+    return processes_naming(str(tmp_path))
 
 
 async def test_plain_prompts_blame_no_agent_for_what_it_was_not_asked(tmp_path: Path) -> None:

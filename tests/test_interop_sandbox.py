@@ -6,14 +6,13 @@ which live in their owner's agent home."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.conftest import wait_until
-from tests.gateway_harness import GatewayProcess, running
+from tests.gateway_harness import GatewayProcess, processes_naming, running
 from tests.third_party import INTEROP, interop_node
 
 AGENTS = {
@@ -26,16 +25,7 @@ AGENTS = {
 
 
 def processes_under(path: Path) -> list[str]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if str(path) in cmdline or str(path).encode() in environ:
-            found.append(cmdline)
-    return found
+    return processes_naming(str(path), also_environ=True)
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))

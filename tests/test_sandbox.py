@@ -18,7 +18,7 @@ import pytest
 from gateway.client import GatewayClient, RpcCallError
 from gateway.runtime.sandbox import Limits, SandboxPlan, bwrap_argv, limit_hit, owner_uid
 from tests.conftest import wait_until
-from tests.gateway_harness import ALICE, BOB, GatewayProcess, running, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, agent_said, processes_naming, running, two_owner_gateway
 
 PG_SECRET = "dummy-pg-password-for-the-sandbox-4711"
 
@@ -89,20 +89,7 @@ def reference_without_state(agents: Path, agent_id: str, extra: str = "") -> Non
 
 
 async def shell(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:
-    client = await gw.client(token)
-    try:
-        await client.call("task.session.subscribe", {"session_id": sid})
-        await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/sh {command}"})
-        said: list[str] = []
-        while True:
-            event = (await client.next_notification(20))["params"]
-            update = event["data"].get("update") or {} if event["type"] == "session_update" else {}
-            if update.get("sessionUpdate") == "agent_message_chunk":
-                said.append(update["content"]["text"])
-            elif event["type"] == "turn_ended":
-                return "".join(said)
-    finally:
-        await client.close()
+    return await agent_said(gw, token, sid, f"/sh {command}")
 
 
 async def start(client: GatewayClient, cwd: Path) -> str:
@@ -206,15 +193,7 @@ async def test_an_agent_over_its_limit_gets_a_named_error_and_the_rest_carry_on(
 
 
 def running_agents(tmp_path: Path) -> list[str]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(tmp_path) in cmdline and "bwrap" in cmdline:
-            found.append(cmdline)
-    return found
+    return [cmdline for cmdline in processes_naming(str(tmp_path)) if "bwrap" in cmdline]
 
 
 def test_serve_refuses_several_owners_with_unconfined_agents(tmp_path: Path) -> None:
