@@ -569,6 +569,28 @@ async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                         "bare websockets JSON-RPC server"))
 
 
+def split_cost(line_bytes: int, total: int = 64 << 20) -> float:
+    """ns per byte for `acp.framing.LineSplitter` taking `total` bytes of lines `line_bytes` long, fed in the reader's
+    chunks (READ_CHUNK), as an agent's stdout arrives."""
+    from acp.framing import READ_CHUNK, LineSplitter
+
+    line = b"x" * (line_bytes - 1) + b"\n"
+    stream = line * (total // line_bytes)
+    splitter = LineSplitter(max_line=64 << 20)
+    t0 = time.perf_counter()
+    for at in range(0, len(stream), READ_CHUNK):
+        splitter.feed(stream[at:at + READ_CHUNK])
+    return (time.perf_counter() - t0) * 1e9 / len(stream)
+
+
+async def framing_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    one_line = [split_cost(64 << 20) for _ in range(RUNS)]
+    short_lines = [split_cost(64 << 10) for _ in range(RUNS)]
+    ratio = statistics.median(one_line) / statistics.median(short_lines)
+    rows.append(row("splitting a 64 MiB line (per byte)", one_line, short_lines, "ns/byte", "≤ 2× 64 KiB lines",
+                    ratio <= 2.0, "the same bytes as 64 KiB lines"))
+
+
 async def sandbox_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     """An agent's start (task.session.start to ready) under bubblewrap beside the same agent unconfined, interleaved
     in one gateway so drift on a shared machine hits both alike."""
@@ -663,8 +685,8 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
 
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
-    "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section, "dispatch": dispatch_section,
-    "rpc": rpc_section,
+    "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section, "framing": framing_section,
+    "dispatch": dispatch_section, "rpc": rpc_section,
     "config": config_section, "postgres": postgres_section,
 }
 

@@ -142,3 +142,16 @@ def test_special_files_are_refused_without_blocking(tmp_path: Path) -> None:
     (tmp_path / "plain.txt").write_text("old and long")
     fs.write_text_file(str(tmp_path), "plain.txt", "new")
     assert fs.read_text_file(str(tmp_path), "plain.txt") == "new"  # truncated only once known to be a file
+
+
+def test_a_long_line_is_kept_as_it_came_and_an_over_long_one_is_not_held() -> None:
+    """A line arriving over many chunks comes out whole; one over the limit is dropped as it streams (nothing of it
+    is held past the limit) and the next line comes out as usual."""
+    s = LineSplitter(max_line=1000)
+    assert [s.feed(b"a" * 100) for _ in range(9)] == [[]] * 9
+    assert s.feed(b"a" * 50 + b"\nnext") == [b"a" * 950]
+    assert s.feed(b"b" * 2000) == [] and s.oversized == 1  # "next" and these: over the limit
+    assert s._pending == 0 and s._parts == []  # dropped, not held
+    assert s.feed(b"b" * 5000) == []
+    assert s.feed(b"\nafter\n") == [b"after"] and s.oversized == 1
+    assert s.tail() is None
