@@ -119,7 +119,8 @@ async def test_a_forged_command_is_not_run_and_is_logged(nodes: tuple[Node, Node
     # a sealed command runs once; the same row inserted again is a replay
     await insert("c-good", seal(SECRET, "c-good", "node-b", "node-a", request, later), later)
     await asyncio.wait_for(b.started.wait(), 10)
-    while await tool.fetchone("SELECT state FROM commands WHERE id = 'c-good' AND state = 'pending'"):  # noqa: ASYNC110
+    # answered (its row done) before it is inserted again: an answer still to come would land on the new row
+    while not await tool.fetchone("SELECT 1 FROM commands WHERE id = 'c-good' AND state = 'done'"):  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     await tool.write("DELETE FROM commands WHERE id = 'c-good'")
     await insert("c-good", seal(SECRET, "c-good", "node-b", "node-a", request, later), later)
