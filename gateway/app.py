@@ -154,9 +154,9 @@ class Gateway:
         if self.unconfined:
             log.warning("agents run unconfined for %d owners (allow_unconfined_agents): each owner's agent can read "
                         "the others' work; see docs/security.md", len(confinement.owners_of(config)))
-        if config.store and "://" in config.store and not config.cluster_secret:
-            raise StartupError("a PostgreSQL store needs `cluster_secret` in the configuration file (32 characters or "
-                               "more, the same on every node): it seals the commands nodes forward to each other")
+        missing = confinement.cluster_secret_missing(config)
+        if missing is not None:
+            raise StartupError(missing)
         state_dir = prepare_state_dir(config)
         lock = StateDirLock(state_dir)
         lock.acquire()

@@ -24,6 +24,14 @@ def unconfined(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> lis
     return sorted(p.id for p in profiles.values() if (p.sandbox or config.sandbox) == "none")
 
 
+def cluster_secret_missing(config: ServeConfig) -> str | None:
+    """A PostgreSQL store (a cluster) without the secret that seals the commands its nodes forward."""
+    if config.store and "://" in config.store and not config.cluster_secret:
+        return ("a PostgreSQL store needs `cluster_secret` in the configuration file (32 characters or more, the "
+                "same on every node): it seals the commands nodes forward to each other")
+    return None
+
+
 def refusal(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> str | None:
     """Why `serve` must not start with this confinement, or None."""
     owners = owners_of(config)

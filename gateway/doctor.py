@@ -21,9 +21,8 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
     store = config.store or str(state_dir / "gateway.db")
     say(f"acp-gateway {__version__}")
     say(f"state directory: {state_dir}")
-    say(f"store: {'postgresql' if '://' in store else 'sqlite'}"
-        + (" (cluster_secret set)" if config.cluster_secret else
-           " — refused: a PostgreSQL store needs cluster_secret" if "://" in store else ""))
+    say(f"store: {'postgresql' if '://' in store else 'sqlite'}" + (" (cluster_secret set)" if config.cluster_secret
+                                                                     else ""))
     say(f"owners: {len(owners) or 1} ({', '.join(sorted(owners)) or 'default, with a token generated at start'})")
     say(f"sandbox: {config.sandbox}; tools: " + ", ".join(
         f"{tool} {'found' if shutil.which(tool) else 'missing'}" for tool in ("bwrap", "slirp4netns", "prlimit")))
@@ -33,8 +32,7 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
             "read the others' work" if config.allow_unconfined_agents else "REFUSED at serve"))
     problems = [p for p in (confinement.refusal(config, profiles),
                             confinement.sandbox_unavailable(config, profiles.values()),
-                            "a PostgreSQL store needs cluster_secret" if "://" in store and not config.cluster_secret
-                            else None) if p is not None]
+                            confinement.cluster_secret_missing(config)) if p is not None]
     if not problems and (config.sandbox == "bwrap" or any(p.sandbox == "bwrap" for p in profiles.values())):
         say("sandbox bwrap: works here (a trial sandbox started)")
     for profile in profiles.values():

@@ -308,7 +308,7 @@ async def _watch(args: argparse.Namespace, token: str | None) -> int:
 
 def _reaimed(client: OwnerSessionClient, args: argparse.Namespace) -> str:
     """The address to (re)connect to: a restarted gateway may have announced another one in the state directory."""
-    args.url = None if args.url_given is None else args.url_given
+    args.url = args.url_given
     client.url = gateway_url(args)
     return client.url
 
