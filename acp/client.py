@@ -61,6 +61,7 @@ class ClientOptions:
     stop_grace: float = 2.0
     never_serve: tuple[str, ...] = ()  # paths the fs methods refuse even inside the cwd (besides /proc, /sys, /dev)
     file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
+    tree_marker: str | None = None  # an entry of the agent's env unique to it: what carries it is stopped with it
 
 
 def _pin(directory: str) -> fs.Root:
@@ -124,7 +125,9 @@ class AcpClient:
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> AcpClient:
-        process = await AgentProcess.spawn(argv, cwd=cwd, env=env)
+        options = kwargs.get("options")
+        process = await AgentProcess.spawn(argv, cwd=cwd, env=env,
+                                           tree_marker=options.tree_marker if options is not None else None)
         return cls(process, cwd=cwd, **kwargs)
 
     async def _watch_exit(self) -> None:

@@ -1,8 +1,14 @@
-"""The agent as a child process: its own process group, stderr always drained, a staged stop.
+"""The agent as a child process: its own process group, stderr always drained, a staged stop, its whole tree.
 
 An undrained stderr pipe deadlocks agents, so a reader task copies it into a bounded ring
 buffer from the first byte. Stopping closes stdin (the polite ACP shutdown), then SIGTERMs the
 whole group, then SIGKILLs it: wrappers like `npx`/`uvx` leave grandchildren otherwise.
+
+The agent is its whole process tree. A child that left the group (`setsid`) is found by the marker in its
+environment (`tree_marker`, see `acp.proctree`) and killed with the rest, both when the agent is stopped and when
+it exits by itself: until then the children would hold its stdout open, and asyncio's `Process.wait()` waits for
+its pipes to close, so the agent looked alive for as long as they lived. `wait()` here is the agent's own exit,
+then its tree's end.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import signal
 from collections import deque
 from collections.abc import Mapping, Sequence
 
+from . import proctree
 from .errors import TransportError
 
 DEFAULT_STDERR_BYTES = 256 * 1024
@@ -62,13 +69,32 @@ class StderrRing:
         return data.decode("utf-8", "replace").splitlines()[-n:]
 
 
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's own protocol, telling when the process itself exited (not when its pipes closed)."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 class AgentProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, argv: Sequence[str], stderr: StderrRing) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, argv: Sequence[str], stderr: StderrRing,
+                 exited: asyncio.Future[None] | None = None, tree: tuple[str, str] | None = None) -> None:
         self.proc = proc
         self.argv = list(argv)
         self.stderr = stderr
         self.pid = proc.pid
-        self._drain_task = asyncio.get_running_loop().create_task(self._drain_stderr())
+        self.tree = tree  # (name, value) of the environment entry every process of the agent carries
+        self.stragglers: list[proctree.ProcessFacts] = []  # what outlived the agent and was killed
+        loop = asyncio.get_running_loop()
+        self._drain_task = loop.create_task(self._drain_stderr())
+        self._exited = exited if exited is not None else asyncio.ensure_future(proc.wait())
+        self._tree_gone = loop.create_task(self._end_tree())
 
     @classmethod
     async def spawn(
@@ -78,11 +104,17 @@ class AgentProcess:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         stderr_bytes: int = DEFAULT_STDERR_BYTES,
+        tree_marker: str | None = None,
     ) -> AgentProcess:
+        """Start `argv` in a session of its own. `tree_marker` names an entry of `env` unique to this launch: every
+        process that carries it is the agent's, and is stopped with it."""
         if not argv:
             raise TransportError("empty agent command")
+        loop = asyncio.get_running_loop()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            # asyncio.create_subprocess_exec, with a protocol that tells the process's own exit.
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(_STDOUT_LIMIT, loop),
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -90,7 +122,6 @@ class AgentProcess:
                 cwd=cwd,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
-                limit=_STDOUT_LIMIT,
             )
         except FileNotFoundError as exc:
             raise TransportError(f"agent command not found: {argv[0]!r} ({exc.strerror})") from exc
@@ -98,7 +129,10 @@ class AgentProcess:
             raise TransportError(f"agent command not executable: {argv[0]!r}") from exc
         except NotADirectoryError as exc:
             raise TransportError(f"working directory is not usable: {cwd!r}") from exc
-        return cls(proc, argv, StderrRing(stderr_bytes))
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        value = (env or {}).get(tree_marker) if tree_marker else None
+        return cls(proc, argv, StderrRing(stderr_bytes), protocol.exited,
+                   (tree_marker, value) if tree_marker and value else None)
 
     @property
     def stdin(self) -> asyncio.StreamWriter:
@@ -124,8 +158,20 @@ class AgentProcess:
                     return
                 self.stderr.append(chunk)
 
+    async def _end_tree(self) -> None:
+        """Once the agent itself exited: its group and every process carrying its marker are killed (children it
+        left behind would hold its stdout open and run on unseen)."""
+        await asyncio.shield(self._exited)
+        self._signal_group(signal.SIGKILL)
+        if self.tree is not None:
+            self.stragglers = await proctree.kill_carrying(*self.tree)
+
     async def wait(self) -> int:
-        return await self.proc.wait()
+        """The agent's exit status, once it exited and nothing of its tree is left."""
+        await asyncio.shield(self._tree_gone)
+        rc = self.proc.returncode
+        assert rc is not None
+        return rc
 
     async def stderr_tail(self, lines: int = 3, drain_wait: float = 1.0) -> str:
         """The last lines of stderr, once the drain has read what an exited process left in the pipe."""
@@ -147,13 +193,13 @@ class AgentProcess:
                 self.proc.stdin.close()
         if self.proc.returncode is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), grace)
+                await asyncio.wait_for(asyncio.shield(self._exited), grace)
         self._signal_group(signal.SIGTERM)
         if self.proc.returncode is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), grace)
+                await asyncio.wait_for(asyncio.shield(self._exited), grace)
         self._signal_group(signal.SIGKILL)
-        rc = await self.proc.wait()
+        rc = await self.wait()
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(self._drain_task, 1.0)
         return rc

@@ -219,7 +219,8 @@ class Launcher:
                 options=ClientOptions(request_timeout=self.settings.request_timeout,
                                       initialize_timeout=self.settings.initialize_timeout,
                                       stop_grace=self.settings.stop_grace,
-                                      never_serve=tuple(str(p) for p in self.settings.protected_paths)),
+                                      never_serve=tuple(str(p) for p in self.settings.protected_paths),
+                                      tree_marker=reaper.MARKER),
             )
         except AcpError as exc:
             await self.store.executors.set_stopped(row.id, "failed")
@@ -227,7 +228,7 @@ class Launcher:
             await self.writer.apply(row, SessionEvent.FAIL, error_message=reason)
             await self.writer.message(row, "error", reason)
             return LaunchResult(False, error=reason)
-        metrics.LAUNCHES.labels(profile.id).inc()
+        metrics.LAUNCHES.labels(row.owner, profile.id).inc()
         pid = client.process.pid
         # The agent's identity is written while it starts up (the write hides behind its start-up time); every
         # later write of the executor row waits for it, so it can never overwrite how the launch ended.
@@ -254,7 +255,7 @@ class Launcher:
         except (AcpError, TimeoutError) as exc:
             failure = exc
         await identity
-        _count_restore(profile.id, result if failure is None else None)
+        _count_restore(row.owner, profile.id, result if failure is None else None)
         if failure is None:
             restore = result.to_json()
             log.info("session %s: agent %s %s (plan %s, attempts %s)", row.id, profile.id, restore["outcome"],
@@ -476,13 +477,13 @@ class Launcher:
                 task.cancel()
         with contextlib.suppress(Exception):
             await live.client.stop()
-        metrics.EXITS.labels(live.profile.id, status).inc()
+        metrics.EXITS.labels(live.owner, live.profile.id, status).inc()
 
 
-def _count_restore(agent: str, result: RestoreResult | None) -> None:
+def _count_restore(owner: str, agent: str, result: RestoreResult | None) -> None:
     """One restore, labelled by the method that settled it (the last one sent), its outcome and failure class."""
     if result is None:  # the agent failed before any decision (initialize, a transport error)
-        metrics.RESTORES.labels(agent, "none", "failed", "transport").inc()
+        metrics.RESTORES.labels(owner, agent, "none", "failed", "transport").inc()
         return
     failure = result.failure_class.value if result.failure_class is not None else ""
-    metrics.RESTORES.labels(agent, result.settled_by, result.outcome.value, failure).inc()
+    metrics.RESTORES.labels(owner, agent, result.settled_by, result.outcome.value, failure).inc()

@@ -40,6 +40,7 @@ class LiveSession:
     # (then it never goes: the turn ends `cancelled` without asking the agent).
     prompt_sent: bool = False
     cancel_requested: bool = False
+    cancel_unanswered: bool = False  # its agent was stopped because the turn outlived the cancel grace
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property

@@ -85,7 +85,8 @@ class SessionManager:
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
                                  self._spawn, self._initial_prompt, self.cluster, self.keeper)
         self.turns = TurnRunner(store, bus, self.writer, self.broker,
-                                lambda live: self.launcher.stop(live, "exited"), settings.cancel_grace)
+                                lambda live: self.launcher.stop(live, "exited"), self.launcher.stop,
+                                settings.cancel_grace, settings.stop_grace)
         self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count,
                                   self.cluster.holder if self.cluster.enabled else None,
                                   self.cluster.running_elsewhere if self.cluster.enabled else None)
@@ -201,7 +202,7 @@ class SessionManager:
         """Interrupt the turn (cancel grace), optionally ACP `session/close` it (a cancel for good), stop the
         agent, and wait for the turn to publish its `turn_ended`."""
         live.stopping = True
-        await self.turns.interrupt(live)
+        await self.turns.interrupt(live, stop_unanswered=False)
         if close_session:
             init = live.client.init
             if init is not None and init.agentCapabilities.can_close and live.client.alive:

@@ -10,26 +10,19 @@ another start time). `is_leftover` is the pure rule; `reap` reads /proc and sign
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+
+from acp import proctree
+from acp.proctree import ProcessFacts, parse_stat, process_start
+
+__all__ = ["MARKER", "Execution", "ProcessFacts", "boot_id", "is_group_of", "is_leftover", "leftovers",
+           "parse_marker", "parse_stat", "process_start", "processes", "reap"]
 
 MARKER = "ACP_AGENT_EXECUTION"
-_MARKER_BYTES = MARKER.encode() + b"="
-PROC = Path("/proc")
-
-
-@dataclass(frozen=True)
-class ProcessFacts:
-    pid: int
-    pgid: int
-    start: int  # clock ticks since boot
-    marker: str | None  # the execution id in its environment, if any (None also when unreadable)
 
 
 @dataclass(frozen=True)
@@ -55,54 +48,19 @@ def is_group_of(proc: ProcessFacts, execution: Execution, boot_id: str | None) -
             and execution.boot_id is not None and execution.boot_id == boot_id)
 
 
-def parse_stat(text: str) -> tuple[str, int, int]:
-    """(state, process group, start time) from /proc/PID/stat; the command name may hold spaces and ')'."""
-    fields = text[text.rindex(")") + 2:].split()
-    return fields[0], int(fields[2]), int(fields[19])
-
-
 def parse_marker(environ: bytes) -> str | None:
-    for entry in environ.split(b"\0"):
-        if entry.startswith(_MARKER_BYTES):
-            return entry[len(_MARKER_BYTES):].decode(errors="replace")
-    return None
+    return proctree.parse_marker(environ, MARKER)
 
 
 def boot_id() -> str | None:
     try:
-        return (PROC / "sys/kernel/random/boot_id").read_text().strip()
+        return (proctree.PROC / "sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
-
-
-def process_start(pid: int) -> int | None:
-    try:
-        return parse_stat((PROC / str(pid) / "stat").read_text())[2]
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _facts(pid: int) -> ProcessFacts | None:
-    try:
-        state, pgid, start = parse_stat((PROC / str(pid) / "stat").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-    if state == "Z":
-        return None  # already dead, waiting for its parent to reap it
-    try:
-        marker = parse_marker((PROC / str(pid) / "environ").read_bytes())
-    except OSError:
-        marker = None
-    return ProcessFacts(pid, pgid, start, marker)
 
 
 def processes() -> Iterator[ProcessFacts]:
-    me = os.getpid()
-    for entry in PROC.iterdir():
-        if entry.name.isdigit() and int(entry.name) != me:
-            facts = _facts(int(entry.name))
-            if facts is not None:
-                yield facts
+    return proctree.processes(MARKER)
 
 
 def leftovers(executions: Iterable[Execution]) -> list[tuple[ProcessFacts, Execution]]:
@@ -130,13 +88,5 @@ async def reap(executions: Iterable[Execution], timeout: float = 5.0) -> list[Pr
             if is_group_of(proc, execution, boot):
                 os.killpg(proc.pgid, signal.SIGKILL)
             os.kill(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    # A process that is not our child signals nothing we could wait on: poll, briefly.
-    while any(_same_process(p) for p, _ in found) and time.monotonic() < deadline:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+    await proctree.wait_gone([p for p, _ in found], MARKER, timeout)
     return [p for p, _ in found]
-
-
-def _same_process(proc: ProcessFacts) -> bool:
-    now = _facts(proc.pid)
-    return now is not None and now.start == proc.start

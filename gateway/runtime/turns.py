@@ -59,13 +59,17 @@ class TurnEnd:
 
 class TurnRunner:
     def __init__(self, store: StoreBase, bus: EventBus, writer: SessionWriter, broker: PermissionBroker,
-                 on_agent_gone: Callable[[LiveSession], Awaitable[None]], cancel_grace: float) -> None:
+                 on_agent_gone: Callable[[LiveSession], Awaitable[None]],
+                 stop_agent: Callable[[LiveSession, str], Awaitable[None]], cancel_grace: float,
+                 stop_grace: float) -> None:
         self.store = store
         self.bus = bus
         self.writer = writer
         self.broker = broker
         self._on_agent_gone = on_agent_gone
+        self._stop_agent = stop_agent  # (live, how its executor row records the stop)
         self.cancel_grace = cancel_grace
+        self.stop_grace = stop_grace
 
     def start(self, live: LiveSession, blocks: list[dict[str, Any]]) -> asyncio.Task[dict[str, Any]]:
         """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
@@ -82,17 +86,31 @@ class TurnRunner:
         live.turn = turn
         return turn
 
-    async def interrupt(self, live: LiveSession) -> None:
+    async def interrupt(self, live: LiveSession, *, stop_unanswered: bool = True) -> None:
         """cancel_turn: pending permissions answered `cancelled`, ACP `session/cancel` if a turn runs, and the
-        cancel grace for it to end (DESIGN §4.5). The turn's callers see how it ended."""
+        cancel grace for it to end (DESIGN §4.5). A turn still running after the grace ends anyway: its agent is
+        stopped (`stop_unanswered`; the caller that stops the agent itself says no), the turn is recorded
+        `cancelled` with what it did, and the next prompt resumes the session by the restore rules. The user's
+        stop stops: `interrupt` returns once the turn has ended."""
         decision = decide(Command.CANCEL_TURN, live.phase)
         await self.broker.cancel_all(live.row)
-        if decision is Decision.INTERRUPT_TURN and live.turn is not None:
-            if live.prompt_sent:  # its session/cancel is written after the prompt (one write lock, in order)
-                await live.client.cancel(live.acp_session_id)
-            else:  # the prompt has not gone yet: it never will
-                live.cancel_requested = True
-            await asyncio.wait([live.turn], timeout=self.cancel_grace)
+        turn = live.turn
+        if decision is not Decision.INTERRUPT_TURN or turn is None:
+            return
+        if live.prompt_sent:  # its session/cancel is written after the prompt (one write lock, in order)
+            await live.client.cancel(live.acp_session_id)
+        else:  # the prompt has not gone yet: it never will
+            live.cancel_requested = True
+        done, _ = await asyncio.wait([turn], timeout=self.cancel_grace)
+        if done or not stop_unanswered or live.stopping:
+            return
+        live.cancel_unanswered = True
+        log.warning("session %s: agent %s did not end its turn within cancel_grace (%gs) of the cancel: stopping it",
+                    live.session_id, live.profile.id, self.cancel_grace,
+                    extra={"session_id": live.session_id, "agent": live.profile.id})
+        await self._stop_agent(live, "cancel_unanswered")
+        # The turn sees its agent gone and ends `cancelled`; stopping took at most the stop grace's stages.
+        await asyncio.wait([turn], timeout=self.stop_grace + 5)
 
     async def _run(self, live: LiveSession, blocks: list[dict[str, Any]]) -> dict[str, Any]:
         row = live.row
@@ -148,6 +166,11 @@ class TurnRunner:
             said = scrubber.value(exc.to_dict())
             return TurnEnd(None, said, message, agent_failed(row.id, agent, message, said, False))
         except TransportError as exc:
+            if live.cancel_unanswered:  # stopped because the cancel went unanswered: the turn is cancelled
+                message = (f"agent {agent!r} did not end the turn within {self.cancel_grace:g}s of the cancel "
+                           "(cancel_grace), so it was stopped; what the turn did is kept, and the next prompt "
+                           "resumes the session")
+                return TurnEnd("cancelled", {"message": message}, message)
             if live.stopping:  # the session is being cancelled or stopped
                 return TurnEnd("cancelled", error=str(exc))
             await self._on_agent_gone(live)
@@ -178,7 +201,7 @@ class TurnRunner:
             live.history.add(live.coalescer.flush())
             await live.history.idle()
         data: dict[str, Any] = {"stop_reason": end.stop_reason}
-        metrics.TURNS.labels(live.profile.id, end.stop_reason or "error").inc()
+        metrics.TURNS.labels(live.owner, live.profile.id, end.stop_reason or "error").inc()
         if end.error is not None:
             data["error"] = end.error
             if end.error_message is not None:  # in words, with what the agent said on stderr during the turn
