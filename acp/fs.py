@@ -55,6 +55,20 @@ def confine(root: Root, path: str, never_serve: Sequence[str] = ()) -> Path:
     return confine_within((root,), path, never_serve)[1]
 
 
+def shown(path: str, roots: Sequence[Root]) -> str:
+    """How an error names `path` to the agent: relative to the session directory it lies in (the host's layout is
+    not the agent's business, and a sandboxed agent's paths are not the host's), else exactly as the agent gave
+    it. Never a resolved path: where a link leads is not told either."""
+    if not os.path.isabs(path):
+        return path
+    for root in roots:
+        real = _real(root)
+        candidate = Path(os.path.normpath(path))
+        if candidate == real or real in candidate.parents:
+            return str(candidate.relative_to(real)) if candidate != real else "."
+    return path
+
+
 def confine_within(roots: Sequence[Root], path: str, never_serve: Sequence[str] = ()) -> tuple[Root, Path]:
     """(the root it lies in, the resolved path) for `path`, absolute or relative to the first root (the session's
     cwd; the others are its additional directories); refused unless it lies inside one of `roots`, and outside the
@@ -66,16 +80,13 @@ def confine_within(roots: Sequence[Root], path: str, never_serve: Sequence[str] 
     resolved = Path(os.path.realpath(candidate))
     inside = next((roots[i] for i, r in enumerate(real_roots) if resolved == r or r in resolved.parents), None)
     if inside is None:
-        raise RpcError(
-            INVALID_PARAMS,
-            f"access outside the session directory is refused: {path}",
-            {"path": path, "root": str(real_roots[0])},
-        )
+        raise RpcError(INVALID_PARAMS, f"access outside the session directory is refused: {shown(path, roots)}",
+                       {"path": shown(path, roots)})
     for denied in (*SYSTEM_DIRECTORIES, *never_serve):
         real = Path(os.path.realpath(denied))
         if resolved == real or real in resolved.parents:
-            raise RpcError(INVALID_PARAMS, f"access to {path} is refused: it is not the session's to read or write",
-                           {"path": path})
+            raise RpcError(INVALID_PARAMS, f"access to {shown(path, roots)} is refused: it is not the session's to "
+                           "read or write", {"path": shown(path, roots)})
     return inside, resolved
 
 
@@ -94,7 +105,7 @@ def open_beneath(root: Root, target: Path, flags: int, *, create_dirs: bool = Fa
     following a symlink: a directory swapped for a link after `confine` checked the path is refused, not followed."""
     parts = target.relative_to(_real(root)).parts
     if not parts:
-        raise RpcError(INVALID_PARAMS, "the session directory itself is not a file", {"path": str(target)})
+        raise RpcError(INVALID_PARAMS, "the session directory itself is not a file", {"path": "."})
     fd = (os.dup(root.fd) if isinstance(root, PinnedRoot)
           else os.open(os.path.realpath(root), os.O_RDONLY | os.O_DIRECTORY))
     try:
@@ -134,6 +145,7 @@ def open_regular(root: Root, target: Path, flags: int, path: str, *, create_dirs
 def read_text_file(root: Root, path: str, line: int | None = None, limit: int | None = None,
                    never_serve: Sequence[str] = (), extra_roots: Sequence[Root] = ()) -> str:
     inside, target = confine_within((root, *extra_roots), path, never_serve)
+    path = shown(path, (root, *extra_roots))
     try:
         fd = open_regular(inside, target, os.O_RDONLY, path)
     except FileNotFoundError as exc:
@@ -150,11 +162,12 @@ def read_text_file(root: Root, path: str, line: int | None = None, limit: int | 
 def write_text_file(root: Root, path: str, content: str, never_serve: Sequence[str] = (),
                     extra_roots: Sequence[Root] = ()) -> None:
     inside, target = confine_within((root, *extra_roots), path, never_serve)
+    path = shown(path, (root, *extra_roots))
     try:
         # Truncated only once it is known to be a regular file.
         fd = open_regular(inside, target, os.O_WRONLY | os.O_CREAT, path, create_dirs=True)
-    except OSError as exc:
+        with os.fdopen(fd, "wb") as fh:
+            fh.truncate(0)
+            fh.write(content.encode("utf-8"))
+    except OSError as exc:  # also a full disk or a quota while writing
         raise RpcError(INVALID_PARAMS, f"cannot write {path}: {exc.strerror}", {"path": path}) from exc
-    with os.fdopen(fd, "wb") as fh:
-        fh.truncate(0)
-        fh.write(content.encode("utf-8"))

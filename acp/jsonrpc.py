@@ -223,6 +223,13 @@ class Connection:
             return
         except asyncio.CancelledError:
             raise
+        except OSError as exc:
+            # The file system changed under the call (a link swapped, a directory removed, a disk full): expected
+            # when a peer races its own files, so one line, and an answer without the host's paths.
+            log.warning("%s: %s failed: %s", self.name, method, exc.strerror or type(exc).__name__)
+            await self._reply_error(msg_id, RpcError(INTERNAL_ERROR, f"{method} failed: "
+                                                     f"{exc.strerror or type(exc).__name__}"))
+            return
         except Exception as exc:
             log.exception("%s: request handler failed for %s", self.name, method)
             await self._reply_error(msg_id, RpcError(INTERNAL_ERROR, f"Internal error handling {method}: {exc}"))

@@ -184,7 +184,8 @@ class Gateway:
                                  max_batch=config.max_batch)
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
                                    max_frame_bytes=config.max_frame_bytes, allowed_origins=config.allowed_origins,
-                                   ui=ui_pages(ui_files(), metrics.exposition), outbox_limit=config.outbox_limit,
+                                   ui=ui_pages(ui_files()), outbox_limit=config.outbox_limit,
+                                   metrics=metrics.exposition, metrics_token=config.metrics_token,
                                    outbox_limit_bytes=config.outbox_limit_bytes,
                                    health=lambda: node_fault(store, sessions),
                                 healthy=lambda: node_ok(store, sessions, self.unconfined),

@@ -42,6 +42,9 @@ class ServeConfig(BaseModel):
     cluster_secret: str | None = Field(default=None, min_length=32, repr=False)
     agents_dir: list[str] = Field(default_factory=list)
     token: str | None = Field(default=None, min_length=16)
+    # The operator's token for `/metrics` as a whole (every owner's series and the gateway's); an owner's token reads
+    # only that owner's series. Never an owner's token too.
+    metrics_token: str | None = Field(default=None, min_length=16, repr=False)
     default_agent: str = "reference"
     stale_window: float = Field(default=60.0, gt=0)
     ready_timeout: float = Field(default=90.0, gt=0)
@@ -116,3 +119,6 @@ def _check_tokens(config: ServeConfig, where: str) -> None:
         if first != owner:  # the token itself is never printed
             raise ConfigError(f"{where}: key '{key}': this token is already the token of owner {first!r}, so it "
                               f"cannot also be {owner!r}'s: give each owner a token of its own")
+    if config.metrics_token and config.metrics_token in owners:
+        raise ConfigError(f"{where}: key 'metrics_token': this token is also owner {owners[config.metrics_token]!r}'s; "
+                          "the operator's metrics token must be a token of its own")

@@ -1,37 +1,44 @@
 """The gateway's Prometheus metrics (prometheus_client), in one registry of its own: what `/metrics` serves.
 
 Each metric is defined once here; the rooms that observe something import its metric. Labels are bounded:
-agent profile ids, method names of the API's table, stop reasons and restore outcomes are finite sets.
+owners (configured tokens), agent profile ids, method names of the API's table, stop reasons and restore outcomes
+are finite sets.
+
+What an owner's work caused carries an `owner` label, and an owner's token reads only the series labelled with its
+owner (`exposition(owner)`): another owner's call counts and turns would tell when and how they work. The
+gateway-wide series (live sessions, connections, the journal, the store) are the operator's: `metrics_token`, or
+the token of a gateway's only owner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 RESTORES = Counter("acp_gateway_restores", "Agent launches by how the session was established: the method that "
                    "settled it (session/resume, session/load, session/new, none), the outcome and the failure class",
-                   ["agent", "method", "outcome", "failure_class"], registry=REGISTRY)
-LAUNCHES = Counter("acp_gateway_agent_launches", "Agent processes started", ["agent"], registry=REGISTRY)
+                   ["owner", "agent", "method", "outcome", "failure_class"], registry=REGISTRY)
+LAUNCHES = Counter("acp_gateway_agent_launches", "Agent processes started", ["owner", "agent"], registry=REGISTRY)
 EXITS = Counter("acp_gateway_agent_exits", "Agent processes stopped, by why: stopped (asked), exited (on its own), "
-                "cancelled, failed", ["agent", "reason"], registry=REGISTRY)
+                "cancelled, cancel_unanswered, failed", ["owner", "agent", "reason"], registry=REGISTRY)
 TURNS = Counter("acp_gateway_turns", "Turns ended, by stop reason (error: the agent failed the turn)",
-                ["agent", "stop_reason"], registry=REGISTRY)
+                ["owner", "agent", "stop_reason"], registry=REGISTRY)
 RPC_CALLS = Counter("acp_gateway_rpc_calls", "JSON-RPC calls by method and outcome (ok, or the error code)",
-                    ["method", "outcome"], registry=REGISTRY)
-RPC_SECONDS = Histogram("acp_gateway_rpc_seconds", "JSON-RPC call latency by method", ["method"], registry=REGISTRY,
+                    ["owner", "method", "outcome"], registry=REGISTRY)
+RPC_SECONDS = Histogram("acp_gateway_rpc_seconds", "JSON-RPC call latency by method", ["owner", "method"],
+                        registry=REGISTRY,
                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120))
 RELAY_LAG = Histogram("acp_gateway_relay_lag_seconds", "From an event being queued (an agent's update read) to its "
                       "commit and fan-out, per group commit", registry=REGISTRY,
                       buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1))
 ACP_CALLS = Counter("acp_gateway_acp_calls", "ACP calls of remote clients on /acp by method and outcome (ok, or the "
-                    "error code)", ["method", "outcome"], registry=REGISTRY)
+                    "error code)", ["owner", "method", "outcome"], registry=REGISTRY)
 ACP_SECONDS = Histogram("acp_gateway_acp_seconds", "ACP call latency on /acp by method (session/prompt: the whole "
-                        "turn)", ["method"], registry=REGISTRY,
+                        "turn)", ["owner", "method"], registry=REGISTRY,
                         buckets=(0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10, 60, 300, 1800))
 
 
@@ -42,6 +49,21 @@ def gauge(name: str, documentation: str, read: Callable[[], float]) -> None:
     Gauge(name, documentation, registry=REGISTRY).set_function(read)
 
 
-def exposition() -> tuple[bytes, str]:
-    """The text format and its content type."""
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+class _OwnersView:
+    """The registry as one owner may read it: only the samples labelled with that owner."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            samples = [s for s in family.samples if s.labels.get("owner") == self.owner]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
+
+
+def exposition(owner: str | None = None) -> tuple[bytes, str]:
+    """The text format and its content type: every series (the operator's view), or `owner`'s own."""
+    return generate_latest(REGISTRY if owner is None else _OwnersView(owner)), CONTENT_TYPE_LATEST

@@ -183,8 +183,10 @@ class RpcAdapter:
 
     # -- dispatch ----------------------------------------------------------------------
     def _wrap(self, name: str, model: type[Params], handler: Handler) -> Callable[..., Awaitable[Any]]:
-        # The label children are looked up once: `labels()` on every call cost more than the rest of the metrics.
-        calls, ok, seconds = metrics.RPC_CALLS, metrics.RPC_CALLS.labels(name, "ok"), metrics.RPC_SECONDS.labels(name)
+        # The label children are looked up once per owner: `labels()` on every call cost more than the rest of the
+        # metrics.
+        calls = metrics.RPC_CALLS
+        children: dict[str, tuple[Any, Any]] = {}  # owner -> (its ok counter, its latency histogram)
         named = "session_id" in model.model_fields  # a session's name is taken wherever its id is
 
         async def method(ctx: RpcContext, *args: Any, **params: Any) -> Any:
@@ -213,8 +215,12 @@ class RpcAdapter:
                 outcome = str(failed.code)
                 return Error(failed.code, failed.message, failed.data)
             finally:
-                (ok if outcome == "ok" else calls.labels(name, outcome)).inc()
-                seconds.observe(time.perf_counter() - started)
+                mine = children.get(ctx.owner)
+                if mine is None:
+                    mine = children[ctx.owner] = (calls.labels(ctx.owner, name, "ok"),
+                                                  metrics.RPC_SECONDS.labels(ctx.owner, name))
+                (mine[0] if outcome == "ok" else calls.labels(ctx.owner, name, outcome)).inc()
+                mine[1].observe(time.perf_counter() - started)
 
         # jsonrpcserver checks the call against `inspect.signature(method)` on every request; computed
         # here once, that check stops rebuilding the signature each time (a third of a small call's cost).
@@ -251,6 +257,13 @@ class RpcAdapter:
             _validate_request(message)
         except ValueError:
             return _serializable(Left(InvalidRequestResponse("The request failed schema validation")))
+        if isinstance(message.get("params"), list):
+            # Every method of this API takes its params by name; `[]` would otherwise pass as "no params".
+            if "id" not in message:
+                return None
+            return {"jsonrpc": "2.0", "id": message["id"], "error": {
+                "code": INVALID_PARAMS, "message": "Invalid params: params must be an object (by-name)",
+                "data": {"field": "params"}}}
         try:
             request, result = await dispatch_request(self.methods, ctx, create_request(message))
         except Exception:

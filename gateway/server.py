@@ -69,16 +69,34 @@ def presented_token(request: Request) -> str | None:
     return values[0] if values else None
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+OWN_SCHEME = "http"  # the gateway serves plain HTTP; behind a TLS proxy, its https origin goes in allowed_origins
+
+
+def _authority(netloc: str, scheme: str) -> tuple[str, int] | None:
+    """(host name, port) of `host[:port]`, the scheme's default port when none is given; None when malformed."""
+    try:
+        parts = urlsplit("//" + netloc)
+        name, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not name:
+        return None
+    return name.lower(), port if port is not None else DEFAULT_PORTS.get(scheme, -1)
+
+
 def origin_allowed(origin: str | None, host_header: str | None, allowed: list[str]) -> bool:
-    """Non-browser clients send no Origin. A browser's must be this gateway's own page, or configured."""
+    """Non-browser clients send no Origin. A browser's must be this gateway's own page — the same scheme, host and
+    port (`https://127.0.0.1:PORT` is another origin than `http://127.0.0.1:PORT`) — or configured."""
     if origin is None:
         return True
-    if origin in allowed:
+    if origin.rstrip("/") in (a.rstrip("/") for a in allowed):
         return True
     parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not host_header:
+    if parts.scheme.lower() != OWN_SCHEME or not host_header or parts.path not in ("", "/"):
         return False
-    return parts.netloc.lower() == host_header.lower()
+    own = _authority(host_header, OWN_SCHEME)
+    return own is not None and _authority(parts.netloc, OWN_SCHEME) == own
 
 
 def is_loopback(name: str) -> bool:
@@ -98,7 +116,7 @@ def host_allowed(host_header: str | None, bind_host: str) -> bool:
     if not is_loopback(bind_host):
         return True
     if not host_header:
-        return True  # HTTP/1.0 clients and raw tools send none; nothing a browser would do
+        return False  # HTTP/1.1 requires it (refused with 400 before this is asked)
     try:
         name = urlsplit("//" + host_header).hostname  # without the port; IPv6 without its brackets
     except ValueError:
@@ -111,7 +129,9 @@ class GatewayServer:
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
                  outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
                  outbox_limit_bytes: int = 8 << 20, health: Callable[[], str | None] | None = None,
-                 healthy: Callable[[], str] | None = None, acp: AcpFactory | None = None) -> None:
+                 healthy: Callable[[], str] | None = None, acp: AcpFactory | None = None,
+                 metrics: Callable[[str | None], tuple[bytes, str]] | None = None,
+                 metrics_token: str | None = None) -> None:
         self.acp = acp  # makes the peer of each `/acp` connection; None: no `/acp` endpoint
         self.acp_ids: dict[int, str] = {}
         self.health = health  # None when the gateway can serve; else what is wrong and what to do
@@ -127,6 +147,10 @@ class GatewayServer:
         self.max_frame_bytes = max_frame_bytes
         self.allowed_origins = allowed_origins
         self.ui = ui
+        # `/metrics`: an owner's token reads that owner's series; `metrics_token` (the operator's), or the token of
+        # a gateway's only owner, reads everything (gateway.metrics says why).
+        self.metrics = metrics
+        self.metrics_token = metrics_token
         self.server: Server | None = None
         self.owners: dict[int, str] = {}
         self.connections: set[ServerConnection] = set()
@@ -156,6 +180,8 @@ class GatewayServer:
 
     def _route(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
+        if not request.headers.get("Host"):  # HTTP/1.1 requires it; the Origin and rebinding rules need it
+            return _plain(connection, HTTPStatus.BAD_REQUEST, "a Host header is required\n")
         if not host_allowed(request.headers.get("Host"), self.host):
             return _plain(connection, HTTPStatus.MISDIRECTED_REQUEST,
                           "this gateway listens on loopback and answers only loopback host names\n")
@@ -164,13 +190,24 @@ class GatewayServer:
             if fault is not None:
                 return _plain(connection, HTTPStatus.SERVICE_UNAVAILABLE, f"{fault}\n")
             return _plain(connection, HTTPStatus.OK, f"{self.healthy()}\n" if self.healthy is not None else "ok\n")
-        if path in ("/metrics", "/whoami"):
+        if path == "/metrics" and self.metrics is not None:
+            presented = presented_token(request)
+            operator = bool(self.metrics_token and presented and hmac.compare_digest(
+                self.metrics_token.encode(), presented.encode()))
+            owner = find_owner(self.tokens, presented)
+            if owner is None and not operator:
+                return _plain(connection, HTTPStatus.UNAUTHORIZED,
+                              "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
+            whole = operator or len(set(self.tokens.values())) == 1
+            body, content_type = self.metrics(None if whole else owner)
+            return typed_response(connection, content_type, body)
+        if path == "/whoami":
             owner = find_owner(self.tokens, presented_token(request))
             if owner is None:
                 return _plain(connection, HTTPStatus.UNAUTHORIZED,
                               "a valid token is required: Authorization: Bearer TOKEN, or ?token=TOKEN\n")
-            if path == "/whoami":  # lets a page tell a refused token from a gateway that is down
-                return typed_response(connection, "application/json", orjson.dumps({"owner": owner}))
+            # lets a page tell a refused token from a gateway that is down
+            return typed_response(connection, "application/json", orjson.dumps({"owner": owner}))
         if path in ("/rpc", "/acp") and not (path == "/acp" and self.acp is None):
             return self._admit(connection, request, path)
         if self.ui is not None:
@@ -485,17 +522,14 @@ def ui_files() -> dict[str, tuple[bytes, str]]:
     return {path: (body, UI_TYPES[".html" if path == "/" else path[path.rfind("."):]]) for path, body in files.items()}
 
 
-def ui_pages(files: dict[str, tuple[bytes, str]], metrics: Callable[[], tuple[bytes, str]]) -> Any:
-    """The HTTP side besides /rpc and /healthz: the web UI at `/` (and its files under `/ui/`), Prometheus text at
-    `/metrics` (the body and its content type), the API's OpenRPC document at `/openrpc.json`."""
+def ui_pages(files: dict[str, tuple[bytes, str]]) -> Any:
+    """The HTTP side besides /rpc, /healthz and /metrics: the web UI at `/` (and its files under `/ui/`), the API's
+    OpenRPC document at `/openrpc.json`."""
 
     def route(connection: ServerConnection, request: Request, path: str) -> Response | None:
         page = files.get("/" if path == "/index.html" else path)
         if page is not None:
             return typed_response(connection, page[1], page[0], UI_HEADERS)
-        if path == "/metrics":
-            body, content_type = metrics()
-            return typed_response(connection, content_type, body)
         if path == "/openrpc.json":
             return typed_response(connection, "application/json", orjson.dumps(openrpc.document()))
         return None

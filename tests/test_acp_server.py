@@ -178,6 +178,11 @@ async def test_bad_input_gets_jsonrpc_errors_and_rpc_is_unaffected(gw: GatewayPr
     assert early["error"]["code"] == -32600 and "initialize first" in early["error"]["message"]
     await wire.notify("session/cancel", {"sessionId": "s-x"})
     await wire.send({"jsonrpc": "2.0", "id": 99, "result": {}})
+    # An initialize refused for its params leaves the connection uninitialized.
+    refused = await wire.request("initialize", {"protocolVersion": "one"})
+    assert refused["error"]["code"] == -32602 and refused["error"]["data"] == {"field": "protocolVersion"}
+    still = await wire.request("session/list", {})
+    assert still["error"]["code"] == -32600 and "initialize first" in still["error"]["message"]
     await wire.call("initialize", {"protocolVersion": 1})
     again = await wire.request("initialize", {"protocolVersion": 1})
     assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]

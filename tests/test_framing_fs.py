@@ -155,3 +155,69 @@ def test_a_long_line_is_kept_as_it_came_and_an_over_long_one_is_not_held() -> No
     assert s.feed(b"b" * 5000) == []
     assert s.feed(b"\nafter\n") == [b"after"] and s.oversized == 1
     assert s.tail() is None
+
+
+def test_errors_to_the_agent_name_paths_relative_to_its_session_directory(tmp_path: Path) -> None:
+    """The host's layout is not the agent's business: an error names the path as the agent gave it, or relative to
+    the session directory it lies in, and never where a link leads."""
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    os.mkfifo(root / "sub" / "pipe")
+    os.symlink(tmp_path / "elsewhere" / "deep", root / "out")
+    cases = [
+        (lambda: fs.read_text_file(str(root), str(root / "sub" / "pipe")), "not a regular file: sub/pipe"),
+        (lambda: fs.read_text_file(str(root), str(root / "sub" / "missing")), "file not found: sub/missing"),
+        (lambda: fs.read_text_file(str(root), "out/x"), "access outside the session directory is refused: out/x"),
+        (lambda: fs.write_text_file(str(root), str(root / "sub"), "x"), "cannot write sub:"),
+        (lambda: fs.read_text_file(str(root), str(root)), "the session directory itself is not a file"),
+    ]
+    for call, says in cases:
+        with pytest.raises(RpcError) as info:
+            call()
+        said = str(info.value.to_dict())
+        assert says in info.value.message
+        assert str(tmp_path) not in said, said
+
+
+async def test_a_file_system_error_in_a_handler_is_one_log_line_and_a_clear_answer(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A peer racing its own files (a directory swapped mid-call) makes the handler's open fail: that is expected,
+    so one warning line without a traceback, and an answer that names the failure, not the host's paths."""
+    import asyncio
+
+    from acp.jsonrpc import Connection
+
+    async def handler(method: str, params: object) -> object:
+        raise NotADirectoryError(20, "Not a directory", "/srv/gateway/state/secret-path")
+
+    reader = asyncio.StreamReader()
+    sent: list[bytes] = []
+    all_answered = asyncio.Event()
+
+    class Sink:
+        def write(self, data: bytes) -> None:
+            sent.append(data)
+            if len(b"".join(sent).splitlines()) == 50:
+                all_answered.set()
+
+        async def drain(self) -> None:
+            return None
+
+        def is_closing(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            return None
+
+    conn = Connection(reader, Sink(), on_request=handler, name="agent x")  # type: ignore[arg-type]
+    conn.start()
+    for i in range(50):
+        reader.feed_data(b'{"jsonrpc":"2.0","id":%d,"method":"fs/read_text_file","params":{}}\n' % i)
+    await asyncio.wait_for(all_answered.wait(), 10)
+    reader.feed_eof()
+    conn.close("done")
+    answers = b"".join(sent).splitlines()
+    assert all(b"fs/read_text_file failed: Not a directory" in a for a in answers)
+    assert not any(b"/srv/gateway" in a for a in answers)
+    records = [r for r in caplog.records if "fs/read_text_file failed" in r.getMessage()]
+    assert len(records) == 50 and not any(r.exc_info for r in records)

@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from gateway.client import GatewayClient, RpcCallError
-from gateway.server import host_allowed
+from gateway.server import host_allowed, origin_allowed
 from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owner_gateway
 
 
@@ -49,6 +49,9 @@ async def test_bad_frames_get_json_rpc_errors_and_the_connection_survives(gatewa
         assert extra["error"]["code"] == -32602 and extra["error"]["data"] == {"field": "colour"}
         positional = await raw(ws, '{"jsonrpc": "2.0", "id": 11, "method": "task.session.get", "params": ["s"]}')
         assert positional["error"]["code"] == -32602
+        for method in ("gateway.info", "task.session.list", "task.session.get"):  # `[]` is not "no params" either
+            empty = await raw(ws, f'{{"jsonrpc": "2.0", "id": 15, "method": "{method}", "params": []}}')
+            assert (empty["id"], empty["error"]["code"], empty["error"]["data"]) == (15, -32602, {"field": "params"})
         batch = await raw(ws, '[1, {"jsonrpc": "2.0", "id": 12, "method": "gateway.info"}, '
                               '{"jsonrpc": "2.0", "method": "gateway.info"}, {"jsonrpc": "2.0", "id": 13}]')
         assert [b["id"] for b in batch] == [None, 12, None]
@@ -85,6 +88,10 @@ async def test_token_in_query_and_foreign_origin(gateway: GatewayProcess) -> Non
         assert (await raw(ws, '{"jsonrpc": "2.0", "id": 1, "method": "gateway.info"}'))["result"]["owner"] == "alice"
     with pytest.raises(InvalidStatus) as info:
         async with connect(f"{gateway.url}?token={ALICE}", origin="http://evil.example"):  # type: ignore[arg-type]
+            pass
+    assert info.value.response.status_code == 403
+    with pytest.raises(InvalidStatus) as info:  # the gateway's host and port, but another scheme
+        async with connect(f"{gateway.url}?token={ALICE}", origin=f"https://127.0.0.1:{gateway.port}"):  # type: ignore[arg-type]
             pass
     assert info.value.response.status_code == 403
 
@@ -220,7 +227,7 @@ async def test_another_owner_is_served_while_a_huge_batch_runs(tmp_path: Path) -
     ("localhost:8765", "127.0.0.1", True),
     ("[::1]:8765", "::1", True),
     ("LOCALHOST", "127.0.0.1", True),
-    (None, "127.0.0.1", True),  # no Host at all: not a browser
+    (None, "127.0.0.1", False),  # no Host at all: HTTP/1.1 requires one (the server answers 400 first)
     ("attacker.example:8765", "127.0.0.1", False),  # DNS rebinding: a page on a name resolving to loopback
     ("127.0.0.1.attacker.example", "127.0.0.1", False),
     ("gateway.lan:8765", "0.0.0.0", True),  # bound beyond loopback, reached by the names its users give it
@@ -245,3 +252,26 @@ async def test_metrics_need_a_token_and_foreign_host_names_are_refused(gateway: 
     assert await _http_status(port, ok) == "HTTP/1.1 200 OK"
     rebound = "GET / HTTP/1.1\r\nHost: attacker.example\r\n\r\n"
     assert await _http_status(port, rebound) == "HTTP/1.1 421 Misdirected Request"
+    for path in ("/", "/healthz", "/rpc"):  # no Host at all: refused everywhere, before anything else is looked at
+        assert await _http_status(port, f"GET {path} HTTP/1.1\r\n\r\n") == "HTTP/1.1 400 Bad Request"
+
+
+@pytest.mark.parametrize(("origin", "host", "allowed"), [
+    (None, "127.0.0.1:8765", True),  # not a browser
+    ("http://127.0.0.1:8765", "127.0.0.1:8765", True),  # the gateway's own page
+    ("HTTP://127.0.0.1:8765", "127.0.0.1:8765", True),
+    ("http://localhost:8765", "LOCALHOST:8765", True),
+    ("http://[::1]:8765", "[::1]:8765", True),
+    ("http://127.0.0.1", "127.0.0.1:80", True),  # the default port, said or not
+    ("https://127.0.0.1:8765", "127.0.0.1:8765", False),  # another scheme is another origin
+    ("http://127.0.0.1:8766", "127.0.0.1:8765", False),  # another port too
+    ("http://127.0.0.1", "127.0.0.1:8765", False),
+    ("http://evil.example:8765", "127.0.0.1:8765", False),
+    ("http://127.0.0.1:8765", None, False),  # nothing to compare with
+    ("null", "127.0.0.1:8765", False),  # a sandboxed iframe, a file: page
+    ("https://ui.example.com", "127.0.0.1:8765", True),  # configured
+    ("https://ui.example.com/", "127.0.0.1:8765", True),
+    ("http://ui.example.com", "127.0.0.1:8765", False),  # configured with https only
+])
+def test_origin_allowed(origin: str | None, host: str | None, allowed: bool) -> None:
+    assert origin_allowed(origin, host, ["https://ui.example.com"]) is allowed

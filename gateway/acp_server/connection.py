@@ -156,6 +156,12 @@ class AcpConnection:
                 self._error(message.id, message.code, message.message)
             return
         decision = decide(self.phase, message)
+        if decision is Decision.INITIALIZE and message.id is not None:
+            try:  # C3: an initialize refused for its params leaves the connection awaiting one
+                parse_params(Method.INITIALIZE, message.params)
+            except GatewayError as err:
+                self._error(message.id, err.code, err.message, err.data)
+                return
         self.phase = next_phase(self.phase, decision)
         if decision in (Decision.INITIALIZE, Decision.DISPATCH):
             if message.id is None:
@@ -173,7 +179,7 @@ class AcpConnection:
         method = Method(message.method)
         calls = metrics.ACP_CALLS
         if self.in_flight >= MAX_IN_FLIGHT:
-            calls.labels(method.value, "limit").inc()
+            calls.labels(self.owner, method.value, "limit").inc()
             err = limit_exceeded(MAX_IN_FLIGHT, f"at most {MAX_IN_FLIGHT} requests of one connection at once: wait "
                                  "for answers first")
             self._error(message.id, err.code, err.message, err.data)
@@ -181,7 +187,7 @@ class AcpConnection:
         try:
             params = parse_params(method, message.params)
         except GatewayError as err:
-            calls.labels(method.value, str(err.code)).inc()
+            calls.labels(self.owner, method.value, str(err.code)).inc()
             self._error(message.id, err.code, err.message, err.data)
             return
         self.in_flight += 1
@@ -204,8 +210,8 @@ class AcpConnection:
             self._error(message.id, failed.code, failed.message, failed.data)
         finally:
             self.in_flight -= 1
-            calls.labels(method.value, outcome).inc()
-            metrics.ACP_SECONDS.labels(method.value).observe(time.perf_counter() - started)
+            calls.labels(self.owner, method.value, outcome).inc()
+            metrics.ACP_SECONDS.labels(self.owner, method.value).observe(time.perf_counter() - started)
 
     def _notification(self, message: Message) -> None:
         method = Method(str(message.method))
@@ -214,7 +220,7 @@ class AcpConnection:
         except GatewayError as err:  # a notification is never answered: the log says why it was dropped
             log.info("ACP connection %s: %s dropped: %s", self.connection_id, method.value, err.message)
             return
-        metrics.ACP_CALLS.labels(method.value, "ok").inc()
+        metrics.ACP_CALLS.labels(self.owner, method.value, "ok").inc()
         self.notification_handlers[method](params)
 
     def _response(self, message: Message) -> None:

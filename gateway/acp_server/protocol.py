@@ -13,6 +13,7 @@ Rows (the RFD's WebSocket mode and ACP's initialization; tests/test_acp_server_p
   C1  before `initialize`: any request other than `initialize`        -> -32600 "send initialize first"
   C2  before `initialize`: a notification or a response               -> ignored (nothing can be answered)
   C3  `initialize`, the first time                                    -> answered; the connection is ready
+      (its params refused, e.g. a `protocolVersion` that is no integer: -32602, and still awaiting initialize)
   C4  `initialize` again                                              -> -32600 "already initialized"
   C5  ready: a request for a method the gateway serves                -> dispatched
   C6  ready: a request for any other method                           -> -32601, naming the methods served
