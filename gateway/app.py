@@ -34,6 +34,7 @@ from .memory import return_large_buffers
 from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
 from .runtime.cluster import node_name
+from .runtime.quotas import Quotas, journal_share
 from .runtime.workspace import resolved
 from .server import AcpFactory, AcpPeer, GatewayServer, Outbox, ui_files, ui_pages
 from .store import StoreBase, StoreInUse, open_store, redacted
@@ -165,13 +166,16 @@ class Gateway:
             node = node_name(config.node_id)
             store = await self._open_store(config.store or str(state_dir / "gateway.db"), node)
             bus = EventBus(store, retention=config.event_retention, heartbeat=config.heartbeat_interval,
-                           retention_bytes=config.event_retention_bytes)
+                           retention_bytes=journal_share(config.event_retention_bytes, config.store_max_bytes))
             await bus.open()
             settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
                                 ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,
                                 cancel_grace=config.cancel_grace, request_timeout=config.request_timeout,
                                 initialize_timeout=config.initialize_timeout,
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
+                                quotas=Quotas(config.max_sessions_per_owner, config.max_history_bytes_per_owner,
+                                              config.max_starts_per_minute_per_owner).within_store(
+                                                  config.store_max_bytes),
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
                                 lease_ttl=config.lease_ttl, sandbox=config.sandbox,
                                 network="outbound" if len(confinement.owners_of(config)) > 1 else "host",

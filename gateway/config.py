@@ -58,6 +58,10 @@ class ServeConfig(BaseModel):
     request_timeout: float = Field(default=120.0, gt=0)
     initialize_timeout: float = Field(default=60.0, gt=0)
     max_live_sessions_per_owner: int = Field(default=32, ge=1)
+    # What one owner may store and how fast it may start sessions (gateway.runtime.quotas; docs/operations.md)
+    max_sessions_per_owner: int = Field(default=1000, ge=1)
+    max_history_bytes_per_owner: int = Field(default=1 << 30, ge=1 << 16)
+    max_starts_per_minute_per_owner: int = Field(default=60, ge=1)
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
     # How agents' own processes are confined (docs/security.md): "none", or "bwrap" (bubblewrap: a sandbox per agent

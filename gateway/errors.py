@@ -52,7 +52,7 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     WORKSPACE_MISSING: (frozenset({"session_id", "cwd"}), frozenset({"session_id", "cwd", "rule"})),
     RESYNC_REQUIRED: (frozenset({"reason", "head", "oldest"}),),
     NOT_RESUMABLE: (frozenset({"session_id", "state", "reason"}),),
-    LIMIT_EXCEEDED: (frozenset({"limit"}),),
+    LIMIT_EXCEEDED: (frozenset({"limit", "name"}), frozenset({"limit", "name", "retry_after"})),
     AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
     STORAGE_FAILED: (frozenset({"reason"}),),
     CONFIG_REFUSED: (frozenset({"session_id", "config_id", "value", "reason", "offered", "agent_error"}),),
@@ -221,8 +221,13 @@ def config_refused(session_id: str, config_id: str, value: Any, reason: str, mes
                                                   "reason": reason, "offered": offered, "agent_error": agent_error})
 
 
-def limit_exceeded(limit: int, message: str) -> GatewayError:
-    return GatewayError(LIMIT_EXCEEDED, message, {"limit": limit})
+def limit_exceeded(limit: int, message: str, name: str, retry_after: float | None = None) -> GatewayError:
+    """-32014: `name` is the limit's setting (or the fixed limit's name), `limit` its value; `retry_after` (seconds)
+    when waiting is enough."""
+    data: dict[str, Any] = {"limit": limit, "name": name}
+    if retry_after is not None:
+        data["retry_after"] = round(retry_after, 3)
+    return GatewayError(LIMIT_EXCEEDED, message, data)
 
 
 def resync_required(reason: str, message: str, *, head: int | None = None, oldest: int | None = None) -> GatewayError:

@@ -157,7 +157,7 @@ class RpcAdapter:
             raise GatewayError(INVALID_REQUEST, "this transport cannot carry events")
         if len(ctx.subscriptions) >= MAX_SUBSCRIPTIONS_PER_CONNECTION:
             raise limit_exceeded(MAX_SUBSCRIPTIONS_PER_CONNECTION, f"at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} "
-                                 "subscriptions per connection: unsubscribe one first")
+                                 "subscriptions per connection: unsubscribe one first", "subscriptions_per_connection")
         if p.session_id is not None:
             await self.sessions.row(ctx.owner, p.session_id)
         sub = await self.bus.subscribe(ctx.owner, ctx.sink, p.since, p.session_id, p.batch)

@@ -181,7 +181,7 @@ class AcpConnection:
         if self.in_flight >= MAX_IN_FLIGHT:
             calls.labels(self.owner, method.value, "limit").inc()
             err = limit_exceeded(MAX_IN_FLIGHT, f"at most {MAX_IN_FLIGHT} requests of one connection at once: wait "
-                                 "for answers first")
+                                 "for answers first", "requests_in_flight_per_connection")
             self._error(message.id, err.code, err.message, err.data)
             return
         try:
@@ -323,7 +323,7 @@ class AcpConnection:
             self._detach(old)
         if len(self.attachments) >= MAX_ATTACHED_SESSIONS:
             raise limit_exceeded(MAX_ATTACHED_SESSIONS, f"at most {MAX_ATTACHED_SESSIONS} sessions open on one "
-                                 "connection: session/close one first")
+                                 "connection: session/close one first", "sessions_per_acp_connection")
         attachment = Attachment(session_id, self, answer_when_caught_up)
         self.attachments[session_id] = attachment
         try:

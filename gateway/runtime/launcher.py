@@ -42,6 +42,7 @@ from .diagnosis import hidden_values, stderr_said
 from .history import HistoryCoalescer
 from .homes import PROBE_OWNER, ensure_home
 from .live import LiveSession
+from .quotas import Usage
 from .settings import Settings
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
@@ -147,6 +148,7 @@ class Launcher:
         self.launches: dict[str, Launch] = {}  # session id -> its launch in progress
         self.cluster = cluster  # the session's lease is held while its agent runs here, and handed back after
         self.keeper = keeper
+        self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
         # directories): a start is checked against it before the session exists (`capabilities`).
         self.capabilities: dict[str, AgentCapabilities] = {}
@@ -206,7 +208,8 @@ class Launcher:
         env = {**profile.launch_env(self.settings.environ, home), reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.
         coalescer = HistoryCoalescer()
-        history = HistoryWriter(self.store, row.id)
+        owner = row.owner
+        history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
         on_update = self._update_intake(row, coalescer, history, config)
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(

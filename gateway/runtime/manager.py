@@ -259,6 +259,7 @@ class SessionManager:
             await self._check_name(owner, name)
         setup = await self._setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
                                   additional_directories or [])
+        await self.launcher.usage.check_start(owner)  # what the owner stores, how fast it starts (-32014)
         self._check_live_limit(owner)
         self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
         return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup,
@@ -322,6 +323,7 @@ class SessionManager:
                 if name is not None and "unique" in str(exc).lower():  # two starts raced for one name
                     await self._check_name(owner, name)
                 raise
+            self.launcher.usage.created(owner)
             await self.writer.publish(row, "session_created", await self.views.view(row))
             await self.cluster.acquire(row.id)  # a new session: no other node can hold it
         finally:
@@ -387,7 +389,8 @@ class SessionManager:
                 + self._starting.get(owner, 0))
         limit = self.settings.max_live_sessions_per_owner
         if live >= limit:
-            raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first")
+            raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first",
+                                 "max_live_sessions_per_owner")
 
     # -- turns ---------------------------------------------------------------------------
     async def prompt(self, owner: str, session_id: str, prompt: Any, forwarded: bool = False) -> dict[str, Any]:
@@ -398,6 +401,7 @@ class SessionManager:
         routed, answer = await self._elsewhere(row, "prompt", forwarded, prompt=prompt)
         if routed:
             return dict(answer)
+        await self.launcher.usage.check_turn(owner)  # an owner at its history quota starts no turn (-32014)
         live, answer = await self._bring_up(row, forwarded, "prompt", {"prompt": prompt})
         if live is None:
             return dict(answer)
@@ -601,4 +605,5 @@ class SessionManager:
             await self._stop_live(live)
         self.keeper.drop(row.id)
         await self.store.sessions.delete(row.id)
+        self.launcher.usage.deleted(row.owner)
         await self.writer.publish(row, "session_deleted", {})

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .quotas import Quotas
+
 
 @dataclass
 class Settings:
@@ -19,6 +21,7 @@ class Settings:
     request_timeout: float | None = 120.0  # session setup and other non-prompt requests to an agent
     initialize_timeout: float = 60.0
     max_live_sessions_per_owner: int = 32
+    quotas: Quotas = field(default_factory=Quotas)  # what one owner may store, how fast it may start sessions
     # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.
     agents_die_with_gateway: bool = True

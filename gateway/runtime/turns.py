@@ -119,7 +119,7 @@ class TurnRunner:
                 await self.close_interrupted(row)
                 row = live.row
             user_text = prompt_text(blocks)
-            await self.store.history.append(row.id, [HistoryEntry("user_message", user_text)])
+            await live.history.append_now([HistoryEntry("user_message", user_text)])
             sent = blocks
             if live.needs_resume_context:
                 earlier = (await self.store.history.all(row.id))[:-1]

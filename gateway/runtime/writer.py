@@ -81,9 +81,10 @@ def status_data(row: SessionRow, live: bool) -> dict[str, Any]:
 class HistoryWriter:
     """Appends a session's history entries in order, off the update path; `idle()` waits for the writes."""
 
-    def __init__(self, store: StoreBase, session_id: str) -> None:
+    def __init__(self, store: StoreBase, session_id: str, on_written: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.session_id = session_id
+        self.on_written = on_written  # the bytes of each batch written (the owner's history quota counts them)
         self._pending: list[HistoryEntry] = []
         self._task: asyncio.Task[None] | None = None
         self.failures = 0  # writes the store refused: a turn that lost history says so
@@ -99,10 +100,16 @@ class HistoryWriter:
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                await self.store.history.append(self.session_id, batch)
+                await self.append_now(batch)
             except Exception as exc:
                 self.failures += 1
                 log_fault(log, f"session {self.session_id}: history not written", exc)
+
+    async def append_now(self, entries: list[HistoryEntry]) -> None:
+        """Append `entries` at once (not queued behind the others), counted like the rest."""
+        await self.store.history.append(self.session_id, entries)
+        if self.on_written is not None:
+            self.on_written(sum(len(e.content.encode()) + len(e.name.encode()) for e in entries))
 
     async def idle(self) -> None:
         while self._task is not None and not self._task.done():

@@ -158,6 +158,19 @@ class SessionRepo(_Repo):
                 await db.execute("UPDATE tasks SET state = ?, updated_at = ? WHERE (owner, id) = "
                                  "(SELECT owner, task_id FROM sessions WHERE id = ?)", (task_state, now, session_id))
 
+    async def count(self, owner: str) -> int:
+        """How many sessions `owner` has stored (every state: an ended session's history is kept too)."""
+        row = await self.store.fetchone("SELECT COUNT(*) FROM sessions WHERE owner = ?", (owner,))
+        return int(row[0]) if row else 0
+
+    async def history_bytes(self, owner: str) -> int:
+        """The bytes of `owner`'s stored history (entries' content and names, as UTF-8)."""
+        size = ("OCTET_LENGTH({})" if self.store.kind == "postgresql" else "LENGTH(CAST({} AS BLOB))").format
+        row = await self.store.fetchone(
+            f"SELECT COALESCE(SUM({size('h.content')} + {size('h.name')}), 0) FROM history h "
+            "JOIN sessions s ON s.id = h.session_id WHERE s.owner = ?", (owner,))
+        return int(row[0]) if row else 0
+
     async def delete(self, session_id: str) -> None:
         async with self.store.transaction() as db:
             row = await db.fetchone("SELECT owner, task_id FROM sessions WHERE id = ?", (session_id,))
