@@ -15,6 +15,8 @@ import orjson
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 READ_CHUNK = 256 * 1024
+SAMPLE_BYTES = 400  # of a line that is not JSON-RPC, what is kept as a sample
+BIG_LINE = 4 * 1024 * 1024  # a line longer than this is received into one buffer, not kept as its chunks
 
 
 @dataclass
@@ -53,11 +55,16 @@ class LineSplitter:
     newline arrives), each chunk is searched once, and an over-long line is dropped as it streams, never held
     (re-joining the partial line on every chunk made a 16 MB line cost seconds of the event loop)."""
 
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE, stats: FrameStats | None = None) -> None:
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE, stats: FrameStats | None = None,
+                 big_line: int = BIG_LINE) -> None:
         self.max_line = max_line
+        self.big_line = big_line
         self.stats = stats
-        self._parts: list[bytes] = []  # the line being received, as the chunks it came in
-        self._pending = 0  # their length
+        # The line being received: its chunks, until it is long enough to be kept in one growing buffer (joining
+        # chunks at the end held a long line twice: its parts and the joined copy).
+        self._parts: list[bytes] = []
+        self._big: bytearray | None = None
+        self._pending = 0  # its length
         self._discarding = False  # inside an over-long line: dropped up to its newline
         self.oversized = 0
 
@@ -74,8 +81,12 @@ class LineSplitter:
             self._hold(data)
             return []
         lines: list[bytes] = []
-        first = b"".join((*self._parts, data[:nl])) if self._parts else data[:nl]
-        self._parts, self._pending = [], 0
+        if self._big is not None:  # parsed as it is (orjson reads a bytearray): never copied once more
+            self._big += data[:nl]
+            first: bytes = self._big  # type: ignore[assignment]
+        else:
+            first = b"".join((*self._parts, data[:nl])) if self._parts else data[:nl]
+        self._parts, self._big, self._pending = [], None, 0
         self._keep(first, lines)
         rest = data[nl + 1:].split(b"\n")  # in C: a flood is hundreds of thousands of lines a second
         tail = rest.pop()
@@ -98,12 +109,18 @@ class LineSplitter:
         if not piece:
             return
         if self._pending + len(piece) > self.max_line:
-            head = (self._parts[0] if self._parts else piece)[:200]
+            head = bytes(self._big[:200]) if self._big is not None else (self._parts[0] if self._parts else piece)[:200]
             self._oversized(head)
-            self._parts, self._pending, self._discarding = [], 0, True
+            self._parts, self._big, self._pending, self._discarding = [], None, 0, True
             return
-        self._parts.append(piece)
         self._pending += len(piece)
+        if self._big is not None:
+            self._big += piece
+        elif self._pending > self.big_line:
+            self._big = bytearray().join((*self._parts, piece))
+            self._parts = []
+        else:
+            self._parts.append(piece)
 
     def _oversized(self, head: bytes) -> None:
         self.oversized += 1
@@ -112,22 +129,26 @@ class LineSplitter:
 
     def tail(self) -> bytes | None:
         """What is left after EOF: a final line without a newline, if any."""
-        if self._discarding or not self._parts:
+        if self._discarding or not (self._parts or self._big):
             return None
-        return b"".join(self._parts)
+        return bytes(self._big) if self._big is not None else b"".join(self._parts)
 
 
 def parse_frame(line: bytes, stats: FrameStats) -> dict[str, Any] | None:
     """Parse one line; return the JSON-RPC message or None (counted in `stats`) when it is not one."""
     try:
+        # A JSON-RPC message is an object: anything else is noise, told without parsing it (orjson sets aside a
+        # buffer the size of its input, so a 64 MiB line of junk would cost 64 MiB more just to be refused).
+        if not bytes(line[:SAMPLE_BYTES]).lstrip().startswith(b"{") and len(line) > SAMPLE_BYTES:
+            raise orjson.JSONDecodeError("not an object", "", 0)
         msg = orjson.loads(line)  # JSON allows the whitespace around it (a CR before the LF, say)
     except orjson.JSONDecodeError:
-        stripped = line.strip()
-        if stripped:  # a blank line is no noise
-            stats.note_noise("non_json", stripped)
+        # Only its head is looked at: the line may be 64 MiB, and a copy of it stripped would cost that again.
+        if len(line) > SAMPLE_BYTES or line.strip():  # a blank line is no noise
+            stats.note_noise("non_json", bytes(line[:SAMPLE_BYTES]).strip())
         return None
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
-        stats.note_noise("non_jsonrpc", line.strip())
+        stats.note_noise("non_jsonrpc", bytes(line[:SAMPLE_BYTES]).strip())
         return None
     stats.frames += 1
     return msg

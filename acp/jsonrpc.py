@@ -168,6 +168,10 @@ class Connection:
                     msg = parse_frame(line, stats)
                     if msg is not None:
                         dispatch(msg)
+                line = b""  # the last line (up to 64 MiB) is not kept alive while the next one arrives
+                # Bounded work per wake-up: `read` returns at once while the stream holds data, so a flooding agent
+                # would keep the loop here; one chunk at a time, every other connection is served between.
+                await asyncio.sleep(0)
             tail = splitter.tail()
             if tail is not None and tail.strip():
                 msg = parse_frame(tail, stats)

@@ -35,12 +35,14 @@ def test_splitter_drops_over_long_lines_and_keeps_going() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=20),
-       cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10))
-def test_splitter_matches_a_plain_split_however_the_stream_is_cut(lines: list[bytes], cuts: list[int]) -> None:
-    """Whole lines out, in order, whatever the chunking; lines over the limit dropped and counted."""
+       cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10), big_line=st.sampled_from([0, 5, 1000]))
+def test_splitter_matches_a_plain_split_however_the_stream_is_cut(lines: list[bytes], cuts: list[int],
+                                                                  big_line: int) -> None:
+    """Whole lines out, in order, whatever the chunking (and whether a long line is held as its chunks or in one
+    buffer); lines over the limit dropped and counted."""
     limit = 12
     stream = b"".join(line + b"\n" for line in lines)
-    splitter = LineSplitter(max_line=limit)
+    splitter = LineSplitter(max_line=limit, big_line=big_line)
     got: list[bytes] = []
     start = 0
     for cut in [*sorted({min(c, len(stream)) for c in cuts}), len(stream)]:
