@@ -62,6 +62,8 @@ async def test_a_flooding_agent_costs_another_owner_nothing(tmp_path: Path) -> N
         ratio = p99(loaded) / p99(idle)
         assert ratio <= 3.0, f"bob's p99 went from {p99(idle) * 1e3:.2f} ms to {p99(loaded) * 1e3:.2f} ms"
         grown = peak_rss(gw.proc.pid) - before
+        print(f"bob's p99 idle {p99(idle) * 1e3:.2f} ms, loaded {p99(loaded) * 1e3:.2f} ms ({ratio:.2f}x, "
+              f"{len(loaded)} calls); gateway peak RSS +{grown >> 20} MiB")
         assert grown <= DEFAULT_MAX_LINE + CONSTANT, f"the gateway grew by {grown >> 20} MiB"
         status = await alice.call("task.session.status", {"session_id": view["session_id"]})
         assert status["is_agent_running"]
