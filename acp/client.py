@@ -31,6 +31,7 @@ from .models import (
 )
 from .offload import Offloader
 from .process import AgentProcess
+from .terminals import TERMINAL_METHODS, TerminalHost, Terminals
 
 tracer = trace.get_tracer("acp")
 
@@ -90,8 +91,11 @@ class AcpClient:
         on_permission: PermissionHandler = _cancel_every_permission,
         on_ext_notification: Callable[[str, Any], None] | None = None,
         options: ClientOptions | None = None,
+        terminal_host: TerminalHost | None = None,
     ) -> None:
         self.process = process
+        # The agent's terminals, where the host serves them (then `terminal: true` in initialize); None: not offered.
+        self.terminals = Terminals(terminal_host) if terminal_host is not None else None
         self.cwd = os.path.realpath(cwd)
         # The session's directories, pinned now (see acp.fs): the fs methods never resolve them again.
         self.root: fs.Root = _pin(self.cwd)
@@ -132,6 +136,8 @@ class AcpClient:
 
     async def _watch_exit(self) -> None:
         rc = await self.process.wait()
+        if self.terminals is not None:  # an agent's terminals end with it
+            await self.terminals.close()
         # stdout may still hold answers written just before exit: let the reader finish first.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.conn.wait_closed(), 1.0)
@@ -149,7 +155,7 @@ class AcpClient:
                     "protocolVersion": PROTOCOL_VERSION,
                     "clientCapabilities": {
                         "fs": {"readTextFile": True, "writeTextFile": True},
-                        "terminal": False,
+                        "terminal": self.terminals is not None,
                         # Boolean config options are relayed and set like selects (acp.session_config).
                         "session": {"configOptions": {"boolean": {}}},
                     },
@@ -211,6 +217,8 @@ class AcpClient:
         self._extra_roots = tuple(_pin(d) for d in directories)
 
     async def stop(self) -> int:
+        if self.terminals is not None:
+            await self.terminals.close()
         rc = await self.process.stop(self.options.stop_grace)
         self.conn.close(f"agent stopped (status {rc})")
         self._watch.cancel()
@@ -242,6 +250,11 @@ class AcpClient:
             await self.files.run(f"writing {write.path}", fs.write_text_file, self.root, write.path, write.content,
                                  self.options.never_serve, self.extra_roots)
             return {}
+        if method in TERMINAL_METHODS:
+            if self.terminals is None:
+                raise RpcError(METHOD_NOT_FOUND, f"{method}: this client did not offer terminals (its initialize "
+                               "said terminal: false)", {"method": method})
+            return await self.terminals.handle(method, params)
         if method == "session/request_permission":
             _parse(RequestPermissionRequest, params, method)
             return {"outcome": await self._ask_permission(params)}

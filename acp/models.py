@@ -150,6 +150,27 @@ class WriteTextFileRequest(_Wire):
     content: str
 
 
+class EnvVariable(_Wire):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^=\x00]+$")
+    value: str = Field(max_length=32768)
+
+
+class CreateTerminalRequest(_Wire):
+    sessionId: str
+    command: str = Field(min_length=1, max_length=4096)
+    args: list[str] = Field(default_factory=list, max_length=1000)
+    env: list[EnvVariable] = Field(default_factory=list, max_length=200)
+    cwd: str | None = Field(default=None, max_length=4096)
+    outputByteLimit: int | None = None  # checked against the host's bounds (a typed refusal, not a shape error)
+
+
+class TerminalRequest(_Wire):
+    """terminal/output, wait_for_exit, kill, release: which terminal."""
+
+    sessionId: str
+    terminalId: str = Field(min_length=1, max_length=200)
+
+
 def field_path(loc: Any) -> str:
     """A pydantic error's location as the dotted path of the field a user wrote (`config.model`): without the names
     pydantic gives the members of a union (`str`, `bool`, `constrained-str`), which are nobody's field."""

@@ -69,7 +69,7 @@ class StderrRing:
         return data.decode("utf-8", "replace").splitlines()[-n:]
 
 
-class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+class ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """asyncio's own protocol, telling when the process itself exited (not when its pipes closed)."""
 
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
@@ -114,7 +114,7 @@ class AgentProcess:
         try:
             # asyncio.create_subprocess_exec, with a protocol that tells the process's own exit.
             transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(_STDOUT_LIMIT, loop),
+                lambda: ExitProtocol(_STDOUT_LIMIT, loop),
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

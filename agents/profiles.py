@@ -120,6 +120,9 @@ class AgentProfile(BaseModel):
     sandbox: Literal["none", "bwrap"] | None = None
     network: Literal["host", "none", "outbound"] | None = None  # None: the gateway's (outbound for several owners)
     sandbox_read: list[str] = Field(default_factory=list)
+    # Whether the agent is offered terminals (`terminal/*`: commands the gateway runs for it, under the same sandbox,
+    # home and environment as the agent, their output shown to the session's frontends)
+    terminals: bool = True
     limits: ResourceLimits = Field(default_factory=lambda: ResourceLimits())
     source: str = Field(default="", exclude=True)
 

@@ -173,6 +173,10 @@ class Gateway:
                                 cancel_grace=config.cancel_grace, request_timeout=config.request_timeout,
                                 initialize_timeout=config.initialize_timeout,
                                 max_live_sessions_per_owner=config.max_live_sessions_per_owner,
+                                max_terminals_per_session=config.max_terminals_per_session,
+                                max_terminals_per_owner=config.max_terminals_per_owner,
+                                terminal_output_bytes=config.terminal_output_bytes,
+                                max_terminal_output_bytes=config.max_terminal_output_bytes,
                                 quotas=Quotas(config.max_sessions_per_owner, config.max_history_bytes_per_owner,
                                               config.max_starts_per_minute_per_owner).within_store(
                                                   config.store_max_bytes),

@@ -62,6 +62,11 @@ class ServeConfig(BaseModel):
     max_sessions_per_owner: int = Field(default=1000, ge=1)
     max_history_bytes_per_owner: int = Field(default=1 << 30, ge=1 << 16)
     max_starts_per_minute_per_owner: int = Field(default=60, ge=1)
+    # Agents' terminals: live ones per session and per owner, output kept by default and at most
+    max_terminals_per_session: int = Field(default=8, ge=0)
+    max_terminals_per_owner: int = Field(default=32, ge=0)
+    terminal_output_bytes: int = Field(default=1 << 20, ge=1024)
+    max_terminal_output_bytes: int = Field(default=16 << 20, ge=1024)
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
     # How agents' own processes are confined (docs/security.md): "none", or "bwrap" (bubblewrap: a sandbox per agent

@@ -22,7 +22,8 @@ ResumeReasonName = Literal["agent_running", "stale_execution", "agent_not_runnin
 EventTypeName = Literal[
     "session_created", "session_status", "session_deleted", "session_active_stage", "session_cancel_requested",
     "session_title", "session_update", "session_message", "permission_requested", "permission_resolved",
-    "turn_started", "turn_ended", "session_config", "caught_up", "heartbeat"]
+    "turn_started", "turn_ended", "session_config", "terminal_started", "terminal_output", "terminal_exited",
+    "caught_up", "heartbeat"]
 OptionId = Annotated[str, Field(min_length=1, max_length=200)]
 OptionValue = Annotated[str, Field(max_length=1000)] | bool
 

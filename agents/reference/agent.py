@@ -7,7 +7,10 @@ replays the history before answering) and `session/resume` (no replay) work acro
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
 at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
 `/tool`, `/sh CMD` (its own shell), `/fill BYTES`, `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`,
-`/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`.
+`/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`,
+`/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD` (CMD in a terminal of the client's, embedded in a tool
+call: a flooding `yes`, a `sleep` that never ends, a command that ignores SIGTERM are the faults to try) and
+`/termout ID` (asks for the output of a terminal by id, known or not).
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
 shapes), slash commands (`available_commands_update` after every session set-up) and usage (`usage_update`
@@ -548,6 +551,58 @@ class ReferenceAgent:
                                                   "content": {"type": "text", "text": f"exit status {status}"}}]})
         return "cancelled" if session.cancel.is_set() else None
 
+    async def _terminal(self, session: Session, rest: str) -> str | None:
+        """`/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD`: CMD run with `sh -c` in a terminal of the client's,
+        embedded in a tool call; its exit and output asked for, and the terminal released (unless `--keep`: its id
+        is said instead). `--kill` kills it at once. A cancel kills and releases it."""
+        assert self.conn is not None
+        words = rest.split(" ")
+        options: dict[str, Any] = {}
+        while words and words[0].startswith("--"):
+            flag = words.pop(0)
+            if flag in ("--limit", "--cwd"):
+                options[flag] = words.pop(0) if words else ""
+            else:
+                options[flag] = True
+        command = " ".join(words)
+        params: dict[str, Any] = {"sessionId": session.session_id, "command": "sh", "args": ["-c", command]}
+        if "--limit" in options:
+            params["outputByteLimit"] = int(options["--limit"])
+        if "--cwd" in options:
+            params["cwd"] = options["--cwd"]
+        try:
+            created = await self.conn.request("terminal/create", params)
+        except RpcError as err:
+            await self._message(session, f"terminal/create error {err.code}: {err.message}")
+            return None
+        terminal_id = created["terminalId"]
+        call_id = f"call-{uuid.uuid4().hex[:8]}"
+        await self._update(session, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": f"$ {command}",
+                                     "kind": "execute", "status": "in_progress",
+                                     "content": [{"type": "terminal", "terminalId": terminal_id}]})
+        ids = {"sessionId": session.session_id, "terminalId": terminal_id}
+        if options.get("--kill"):
+            await self.conn.request("terminal/kill", ids)
+        waiting = asyncio.ensure_future(self.conn.request("terminal/wait_for_exit", ids))
+        cancelled = asyncio.ensure_future(session.cancel.wait())
+        await asyncio.wait([waiting, cancelled], return_when=asyncio.FIRST_COMPLETED)
+        cancelled.cancel()
+        if not waiting.done():  # the turn was cancelled: the command is killed with it
+            await self.conn.request("terminal/kill", ids)
+            await waiting
+        status = waiting.result()
+        output = await self.conn.request("terminal/output", ids)
+        await self._update(session, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                                     "status": "completed" if status.get("exitCode") == 0 else "failed"})
+        if options.get("--keep"):
+            await self._message(session, f"terminal {terminal_id} kept")
+        else:
+            await self.conn.request("terminal/release", ids)
+        await self._message(session, f"terminal exit {orjson.dumps(status).decode()}; kept "
+                            f"{len(output['output'].encode())} bytes, truncated {output['truncated']}; "
+                            f"ends with {output['output'][-40:]!r}")
+        return "cancelled" if session.cancel.is_set() else None
+
     async def _ask_permission(self, session: Session) -> Any:
         assert self.conn is not None
         call_id = f"call-{uuid.uuid4().hex[:8]}"
@@ -629,6 +684,11 @@ class ReferenceAgent:
                 for _ in range((int(args[0]) if args else 1 << 20) // 65536 + 1):
                     out.write(b"\0" * 65536)
             await self._message(session, "filled")
+        elif word == "/term":
+            return await self._terminal(session, rest)
+        elif word == "/termout":
+            await self._report(session, "terminal/output", {"sessionId": session.session_id,
+                                                             "terminalId": args[0] if args else ""})
         elif word == "/sh":  # the agent's own shell tool, as every real coding agent has: no ACP call involved
             return await self._shell(session, rest)
         elif word == "/plan":  # a plan of the given steps (default two), the first done

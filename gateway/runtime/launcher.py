@@ -46,6 +46,7 @@ from .quotas import Usage
 from .settings import Settings
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
+from .terminals import SessionTerminals, TerminalCounts
 from .writer import HistoryWriter, SessionWriter
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class Launcher:
         self.cluster = cluster  # the session's lease is held while its agent runs here, and handed back after
         self.keeper = keeper
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
+        self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
         # directories): a start is checked against it before the session exists (`capabilities`).
         self.capabilities: dict[str, AgentCapabilities] = {}
@@ -215,6 +217,13 @@ class Launcher:
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
             row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
         argv = self._command(profile, row, config, env, home, token)
+        terminals = None
+        if profile.terminals:
+            terminals = SessionTerminals(
+                row, self.settings, self.terminal_counts, env, reaper.MARKER,
+                lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
+                lambda directory: directory_refusal(self.settings, row.owner, directory),
+                lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
         try:
             client = await AcpClient.launch(
                 argv, cwd=row.cwd, env=env, on_update=on_update,
@@ -224,6 +233,7 @@ class Launcher:
                                       stop_grace=self.settings.stop_grace,
                                       never_serve=tuple(str(p) for p in self.settings.protected_paths),
                                       tree_marker=reaper.MARKER),
+                terminal_host=terminals,
             )
         except AcpError as exc:
             await self.store.executors.set_stopped(row.id, "failed")
@@ -342,7 +352,12 @@ class Launcher:
         """The agent's command line: under bubblewrap where its profile or the gateway says so (its workspace, its
         additional directories and its owner's home writable; the gateway's own files masked; rlimits applied),
         else under the parent-death signal alone."""
-        argv = profile.argv(token, str(self.settings.state_dir))
+        return self._confined(profile, row, config, env, home, profile.argv(token, str(self.settings.state_dir)),
+                              row.cwd)
+
+    def _confined(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
+                  home: Path, argv: list[str], cwd: str) -> list[str]:
+        """`argv` run in `cwd` as the session's agent runs: the agent itself, and each of its terminals."""
         limits = sandbox.Limits(**profile.limits.model_dump())
         if (profile.sandbox or self.settings.sandbox) != "bwrap":
             bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
@@ -352,8 +367,9 @@ class Launcher:
                        if directory_refusal(self.settings, row.owner, d) is None]
         protected = [str(p) for p in self.settings.protected_paths]
         network = profile.network or self.settings.network
+        writable = [*dict.fromkeys([row.cwd, *directories, cwd])]  # a terminal may run in another allowed directory
         plan = sandbox.SandboxPlan(
-            command=[program, *argv[1:]], cwd=row.cwd, writable=[row.cwd, *directories], home=str(home),
+            command=[program, *argv[1:]], cwd=cwd, writable=writable, home=str(home),
             readable=sandbox_reads(profile, program), system=sandbox.system_directories(),
             masked_dirs=[p for p in protected if os.path.isdir(p)],
             masked_files=[p for p in protected if not os.path.isdir(p)],

@@ -22,6 +22,11 @@ class Settings:
     initialize_timeout: float = 60.0
     max_live_sessions_per_owner: int = 32
     quotas: Quotas = field(default_factory=Quotas)  # what one owner may store, how fast it may start sessions
+    # Agents' terminals (gateway.runtime.terminals): how many run at once, and how much of their output is kept
+    max_terminals_per_session: int = 8
+    max_terminals_per_owner: int = 32
+    terminal_output_bytes: int = 1 << 20  # kept when the agent names no outputByteLimit
+    max_terminal_output_bytes: int = 16 << 20  # the largest outputByteLimit an agent may ask for
     # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.
     agents_die_with_gateway: bool = True

@@ -1,0 +1,143 @@
+"""The gateway's policy for an agent's terminals: where a command may run, under what, how many, and who sees it.
+
+A terminal's command runs like the agent itself: in the session's directory or another one the owner's workspace
+rules allow, under the agent's sandbox, home and allowlisted environment, carrying the agent's execution marker (so
+the agent's stop and the reaper after a crash end it too) and one of its own (its tree, when it is released). Its
+output streams to the session's frontends as `terminal_output` events (at most `PUBLISHED_BYTES` of it: a flooding
+command must not fill the journal), its exit as `terminal_exited`, and what it kept goes into the session's history.
+`refusal` is the one decision; the rest reports.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import shlex
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp.errors import INVALID_PARAMS, RpcError
+from acp.models import CreateTerminalRequest
+from acp.terminals import Terminal, TerminalSpec
+
+from ..errors import LIMIT_EXCEEDED
+from ..store import HistoryEntry, SessionRow
+from .settings import Settings
+from .writer import HistoryWriter
+
+TERMINAL_MARKER = "ACP_TERMINAL_EXECUTION"  # beside the agent's ACP_AGENT_EXECUTION, which the reaper looks for
+PUBLISHED_BYTES = 1 << 20  # of one terminal's output, streamed to frontends as events (all of it is kept as asked)
+HISTORY_BYTES = 64 << 10  # of one terminal's output, kept in the session's history (its end)
+
+
+@dataclass
+class TerminalCounts:
+    """Live terminals per session and per owner, across the gateway."""
+
+    by_session: dict[str, int] = field(default_factory=dict)
+    by_owner: dict[str, int] = field(default_factory=dict)
+
+    def add(self, owner: str, session_id: str, delta: int) -> None:
+        self.by_session[session_id] = self.by_session.get(session_id, 0) + delta
+        self.by_owner[owner] = self.by_owner.get(owner, 0) + delta
+
+
+def refusal(request: CreateTerminalRequest, *, session_cwd: str, settings: Settings, live_in_session: int,
+            live_of_owner: int, directory_refusal: Callable[[str], str | None]) -> RpcError | None:
+    """Why `request` may not run (where, how much, how many), or None. Nothing is started when refused."""
+    cwd = request.cwd if request.cwd is not None else session_cwd
+    if not os.path.isabs(cwd):
+        return RpcError(INVALID_PARAMS, f"terminal/create: cwd must be an absolute path, not {cwd!r}", {"field": "cwd"})
+    if os.path.normpath(cwd) != os.path.normpath(session_cwd):
+        why = directory_refusal(cwd)
+        if why is not None:
+            return RpcError(INVALID_PARAMS, f"terminal/create: cwd {cwd} is refused: {why}", {"field": "cwd"})
+    limit = request.outputByteLimit
+    if limit is not None and not 0 <= limit <= settings.max_terminal_output_bytes:
+        return RpcError(INVALID_PARAMS, f"terminal/create: outputByteLimit must be between 0 and "
+                        f"{settings.max_terminal_output_bytes} (max_terminal_output_bytes), not {limit}",
+                        {"field": "outputByteLimit"})
+    if live_in_session >= settings.max_terminals_per_session:
+        return RpcError(LIMIT_EXCEEDED, f"terminal/create: this session has {live_in_session} terminals already "
+                        f"(max_terminals_per_session = {settings.max_terminals_per_session}): release one first",
+                        {"limit": settings.max_terminals_per_session, "name": "max_terminals_per_session"})
+    if live_of_owner >= settings.max_terminals_per_owner:
+        return RpcError(LIMIT_EXCEEDED, f"terminal/create: this owner's sessions have {live_of_owner} terminals "
+                        f"already (max_terminals_per_owner = {settings.max_terminals_per_owner}): release one first",
+                        {"limit": settings.max_terminals_per_owner, "name": "max_terminals_per_owner"})
+    return None
+
+
+class SessionTerminals:
+    """The `acp.terminals.TerminalHost` of one live session."""
+
+    def __init__(self, row: SessionRow, settings: Settings, counts: TerminalCounts, env: Mapping[str, str],
+                 marker: str, wrap: Callable[[list[str], str], list[str]],
+                 directory_refusal: Callable[[str], str | None],
+                 publish: Callable[[str, dict[str, Any]], object], history: HistoryWriter) -> None:
+        self.row = row
+        self.settings = settings
+        self.counts = counts
+        self.env = dict(env)
+        self.marker = marker
+        self.wrap = wrap  # (command line, cwd) -> the command line to run (sandboxed as the agent is)
+        self.directory_refusal = directory_refusal
+        self.publish = publish  # (event type, data): queued to the session's journal
+        self.history = history
+        self._published: dict[str, int] = {}
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+
+    def plan(self, request: CreateTerminalRequest) -> TerminalSpec:
+        refused = refusal(request, session_cwd=self.row.cwd, settings=self.settings,
+                          live_in_session=self.counts.by_session.get(self.row.id, 0),
+                          live_of_owner=self.counts.by_owner.get(self.row.owner, 0),
+                          directory_refusal=self.directory_refusal)
+        if refused is not None:
+            raise refused
+        cwd = request.cwd or self.row.cwd
+        command = [request.command, *request.args]
+        # The agent's own environment (allowlisted, its owner's home, its marker), with what the agent adds; the
+        # marker is the agent's whatever it asks: its terminals end with it.
+        # Its own marker too: what carries it is this terminal's tree (the agent's marker would take the agent along).
+        env = {**self.env, **{e.name: e.value for e in request.env}, self.marker: self.env[self.marker],
+               TERMINAL_MARKER: f"t-{uuid.uuid4().hex}"}
+        limit = request.outputByteLimit if request.outputByteLimit is not None else self.settings.terminal_output_bytes
+        return TerminalSpec(self.wrap(command, cwd), cwd, env, limit, shlex.join(command), TERMINAL_MARKER)
+
+    def opened(self, terminal: Terminal) -> None:
+        self.counts.add(self.row.owner, self.row.id, 1)
+        self._decoders[terminal.id] = codecs.getincrementaldecoder("utf-8")("replace")
+        self.publish("terminal_started", {"terminal_id": terminal.id, "command": terminal.spec.shown,
+                                          "cwd": terminal.spec.cwd, "output_byte_limit": terminal.spec.output_limit})
+
+    def output(self, terminal: Terminal, data: bytes) -> None:
+        sent = self._published.get(terminal.id, 0)
+        if sent >= PUBLISHED_BYTES:
+            return
+        piece = data[:PUBLISHED_BYTES - sent]
+        self._published[terminal.id] = sent + len(piece)
+        decoder = self._decoders.get(terminal.id)
+        text = decoder.decode(piece) if decoder is not None else piece.decode("utf-8", "replace")
+        if text:
+            self.publish("terminal_output", {"terminal_id": terminal.id, "text": text})
+
+    def ended(self, terminal: Terminal, status: dict[str, Any]) -> None:
+        output = terminal.output
+        streamed = self._published.get(terminal.id, 0)
+        self.publish("terminal_exited", {
+            "terminal_id": terminal.id, "exit_code": status.get("exitCode"), "signal": status.get("signal"),
+            "output_bytes": output.total, "truncated": output.truncated,
+            "streamed_bytes": streamed, "complete": streamed >= output.total})
+        text = output.text()
+        kept = text[-HISTORY_BYTES:]
+        how = (f"exit code {status['exitCode']}" if status.get("exitCode") is not None
+               else f"killed by {status.get('signal')}")
+        self.history.add([HistoryEntry("terminal", ("…" if len(kept) < len(text) or output.truncated else "")
+                                       + kept + f"\n[{how}]", terminal.spec.shown)])
+
+    def released(self, terminal: Terminal) -> None:
+        self.counts.add(self.row.owner, self.row.id, -1)
+        self._published.pop(terminal.id, None)
+        self._decoders.pop(terminal.id, None)
