@@ -5,12 +5,26 @@ Shared by `acp-gateway run` and `acp-gateway prompt`; machines use `--json` inst
 
 from __future__ import annotations
 
+import re
 from typing import Any, TextIO
 
 from acp.models import STATE_UPDATE_KINDS
 
 # Updates that say nothing a reader of the conversation needs (they stay in --json and in the UI).
 QUIET_KINDS = STATE_UPDATE_KINDS
+
+# In a command's output, the colour sequences (SGR: ESC [ … m) are kept for a terminal that shows them; every other
+# escape or control sequence goes (a command's output must not retitle, move or reprogram the reader's terminal).
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def terminal_text(text: str, colour: bool) -> str:
+    """A command's output made safe to print: colours kept (`colour`) or dropped, other control sequences dropped."""
+    kept = _SGR.split(text)
+    colours = _SGR.findall(text) if colour else [""] * (len(kept) - 1)
+    parts = [_CONTROL.sub("", piece) for piece in kept]
+    return "".join(p + c for p, c in zip(parts, [*colours, ""], strict=True))
 
 
 class ChatPrinter:
@@ -49,6 +63,21 @@ class ChatPrinter:
             self._line(f"[plan] {steps}")
         elif kind not in QUIET_KINDS:
             self._line(f"[{kind}]")
+        self.out.flush()
+
+    def terminal(self, kind: str, data: dict[str, Any], colour: bool = False) -> None:
+        """An agent's terminal: its command, its output as it comes, its exit."""
+        if kind == "terminal_started":
+            self._line(f"[terminal] $ {data.get('command')}  (in {data.get('cwd')})")
+        elif kind == "terminal_output":
+            self._line_break()
+            self.out.write(terminal_text(str(data.get("text", "")), colour))
+        elif kind == "terminal_exited":
+            how = (f"exit code {data.get('exit_code')}" if data.get("exit_code") is not None
+                   else f"killed by {data.get('signal')}")
+            more = "" if data.get("complete", True) else (f"; {data.get('output_bytes')} bytes in all, the rest not "
+                                                         "streamed")
+            self._line(f"\n[terminal] {how}{more}")
         self.out.flush()
 
     def note(self, text: str) -> None:

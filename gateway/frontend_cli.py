@@ -19,7 +19,7 @@ import orjson
 
 from agents.profiles import default_state_dir
 
-from .chat_text import ChatPrinter
+from .chat_text import ChatPrinter, terminal_text
 from .client import GatewayClient, OwnerSessionClient, RpcCallError
 
 # name -> (help, the positional arguments it takes)
@@ -418,6 +418,9 @@ def _describe_event(event: dict[str, Any]) -> str:
         values = ", ".join(f"{o.get('id')}={o.get('currentValue')}" for o in data.get("options") or [])
         return f"{event['session_id']} session_config ({data.get('cause')}): {values}" + "".join(
             f"; {line}" for line in _unapplied(data))
+    if event["type"] == "terminal_output":
+        return f"{event['session_id']} terminal_output {data.get('terminal_id')}: " + terminal_text(
+            str(data.get("text", "")), colour=False).rstrip("\n")
     if event["type"] == "session_update":
         update = data.get("update") or {}
         content = update.get("content")
@@ -484,6 +487,8 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
                     print(orjson.dumps(event).decode(), flush=True)
             elif event.get("type") == "session_update":
                 chat.update(event["data"].get("update") or {}, bool(event["data"].get("replay")))
+            elif str(event.get("type")).startswith("terminal_"):
+                chat.terminal(str(event["type"]), event["data"], colour=sys.stdout.isatty())
             elif event.get("type") == "permission_requested":
                 chat.note(_describe_request(event["data"]))
                 if interactive and (asking is None or asking.done()):

@@ -317,3 +317,29 @@ def test_a_reader_that_stops_early_is_no_error(monkeypatch: pytest.MonkeyPatch, 
 
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["agents"]) == 0
+
+
+async def test_prompt_shows_the_agents_terminal_as_it_runs(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", cwd=tmp_path / "work")
+    sid = out.split()[0]
+    rc, out, err = await cli(gateway, "prompt", sid, "/term printf 'one\\033[31mtwo\\033[0m\\033]0;title\\007\\n'")
+    assert rc == 0, err
+    assert "[terminal] $ sh -c 'printf" in out and f"(in {tmp_path / 'work'})" in out
+    assert "onetwo\n" in out  # not a terminal: colours and every other escape dropped
+    assert "[terminal] exit code 0" in out
+    assert "\x1b" not in out
+
+
+@pytest.mark.parametrize(("text", "colour", "shown"), [
+    ("plain\n", True, "plain\n"),
+    ("\x1b[1;31mred\x1b[0m", True, "\x1b[1;31mred\x1b[0m"),
+    ("\x1b[1;31mred\x1b[0m", False, "red"),
+    ("a\x1b]0;new title\x07b", True, "ab"),  # retitling the reader's terminal
+    ("a\x1b[2J\x1b[Hb", True, "ab"),  # clearing it, moving the cursor
+    ("a\rb\x08c\x00", True, "abc"),
+    ("tab\tnewline\n", False, "tab\tnewline\n"),
+])
+def test_terminal_text_keeps_colours_only(text: str, colour: bool, shown: str) -> None:
+    from gateway.chat_text import terminal_text
+
+    assert terminal_text(text, colour) == shown

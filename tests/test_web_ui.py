@@ -263,6 +263,32 @@ async def test_tool_calls_unknown_updates_and_the_raw_pane(gateway: GatewayProce
     assert errors == []
 
 
+async def test_an_agents_terminal_in_its_tool_call_with_colours(gateway: GatewayProcess,
+                                                                 browser: playwright_api.Browser,
+                                                                 tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work")
+    await say(page, "/term printf 'plain \\033[31mred\\033[0m <b>not bold</b>\\n'; exit 3")
+    tool = page.locator(".card.tool")
+    terminal = tool.locator(".terminal")
+    await expect(terminal.locator(".terminal-head code")).to_contain_text("$ sh -c")
+    await expect(terminal.locator(".terminal-head .status")).to_have_text("exit 3")
+    output = terminal.locator(".terminal-output")
+    await expect(output).to_contain_text("plain red <b>not bold</b>")  # the markup is text, escaped
+    red = output.locator("span", has_text="red")
+    await expect(red).to_have_count(1)
+    await expect(red).to_have_class("ansi-red-fg")
+    assert await red.evaluate("e => getComputedStyle(e).color") == "rgb(255, 123, 114)"  # app.css's red, applied
+    assert await page.locator(".terminal-output b").count() == 0
+    await expect(page.locator("#transcript > .terminal")).to_have_count(0)  # inside its tool call, not twice
+    await shot(page, "ui-terminal")
+    # Reloaded: the same, from the journal.
+    await page.reload()
+    await expect(page.locator(".card.tool .terminal .status")).to_have_text("exit 3")
+    await expect(page.locator(".card.tool .terminal-output span", has_text="red")).to_have_count(1)
+    assert errors == []
+
+
 async def test_options_usage_the_command_palette_and_what_was_not_reapplied(gateway: GatewayProcess,
                                                                               browser: playwright_api.Browser,
                                                                               tmp_path: Path) -> None:

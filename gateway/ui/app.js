@@ -7,6 +7,7 @@ const RECONCILE_INTERVAL = 60000, RECONCILE_JITTER = 15000, HEALTH_SAMPLE = 5000
       RAW_KEEP = 500;
 const backoff = (attempt) => Math.min(BACKOFF_CAP, BACKOFF_BASE * 2 ** Math.min(attempt, 30)) * (0.5 + Math.random() / 2);
 const TERMINAL = ["CANCELLED", "FAILED", "COMPLETED"];
+const TERMINAL_SHOWN = 1 << 20;  // characters of one agent terminal's output kept on the page (the events carry 1 MiB)
 // Updates that report the session's state, not its conversation (acp.models.STATE_UPDATE_KINDS): shown in the header
 // (options, commands, usage), not in the transcript.
 const STATE_KINDS = ["available_commands_update", "usage_update", "current_mode_update", "config_option_update",
@@ -236,6 +237,25 @@ function applyEvent(sid, log, p) {
       if (card) card.answer = d;
       break;
     }
+    // An agent's terminal: shown inside the tool call that embeds it, else on its own where it started.
+    case "terminal_started":
+      log.terminals.set(d.terminal_id, { command: d.command, cwd: d.cwd, text: "", exit: null });
+      t.push({ kind: "terminal", id: d.terminal_id, ts });
+      break;
+    case "terminal_recorded":  // from history: its command and what it kept, at once
+      log.terminals.set(d.terminal_id, { command: d.command, text: d.text, exit: { recorded: true } });
+      t.push({ kind: "terminal", id: d.terminal_id, ts });
+      break;
+    case "terminal_output": {
+      const term = log.terminals.get(d.terminal_id);
+      if (term && term.text.length < TERMINAL_SHOWN) term.text += d.text || "";
+      return;  // more output is no new entry: the open message stays open
+    }
+    case "terminal_exited": {
+      const term = log.terminals.get(d.terminal_id);
+      if (term) term.exit = d;
+      return;
+    }
     default: return;
   }
   for (let i = 0; i < t.length - 1; i++) t[i].open = false;
@@ -252,7 +272,7 @@ function applyConfig(sid, p) {  // what a session not opened keeps of its events
 function openLog(sid) {
   let log = state.logs.get(sid);
   if (log) return log.loading || Promise.resolve(log);
-  log = { entries: [], through: 0, loading: null, waiting: [] };
+  log = { entries: [], through: 0, loading: null, waiting: [], terminals: new Map() };
   state.logs.set(sid, log);
   log.loading = (async () => {
     let after = 0;
@@ -291,6 +311,7 @@ function historyEvents(entries) {
     if (e.kind === "user_message") return ev("turn_started", { prompt: [{ type: "text", text: e.content }] }, e.ts);
     if (e.kind === "agent_message") return ev("session_update", { update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: e.content } } }, e.ts);
     if (e.kind === "turn_interrupted") return ev("turn_ended", { stop_reason: "interrupted" }, e.ts);
+    if (e.kind === "terminal") return ev("terminal_recorded", { terminal_id: `h${i}`, command: e.name, text: e.content }, e.ts);
     if (e.kind === "tool_call") { open.set(e.name, `h${i}`); return ev("session_update", { update: { sessionUpdate: "tool_call", toolCallId: `h${i}`, title: e.name, status: "pending" } }, e.ts); }
     if (e.kind === "tool_result") {
       const id = open.get(e.name) || `h${i}`; open.delete(e.name);
@@ -451,7 +472,10 @@ function addUpdate(t, u, replay, ts) {
     let card = t.find((e) => e.kind === "tool" && e.id === u.toolCallId);
     if (!card) { card = { kind: "tool", id: u.toolCallId, title: "tool", status: "pending", replay, ts }; t.push(card); }
     for (const key of ["title", "kind", "status", "locations", "rawInput"]) if (u[key] != null) card[key === "kind" ? "toolKind" : key] = u[key];
-    if (u.content != null) { card.output = contentText(u.content); card.diffs = (u.content || []).filter((c) => c.type === "diff"); }
+    if (u.content != null) {
+      card.output = contentText(u.content); card.diffs = (u.content || []).filter((c) => c.type === "diff");
+      card.terminals = (u.content || []).filter((c) => c.type === "terminal").map((c) => c.terminalId);
+    }
   } else if (kind === "plan") {
     const i = t.findIndex((e) => e.kind === "plan");
     const entry = { kind: "plan", entries: u.entries || [], replay, ts };
@@ -549,6 +573,29 @@ function md(text) {
 // The time shows through CSS (`attr(data-ts)`): it is not part of the message's text.
 function stamp(node, e) { if (e.ts) node.dataset.ts = clock(e.ts); return node; }
 
+// An agent's terminal: its command, its output with the command's 16 colours (ansi_up escapes the text as HTML, and
+// DOMPurify keeps only what is safe of its markup), and how it ended.
+function terminalView(term) {
+  const box = el("div", "msg card terminal");
+  const head = el("div", "terminal-head");
+  head.append(el("code", "", `$ ${term.command}`));
+  const x = term.exit;
+  head.append(el("span", `status status-${!x ? "in_progress" : x.exit_code === 0 ? "completed" : "failed"}`,
+    !x ? "running" : x.recorded ? "recorded" : x.exit_code != null ? `exit ${x.exit_code}` : `killed (${x.signal})`));
+  box.append(head);
+  const pre = el("pre", "terminal-output");
+  if (window.AnsiUp && window.DOMPurify) {
+    // Colours as classes (app.css): the page's policy allows no inline style, so what ansi_up would say as one (bold,
+    // 24-bit colours) is dropped rather than refused by the browser.
+    const ansi = new window.AnsiUp(); ansi.use_classes = true;
+    pre.innerHTML = DOMPurify.sanitize(ansi.ansi_to_html(term.text), { FORBID_ATTR: ["style"] });
+  }
+  else pre.textContent = term.text.replace(/\x1b\[[0-9;]*m/g, "");
+  box.append(pre);
+  if (x && x.complete === false) box.append(el("div", "muted", `${x.output_bytes} bytes in all: the rest was not streamed (the agent got its last bytes).`));
+  return box;
+}
+
 function toolCard(e) {
   const card = el("div", `msg card tool${e.replay ? " replay" : ""}`);
   const head = el("div", "card-head");
@@ -556,6 +603,11 @@ function toolCard(e) {
   if (e.toolKind) head.append(el("span", "kind", e.toolKind));
   head.append(el("span", `status status-${e.status}`, e.status));
   card.append(head);
+  const log = state.logs.get(state.viewed);
+  for (const id of e.terminals || []) {
+    const term = log && log.terminals.get(id);
+    if (term) card.append(terminalView(term));
+  }
   const locations = (e.locations || []).map((l) => l.path + (l.line ? `:${l.line}` : ""));
   if (locations.length || e.output || (e.diffs && e.diffs.length) || e.rawInput) {
     const details = el("details");
@@ -616,6 +668,10 @@ function renderTranscript() {
   for (const e of log ? log.entries : []) {
     const cls = `msg ${e.kind}${e.replay ? " replay" : ""}`;
     if (e.kind === "tool") box.append(toolCard(e));
+    else if (e.kind === "terminal") {  // on its own only when no tool call shows it
+      const term = log.terminals.get(e.id);
+      if (term && !log.entries.some((c) => c.kind === "tool" && (c.terminals || []).includes(e.id))) box.append(stamp(terminalView(term), e));
+    }
     else if (e.kind === "permission") box.append(permissionCard(e));
     else if (e.kind === "agent") { const m = el("div", cls); m.append(md(e.text)); box.append(stamp(m, e)); }
     else if (e.kind === "plan") {
@@ -646,6 +702,7 @@ function select(sid) {  // the selected session goes into the URL: a reload or b
   if (location.hash !== hash) history.pushState(null, "", location.pathname + location.search + hash);
 }
 
+window.addEventListener("ansi-ready", () => { if (state.viewed) renderTranscript(); });  // colours, once loaded
 window.addEventListener("popstate", () => {
   const sid = fromUrl();
   if (sid) openView(sid); else { state.viewed = null; renderList(); renderHead(); renderTranscript(); }
