@@ -153,6 +153,48 @@ async def test_an_owners_agent_sees_only_its_owners_world_under_bwrap(tmp_path: 
         await bob.close()
 
 
+async def terminal_said(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:
+    """What `command` wrote in a terminal the agent asked for (its `terminal_output` events)."""
+    client = await gw.client(token)
+    try:
+        await client.call("task.session.subscribe", {"session_id": sid})
+        await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/term {command}"})
+        out: list[str] = []
+        while True:
+            event = (await client.next_notification(20))["params"]
+            if event["type"] == "terminal_output":
+                out.append(event["data"]["text"])
+            elif event["type"] == "turn_ended":
+                return "".join(out)
+    finally:
+        await client.close()
+
+
+async def test_an_agents_terminal_is_confined_as_the_agent_is(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
+    reference_without_state(tmp_path / "agents", "sref")
+    async with running(gw):
+        alice, bob = await gw.client(ALICE), await gw.client(BOB)
+        await start(alice, tmp_path / "work" / "alice")
+        (tmp_path / "work" / "alice" / "notes.txt").write_text("alice's notes\n")
+        sid_b = await start(bob, tmp_path / "work" / "bob")
+        from gateway.runtime.homes import owner_dir_name
+
+        where = {"state": gw.state_dir, "config": tmp_path / "gw.toml", "work_a": tmp_path / "work" / "alice",
+                 "home_a": gw.state_dir / "homes" / owner_dir_name("alice"), "pg": PG_SECRET, "outside": tmp_path}
+        tried = {what: await terminal_said(gw, BOB, sid_b, command.format(**where))
+                 for what, command in ATTEMPTS.items()}
+        assert "SQLite" not in tried["the state database"], tried
+        assert "auth.tokens" not in tried["the configuration"], tried
+        assert "alice's notes" not in tried["owner A's workspace"], tried
+        assert "wrote-etc" not in tried["writing outside"] and not (tmp_path / "dropped").exists(), tried
+        own = await terminal_said(gw, BOB, sid_b, "echo mine > t.txt && cat t.txt; ls /proc | grep -c '^[0-9]'; id -u")
+        lines = own.split()
+        assert lines[0] == "mine" and int(lines[1]) < 10 and lines[2] == str(owner_uid("bob")), own
+        await alice.close()
+        await bob.close()
+
+
 async def test_the_same_attempts_succeed_unconfined(tmp_path: Path) -> None:
     agents = tmp_path / "agents"
     agents.mkdir()
