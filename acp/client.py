@@ -12,12 +12,13 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from pydantic import ValidationError
 
 from . import PROTOCOL_VERSION, fs
+from .elicitation import Elicitation, check_request
 from .errors import INVALID_PARAMS, METHOD_NOT_FOUND, ProtocolVersionError, RpcError, TransportError
 from .framing import DEFAULT_MAX_LINE
 from .jsonrpc import Connection
@@ -40,6 +41,15 @@ SUPPORTED_PROTOCOL_VERSIONS = frozenset({PROTOCOL_VERSION})
 
 # (params of session/update, replay) -> None. Params are forwarded raw: unknown kinds included.
 UpdateHandler = Callable[[dict[str, Any], bool], None]
+class ElicitationHandler(Protocol):
+    """Who puts an agent's elicitations to people: `ask` answers one (the ACP response), `completed` hears that a URL
+    elicitation's out-of-band interaction finished."""
+
+    async def ask(self, elicitation: Elicitation, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    def completed(self, params: dict[str, Any]) -> None: ...
+
+
 # params of session/request_permission -> the `outcome` object to answer with.
 PermissionHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 CANCELLED_OUTCOME: dict[str, Any] = {"outcome": "cancelled"}
@@ -92,10 +102,13 @@ class AcpClient:
         on_ext_notification: Callable[[str, Any], None] | None = None,
         options: ClientOptions | None = None,
         terminal_host: TerminalHost | None = None,
+        on_elicitation: ElicitationHandler | None = None,
     ) -> None:
         self.process = process
         # The agent's terminals, where the host serves them (then `terminal: true` in initialize); None: not offered.
         self.terminals = Terminals(terminal_host) if terminal_host is not None else None
+        # Who puts an agent's `elicitation/create` to people (then offered in initialize), and hears `complete`.
+        self.on_elicitation = on_elicitation
         self.cwd = os.path.realpath(cwd)
         # The session's directories, pinned now (see acp.fs): the fs methods never resolve them again.
         self.root: fs.Root = _pin(self.cwd)
@@ -156,6 +169,7 @@ class AcpClient:
                     "clientCapabilities": {
                         "fs": {"readTextFile": True, "writeTextFile": True},
                         "terminal": self.terminals is not None,
+                        **({"elicitation": {"form": {}, "url": {}}} if self.on_elicitation is not None else {}),
                         # Boolean config options are relayed and set like selects (acp.session_config).
                         "session": {"configOptions": {"boolean": {}}},
                     },
@@ -236,6 +250,10 @@ class AcpClient:
             if isinstance(params, dict):
                 self.on_update(params, self.replaying)
             return
+        if method == "elicitation/complete" and self.on_elicitation is not None:
+            if isinstance(params, dict) and isinstance(params.get("elicitationId"), str):
+                self.on_elicitation.completed(params)
+            return
         if self.on_ext_notification is not None:
             self.on_ext_notification(method, params)
 
@@ -255,6 +273,10 @@ class AcpClient:
                 raise RpcError(METHOD_NOT_FOUND, f"{method}: this client did not offer terminals (its initialize "
                                "said terminal: false)", {"method": method})
             return await self.terminals.handle(method, params)
+        if method == "elicitation/create":
+            if self.on_elicitation is None:
+                raise RpcError(METHOD_NOT_FOUND, f"{method}: this client did not offer elicitation", {"method": method})
+            return await self.on_elicitation.ask(check_request(params), params)
         if method == "session/request_permission":
             _parse(RequestPermissionRequest, params, method)
             return {"outcome": await self._ask_permission(params)}

@@ -23,6 +23,7 @@ EventTypeName = Literal[
     "session_created", "session_status", "session_deleted", "session_active_stage", "session_cancel_requested",
     "session_title", "session_update", "session_message", "permission_requested", "permission_resolved",
     "turn_started", "turn_ended", "session_config", "terminal_started", "terminal_output", "terminal_exited",
+    "elicitation_requested", "elicitation_resolved", "elicitation_completed",
     "caught_up", "heartbeat"]
 OptionId = Annotated[str, Field(min_length=1, max_length=200)]
 OptionValue = Annotated[str, Field(max_length=1000)] | bool
@@ -119,6 +120,13 @@ class PermissionParams(SessionParams):
     cancelled: bool = False
 
 
+class ElicitationParams(SessionParams):
+    request_id: str = Field(min_length=1, max_length=100)
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = Field(default=None, description="with accept of a form: the answer, an object "
+                                           "that validates against the requested schema")
+
+
 class HistoryParams(SessionParams):
     after: int = Field(default=0, ge=0, le=MAX_ID, description="an entry id: the page starts after it")
     limit: int = Field(default=100, ge=1, le=1000)
@@ -207,6 +215,7 @@ class StatusView(SessionView):
     is_resumable: bool
     resume_reason: ResumeReasonName
     pending_permissions: int
+    pending_elicitations: int = Field(default=0, description="questions of the agent's still open (a live session's)")
 
 
 class ResumeView(SessionView):
@@ -247,6 +256,11 @@ class Subscribed(Result):
 class PermissionAnswer(Result):
     request_id: str
     outcome: dict[str, Any] = Field(description="what the agent was told: the ACP permission outcome")
+
+
+class ElicitationAnswer(Result):
+    request_id: str
+    action: Literal["accept", "decline", "cancel"] = Field(description="what the agent was told (never the content)")
 
 
 class AgentInfo(Result):
@@ -320,4 +334,7 @@ METHODS: dict[str, MethodSpec] = {
     "task.session.unsubscribe": MethodSpec(UnsubscribeParams, None, "Stop a subscription"),
     "task.session.permission.respond": MethodSpec(PermissionParams, PermissionAnswer,
                                                   "Answer a permission request"),
+    "task.session.elicitation.respond": MethodSpec(ElicitationParams, ElicitationAnswer,
+                                                   "Answer an agent's question (an elicitation): accept with "
+                                                   "content that fits its schema, decline or cancel"),
 }

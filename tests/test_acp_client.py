@@ -161,9 +161,13 @@ async def test_unknown_client_method_answers_32601(launch: Launch, workdir: Path
     rec = Recorder()
     client = await launch(on_update=rec)
     sid = await new_session(client, workdir)
+    await client.prompt(sid, [text_block("/call _vendor/unknown")])
+    assert rec.texts()[-1] == "_vendor/unknown error -32601: Method not found: _vendor/unknown"
+    assert client.unknown_methods == ["_vendor/unknown"]
+    # A method of ACP's that this client did not offer (no terminal host): -32601 too, saying so.
     await client.prompt(sid, [text_block("/call terminal/create")])
-    assert rec.texts()[-1] == "terminal/create error -32601: Method not found: terminal/create"
-    assert client.unknown_methods == ["terminal/create"]
+    assert rec.texts()[-1] == ("terminal/create error -32601: terminal/create: this client did not offer terminals "
+                               "(its initialize said terminal: false)")
 
 
 async def test_permission_routed_to_callback(launch: Launch, workdir: Path) -> None:

@@ -10,7 +10,9 @@ at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`
 `/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`,
 `/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD` (CMD in a terminal of the client's, embedded in a tool
 call: a flooding `yes`, a `sleep` that never ends, a command that ignores SIGTERM are the faults to try) and
-`/termout ID` (asks for the output of a terminal by id, known or not).
+`/termout ID` (asks for the output of a terminal by id, known or not), `/elicit form|url|bad` (a question for
+the person at the client: a form, a link to open — then `elicitation/complete` —, or a form whose schema no client
+can take).
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
 shapes), slash commands (`available_commands_update` after every session set-up) and usage (`usage_update`
@@ -603,6 +605,34 @@ class ReferenceAgent:
                             f"ends with {output['output'][-40:]!r}")
         return "cancelled" if session.cancel.is_set() else None
 
+    async def _elicit(self, session: Session, kind: str) -> str | None:
+        """`/elicit form|url|bad`: ask the person at the client, say what came back."""
+        assert self.conn is not None
+        params: dict[str, Any] = {"sessionId": session.session_id, "message": "Who is asking?"}
+        if kind == "url":
+            params.update(mode="url", elicitationId=f"e-{uuid.uuid4().hex[:8]}", url="https://example.com/sign-in")
+        else:
+            params.update(mode="form", requestedSchema={"type": "object", "properties": {
+                "name": {"type": "string", "minLength": 1, "title": "Your name"},
+                "age": {"type": "integer", "minimum": 0},
+                "colour": {"type": "string", "enum": ["red", "green"]},
+                "subscribe": {"type": "boolean"},
+                **({"address": {"type": "object"}} if kind == "bad" else {})}, "required": ["name"]})
+        asking = asyncio.ensure_future(self.conn.request("elicitation/create", params))
+        cancelled = asyncio.ensure_future(session.cancel.wait())
+        await asyncio.wait([asking, cancelled], return_when=asyncio.FIRST_COMPLETED)
+        cancelled.cancel()
+        try:
+            answer = await asking  # after a cancel the client answers `cancel` itself
+        except RpcError as err:
+            await self._message(session, f"elicitation/create error {err.code}: {err.message}")
+            return None
+        await self._message(session, f"elicitation: {orjson.dumps(answer).decode()}")
+        if kind == "url" and answer.get("action") == "accept":
+            await self.conn.notify("elicitation/complete", {"elicitationId": params["elicitationId"]})
+        # A client cancels the questions of a turn before it cancels the turn: the same stop, whichever comes first.
+        return "cancelled" if session.cancel.is_set() or answer.get("action") == "cancel" else None
+
     async def _ask_permission(self, session: Session) -> Any:
         assert self.conn is not None
         call_id = f"call-{uuid.uuid4().hex[:8]}"
@@ -686,6 +716,8 @@ class ReferenceAgent:
             await self._message(session, "filled")
         elif word == "/term":
             return await self._terminal(session, rest)
+        elif word == "/elicit":
+            return await self._elicit(session, args[0] if args else "form")
         elif word == "/termout":
             await self._report(session, "terminal/output", {"sessionId": session.session_id,
                                                              "terminalId": args[0] if args else ""})

@@ -39,6 +39,7 @@ from .broker import PermissionBroker
 from .cluster import Cluster
 from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
 from .diagnosis import hidden_values, stderr_said
+from .elicitations import ElicitationBroker
 from .history import HistoryCoalescer
 from .homes import PROBE_OWNER, ensure_home
 from .live import LiveSession
@@ -136,7 +137,8 @@ class Launcher:
     def __init__(self, store: StoreBase, writer: SessionWriter, broker: PermissionBroker,
                  profiles: Mapping[str, AgentProfile], settings: Settings, instance_id: str,
                  live: dict[str, LiveSession], spawn: Callable[[Any], asyncio.Task[Any]],
-                 on_ready: Callable[[LiveSession, str], None], cluster: Cluster, keeper: ConfigKeeper) -> None:
+                 on_ready: Callable[[LiveSession, str], None], cluster: Cluster, keeper: ConfigKeeper,
+                 elicitations: ElicitationBroker) -> None:
         self.store = store
         self.writer = writer
         self.broker = broker
@@ -149,6 +151,7 @@ class Launcher:
         self.launches: dict[str, Launch] = {}  # session id -> its launch in progress
         self.cluster = cluster  # the session's lease is held while its agent runs here, and handed back after
         self.keeper = keeper
+        self.elicitations = elicitations
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
@@ -234,6 +237,8 @@ class Launcher:
                                       never_serve=tuple(str(p) for p in self.settings.protected_paths),
                                       tree_marker=reaper.MARKER),
                 terminal_host=terminals,
+                on_elicitation=self.elicitations.handler(
+                    lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row),
             )
         except AcpError as exc:
             await self.store.executors.set_stopped(row.id, "failed")

@@ -34,11 +34,12 @@ from ..errors import (
     not_resumable,
     workspace_refused,
 )
-from ..events import EventBus
+from ..events import EventBus, Subscription
 from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
 from .config import ConfigKeeper, starting_choices, stored
+from .elicitations import ElicitationBroker
 from .launcher import Launcher, check_resumable, check_workspace, directory_refusal
 from .live import LiveSession
 from .recovery import recover_after_crash
@@ -77,17 +78,19 @@ class SessionManager:
         self._background: set[asyncio.Task[Any]] = set()
         self.writer = SessionWriter(store, bus, self._refresh_live_row)
         self.broker = PermissionBroker(store, self.writer, profiles.get)
+        self.elicitations = ElicitationBroker(store, self.writer)
         roots = {"*": [str(r) for r in settings.workspace_roots],
                  **{owner: [str(r) for r in rs] for owner, rs in settings.owner_workspace_roots.items()}}
         self.cluster = Cluster(store, settings.node or instance_id, settings.lease_ttl, self._lease_lost, roots,
                                settings.cluster_secret)
         self.keeper = ConfigKeeper(store, self.writer, settings.request_timeout)
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
-                                 self._spawn, self._initial_prompt, self.cluster, self.keeper)
-        self.turns = TurnRunner(store, bus, self.writer, self.broker,
+                                 self._spawn, self._initial_prompt, self.cluster, self.keeper, self.elicitations)
+        self.turns = TurnRunner(store, bus, self.writer, self.broker, self.elicitations,
                                 lambda live: self.launcher.stop(live, "exited"), self.launcher.stop,
                                 settings.cancel_grace, settings.stop_grace)
         self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count,
+                                  self.elicitations.pending_count,
                                   self.cluster.holder if self.cluster.enabled else None,
                                   self.cluster.running_elsewhere if self.cluster.enabled else None)
 
@@ -116,8 +119,13 @@ class SessionManager:
         await self.cluster.prepare()
         await recover_after_crash(self.store, self.writer, self.turns, self.instance_id,
                                   self.cluster.holder if self.cluster.enabled else None)
-        self.bus.reoffer = self.broker.reoffer
+        self.bus.reoffer = self._reoffer
         await self.cluster.start(self._run_forwarded)
+
+    async def _reoffer(self, sub: Subscription, cursor: int) -> None:
+        """Questions still open (permission requests, elicitations) offered again to a new subscriber."""
+        await self.broker.reoffer(sub, cursor)
+        await self.elicitations.reoffer(sub, cursor)
 
     async def shutdown(self) -> None:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
@@ -155,6 +163,7 @@ class SessionManager:
         """A command another node forwarded here, as the holder (or the next holder) of its session."""
         handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
                     "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
+                    "respond_elicitation": self.respond_elicitation,
                     "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete,
                     "set_config_option": self.set_config_option, "set_mode": self.set_mode,
                     "set_model": self.set_model}
@@ -539,6 +548,15 @@ class SessionManager:
         if routed:
             return dict(answer)
         return await self._owned(self.broker.respond(row, request_id, option_id, cancelled))
+
+    async def respond_elicitation(self, owner: str, session_id: str, request_id: str, action: str, content: Any,
+                                  forwarded: bool = False) -> dict[str, Any]:
+        row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "respond_elicitation", forwarded, request_id=request_id,
+                                               action=action, content=content)
+        if routed:
+            return dict(answer)
+        return await self._owned(self.elicitations.respond(row, request_id, action, content))
 
     # -- ending ----------------------------------------------------------------------------
     async def cancel(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:

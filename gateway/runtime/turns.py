@@ -25,6 +25,7 @@ from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
 from .commands import Command, Decision, decide
 from .diagnosis import stderr_said
+from .elicitations import ElicitationBroker
 from .launcher import limit_said
 from .live import LiveSession
 from .resume_context import render_resume_context
@@ -59,6 +60,7 @@ class TurnEnd:
 
 class TurnRunner:
     def __init__(self, store: StoreBase, bus: EventBus, writer: SessionWriter, broker: PermissionBroker,
+                 elicitations: ElicitationBroker,
                  on_agent_gone: Callable[[LiveSession], Awaitable[None]],
                  stop_agent: Callable[[LiveSession, str], Awaitable[None]], cancel_grace: float,
                  stop_grace: float) -> None:
@@ -66,6 +68,7 @@ class TurnRunner:
         self.bus = bus
         self.writer = writer
         self.broker = broker
+        self.elicitations = elicitations
         self._on_agent_gone = on_agent_gone
         self._stop_agent = stop_agent  # (live, how its executor row records the stop)
         self.cancel_grace = cancel_grace
@@ -94,6 +97,7 @@ class TurnRunner:
         stop stops: `interrupt` returns once the turn has ended."""
         decision = decide(Command.CANCEL_TURN, live.phase)
         await self.broker.cancel_all(live.row)
+        await self.elicitations.cancel_all(live.row)
         turn = live.turn
         if decision is not Decision.INTERRUPT_TURN or turn is None:
             return

@@ -55,6 +55,7 @@ def live_view(live: LiveSession) -> dict[str, Any]:
 class SessionViews:
     def __init__(self, store: StoreBase, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
                  stale_window: float, pending_permissions: Callable[[str], int],
+                 pending_elicitations: Callable[[str], int],
                  held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None,
                  running_elsewhere: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> None:
         self.store = store
@@ -63,6 +64,7 @@ class SessionViews:
         self.instance_id = instance_id
         self.stale_window = stale_window
         self._pending_permissions = pending_permissions
+        self._pending_elicitations = pending_elicitations  # open only while the agent waits: live sessions only
         self._held_elsewhere = held_elsewhere  # a cluster: the node holding a session's lease, if another
         self._running_elsewhere = running_elsewhere  # a cluster: which of these sessions run on other nodes
 
@@ -100,7 +102,8 @@ class SessionViews:
             # Case 1 of `evaluate_status`, written out: building its frozen facts and decision cost ~8% of a
             # live status call under 8 clients (measured with `make bench`), the frontends' most frequent call.
             return {**live_view(live), "needs_resume": False, "is_resumable": True,
-                    "resume_reason": "agent_running", "pending_permissions": self._pending_permissions(session_id)}
+                    "resume_reason": "agent_running", "pending_permissions": self._pending_permissions(session_id),
+                    "pending_elicitations": self._pending_elicitations(session_id)}
         found = await self.store.sessions.with_status_facts(session_id, owner)
         if found is None:
             raise not_found(session_id)
@@ -121,7 +124,7 @@ class SessionViews:
         return {**detail_view(row, token, elsewhere, SessionConfig.from_row(config)),
                 "needs_resume": decision.needs_resume,
                 "is_resumable": decision.is_resumable, "resume_reason": decision.resume_reason.value,
-                "pending_permissions": pending_permissions}
+                "pending_permissions": pending_permissions, "pending_elicitations": 0}
 
     async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None,
                    cwd: str | None = None) -> dict[str, Any]:
