@@ -31,6 +31,7 @@ COMMAND_HELP: dict[str, str] = {
     "prompt": "send a prompt and stream the answer; permission requests are asked here on a terminal",
     "history": "what a session recorded: your messages, the agent's, tool calls",
     "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
+    "answer": "answer an agent's question (an elicitation): FIELD=VALUE … for its form, or --open/--decline/--cancel",
     "config": "a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it",
     "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
     "cancel-turn": "stop the running turn; the session stays",
@@ -62,7 +63,7 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
                        help="where to find the generated token (default: the per-user state directory)")
         p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
         if name in ("status", "resume", "cancel", "cancel-turn", "history", "permission", "config", "commands",
-                    "delete"):
+                    "delete", "answer"):
             p.add_argument("session_id", help="the session's id or name (see `acp-gateway sessions`)")
         if name == "prompt":
             p.add_argument("session_id", nargs="?", help="the session's id or name (default: this directory's "
@@ -101,6 +102,14 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
             p.add_argument("request_id", nargs="?", help="the request (from `permission_requested`)")
             p.add_argument("option_id", nargs="?", help="the option to choose (its optionId)")
             p.add_argument("--cancel", action="store_true", help="answer `cancelled` instead of an option")
+        if name == "answer":
+            p.add_argument("request_id", help="the question (from `elicitation_requested`, as `prompt` prints it)")
+            p.add_argument("fields", nargs="*", metavar="FIELD=VALUE", help="the form's answer, a field at a time "
+                           "(numbers, true/false and comma-separated lists as the form asks)")
+            how = p.add_mutually_exclusive_group()
+            how.add_argument("--open", action="store_true", help="a link: say you opened it (accept)")
+            how.add_argument("--decline", action="store_true", help="decline to answer")
+            how.add_argument("--cancel", action="store_true", help="cancel the question")
         if name == "watch":
             p.add_argument("--session", dest="session_id", default=None, help="only this session's events")
             p.add_argument("--since", type=int, default=None, help="replay the events after this event id first")
@@ -250,6 +259,14 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
         _print(args, page, "\n".join(lines) or "no history")
     elif command == "permission":
         return await _permission(args, client)
+    elif command == "answer":
+        action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+        reply: dict[str, Any] = {"session_id": args.session_id, "request_id": args.request_id, "action": action}
+        if action == "accept" and not args.open:
+            reply["content"] = form_answer(await _question_schema(client, args.session_id, args.request_id),
+                                           args.fields)
+        answered = await client.call("task.session.elicitation.respond", reply)
+        _print(args, answered, f"answered: {answered['action']}")
     elif command == "prompt":
         return await _prompt(args, client)
     elif command == "watch":
@@ -496,6 +513,17 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
                 elif not interactive:
                     chat.note(f"  answer with: acp-gateway permission {args.session_id} "
                               f"{event['data']['request_id']} OPTION_ID")
+            elif event.get("type") == "elicitation_requested":
+                chat.note(_describe_question(event["data"]))
+                if interactive and (asking is None or asking.done()):
+                    asking = asyncio.ensure_future(_ask_question(client, args.session_id, event["data"], chat))
+                elif not interactive:
+                    chat.note(f"  answer with: acp-gateway answer {args.session_id} {event['data']['request_id']} "
+                              + ("--open" if event["data"].get("mode") == "url" else "FIELD=VALUE …")
+                              + "  (or --decline)")
+            elif event.get("type") == "elicitation_resolved":
+                resolved = event["data"]
+                chat.note(f"question {resolved['request_id']}: {resolved['action']} (by {resolved['by']})")
             elif event.get("type") == "permission_resolved":
                 chat.note(f"permission {event['data']['request_id']}: "
                           f"{orjson.dumps(event['data']['outcome']).decode()} (by {event['data'].get('by')})")
@@ -506,6 +534,82 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
         chat.end()
     _print(args, result, f"stop reason: {result['stop_reason']}")
     return 0
+
+
+def form_answer(schema: dict[str, Any] | None, fields: list[str]) -> dict[str, Any]:
+    """`FIELD=VALUE` pairs typed by a person as the content a form's schema asks for: integers and numbers as
+    numbers, booleans from true/false/yes/no, lists comma-separated; anything else stays text (the gateway checks
+    the result against the schema and names what does not fit)."""
+    properties = (schema or {}).get("properties") or {}
+    content: dict[str, Any] = {}
+    for pair in fields:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise RpcCallError(-32602, f"{pair!r}: give each field as FIELD=VALUE", {"field": pair})
+        kind = (properties.get(name) or {}).get("type")
+        if kind == "integer" and value.lstrip("-").isdigit():
+            content[name] = int(value)
+        elif kind == "number":
+            try:
+                content[name] = float(value) if any(c in value for c in ".eE") else int(value)
+            except ValueError:
+                content[name] = value
+        elif kind == "boolean" and value.lower() in ("true", "false", "yes", "no"):
+            content[name] = value.lower() in ("true", "yes")
+        elif kind == "array":
+            content[name] = [v.strip() for v in value.split(",") if v.strip()]
+        else:
+            content[name] = value
+    return content
+
+
+async def _question_schema(client: GatewayClient, session_id: str, request_id: str) -> dict[str, Any] | None:
+    """The schema of an open question, as re-offered to a new subscription (then `caught_up`)."""
+    await client.call("task.session.subscribe", {"session_id": session_id})
+    while True:
+        event = (await asyncio.wait_for(client.notifications.get(), 30)).get("params") or {}
+        if event.get("type") == "elicitation_requested" and event["data"].get("request_id") == request_id:
+            schema: dict[str, Any] | None = event["data"].get("requested_schema")
+            return schema
+        if event.get("type") == "caught_up":
+            return None
+
+
+def _describe_question(data: dict[str, Any]) -> str:
+    if data.get("mode") == "url":
+        return f"the agent asks ({data['request_id']}): {data.get('message')}\n  open: {data.get('url')}"
+    schema = data.get("requested_schema") or {}
+    required = set(schema.get("required") or [])
+    fields = "  ".join(f"{name}{'*' if name in required else ''} ({prop.get('type')}"
+                       + (f": {'|'.join(map(str, prop['enum']))}" if prop.get("enum") else "") + ")"
+                       for name, prop in (schema.get("properties") or {}).items())
+    return f"the agent asks ({data['request_id']}): {data.get('message')}\n  fields: {fields}"
+
+
+async def _ask_question(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter) -> None:
+    """Ask an agent's question on the terminal, field by field (empty: leave it out; `-` alone: decline)."""
+    answer: dict[str, Any] = {"session_id": session_id, "request_id": data["request_id"], "action": "accept"}
+    read = asyncio.get_running_loop().run_in_executor
+    if data.get("mode") == "url":
+        chat.note("  opened it? y to go on, anything else declines: ")
+        if (await read(None, sys.stdin.readline)).strip().lower() not in ("y", "yes"):
+            answer["action"] = "decline"
+    else:
+        pairs = []
+        for name, prop in ((data.get("requested_schema") or {}).get("properties") or {}).items():
+            chat.note(f"  {prop.get('title') or name} ({prop.get('type')}; empty to skip, - to decline): ")
+            value = (await read(None, sys.stdin.readline)).strip()
+            if value == "-":
+                answer["action"] = "decline"
+                break
+            if value:
+                pairs.append(f"{name}={value}")
+        if answer["action"] == "accept":
+            answer["content"] = form_answer(data.get("requested_schema"), pairs)
+    try:
+        await client.call("task.session.elicitation.respond", answer)
+    except RpcCallError as err:
+        chat.note(f"  not taken: {err.message}")
 
 
 async def _ask(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter) -> None:

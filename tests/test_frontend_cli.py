@@ -343,3 +343,27 @@ def test_terminal_text_keeps_colours_only(text: str, colour: bool, shown: str) -
     from gateway.chat_text import terminal_text
 
     assert terminal_text(text, colour) == shown
+
+
+async def test_an_agents_question_is_printed_and_answered_with_answer(gateway: GatewayProcess, tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", cwd=tmp_path / "work")
+    sid = out.split()[0]
+    prompt = asyncio.ensure_future(cli(gateway, "prompt", sid, "/elicit form"))
+    client = await gateway.client()
+    await client.call("task.session.subscribe", {"session_id": sid})
+    while True:  # the question, as the prompt's terminal also got it
+        event = (await client.next_notification(20))["params"]
+        if event["type"] == "elicitation_requested":
+            break
+    rid = event["data"]["request_id"]
+    rc, out, err = await cli(gateway, "answer", sid, rid, "name=Ada", "age=-1")
+    assert rc != 0 and "content.age" in err and "stays open" in err  # refused; still open
+    rc, out, err = await cli(gateway, "answer", sid, rid, "name=Ada", "age=36", "subscribe=yes")
+    assert rc == 0 and "answered: accept" in out, err
+    rc, out, err = await prompt
+    assert f"the agent asks ({rid}): Who is asking?" in out
+    assert "fields: name* (string)  age (integer)  colour (string: red|green)  subscribe (boolean)" in out
+    assert f"answer with: acp-gateway answer {sid} {rid} FIELD=VALUE" in out
+    assert '"content":{"name":"Ada","age":36,"subscribe":true}' in out
+    assert f"question {rid}: accept (by user)" in out
+    await client.close()

@@ -194,7 +194,7 @@ async def test_permission_inline_with_its_diff_and_answer(gateway: GatewayProces
     await expect(card).to_contain_text(str(tmp_path / "work" / "notes.txt"))
     await expect(card.locator(".diff .del")).to_have_text("- draft")
     await expect(card.locator(".diff .add")).to_have_text("+ final")
-    await expect(page.locator("#sessions li").first).to_contain_text("1 permission request")
+    await expect(page.locator("#sessions li").first).to_contain_text("1 waiting for your answer")
     await shot(page, "ui-permission")
     await card.locator("button[data-option-id='allow-once']").click()
     await expect(card.locator(".answered")).to_have_text("Answered: Allow once (by user)")
@@ -286,6 +286,31 @@ async def test_an_agents_terminal_in_its_tool_call_with_colours(gateway: Gateway
     await page.reload()
     await expect(page.locator(".card.tool .terminal .status")).to_have_text("exit 3")
     await expect(page.locator(".card.tool .terminal-output span", has_text="red")).to_have_count(1)
+    assert errors == []
+
+
+async def test_an_agents_question_as_a_form_refused_then_answered(gateway: GatewayProcess,
+                                                                   browser: playwright_api.Browser,
+                                                                   tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work")
+    await page.fill("#prompt", "/elicit form")
+    await page.press("#prompt", "Enter")
+    card = page.locator(".card.elicitation")
+    await expect(card).to_contain_text("Who is asking?")
+    form = card.locator("form.elicitation-form")
+    await expect(form.locator("label")).to_have_count(4)  # name, age, colour (a choice), subscribe (a checkbox)
+    await form.locator("input[name=age]").fill("-3")
+    await form.locator("input[name=name]").fill("Ada")
+    await card.locator("button", has_text="Send").click()
+    await expect(card.locator(".call-error")).to_contain_text("content.age")  # refused; the question stays open
+    await shot(page, "ui-elicitation-refused")
+    await form.locator("input[name=age]").fill("36")
+    await form.locator("select[name=colour]").select_option("green")
+    await card.locator("button", has_text="Send").click()
+    await expect(card.locator(".answered")).to_have_text("Answered: accept (by user)")
+    await expect(page.locator(".msg.agent").last).to_contain_text('"colour":"green"')
+    await shot(page, "ui-elicitation-answered")
     assert errors == []
 
 

@@ -186,14 +186,14 @@ function handleEvent(p) {
     case "session_deleted":
       state.sessions.delete(sid); state.logs.delete(sid); state.asking.delete(sid);
       if (state.viewed === sid) select(null); renderList(); renderHead(); break;
-    case "permission_requested": asking(sid).add(d.request_id); renderList(); break;
-    case "permission_resolved": asking(sid).delete(d.request_id); renderList(); break;
+    case "permission_requested": case "elicitation_requested": asking(sid).add(d.request_id); renderList(); break;
+    case "permission_resolved": case "elicitation_resolved": asking(sid).delete(d.request_id); renderList(); break;
     case "turn_ended": asking(sid).clear(); renderList(); break;
   }
   if (sid) feed(sid, p);
 }
 
-// The permission requests of each session still waiting for an answer (for the list's counts).
+// The permission requests and questions of each session still waiting for an answer (for the list's counts).
 function asking(sid) { if (!state.asking.has(sid)) state.asking.set(sid, new Set()); return state.asking.get(sid); }
 
 // A live event into an opened session's transcript: after the journal's part is in (events that arrive while it is
@@ -221,7 +221,7 @@ function applyEvent(sid, log, p) {
     case "turn_started": t.push({ kind: "user", text: promptText(d.prompt), ts }); break;
     case "turn_ended":
       // A request of the turn that got no answer can get none now: the agent stopped waiting with the turn.
-      for (const e of t) if (e.kind === "permission" && !e.answer) e.expired = true;
+      for (const e of t) if ((e.kind === "permission" || e.kind === "elicitation") && !e.answer) e.expired = true;
       t.push({ kind: "turn", text: turnOutcome(d), failed: !d.stop_reason, ts });
       break;
     case "session_message": t.push({ kind: "notice", level: d.level || "warning", text: d.text, ts }); break;
@@ -235,6 +235,20 @@ function applyEvent(sid, log, p) {
     case "permission_resolved": {
       const card = t.find((e) => e.kind === "permission" && e.request_id === d.request_id);
       if (card) card.answer = d;
+      break;
+    }
+    case "elicitation_requested":  // an agent's question: one card, however often it is offered
+      if (t.some((e) => e.kind === "elicitation" && e.request_id === d.request_id)) break;
+      t.push({ kind: "elicitation", ...d, ts });
+      break;
+    case "elicitation_resolved": {
+      const card = t.find((e) => e.kind === "elicitation" && e.request_id === d.request_id);
+      if (card) card.answer = d;
+      break;
+    }
+    case "elicitation_completed": {
+      const card = t.find((e) => e.kind === "elicitation" && e.elicitation_id === d.elicitation_id);
+      if (card) card.completed = true;
       break;
     }
     // An agent's terminal: shown inside the tool call that embeds it, else on its own where it started.
@@ -497,7 +511,7 @@ function renderList() {
     li.dataset.sessionId = s.session_id;
     li.append(el("div", "title", s.title || s.name || s.session_id), el("span", `badge tone-${s.state}`, s.state));
     const waiting = pendingPermissions(s.session_id);
-    if (waiting) li.append(el("span", "muted", ` · ${waiting} permission request${waiting > 1 ? "s" : ""}`));
+    if (waiting) li.append(el("span", "muted", ` · ${waiting} waiting for your answer`));
     li.onclick = () => openView(s.session_id);
     ul.append(li);
   }
@@ -629,6 +643,82 @@ function diffView(d) {
   return pre;
 }
 
+// An agent's question: a form made from its JSON Schema (flat fields), or a link to open; answered once, by anyone.
+function elicitationCard(e) {
+  const card = el("div", "msg card elicitation"); card.dataset.requestId = e.request_id;
+  card.append(el("div", "card-head", ""));
+  card.firstChild.append(el("strong", "", "The agent asks"));
+  card.append(el("div", "", e.message || ""));
+  if (e.answer) {
+    card.append(el("div", "answered", `Answered: ${e.answer.action} (by ${e.answer.by})` + (e.completed ? " · done" : "")));
+    return stamp(card, e);
+  }
+  if (e.expired) { card.append(el("div", "answered", "Not answered: the turn ended first")); return stamp(card, e); }
+  const buttons = el("div", "options");
+  if (e.mode === "url") {
+    const link = el("a", "", e.url); link.href = e.url; link.target = "_blank"; link.rel = "noopener noreferrer";
+    card.append(el("div", "muted", "Open this page to continue:"), link);
+    const open = el("button", "primary", "Open and continue");
+    open.onclick = () => { window.open(e.url, "_blank", "noopener,noreferrer"); answerElicitation(e, "accept"); };
+    buttons.append(open);
+  } else {
+    const form = el("form", "elicitation-form");
+    const schema = e.requested_schema || {}, required = schema.required || [];
+    for (const [name, prop] of Object.entries(schema.properties || {})) {
+      const label = el("label", "", `${prop.title || name}${required.includes(name) ? " *" : ""}`);
+      let input;
+      if (prop.type === "boolean") { input = el("input"); input.type = "checkbox"; input.checked = !!prop.default; }
+      else if (prop.enum || prop.oneOf) {
+        input = el("select");
+        if (!required.includes(name)) input.append(el("option", "", ""));
+        for (const v of prop.enum || prop.oneOf.map((o) => o.const)) input.append(el("option", "", String(v)));
+      } else if (prop.type === "array") { input = el("input"); input.placeholder = "comma-separated"; }
+      else { input = el("input"); input.type = prop.type === "string" ? (prop.format === "email" ? "email" : "text") : "number"; }
+      input.name = name; input.dataset.kind = prop.type;
+      if (prop.description) input.title = prop.description;
+      // What was typed survives the card being drawn again (a refused answer, another event of the session).
+      e.values = e.values || {};
+      if (name in e.values) { if (input.type === "checkbox") input.checked = e.values[name]; else input.value = e.values[name]; }
+      input.oninput = input.onchange = () => { e.values[name] = input.type === "checkbox" ? input.checked : input.value; };
+      label.append(input); form.append(label);
+    }
+    form.onsubmit = (ev) => { ev.preventDefault(); answerElicitation(e, "accept", formContent(form)); };
+    card.append(form);
+    const submit = el("button", "primary", "Send"); submit.onclick = () => form.requestSubmit();
+    buttons.append(submit);
+  }
+  const decline = el("button", "", "Decline"); decline.onclick = () => answerElicitation(e, "decline");
+  buttons.append(decline);
+  for (const b of buttons.children) b.disabled = !state.live;
+  card.append(buttons);
+  if (e.error) card.append(el("div", "call-error", e.error));
+  return stamp(card, e);
+}
+
+// A form's answer as the schema's types: numbers as numbers, a checkbox as a boolean, empty optional fields left out.
+function formContent(form) {
+  const content = {};
+  for (const input of form.querySelectorAll("input, select")) {
+    const kind = input.dataset.kind;
+    if (kind === "boolean") { content[input.name] = input.checked; continue; }
+    if (input.value === "") continue;
+    if (kind === "number" || kind === "integer") content[input.name] = Number(input.value);
+    else if (kind === "array") content[input.name] = input.value.split(",").map((x) => x.trim()).filter(Boolean);
+    else content[input.name] = input.value;
+  }
+  return content;
+}
+
+function answerElicitation(card, action, content) {
+  call("task.session.elicitation.respond", { session_id: state.viewed, request_id: card.request_id, action,
+                                             ...(content ? { content } : {}) })
+    .then(() => { card.error = null; })
+    .catch((e) => {
+      if (e.code === ALREADY_TERMINAL) return;  // answered elsewhere first: its answer arrives as an event
+      card.error = `Not answered: ${e.message || e}`; renderTranscript();
+    });
+}
+
 function permissionCard(e) {
   const card = el("div", "msg card permission"); card.dataset.requestId = e.request_id;
   const head = el("div", "card-head");
@@ -673,6 +763,7 @@ function renderTranscript() {
       if (term && !log.entries.some((c) => c.kind === "tool" && (c.terminals || []).includes(e.id))) box.append(stamp(terminalView(term), e));
     }
     else if (e.kind === "permission") box.append(permissionCard(e));
+    else if (e.kind === "elicitation") box.append(elicitationCard(e));
     else if (e.kind === "agent") { const m = el("div", cls); m.append(md(e.text)); box.append(stamp(m, e)); }
     else if (e.kind === "plan") {
       const d = el("div", `${cls} card`), ol = el("ol");
