@@ -19,6 +19,7 @@ from .errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
     RequestTimeout,
     RpcError,
     TransportError,
@@ -26,6 +27,8 @@ from .errors import (
 from .framing import DEFAULT_MAX_LINE, READ_CHUNK, FrameStats, LineSplitter, encode_frame, parse_frame
 
 log = logging.getLogger(__name__)
+
+CANCEL_REQUEST = "$/cancel_request"  # either side withdraws a request it sent (ACP's cancellation, stable)
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 NotificationHandler = Callable[[str, Any], None]
@@ -72,6 +75,8 @@ class Connection:
         self._ids = itertools.count(0)
         self._pending: dict[int | str, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._answering: dict[int | str, asyncio.Task[None]] = {}  # the peer's requests being handled, by id
+        self._peer_cancelled: set[int | str] = set()  # of those, the ones it withdrew ($/cancel_request)
         self._closed_reason: str | None = None
         self._closed = asyncio.Event()
         self._write_lock = asyncio.Lock()
@@ -139,7 +144,9 @@ class Connection:
         msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
         if params is not None:
             msg["params"] = params
+        sent = False
         try:
+            sent = True  # from here the peer may have it (a withdrawal of an id it never saw is ignored)
             await self._send(msg)
             if timeout is None:
                 return await fut
@@ -147,8 +154,28 @@ class Connection:
                 return await asyncio.wait_for(fut, timeout)
             except TimeoutError as exc:
                 raise RequestTimeout(f"{self.name}: no answer to {method} within {timeout:g}s") from exc
+        except RequestTimeout:
+            # Nobody waits for the answer any more: the peer is told, so it can stop the work ($/cancel_request),
+            # before anything this side sends next.
+            if sent and self._closed_reason is None:
+                await self._withdraw(req_id)
+            raise
+        except asyncio.CancelledError:  # the same, from a task being cancelled: told on a task of its own
+            answered = fut.done() and not fut.cancelled()  # (cancelling the task cancels the future it awaited)
+            if sent and not answered and self._closed_reason is None:
+                self._spawn(self._withdraw(req_id))
+            raise
         finally:
             self._pending.pop(req_id, None)
+
+    async def _withdraw(self, req_id: int) -> None:
+        with contextlib.suppress(TransportError):
+            await self.notify(CANCEL_REQUEST, {"requestId": req_id})
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def notify(self, method: str, params: Any = None) -> None:
         msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -191,10 +218,16 @@ class Connection:
         if isinstance(method, str):
             params = msg.get("params")
             if "id" in msg:
-                task = asyncio.get_running_loop().create_task(self._answer(msg["id"], method, params))
+                msg_id = msg["id"]
+                task = asyncio.get_running_loop().create_task(self._answer(msg_id, method, params))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                if isinstance(msg_id, (int, str)):
+                    self._answering[msg_id] = task
+                    task.add_done_callback(lambda _: self._answering.pop(msg_id, None))
             else:
+                if method == CANCEL_REQUEST and isinstance(params, dict):
+                    self._withdrawn(params.get("requestId"))
                 try:
                     self.on_notification(method, params)
                 except Exception:
@@ -219,6 +252,13 @@ class Connection:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _withdrawn(self, msg_id: Any) -> None:
+        """The peer no longer waits for its request `msg_id`: its handler is stopped and answers -32800."""
+        task = self._answering.get(msg_id) if isinstance(msg_id, (int, str)) else None
+        if task is not None and not task.done():
+            self._peer_cancelled.add(msg_id)
+            task.cancel()
+
     async def _answer(self, msg_id: Any, method: str, params: Any) -> None:
         try:
             result = await self.on_request(method, params)
@@ -226,6 +266,11 @@ class Connection:
             await self._reply_error(msg_id, err)
             return
         except asyncio.CancelledError:
+            if msg_id in self._peer_cancelled:  # withdrawn by the peer: it still gets an answer, as ACP says
+                self._peer_cancelled.discard(msg_id)
+                await self._reply_error(msg_id, RpcError(REQUEST_CANCELLED, f"{method}: cancelled by its sender "
+                                                         "($/cancel_request)"))
+                return
             raise
         except OSError as exc:
             # The file system changed under the call (a link swapped, a directory removed, a disk full): expected

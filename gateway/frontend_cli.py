@@ -28,7 +28,7 @@ COMMAND_HELP: dict[str, str] = {
     "start": "start a session (its id is printed; the agent is ready when it returns)",
     "status": "a session's status: state, whether its agent runs, whether it needs a resume",
     "resume": "bring a session's agent back (by the restore rules)",
-    "prompt": "send a prompt and stream the answer; permission requests are asked here on a terminal",
+    "prompt": "send a prompt and stream the answer; permission requests and questions are asked here on a terminal",
     "history": "what a session recorded: your messages, the agent's, tool calls",
     "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
     "answer": "answer an agent's question (an elicitation): FIELD=VALUE … for its form, or --open/--decline/--cancel",

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from acp.client import AcpClient, ClientOptions
-from acp.errors import ProtocolVersionError, TransportError
+from acp.errors import ProtocolVersionError, RequestTimeout, TransportError
 from acp.models import text_block
 from acp.session_setup import establish_session
 from tests.conftest import Recorder, process_alive, wait_until
+from tests.gateway_harness import agent_log
 
 Launch = Callable[..., Any]
 
@@ -210,3 +211,33 @@ async def test_cancel_ends_a_hanging_turn(launch: Launch, workdir: Path) -> None
     await rec.wait_for(lambda: "hanging until cancelled" in rec.texts())
     await client.cancel(sid)
     assert (await asyncio.wait_for(turn, 10)).stopReason == "cancelled"
+
+
+async def test_a_request_nobody_waits_for_is_withdrawn_both_ways(launch: Launch, workdir: Path,
+                                                                 tmp_path: Path) -> None:
+    """$/cancel_request: the client withdraws a request it stopped waiting for; the agent withdraws one of its own,
+    and the client stops asking and answers it -32800."""
+    log = tmp_path / "agent.log"
+    asked, gave_up = asyncio.Event(), asyncio.Event()
+
+    async def never_answers(params: dict[str, Any]) -> dict[str, Any]:
+        asked.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            gave_up.set()
+        raise AssertionError("unreachable")
+
+    client = await launch("--fault", "session/set_mode=hang", "--log", str(log), on_permission=never_answers)
+    sid = await new_session(client, workdir)
+    with pytest.raises(RequestTimeout):
+        await client.request("session/set_mode", {"sessionId": sid, "modeId": "ask"}, timeout=0.3)
+    await client.request("session/list", {})  # answered after the agent read what came before it
+    withdrawn = [e for e in agent_log(log) if e["method"] == "$/cancel_request"]
+    assert len(withdrawn) == 1 and isinstance(withdrawn[0]["params"]["requestId"], int)
+    rec = Recorder()
+    client.on_update = rec
+    await client.prompt(sid, [text_block("/withdraw")])
+    await asyncio.wait_for(asked.wait(), 10)
+    await asyncio.wait_for(gave_up.wait(), 10)  # the client stopped asking
+    assert rec.texts()[-1] == "withdrew the permission request"

@@ -9,10 +9,10 @@ at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`
 `/tool`, `/sh CMD` (its own shell), `/fill BYTES`, `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`,
 `/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`,
 `/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD` (CMD in a terminal of the client's, embedded in a tool
-call: a flooding `yes`, a `sleep` that never ends, a command that ignores SIGTERM are the faults to try) and
-`/termout ID` (asks for the output of a terminal by id, known or not), `/elicit form|url|bad` (a question for
-the person at the client: a form, a link to open — then `elicitation/complete` —, or a form whose schema no client
-can take).
+call: a flooding `yes`, a `sleep` that never ends, a command that ignores SIGTERM are the faults to try),
+`/termout ID` (asks for the output of a terminal by id, known or not), `/withdraw` (a permission request withdrawn
+with `$/cancel_request`) and `/elicit form|url|bad` (a question for the person at the client: a form, a link to
+open — then `elicitation/complete` —, or a form whose schema no client can take).
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
 shapes), slash commands (`available_commands_update` after every session set-up) and usage (`usage_update`
@@ -633,6 +633,29 @@ class ReferenceAgent:
         # A client cancels the questions of a turn before it cancels the turn: the same stop, whichever comes first.
         return "cancelled" if session.cancel.is_set() or answer.get("action") == "cancel" else None
 
+    async def _withdraw(self, session: Session) -> None:
+        """A permission request, withdrawn (`$/cancel_request`) as soon as it has gone out: the client must stop
+        asking and answer -32800."""
+        assert self.conn is not None
+        sent = asyncio.Event()
+
+        def on_frame(direction: str, msg: dict[str, Any]) -> None:
+            if direction == "out" and msg.get("method") == "session/request_permission":
+                sent.set()
+
+        self.conn.observers.append(on_frame)
+        try:
+            asking = asyncio.ensure_future(self.conn.request("session/request_permission", {
+                "sessionId": session.session_id, "toolCall": {"toolCallId": "call-w", "title": "Withdrawn"},
+                "options": [{"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"}]}))
+            await sent.wait()
+            asking.cancel()  # the connection tells the client ($/cancel_request)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
+        finally:
+            self.conn.observers.remove(on_frame)
+        await self._message(session, "withdrew the permission request")
+
     async def _ask_permission(self, session: Session) -> Any:
         assert self.conn is not None
         call_id = f"call-{uuid.uuid4().hex[:8]}"
@@ -716,6 +739,8 @@ class ReferenceAgent:
             await self._message(session, "filled")
         elif word == "/term":
             return await self._terminal(session, rest)
+        elif word == "/withdraw":  # asks for permission, then withdraws the question before any answer
+            await self._withdraw(session)
         elif word == "/elicit":
             return await self._elicit(session, args[0] if args else "form")
         elif word == "/termout":
