@@ -212,6 +212,9 @@ class AcpClient:
     async def close_session(self, session_id: str) -> Any:
         return await self.request("session/close", {"sessionId": session_id})
 
+    async def delete_session(self, session_id: str) -> Any:
+        return await self.request("session/delete", {"sessionId": session_id})
+
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None) -> Any:
         params: dict[str, Any] = {}
         if cwd is not None:

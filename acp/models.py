@@ -67,6 +67,10 @@ class AgentCapabilities(_Wire):
     def can_close(self) -> bool:
         return self.sessionCapabilities.close is not None
 
+    @property
+    def can_delete(self) -> bool:
+        return self.sessionCapabilities.delete is not None
+
 
 class AuthMethod(_Wire):
     id: str

@@ -320,10 +320,14 @@ async def test_list_get_title_delete_and_paging(client: GatewayClient, env: dict
     titled = await client.call("task.session.set_title", {"session_id": ids[0], "title": "renamed"})
     assert titled["title"] == "renamed"
     assert (await client.call("task.session.get", {"session_id": ids[0]}))["title"] == "renamed"
+    token = (await client.call("task.session.get", {"session_id": ids[0]}))["acp_session_id"]
     assert await client.call("task.session.delete", {"session_id": ids[0]}) is None
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.get", {"session_id": ids[0]})
     assert info.value.code == -32002
+    # Its agent advertises session/delete: it was told to forget the session too.
+    assert [p["params"]["sessionId"] for p in sent_methods(env["log"], "session/delete")] == [token]
+    assert not any(env["agent_state"].glob(f"{token}*.json"))
 
 
 async def test_info(client: GatewayClient) -> None:

@@ -72,6 +72,7 @@ class Config:
     advertise_resume: bool = True
     advertise_list: bool = True
     advertise_close: bool = True
+    advertise_delete: bool = True
     protocol_version: int = 1
     faults: dict[str, str] = field(default_factory=dict)
     noise: int = 0
@@ -233,6 +234,7 @@ class ReferenceAgent:
             "session/resume": self._resume if self.config.advertise_resume else None,
             "session/list": self._list if self.config.advertise_list else None,
             "session/close": self._close if self.config.advertise_close else None,
+            "session/delete": self._delete if self.config.advertise_delete else None,
             "session/prompt": self._prompt,
             "session/set_config_option": self._set_config_option,
             "session/set_mode": self._set_mode,
@@ -283,6 +285,8 @@ class ReferenceAgent:
             session_caps["list"] = {}
         if self.config.advertise_close:
             session_caps["close"] = {}
+        if self.config.advertise_delete:
+            session_caps["delete"] = {}
         auth_methods: list[dict[str, Any]] = [
             {"id": "reference-login", "name": "Reference login", "description": "always accepted"}
         ]
@@ -459,6 +463,17 @@ class ReferenceAgent:
         session = self._existing(params)
         session.cancel.set()
         self.sessions.pop(session.session_id, None)
+        return {}
+
+    async def _delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        """session/delete: the session is forgotten here and on disk (a later load or resume answers not found)."""
+        sid = params.get("sessionId")
+        if not isinstance(sid, str) or not (sid in self.sessions or self._path(sid).exists()):
+            raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: session {sid}")
+        session = self.sessions.pop(sid, None)
+        if session is not None:
+            session.cancel.set()
+        self._path(sid).unlink(missing_ok=True)
         return {}
 
     async def _prompt(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -798,6 +813,7 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--no-resume", action="store_true", help="do not advertise or serve session/resume")
     p.add_argument("--no-list", action="store_true", help="do not advertise or serve session/list")
     p.add_argument("--no-close", action="store_true", help="do not advertise or serve session/close")
+    p.add_argument("--no-delete", action="store_true", help="do not advertise or serve session/delete")
     p.add_argument("--protocol-version", type=int, default=1, help="the version answered to initialize")
     p.add_argument("--fault", action="append", default=[], metavar="METHOD=KIND",
                    help=f"inject a fault on METHOD; KIND is one of {', '.join(FAULTS)}")
@@ -862,6 +878,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         advertise_resume=not ns.no_resume,
         advertise_list=not ns.no_list,
         advertise_close=not ns.no_close,
+        advertise_delete=not ns.no_delete,
         protocol_version=ns.protocol_version,
         faults=faults,
         noise=ns.noise,

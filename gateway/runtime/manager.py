@@ -620,6 +620,14 @@ class SessionManager:
                 await asyncio.shield(launch.future)
         live = self.live.get(row.id)
         if live is not None:
+            # The agent forgets it too, where it can (`session/delete`): its own store may hold the conversation.
+            init = live.client.init
+            if init is not None and init.agentCapabilities.can_delete and live.client.alive:
+                try:
+                    await asyncio.wait_for(live.client.delete_session(live.acp_session_id), self.settings.stop_grace)
+                except Exception as exc:  # the gateway's delete goes on: said, not fatal
+                    log.info("session %s: agent %s did not delete its session %s: %s", row.id, live.profile.id,
+                             live.acp_session_id, exc)
             await self._stop_live(live)
         self.keeper.drop(row.id)
         await self.store.sessions.delete(row.id)
