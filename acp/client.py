@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from pydantic import ValidationError
 
 from . import PROTOCOL_VERSION, fs
@@ -73,6 +73,22 @@ class ClientOptions:
     never_serve: tuple[str, ...] = ()  # paths the fs methods refuse even inside the cwd (besides /proc, /sys, /dev)
     file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
     tree_marker: str | None = None  # an entry of the agent's env unique to it: what carries it is stopped with it
+
+
+def traced(params: Any) -> Any:
+    """`params` with the current trace context as `_meta.traceparent` (W3C Trace Context, as ACP's propagation RFD
+    says), so the agent's spans join the gateway's trace; unchanged when nothing is traced, or when the caller's
+    `_meta` already names a trace (it passes through as given)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    if not carrier or not isinstance(params, dict):
+        return params
+    meta = params.get("_meta")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    for key in ("traceparent", "tracestate"):
+        if key in carrier and key not in meta:
+            meta[key] = carrier[key]
+    return {**params, "_meta": meta}
 
 
 def _pin(directory: str) -> fs.Root:
@@ -158,7 +174,7 @@ class AcpClient:
 
     # -- requests to the agent -----------------------------------------------------
     async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
-        return await self.conn.request(method, params, timeout=timeout or self.options.request_timeout)
+        return await self.conn.request(method, traced(params), timeout=timeout or self.options.request_timeout)
 
     async def initialize(self) -> InitializeResponse:
         with tracer.start_as_current_span("acp.initialize") as span:
@@ -197,8 +213,9 @@ class AcpClient:
 
     async def prompt(self, session_id: str, prompt: list[dict[str, Any]]) -> PromptResponse:
         self.replaying = False  # a turn starts: anything after this is live
-        raw = await self.conn.request("session/prompt", {"sessionId": session_id, "prompt": prompt},
-                                      timeout=self.options.prompt_timeout)
+        with tracer.start_as_current_span("acp.session.prompt"):
+            raw = await self.conn.request("session/prompt", traced({"sessionId": session_id, "prompt": prompt}),
+                                          timeout=self.options.prompt_timeout)
         return PromptResponse.model_validate(raw)
 
     async def cancel(self, session_id: str) -> None:

@@ -224,7 +224,7 @@ class Connection:
                 task.add_done_callback(self._tasks.discard)
                 if isinstance(msg_id, (int, str)):
                     self._answering[msg_id] = task
-                    task.add_done_callback(lambda _: self._answering.pop(msg_id, None))
+                    task.add_done_callback(lambda done: self._answered(msg_id, method, done))
             else:
                 if method == CANCEL_REQUEST and isinstance(params, dict):
                     self._withdrawn(params.get("requestId"))
@@ -259,6 +259,16 @@ class Connection:
             self._peer_cancelled.add(msg_id)
             task.cancel()
 
+    def _answered(self, msg_id: int | str, method: str, task: asyncio.Task[None]) -> None:
+        """A handler is done. One the peer withdrew still gets an answer, as ACP says (-32800) — also when it was
+        withdrawn before its handler even started."""
+        self._answering.pop(msg_id, None)
+        if msg_id in self._peer_cancelled:
+            self._peer_cancelled.discard(msg_id)
+            if task.cancelled() and self._closed_reason is None:
+                self._spawn(self._reply_error(msg_id, RpcError(REQUEST_CANCELLED, f"{method}: cancelled by its "
+                                                               "sender ($/cancel_request)")))
+
     async def _answer(self, msg_id: Any, method: str, params: Any) -> None:
         try:
             result = await self.on_request(method, params)
@@ -266,11 +276,6 @@ class Connection:
             await self._reply_error(msg_id, err)
             return
         except asyncio.CancelledError:
-            if msg_id in self._peer_cancelled:  # withdrawn by the peer: it still gets an answer, as ACP says
-                self._peer_cancelled.discard(msg_id)
-                await self._reply_error(msg_id, RpcError(REQUEST_CANCELLED, f"{method}: cancelled by its sender "
-                                                         "($/cancel_request)"))
-                return
             raise
         except OSError as exc:
             # The file system changed under the call (a link swapped, a directory removed, a disk full): expected

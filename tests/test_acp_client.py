@@ -241,3 +241,29 @@ async def test_a_request_nobody_waits_for_is_withdrawn_both_ways(launch: Launch,
     await asyncio.wait_for(asked.wait(), 10)
     await asyncio.wait_for(gave_up.wait(), 10)  # the client stopped asking
     assert rec.texts()[-1] == "withdrew the permission request"
+
+
+async def test_the_trace_context_goes_to_the_agent_as_meta_traceparent(launch: Launch, workdir: Path,
+                                                                      tmp_path: Path) -> None:
+    """One trace spans frontend, gateway and agent: W3C `traceparent` in `_meta`, an existing one left as given."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    log = tmp_path / "agent.log"
+    client = await launch("--log", str(log))
+    sid = await new_session(client, workdir)
+    span = SpanContext(trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0xB7AD6B7169203331, is_remote=True,
+                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    token = context.attach(trace.set_span_in_context(NonRecordingSpan(span)))
+    try:
+        await client.request("session/list", {})
+        await client.request("session/list", {"_meta": {"traceparent": "00-given-by-the-frontend", "x": 1}})
+        await client.prompt(sid, [text_block("hello")])
+    finally:
+        context.detach(token)
+    await client.request("session/list", {})  # nothing traced: nothing added
+    sent = [e["params"].get("_meta") for e in agent_log(log) if e["method"] in ("session/list", "session/prompt")]
+    expected = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert sent[:2] == [{"traceparent": expected}, {"traceparent": "00-given-by-the-frontend", "x": 1}]
+    # The prompt goes under a span of its own (`acp.session.prompt`, where an SDK records spans): the same trace.
+    assert sent[2]["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-") and sent[3] is None

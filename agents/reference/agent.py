@@ -664,6 +664,10 @@ class ReferenceAgent:
                 "sessionId": session.session_id, "toolCall": {"toolCallId": "call-w", "title": "Withdrawn"},
                 "options": [{"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"}]}))
             await sent.wait()
+            # A round trip behind it: once this is answered, the client has begun asking (it handles requests in
+            # the order they came); then the question is withdrawn.
+            with contextlib.suppress(RpcError):
+                await self.conn.request("fs/read_text_file", {"sessionId": session.session_id, "path": ".withdraw"})
             asking.cancel()  # the connection tells the client ($/cancel_request)
             with contextlib.suppress(asyncio.CancelledError):
                 await asking
