@@ -28,6 +28,13 @@ def agent_frames(client: AcpClient) -> list[dict[str, Any]]:
     return frames
 
 
+def offered() -> dict[str, Any]:
+    """What a client offers to match the recordings: what the gateway offers (fixtures/make_fixtures.py)."""
+    from fixtures.make_fixtures import Offered
+
+    return {"terminal_host": Offered(), "on_elicitation": Offered()}
+
+
 def without_ids(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in f.items() if not (k == "id" and "method" not in f)} for f in frames]
 
@@ -37,7 +44,7 @@ async def drive(argv: list[str], cwd: Path, prompts: list[str], token: str | Non
     async def allow(params: dict[str, Any]) -> dict[str, Any]:
         return {"outcome": "selected", "optionId": "allow-once"}
 
-    client = await AcpClient.launch(argv, cwd=str(cwd), on_permission=allow)
+    client = await AcpClient.launch(argv, cwd=str(cwd), on_permission=allow, **offered())
     frames = agent_frames(client)
     await client.initialize()
     result = await establish_session(client, native_session_resume=True, resume_token=token, cwd=str(cwd))
@@ -100,7 +107,7 @@ async def test_replay_divergence_answers_32603_with_a_diff(tmp_path: Path) -> No
     work = tmp_path / "w"
     work.mkdir()
     client = await AcpClient.launch([sys.executable, "-m", "gateway.cli", "replay", str(FIXTURES / "new_prompt.jsonl")],
-                                    cwd=str(work))
+                                    cwd=str(work), **offered())
     await client.initialize()
     result = await establish_session(client, native_session_resume=True, resume_token=None, cwd=str(work))
     assert result.session_id is not None
