@@ -54,6 +54,7 @@ async def test_status_facts_count_pending_permissions(any_store: StoreBase) -> N
                                       proc_start=2**40, boot_id="b")
     await store.permissions.add("p1", sid, "alice", {"toolCall": {"title": "write"}}, event_id=3)
     await store.permissions.add("p2", sid, "alice", {"toolCall": {"title": "read"}})
+    await store.permissions.add("elic-1", sid, "alice", {"mode": "url"})  # an elicitation: not a permission
     facts = await store.sessions.with_status_facts(sid, "alice")
     assert facts is not None
     row, executor, pending, config = facts

@@ -76,7 +76,7 @@ class PermissionBroker:
     async def respond(self, row: SessionRow, request_id: str, option_id: str | None,
                       cancelled: bool) -> dict[str, Any]:
         """A frontend answers; the first answer wins, a later one gets -32009."""
-        stored = await self.store.permissions.get(request_id) if request_id.startswith("perm-") else None
+        stored = None if request_id.startswith("elic-") else await self.store.permissions.get(request_id)
         if stored is None or stored[0] != row.id:  # (the table holds elicitations too: `elic-…`)
             raise permission_not_found(row.id, request_id)
         _, _, state, params = stored

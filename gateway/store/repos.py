@@ -96,7 +96,7 @@ class SessionRepo(_Repo):
         status call needs, in one read (a status call is the frontends' most frequent one)."""
         row = await self.store.fetchone(
             f"SELECT {SESSION_COLUMNS}, {EXECUTOR_COLUMNS}, (SELECT COUNT(*) FROM permissions p "
-            f"WHERE p.session_id = s.id AND p.state = 'pending' AND p.id LIKE 'perm-%'), {CONFIG_COLUMNS} "
+            f"WHERE p.session_id = s.id AND p.state = 'pending' AND p.id NOT LIKE 'elic-%'), {CONFIG_COLUMNS} "
             f"{SESSIONS_WITH_TASKS} "
             "LEFT JOIN executors e ON e.session_id = s.id LEFT JOIN session_config c ON c.session_id = s.id "
             "WHERE s.id = ? AND s.owner = ?", (session_id, owner))
