@@ -211,11 +211,15 @@ class AcpClient:
             span.set_attribute("acp.auth_method", method_id)
             return await self.request("authenticate", {"methodId": method_id})
 
-    async def prompt(self, session_id: str, prompt: list[dict[str, Any]]) -> PromptResponse:
+    async def prompt(self, session_id: str, prompt: list[dict[str, Any]],
+                     meta: dict[str, Any] | None = None) -> PromptResponse:
+        """`session/prompt`; `meta` goes as its `_meta`, unchanged (the trace context added where it names none)."""
         self.replaying = False  # a turn starts: anything after this is live
+        params: dict[str, Any] = {"sessionId": session_id, "prompt": prompt}
+        if meta is not None:
+            params["_meta"] = meta
         with tracer.start_as_current_span("acp.session.prompt"):
-            raw = await self.conn.request("session/prompt", traced({"sessionId": session_id, "prompt": prompt}),
-                                          timeout=self.options.prompt_timeout)
+            raw = await self.conn.request("session/prompt", traced(params), timeout=self.options.prompt_timeout)
         return PromptResponse.model_validate(raw)
 
     async def cancel(self, session_id: str) -> None:

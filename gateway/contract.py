@@ -92,6 +92,8 @@ class RecoverParams(SessionParams):
 
 class PromptParams(SessionParams):
     prompt: str | list[dict[str, Any]] = Field(min_length=1, description="text, or ACP content blocks")
+    meta: dict[str, Any] | None = Field(default=None, description="given to the agent unchanged as the "
+                                        "`session/prompt` request's `_meta`")
 
 
 class ListParams(Params):

@@ -87,7 +87,7 @@ class RpcAdapter:
             "task.session.status": lambda c, p: sessions.status(c.owner, p.session_id),
             "task.session.resume": lambda c, p: sessions.resume(c.owner, p.session_id, wait_ready=p.wait_ready),
             "task.session.recover": lambda c, p: sessions.recover(c.owner, p.session_id, p.action),
-            "task.session.prompt": lambda c, p: sessions.prompt(c.owner, p.session_id, p.prompt),
+            "task.session.prompt": lambda c, p: sessions.prompt(c.owner, p.session_id, p.prompt, meta=p.meta),
             "task.session.cancel_turn": lambda c, p: sessions.cancel_turn(c.owner, p.session_id),
             "task.session.list": lambda c, p: sessions.list(c.owner, states=list(p.states) if p.states else None,
                                                             limit=p.limit, cursor=p.cursor, cwd=p.cwd),

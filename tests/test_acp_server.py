@@ -428,3 +428,29 @@ async def test_configuration_over_acp(gw: GatewayProcess, tmp_path: Path) -> Non
     for w in (wire, other, legacy):
         await w.close()
     await rpc.close()
+
+
+async def test_meta_passes_through_both_ways_unchanged(gw: GatewayProcess) -> None:
+    """A client's `_meta` on its prompt reaches the agent as given; the agent's `_meta` on an update reaches the
+    client (and /rpc subscribers) as given."""
+    wire = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(wire, work(gw))
+    start = len(wire.frames)
+    meta = {"vendor.example/request": {"tag": "t-1", "n": [1, 2]}}
+    answer = await wire.request("session/prompt", {"sessionId": session, "prompt": text("/meta"), "_meta": meta})
+    assert answer["result"] == {"stopReason": "end_turn"}
+    updates = [f["params"] for f in wire.frames[start:] if f.get("method") == "session/update"]
+    said = "".join(u["update"]["content"]["text"] for u in updates
+                   if u["update"].get("sessionUpdate") == "agent_message_chunk")
+    assert said == 'meta: {"vendor.example/request":{"tag":"t-1","n":[1,2]}}'
+    assert [u["_meta"] for u in updates if "_meta" in u] == [{"example.com/trace": "agent-side"}]
+    rpc = await gw.client(ALICE)
+    await rpc.call("task.session.prompt", {"session_id": session, "prompt": "/meta", "meta": {"from": "rpc"}})
+    events = await rpc.call("task.session.events", {"session_id": session})
+    kept = [e["data"]["_meta"] for e in events["events"] if e["type"] == "session_update" and "_meta" in e["data"]]
+    assert kept == [{"example.com/trace": "agent-side"}] * 2
+    chunks = "".join(e["data"]["update"]["content"]["text"] for e in events["events"] if e["type"] == "session_update"
+                     and e["data"]["update"].get("sessionUpdate") == "agent_message_chunk")
+    assert chunks.endswith('meta: {"from":"rpc"}')  # the /rpc prompt's `meta`, as the agent's `_meta`
+    await rpc.close()
+    await wire.close()

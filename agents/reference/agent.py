@@ -10,9 +10,10 @@ at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`
 `/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`,
 `/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD` (CMD in a terminal of the client's, embedded in a tool
 call: a flooding `yes`, a `sleep` that never ends, a command that ignores SIGTERM are the faults to try),
-`/termout ID` (asks for the output of a terminal by id, known or not), `/withdraw` (a permission request withdrawn
-with `$/cancel_request`) and `/elicit form|url|bad` (a question for the person at the client: a form, a link to
-open — then `elicitation/complete` —, or a form whose schema no client can take).
+`/termout ID` (asks for the output of a terminal by id, known or not), `/meta` (says the prompt's `_meta`; sends an
+update with a `_meta` of its own), `/withdraw` (a permission request withdrawn with `$/cancel_request`) and
+`/elicit form|url|bad` (a question for the person at the client: a form, a link to open — then
+`elicitation/complete` —, or a form whose schema no client can take).
 
 Sessions offer modes, models and config options (`agents.reference.options`; `--config-style` chooses the
 shapes), slash commands (`available_commands_update` after every session set-up) and usage (`usage_update`
@@ -119,6 +120,7 @@ class Session:
     options: SessionOptions = field(default_factory=SessionOptions)
     mcp: list[dict[str, Any]] = field(default_factory=list)  # names, types, env and header names: never values
     directories: list[str] = field(default_factory=list)
+    prompt_meta: Any = None  # the `_meta` of the turn's `session/prompt` (`/meta` says it)
 
 
 def _now() -> str:
@@ -488,6 +490,7 @@ class ReferenceAgent:
             raise RpcError(INVALID_PARAMS, "a prompt turn is already running for this session")
         session.turn_running = True
         session.cancel.clear()
+        session.prompt_meta = params.get("_meta")
         try:
             for block in prompt:
                 session.history.append({"sessionUpdate": "user_message_chunk", "content": block})
@@ -758,6 +761,13 @@ class ReferenceAgent:
             await self._message(session, "filled")
         elif word == "/term":
             return await self._terminal(session, rest)
+        elif word == "/meta":  # says the prompt request's `_meta`, and sends an update with a `_meta` of its own
+            assert self.conn is not None
+            await self.conn.notify("session/update", {
+                "sessionId": session.session_id, "_meta": {"example.com/trace": "agent-side"},
+                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "meta: "}}})
+            shown = {k: v for k, v in (session.prompt_meta or {}).items() if k not in ("traceparent", "tracestate")}
+            await self._message(session, orjson.dumps(shown).decode())
         elif word == "/withdraw":  # asks for permission, then withdraws the question before any answer
             await self._withdraw(session)
         elif word == "/elicit":

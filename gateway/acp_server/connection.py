@@ -461,7 +461,7 @@ class AcpConnection:
         self.own_prompts.setdefault(p.sessionId, []).append(blocks)
         self.prompts[msg_id] = p.sessionId
         try:
-            result = await self.sessions.prompt(self.owner, p.sessionId, list(blocks))
+            result = await self.sessions.prompt(self.owner, p.sessionId, list(blocks), meta=p.meta)
             # On a journal other nodes write too (a turn run by another node), the turn's events reach this node's
             # subscribers by catching up: all of them go out before this answer, as ACP orders them.
             await self.bus.refresh(self.owner)

@@ -67,9 +67,11 @@ class Deleted:
 Out = Notify | Offer | Withdraw | CaughtUp | Deleted
 
 
-def update_frame(session_id: str, update: Any) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update",
-                         "params": {"sessionId": session_id, "update": update}})
+def update_frame(session_id: str, update: Any, meta: Any = None) -> bytes:
+    params: dict[str, Any] = {"sessionId": session_id, "update": update}
+    if meta is not None:
+        params["_meta"] = meta
+    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
 
 def translate(frame: bytes) -> Out | None:
@@ -91,7 +93,8 @@ def translate_event(event: dict[str, Any]) -> Out | None:
             return None
         update = data.get("update")
         state = update.get("sessionUpdate") if isinstance(update, dict) else None
-        return Notify((update_frame(session_id, update),), state=state if state in STATE_KINDS else None)
+        return Notify((update_frame(session_id, update, data.get("_meta")),),
+                      state=state if state in STATE_KINDS else None)
     if kind == "turn_started":
         blocks = tuple(b for b in data.get("prompt") or () if isinstance(b, dict))
         return Notify(tuple(update_frame(session_id, {"sessionUpdate": "user_message_chunk", "content": b})

@@ -410,7 +410,10 @@ class Launcher:
 
         def on_update(params: dict[str, Any], replay: bool) -> None:
             update = scrubber.value(params.get("update")) if scrubber else params.get("update")
-            enqueue("session_update", owner, sid, task_id, {"update": update, "replay": replay})
+            data: dict[str, Any] = {"update": update, "replay": replay}
+            if "_meta" in params:  # the notification's own `_meta` passes through too (a newer agent's extensions)
+                data["_meta"] = scrubber.value(params["_meta"]) if scrubber else params["_meta"]
+            enqueue("session_update", owner, sid, task_id, data)
             if isinstance(update, dict):
                 if update.get("sessionUpdate") in WATCHED:
                     observe(row, config, update, replay)

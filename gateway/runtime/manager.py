@@ -402,19 +402,21 @@ class SessionManager:
                                  "max_live_sessions_per_owner")
 
     # -- turns ---------------------------------------------------------------------------
-    async def prompt(self, owner: str, session_id: str, prompt: Any, forwarded: bool = False) -> dict[str, Any]:
+    async def prompt(self, owner: str, session_id: str, prompt: Any, forwarded: bool = False,
+                     meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A turn; `meta` goes to the agent unchanged as the prompt request's `_meta`."""
         row = await self.row(owner, session_id)
         blocks = content_blocks(prompt)
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
-        routed, answer = await self._elsewhere(row, "prompt", forwarded, prompt=prompt)
+        routed, answer = await self._elsewhere(row, "prompt", forwarded, prompt=prompt, meta=meta)
         if routed:
             return dict(answer)
         await self.launcher.usage.check_turn(owner)  # an owner at its history quota starts no turn (-32014)
         live, answer = await self._bring_up(row, forwarded, "prompt", {"prompt": prompt})
         if live is None:
             return dict(answer)
-        return await asyncio.shield(self.turns.start(live, blocks))
+        return await asyncio.shield(self.turns.start(live, blocks, meta))
 
     async def _bring_up(self, row: SessionRow, forwarded: bool, method: str,
                         args: dict[str, Any]) -> tuple[LiveSession | None, Any]:

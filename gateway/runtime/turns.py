@@ -74,7 +74,8 @@ class TurnRunner:
         self.cancel_grace = cancel_grace
         self.stop_grace = stop_grace
 
-    def start(self, live: LiveSession, blocks: list[dict[str, Any]]) -> asyncio.Task[dict[str, Any]]:
+    def start(self, live: LiveSession, blocks: list[dict[str, Any]],
+              meta: dict[str, Any] | None = None) -> asyncio.Task[dict[str, Any]]:
         """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
         decision = decide(Command.PROMPT, live.phase)
         if decision is Decision.REFUSE_ENDED:
@@ -84,7 +85,7 @@ class TurnRunner:
             # An accepted turn is RUNNING for the caller even before the store says so.
             raise busy(live.session_id, SessionState.RUNNING if live.turn_running else live.row.state)
         live.prompt_sent = live.cancel_requested = False
-        turn = asyncio.ensure_future(self._run(live, blocks))
+        turn = asyncio.ensure_future(self._run(live, blocks, meta))
         turn.add_done_callback(_retrieve)  # nobody may be waiting any more: the outcome is in the journal
         live.turn = turn
         return turn
@@ -116,7 +117,8 @@ class TurnRunner:
         # The turn sees its agent gone and ends `cancelled`; stopping took at most the stop grace's stages.
         await asyncio.wait([turn], timeout=self.stop_grace + 5)
 
-    async def _run(self, live: LiveSession, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _run(self, live: LiveSession, blocks: list[dict[str, Any]],
+                   meta: dict[str, Any] | None = None) -> dict[str, Any]:
         row = live.row
         try:
             if SessionState(row.state) is SessionState.RUNNING:  # the last turn's end could not be stored
@@ -142,7 +144,7 @@ class TurnRunner:
             assert end.raise_ is not None
             raise end.raise_ from None
         lost_before = (self.bus.lost.get(row.id, 0), live.history.failures)
-        end = await self._ask_agent(live, row, sent)
+        end = await self._ask_agent(live, row, sent, meta)
         await self._close(live, row, end)
         if end.raise_ is not None:
             raise end.raise_
@@ -153,14 +155,15 @@ class TurnRunner:
                                  "is in neither its history nor its events")
         return {"stop_reason": end.stop_reason}
 
-    async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]]) -> TurnEnd:
+    async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]],
+                         meta: dict[str, Any] | None = None) -> TurnEnd:
         agent = live.profile.id
         if live.cancel_requested:
             return TurnEnd("cancelled")
         live.prompt_sent = True  # no await between this and the prompt's write
         stderr_mark = live.client.process.stderr.total_bytes  # what it says on stderr from here is this turn's
         try:
-            response = await live.client.prompt(live.acp_session_id, sent)
+            response = await live.client.prompt(live.acp_session_id, sent, meta)
         except RpcError as exc:
             if live.stopping:
                 return TurnEnd("cancelled", error=str(exc))
