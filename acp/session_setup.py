@@ -7,7 +7,6 @@ Spans: `acp.session.restore` around the whole negotiation, with one child per re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ class RestoreResult:
     session_id: str | None = None
     response: dict[str, Any] | None = None
     rule: str = ""
+    auth_error: str | None = None  # what `authenticate` answered when it failed (the session's failure follows)
 
     @property
     def settled_by(self) -> str:
@@ -66,9 +66,9 @@ class RestoreResult:
         failure = self.last_failure
         if failure is None:
             return ""
-        if failure.kind is FailureKind.ERROR:
-            return f"{failure.message} (code {failure.code})"
-        return failure.message or failure.kind.value
+        said = f"{failure.message} (code {failure.code})" if failure.kind is FailureKind.ERROR else (
+            failure.message or failure.kind.value)
+        return f"authenticate failed: {self.auth_error}; then {said}" if self.auth_error else said
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,8 +121,10 @@ async def establish_session(
         span.set_attribute("acp.restore.has_token", bool(inputs.resume_token))
         auth_tried = False
         if auth_method:
-            with contextlib.suppress(RpcError, TransportError):
+            try:
                 await client.authenticate(auth_method)
+            except (RpcError, TransportError) as err:
+                result.auth_error = str(err)
             auth_tried = True
         while True:
             step = plan_restore(inputs, tuple(result.attempts), cancel.is_set())

@@ -122,6 +122,13 @@ class PermissionParams(SessionParams):
     cancelled: bool = False
 
 
+class AuthenticateParams(SessionParams):
+    method_id: str = Field(min_length=1, max_length=200, description="one of the session's `config.auth.methods`")
+    values: dict[str, Annotated[str, Field(max_length=32768)]] | None = Field(
+        default=None, max_length=20, description="an env_var method's variables and their values: kept for your "
+        "agents of this profile, never shown again")
+
+
 class ElicitationParams(SessionParams):
     request_id: str = Field(min_length=1, max_length=100)
     action: Literal["accept", "decline", "cancel"]
@@ -195,6 +202,21 @@ class McpServerView(Result):
     headers: list[str] | None = None
 
 
+class SignInMethod(Result):
+    id: str
+    name: str
+    description: str | None
+    kind: str = Field(description="agent (the agent signs in itself), env_var (it reads `vars` from its "
+                      "environment: give their values) or terminal (a login program)")
+    vars: list[str] | None = None
+    args: list[str] | None = None
+
+
+class AuthNeeded(Result):
+    methods: list[SignInMethod]
+    reason: str = Field(description="what the agent said")
+
+
 class ConfigView(Result):
     options: list[dict[str, Any]] = Field(description="ACP SessionConfigOption objects: the agent's configOptions, "
                                           "plus its modes and legacy models in that shape where no option covers them")
@@ -206,6 +228,8 @@ class ConfigView(Result):
     usage: dict[str, Any] | None = Field(description="the agent's last usage_update: used, size, cost")
     mcp_servers: list[McpServerView]
     additional_directories: list[str]
+    auth: AuthNeeded | None = Field(default=None, description="set while the agent asks to be signed in: answer "
+                                    "with task.session.authenticate")
 
 
 class SessionView(SessionSummary):
@@ -336,6 +360,8 @@ METHODS: dict[str, MethodSpec] = {
     "task.session.unsubscribe": MethodSpec(UnsubscribeParams, None, "Stop a subscription"),
     "task.session.permission.respond": MethodSpec(PermissionParams, PermissionAnswer,
                                                   "Answer a permission request"),
+    "task.session.authenticate": MethodSpec(AuthenticateParams, SessionView, "Sign the session's agent in with one "
+                                            "of the methods it offers, and start it again"),
     "task.session.elicitation.respond": MethodSpec(ElicitationParams, ElicitationAnswer,
                                                    "Answer an agent's question (an elicitation): accept with "
                                                    "content that fits its schema, decline or cancel"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ COMMAND_HELP: dict[str, str] = {
     "prompt": "send a prompt and stream the answer; permission requests and questions are asked here on a terminal",
     "history": "what a session recorded: your messages, the agent's, tool calls",
     "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
+    "sign-in": "sign a session's agent in with one of the methods it offers (VAR=VALUE for an API key), and start it",
     "answer": "answer an agent's question (an elicitation): FIELD=VALUE … for its form, or --open/--decline/--cancel",
     "config": "a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it",
     "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
@@ -63,7 +65,7 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
                        help="where to find the generated token (default: the per-user state directory)")
         p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
         if name in ("status", "resume", "cancel", "cancel-turn", "history", "permission", "config", "commands",
-                    "delete", "answer"):
+                    "delete", "answer", "sign-in"):
             p.add_argument("session_id", help="the session's id or name (see `acp-gateway sessions`)")
         if name == "prompt":
             p.add_argument("session_id", nargs="?", help="the session's id or name (default: this directory's "
@@ -102,6 +104,11 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
             p.add_argument("request_id", nargs="?", help="the request (from `permission_requested`)")
             p.add_argument("option_id", nargs="?", help="the option to choose (its optionId)")
             p.add_argument("--cancel", action="store_true", help="answer `cancelled` instead of an option")
+        if name == "sign-in":
+            p.add_argument("method_id", help="one of the methods `acp-gateway status ID` lists")
+            p.add_argument("values", nargs="*", metavar="VAR=VALUE", help="an API-key method's variables (kept "
+                           "for your agents of this profile, never shown again); VAR=- asks for the value (or reads "
+                           "it from standard input), so it is not on the command line")
         if name == "answer":
             p.add_argument("request_id", help="the question (from `elicitation_requested`, as `prompt` prints it)")
             p.add_argument("fields", nargs="*", metavar="FIELD=VALUE", help="the form's answer, a field at a time "
@@ -155,6 +162,19 @@ def _view_line(view: dict[str, Any]) -> str:
     return (f"{view['session_id']}  {view['state']}; agent running: {view['is_agent_running']}"
             + (f"; name: {view['name']}" if view.get("name") else "")
             + (f"; error: {view['error_message']}" if view.get("error_message") else ""))
+
+
+def _sign_in_lines(view: dict[str, Any], session_id: str) -> str:
+    """What a session whose agent asks to be signed in offers, and how to answer."""
+    auth = (view.get("config") or {}).get("auth")
+    if not auth:
+        return ""
+    lines = [f"\nthe agent asks to be signed in: {auth.get('reason')}"]
+    for method in auth.get("methods") or []:
+        needs = (" " + " ".join(f"{v}=VALUE" for v in method.get("vars") or [])) if method["kind"] == "env_var" else ""
+        lines.append(f"  acp-gateway sign-in {session_id} {method['id']}{needs}    "
+                     f"# {method['name']} ({method['kind']})")
+    return "\n".join(lines)
 
 
 ALREADY_TERMINAL = -32009  # "treat as success" (docs/api.md): a second cancel, a permission already answered
@@ -230,7 +250,18 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
                f"{status['is_agent_running']}; needs_resume: {status['needs_resume']} ({status['resume_reason']})"
                + (f"; error: {status['error_message']}" if status['error_message'] else "")
                + (f"; {status['pending_permissions']} permission request(s) waiting"
-                  if status.get("pending_permissions") else ""))
+                  if status.get("pending_permissions") else "") + _sign_in_lines(status, args.session_id))
+    elif command == "sign-in":
+        given: dict[str, str] = dict(pair.partition("=")[::2] for pair in args.values)
+        for name, value in given.items():
+            if value == "-":  # typed, not on the command line (where `ps` and the shell's history would keep it)
+                given[name] = (getpass.getpass(f"{name}: ") if sys.stdin.isatty()
+                               else sys.stdin.readline().rstrip("\n"))
+        values = given or None
+        view = await client.call("task.session.authenticate", {"session_id": args.session_id,
+                                                                "method_id": args.method_id, "values": values})
+        _print(args, view, _view_line(view) + _sign_in_lines(view, args.session_id))
+        return 0 if view["is_agent_running"] else 1
     elif command == "resume":
         return await _resume(args, client)
     elif command == "delete":

@@ -104,6 +104,8 @@ class RpcAdapter:
             "task.session.unsubscribe": self._unsubscribe,
             "task.session.permission.respond": lambda c, p: sessions.respond_permission(
                 c.owner, p.session_id, p.request_id, p.option_id, p.cancelled),
+            "task.session.authenticate": lambda c, p: sessions.authenticate(c.owner, p.session_id, p.method_id,
+                                                                           p.values),
             "task.session.elicitation.respond": lambda c, p: sessions.respond_elicitation(
                 c.owner, p.session_id, p.request_id, p.action, p.content),
         }

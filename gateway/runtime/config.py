@@ -62,6 +62,12 @@ class SessionConfig:
     capabilities: dict[str, Any] | None = None  # of the agent's last initialize: {"mcp": [...], "additional_...": b}
     mcp_servers: list[mcp.StdioServer | mcp.WebServer] = field(default_factory=list)  # secrets included
     additional_directories: list[str] = field(default_factory=list)
+    # Sign-in: what the agent asked for when it answered auth_required ({"methods": [...], "reason": ...}; None when
+    # it asks nothing), and the `agent` method the owner chose (sent as `authenticate` at every launch). Kept with the
+    # capabilities (no column of their own); the values given for an `env_var` method are in `sign_in.SignInSecrets`.
+    auth: dict[str, Any] | None = None
+    auth_method: str | None = None
+    sign_in_values: list[str] = field(default_factory=list)  # this launch's: scrubbed from what the agent says
     applying: bool = False  # a set call of the gateway's is out: what changes meanwhile is its doing (O2)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _view: dict[str, Any] | None = None
@@ -71,18 +77,29 @@ class SessionConfig:
         if row is None:
             return cls()
         chosen = {str(k): c for k, v in row.chosen.items() if (c := Choice.from_json(v)) is not None}
+        capabilities = dict(row.capabilities) if isinstance(row.capabilities, dict) else None
+        auth = capabilities.pop("auth", None) if capabilities is not None else None
+        auth_method = capabilities.pop("auth_method", None) if capabilities is not None else None
         return cls(Offer.from_json(row.offer), chosen, [u for u in row.unapplied if isinstance(u, dict)],
-                   row.commands, row.usage, row.capabilities, mcp.from_wire(row.mcp_servers),
-                   [d for d in row.additional_directories if isinstance(d, str)])
+                   row.commands, row.usage, capabilities, mcp.from_wire(row.mcp_servers),
+                   [d for d in row.additional_directories if isinstance(d, str)],
+                   auth=auth if isinstance(auth, dict) else None,
+                   auth_method=auth_method if isinstance(auth_method, str) else None)
 
     def columns(self, *names: str) -> dict[str, Any]:
         """Store columns of this configuration (all of them without `names`)."""
         every: dict[str, Any] = {
             "offer": self.offer.to_json(), "chosen": {k: c.to_json() for k, c in self.chosen.items()},
             "unapplied": self.unapplied, "commands": self.commands, "usage": self.usage,
-            "capabilities": self.capabilities, "mcp_servers": [mcp.wire(s) for s in self.mcp_servers],
+            "capabilities": self._capabilities_column(), "mcp_servers": [mcp.wire(s) for s in self.mcp_servers],
             "additional_directories": self.additional_directories}
         return {k: every[k] for k in names} if names else every
+
+    def _capabilities_column(self) -> dict[str, Any] | None:
+        extra = {k: v for k, v in (("auth", self.auth), ("auth_method", self.auth_method)) if v is not None}
+        if self.capabilities is None and not extra:
+            return None
+        return {**(self.capabilities or {}), **extra}
 
     def changed(self) -> None:
         self._view = None
@@ -91,7 +108,7 @@ class SessionConfig:
         """What a `session_config` event carries: the options and the choices, without the heavier parts."""
         return {"options": self.offer.view(), "modes": self.offer.modes, "models": self.offer.models,
                 "chosen": {k: {"value": c.value, "by": c.by} for k, c in self.chosen.items()},
-                "unapplied": self.unapplied}
+                "unapplied": self.unapplied, "auth": self.auth}
 
     def view(self) -> dict[str, Any]:
         """The `config` of a session view (made once per change: a live session's status is answered from it)."""
@@ -102,7 +119,7 @@ class SessionConfig:
         return self._view
 
     def secrets(self) -> list[str]:
-        return mcp.secrets(self.mcp_servers)
+        return [*mcp.secrets(self.mcp_servers), *self.sign_in_values]
 
     def scrubber(self) -> mcp.Scrubber:
         return mcp.Scrubber(self.secrets())

@@ -16,17 +16,18 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import agents as agents_package
 from acp import mcp
+from acp.auth import describe_methods
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
-from acp.models import AgentCapabilities
-from acp.restore import Method, Outcome
+from acp.models import AgentCapabilities, AuthMethod
+from acp.restore import FailureClass, Method, Outcome
 from acp.session_config import Offer
 from acp.session_setup import RestoreResult, establish_session
 from agents.profiles import AgentProfile
@@ -45,6 +46,7 @@ from .homes import PROBE_OWNER, ensure_home
 from .live import LiveSession
 from .quotas import Usage
 from .settings import Settings
+from .sign_in import SignInSecrets
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
 from .terminals import SessionTerminals, TerminalCounts
@@ -154,6 +156,7 @@ class Launcher:
         self.elicitations = elicitations
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
+        self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
         # directories): a start is checked against it before the session exists (`capabilities`).
         self.capabilities: dict[str, AgentCapabilities] = {}
@@ -210,7 +213,10 @@ class Launcher:
             return LaunchResult(False, error=f"session {row.id} ended before its agent could start")
         execution_id = f"x-{uuid.uuid4().hex}"
         home = ensure_home(self.settings.state_dir, row.owner, profile)  # the owner's: never shared with another
-        env = {**profile.launch_env(self.settings.environ, home), reaper.MARKER: execution_id}
+        # What the owner gave this profile's agents to sign in (an env_var method's values) goes in their environment.
+        signed_in = self.sign_in.get(row.owner, profile.id)
+        config.sign_in_values = list(signed_in.values())
+        env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.
         coalescer = HistoryCoalescer()
         owner = row.owner
@@ -265,11 +271,12 @@ class Launcher:
                 config, caps, lambda d: directory_refusal(self.settings, row.owner, d))
             client.extra_roots = tuple(directories)  # its file methods may reach them too
             restoring = bool(token) and profile.native_session_resume
-            await self.writer.stage(row, "authenticating" if profile.auth_method and not restoring else "restoring")
+            auth_method = config.auth_method or profile.auth_method  # the owner's choice, else the profile's
+            await self.writer.stage(row, "authenticating" if auth_method and not restoring else "restoring")
             result = await establish_session(
                 client, native_session_resume=profile.native_session_resume, resume_token=token,
                 cwd=row.cwd, mcp_servers=servers, additional_directories=directories,
-                auth_method=profile.auth_method, environ=env, cancel=cancel)
+                auth_method=auth_method, environ=env, cancel=cancel)
         except (AcpError, TimeoutError) as exc:
             failure = exc
         await identity
@@ -279,6 +286,14 @@ class Launcher:
             log.info("session %s: agent %s %s (plan %s, attempts %s)", row.id, profile.id, restore["outcome"],
                      restore["plan"], [a["method"] for a in restore["attempts"]],
                      extra={"session_id": row.id, "agent": profile.id, "restore": restore})
+        if failure is None and result.failure_class is FailureClass.AUTHENTICATION:
+            # The agent wants its person to sign in: the session waits for that, it does not fail.
+            await client.stop()
+            await history.idle()
+            await self.store.executors.set_stopped(row.id, "needs_auth")
+            reason = mcp.scrub(result.describe_failure(), hidden_values(profile, config.secrets()))
+            await self.needs_auth(row, profile, config, client.init.authMethods if client.init else [], reason)
+            return LaunchResult(False, restore=result, error=reason)
         if failure is not None or result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
             await client.stop()
             await history.idle()
@@ -301,6 +316,10 @@ class Launcher:
                 await self.preserve(row, reason)
             return LaunchResult(False, restore=None if failure is not None else result, error=reason)
 
+        if config.auth is not None:  # signed in: nothing is asked any more
+            config.auth = None
+            config.changed()
+            await self.store.configs.save(row.id, **config.columns("capabilities"))
         started_fresh = result.outcome in (Outcome.NEW, Outcome.FALLBACK_NEW)
         if result.session_id != token:
             await self.store.executors.set_token(row.id, result.session_id)
@@ -383,6 +402,22 @@ class Launcher:
         if network == "outbound":  # in a network namespace of its own, out through slirp4netns only
             wrapped = [sys.executable, "-m", "gateway.runtime.outbound", "--", *wrapped]
         return [PRLIMIT, *limits.prlimit_args(), "--", *wrapped] if limits.prlimit_args() and PRLIMIT else wrapped
+
+    async def needs_auth(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
+                         methods: Sequence[AuthMethod], reason: str) -> None:
+        """The agent answered auth_required and no method could sign it in here: the session waits for its person
+        to sign in (`config.auth` names the methods; a `session_config` event and a warning say so)."""
+        config.auth = {"methods": describe_methods(methods), "reason": reason}
+        config.changed()
+        await self.store.configs.save(row.id, **config.columns("capabilities"))
+        names = ", ".join(f"{m['name']} ({m['kind']})" for m in config.auth["methods"]) or "none offered"
+        message = (f"agent {profile.id!r} asks to be signed in ({reason}); methods: {names}. Sign in with "
+                   f"task.session.authenticate, or: acp-gateway sign-in {row.id} METHOD_ID [VAR=VALUE]")
+        current = await self.store.sessions.get(row.id) or row
+        event = SessionEvent.TURN_ENDED if SessionState(current.state) != SessionState.CREATED else None
+        current = await self.writer.apply(current, event, error_message=message, recovery_pending=False)
+        await self.writer.publish(current, "session_config", {"cause": "auth", **config.settings()})
+        await self.writer.message(current, "warning", message)
 
     async def fail_first_launch(self, row: SessionRow, reason: str) -> None:
         """The first launch failed before the agent made a session (initialize or session/new): the session is

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from acp import mcp
+from acp.auth import sign_in_refusal
 from acp.models import AgentCapabilities
 from acp.session_config import MODE, MODEL
 from agents.profiles import AgentProfile
@@ -163,7 +164,7 @@ class SessionManager:
         """A command another node forwarded here, as the holder (or the next holder) of its session."""
         handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
                     "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
-                    "respond_elicitation": self.respond_elicitation,
+                    "respond_elicitation": self.respond_elicitation, "authenticate": self.authenticate,
                     "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete,
                     "set_config_option": self.set_config_option, "set_mode": self.set_mode,
                     "set_model": self.set_model}
@@ -550,6 +551,45 @@ class SessionManager:
         if routed:
             return dict(answer)
         return await self._owned(self.broker.respond(row, request_id, option_id, cancelled))
+
+    async def authenticate(self, owner: str, session_id: str, method_id: str, values: dict[str, str] | None,
+                           forwarded: bool = False) -> dict[str, Any]:
+        """Sign the session's agent in with one of the methods it offered (`config.auth`), and start it again."""
+        row = await self.row(owner, session_id)
+        if SessionState(row.state) in TERMINAL_SESSION_STATES:
+            raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
+        routed, answer = await self._elsewhere(row, "authenticate", forwarded, method_id=method_id, values=values)
+        if routed:
+            return dict(answer)
+        return await self._owned(self._authenticate(row, method_id, values))
+
+    async def _authenticate(self, row: SessionRow, method_id: str, values: dict[str, str] | None) -> dict[str, Any]:
+        if row.id in self.live:
+            raise invalid_params("method_id", f"the agent of session {row.id} is running: it asks for no sign-in")
+        config = await stored(self.store, row.id)
+        if config.auth is None:
+            raise invalid_params("method_id", f"the agent of session {row.id} asks for no sign-in (config.auth is "
+                                 "null): resume the session instead")
+        methods = config.auth.get("methods") or []
+        refused = sign_in_refusal(methods, method_id, values)
+        if refused is not None:
+            raise invalid_params(refused[0], f"session {row.id}: {refused[1]}")
+        method = next(m for m in methods if m.get("id") == method_id)
+        if method["kind"] == "env_var":
+            self.launcher.sign_in.put(row.owner, row.agent, dict(values or {}))
+        elif method["kind"] == "agent":
+            config.auth_method = method_id
+            await self.store.configs.save(row.id, **config.columns("capabilities"))
+        else:
+            raise invalid_params("method_id", f"method {method_id!r} is a {method['kind']} sign-in, which this gateway "
+                                 "cannot run for you yet: sign in with the agent's own login on the gateway's host, or "
+                                 "choose another method")
+        check_resumable(row, self.settings)
+        self._check_live_limit(row.owner)
+        future = self.launcher.launch_once(row, fresh_start=False)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
+        return await self.views.get(row.owner, row.id)
 
     async def respond_elicitation(self, owner: str, session_id: str, request_id: str, action: str, content: Any,
                                   forwarded: bool = False) -> dict[str, Any]:

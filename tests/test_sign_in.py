@@ -1,0 +1,153 @@
+"""Signing an agent in: the methods as people see them and what an answer may carry (acp.auth, by table), then a
+real gateway whose agent answers auth_required — the session waits for a sign-in instead of failing, an env_var
+method's value is kept write-only and given to the agent at every launch, an agent method is sent as
+`authenticate`, a failing login leaves the session asking."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from acp.auth import describe_methods, sign_in_refusal
+from acp.models import AuthMethod
+from gateway.client import RpcCallError
+from tests.gateway_harness import GatewayProcess, agent_said, metrics_text, reference_profile, subscribed
+
+DUMMY = "dummy-sign-in-key-0123456789"
+
+ADVERTISED = [AuthMethod.model_validate(m) for m in [
+    {"id": "login", "name": "Log in", "description": "with the vendor"},
+    {"id": "key", "name": "API key", "type": "env_var", "vars": [{"name": "VENDOR_KEY"}]},
+    {"id": "tui", "name": "Terminal", "type": "terminal", "args": ["--login"], "env": {"X": "1"}},
+]]
+
+
+def test_methods_as_people_see_them() -> None:
+    assert describe_methods(ADVERTISED) == [
+        {"id": "login", "name": "Log in", "description": "with the vendor", "kind": "agent"},
+        {"id": "key", "name": "API key", "description": None, "kind": "env_var", "vars": ["VENDOR_KEY"]},
+        {"id": "tui", "name": "Terminal", "description": None, "kind": "terminal", "args": ["--login"]},
+    ]
+
+
+METHODS = describe_methods(ADVERTISED)
+REFUSALS: list[tuple[str, dict[str, str] | None, str | None]] = [
+    ("login", None, None),
+    ("key", {"VENDOR_KEY": "k"}, None),
+    ("nope", None, "method_id"),
+    ("key", None, "values"),
+    ("key", {"VENDOR_KEY": ""}, "values"),
+    ("key", {"VENDOR_KEY": "k", "PATH": "/evil"}, "values"),  # only the method's own variables
+    ("login", {"X": "1"}, "values"),
+]
+
+
+@pytest.mark.parametrize(("method_id", "values", "field"), REFUSALS)
+def test_what_a_sign_in_may_carry(method_id: str, values: dict[str, str] | None, field: str | None) -> None:
+    refused = sign_in_refusal(METHODS, method_id, values)
+    assert (refused[0] if refused else None) == field
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "locked", "--require-auth", "--auth-env", "REF_TOKEN")
+    reference_profile(agents, tmp_path / "agent-state", "broken-login", "--require-auth", "--auth-fails")
+    gw = GatewayProcess(tmp_path / "state", agents)
+    await gw.start()
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+
+
+async def test_an_agent_asking_to_sign_in_waits_for_it_and_keeps_the_key_write_only(gateway: GatewayProcess,
+                                                                                  tmp_path: Path) -> None:
+    client, log = await subscribed(gateway)
+    answers: list[Any] = []
+    view = await client.call("task.session.start", {"agent": "locked", "cwd": str(tmp_path / "work"),
+                                                    "wait_ready": True})
+    sid = view["session_id"]
+    assert (view["state"], view["is_agent_running"]) == ("WAITING_FOR_INPUT", False)  # waiting, not FAILED
+    auth = view["config"]["auth"]
+    assert [(m["id"], m["kind"], m.get("vars")) for m in auth["methods"]] == [
+        ("reference-login", "agent", None), ("reference-env", "env_var", ["REF_TOKEN"])]
+    assert "acp-gateway sign-in" in view["error_message"]
+    with pytest.raises(RpcCallError) as bad:
+        await client.call("task.session.authenticate", {"session_id": sid, "method_id": "reference-env"})
+    assert (bad.value.code, bad.value.data) == (-32602, {"field": "values"})
+    signed = await client.call("task.session.authenticate", {"session_id": sid, "method_id": "reference-env",
+                                                             "values": {"REF_TOKEN": DUMMY}})
+    answers.append(signed)
+    assert (signed["is_agent_running"], signed["config"]["auth"], signed["error_message"]) == (True, None, None)
+    # The agent has the value (its own shell sees it); what it says of it is scrubbed.
+    said = await agent_said(gateway, gateway.token, sid, "/sh echo key=$REF_TOKEN")
+    assert "key=[secret]" in said and DUMMY not in said
+    secrets = gateway.state_dir / "secrets"
+    [kept] = list(secrets.iterdir())
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o700 and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    # Every later launch gets it: a restart, then a resume.
+    await client.close()
+    await gateway.stop()
+    await gateway.start()
+    client, log = await subscribed(gateway)
+    resumed = await client.call("task.session.resume", {"session_id": sid})
+    answers.append(resumed)
+    assert resumed["is_agent_running"], resumed["error_message"]
+    # Nowhere to be read back: no answer, no event, no log line, no metric.
+    events = await client.call("task.session.events", {"session_id": sid})
+    _, metrics = await metrics_text(gateway.port, gateway.token or "")
+    for where in (orjson.dumps(answers), orjson.dumps(events), orjson.dumps(log.events),
+                  "".join(gateway.stderr_lines).encode(), metrics.encode()):
+        assert DUMMY.encode() not in where
+    await client.close()
+
+
+async def test_an_agent_method_is_sent_as_authenticate_and_a_failing_login_keeps_asking(gateway: GatewayProcess,
+                                                                                        tmp_path: Path) -> None:
+    client, _ = await subscribed(gateway)
+    sid = (await client.call("task.session.start", {"agent": "locked", "cwd": str(tmp_path / "work"),
+                                                    "wait_ready": True}))["session_id"]
+    signed = await client.call("task.session.authenticate", {"session_id": sid, "method_id": "reference-login"})
+    assert (signed["is_agent_running"], signed["config"]["auth"]) == (True, None)
+    broken = (await client.call("task.session.start", {"agent": "broken-login", "cwd": str(tmp_path / "work"),
+                                                       "wait_ready": True}))["session_id"]
+    again = await client.call("task.session.authenticate", {"session_id": broken, "method_id": "reference-login"})
+    assert not again["is_agent_running"] and again["config"]["auth"] is not None  # still asking, not FAILED
+    assert again["state"] == "WAITING_FOR_INPUT" and "Authentication failed" in again["error_message"]
+    with pytest.raises(RpcCallError) as running:
+        await client.call("task.session.authenticate", {"session_id": sid, "method_id": "reference-login"})
+    assert running.value.code == -32602 and "asks for no sign-in" in running.value.message
+    await client.close()
+
+
+async def test_the_cli_lists_the_methods_and_signs_in_without_the_key_on_its_command_line(
+        gateway: GatewayProcess, tmp_path: Path) -> None:
+    import asyncio
+    import sys
+
+    client = await gateway.client()
+    sid = (await client.call("task.session.start", {"agent": "locked", "cwd": str(tmp_path / "work"),
+                                                    "wait_ready": True}))["session_id"]
+    await client.close()
+
+    async def cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", *args, "--url", gateway.url, "--token", gateway.token or "",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    rc, out, _ = await cli("status", sid)
+    assert "the agent asks to be signed in" in out
+    assert f"acp-gateway sign-in {sid} reference-env REF_TOKEN=VALUE    # API key (env_var)" in out
+    rc, out, err = await cli("sign-in", sid, "reference-env", "REF_TOKEN=-", stdin=f"{DUMMY}\n".encode())
+    assert rc == 0 and "agent running: True" in out, err
+    assert DUMMY not in out + err
