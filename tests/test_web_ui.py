@@ -29,6 +29,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     reference_profile(agents, tmp_path / "agent-state", "ref")
     reference_profile(agents, tmp_path / "agent-state", "ref-once-internal", "--fault-once", "session/resume=internal")
     reference_profile(agents, tmp_path / "agent-state", "paid", extra="auto_resume = false\n")
+    reference_profile(agents, tmp_path / "agent-state", "locked", "--require-auth", "--auth-env", "REF_TOKEN")
     reference_profile(agents, tmp_path / "agent-state", "no-key", "--fault", "session/new=internal",
                       "--fault-reason", "reference agent: REF_API_KEY is not set (export it, or add it to the profile)")
     gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "ref", port=free_port())
@@ -311,6 +312,26 @@ async def test_an_agents_question_as_a_form_refused_then_answered(gateway: Gatew
     await expect(card.locator(".answered")).to_have_text("Answered: accept (by user)")
     await expect(page.locator(".msg.agent").last).to_contain_text('"colour":"green"')
     await shot(page, "ui-elicitation-answered")
+    assert errors == []
+
+
+async def test_an_agent_asking_to_sign_in_is_signed_in_from_the_page(gateway: GatewayProcess,
+                                                                       browser: playwright_api.Browser,
+                                                                       tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", agent="locked")
+    card = page.locator(".sign-in")
+    await expect(card).to_contain_text("The agent asks you to sign in")
+    await expect(card.locator("form.sign-in-method")).to_have_count(2)  # its agent method and its API-key method
+    key = card.locator("form[data-method-id=reference-env] input[name=REF_TOKEN]")
+    assert await key.get_attribute("type") == "password"
+    await shot(page, "ui-sign-in")
+    await key.fill("dummy-page-key-0123456789")
+    await card.locator("form[data-method-id=reference-env] button").click()
+    await expect(page.locator(".sign-in")).to_have_count(0)
+    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    assert "dummy-page-key" not in await page.content()
     assert errors == []
 
 

@@ -361,7 +361,8 @@ function noteState(sid, u) {
 function configChanged(sid, log, d, ts) {
   const c = config(sid);
   const before = Object.fromEntries((log ? log.options || [] : []).map((o) => [o.id, o.currentValue]));
-  Object.assign(c, { options: d.options || [], modes: d.modes, models: d.models, chosen: d.chosen || {}, unapplied: d.unapplied || [] });
+  Object.assign(c, { options: d.options || [], modes: d.modes, models: d.models, chosen: d.chosen || {}, unapplied: d.unapplied || [],
+                    auth: d.auth || null });
   if (log) {  // the transcript's own account of the options (the view's may be newer than the event being folded)
     if (d.cause === "agent") {  // the agent changed it on its own: say so in the conversation
       const moved = (d.options || []).filter((o) => o.id in before && before[o.id] !== o.currentValue)
@@ -427,7 +428,41 @@ function renderConfig() {
     }
     notice.append(line);
   }
-  notice.hidden = !(c.unapplied || []).length;
+  if (c.auth) notice.append(signInCard(s.session_id, c.auth, editable));
+  notice.hidden = !(c.unapplied || []).length && !c.auth;
+}
+
+// The agent asks to be signed in: each of its methods, with what it needs (an API key is typed into a password field,
+// sent once, and never shown again: the gateway keeps it write-only).
+function signInCard(sid, auth, editable) {
+  const card = el("div", "sign-in");
+  card.append(el("strong", "", "The agent asks you to sign in"), el("div", "muted", auth.reason || ""));
+  for (const m of auth.methods || []) {
+    const form = el("form", "sign-in-method"); form.dataset.methodId = m.id;
+    form.append(el("span", "", `${m.name}${m.description ? ` — ${m.description}` : ""}`));
+    const inputs = [];
+    for (const name of m.kind === "env_var" ? m.vars || [] : []) {
+      const input = el("input"); input.type = "password"; input.name = name; input.placeholder = name;
+      input.autocomplete = "off"; input.setAttribute("aria-label", name); inputs.push(input); form.append(input);
+    }
+    const go = el("button", "primary", m.kind === "agent" ? "Sign in" : m.kind === "env_var" ? "Save and sign in" : "Sign in");
+    go.disabled = !editable || m.kind === "terminal";
+    if (m.kind === "terminal") go.title = "a terminal login: not run by the gateway yet — use another method";
+    form.append(go);
+    form.onsubmit = async (ev) => {
+      ev.preventDefault(); go.disabled = true;
+      const values = inputs.length ? Object.fromEntries(inputs.map((i) => [i.name, i.value])) : undefined;
+      try {
+        const view = await call("task.session.authenticate", { session_id: sid, method_id: m.id, ...(values ? { values } : {}) });
+        for (const i of inputs) i.value = "";
+        showErrorAt("config-error", view.config && view.config.auth ? { message: `Not signed in: ${view.error_message || "the agent refused"}` } : null);
+        state.sessions.set(sid, view); if (view.config) state.configs.set(sid, view.config);
+        renderList(); renderHead(); renderConfig();
+      } catch (e) { showErrorAt("config-error", e); go.disabled = false; }
+    };
+    card.append(form);
+  }
+  return card;
 }
 
 async function setOption(sid, id, value) {
@@ -568,6 +603,9 @@ function renderStatusLine(s) {
     fresh.title = "gives up the saved ACP session and starts a new one";
     fresh.onclick = () => recover("fresh_start");
     line.append(retry, fresh);
+  } else if (config(s.session_id).auth) {  // the sign-in card above says what to do
+    line.dataset.kind = "needs_auth"; line.hidden = false;
+    line.append(el("span", "", "Needs sign-in: the agent starts once you sign in above"));
   } else if (status.needs_resume || status.resume_reason === "not_started") {
     line.dataset.kind = "needs_resume"; line.hidden = false;
     const agent = state.agents.get(s.agent);
@@ -814,7 +852,7 @@ async function openView(sid, again = false) {
     // on a reconnect (`again`): the page shows what the gateway says (needs resume, with Resume enabled) and a
     // restarted gateway is not flooded with relaunches by every tab left open.
     if (!again && status.needs_resume && status.is_resumable && !state.resumedViews.has(sid)
-        && !(agent && agent.auto_resume === false)) {
+        && !(agent && agent.auto_resume === false) && !(status.config && status.config.auth)) {  // not before a sign-in
       state.resumedViews.add(sid);
       await resumeViewed("automatically");
     }
