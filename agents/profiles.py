@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from acp import mcp
 from acp.conformance_options import CheckPrompts
@@ -88,13 +88,37 @@ class ResourceLimits(BaseModel):
     open_files: int | None = Field(default=None, gt=0)
 
 
+class SecretRef(BaseModel):
+    """A profile's environment value named, not written: `{ env = "NAME" }` (the gateway's own environment variable
+    NAME, given to this agent only) or `{ file = "/path" }` (the file's content, its last newline dropped), read at
+    each launch. A reference that cannot be read leaves the variable unset."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    env: str | None = Field(default=None, min_length=1)
+    file: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env or file")
+        return self
+
+    def resolve(self, base: Mapping[str, str]) -> str | None:
+        if self.env is not None:
+            return base.get(self.env)
+        try:
+            return Path(self.file or "").read_text().removesuffix("\n")
+        except OSError:
+            return None
+
+
 class AgentProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     name: str = ""
     command: list[str]
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str | SecretRef] = Field(default_factory=dict)  # a value, or where to read it (SecretRef)
     native_session_resume: bool = False
     history_context_injection: bool = False
     auth_method: str | None = None
@@ -184,8 +208,17 @@ class AgentProfile(BaseModel):
         """The agent's environment: of the gateway's, only what `agent_environment` allows; then the profile's.
         With `home` (the gateway's launches: the owner's agent home), HOME and the XDG directories are there."""
         env = agent_environment(base, home)
-        env.update(self.env)
+        env.update(self.resolved_env(base))
         return env
+
+    def resolved_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The profile's own variables, references read (`base`: the gateway's environment)."""
+        resolved: dict[str, str] = {}
+        for name, value in self.env.items():
+            got = value.resolve(base) if isinstance(value, SecretRef) else value
+            if got is not None:
+                resolved[name] = got
+        return resolved
 
     def command_found(self) -> bool:
         """The agent itself is there (not merely a runner that would download it)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agents.profiles import AGENT_ENV_NAMES, AgentProfile, agent_environment
 from gateway.client import GatewayClient, RpcCallError
@@ -43,6 +44,23 @@ def test_an_agent_gets_only_the_allowlisted_environment(base: dict[str, str], ho
                                                         expected: dict[str, str]) -> None:
     assert agent_environment(base, home) == expected
     assert "PGPASSWORD" not in AGENT_ENV_NAMES
+
+
+def test_a_profile_names_its_secrets_by_reference(tmp_path: Path) -> None:
+    """`{ env = "NAME" }` reads the gateway's own variable for this agent only; `{ file = "…" }` a file; either one
+    that cannot be read leaves the variable unset."""
+    key_file = tmp_path / "key"
+    key_file.write_text("from-a-file-0123456789\n")
+    profile = AgentProfile.model_validate({"id": "a", "command": ["a"], "env": {
+        "PLAIN": "1", "FROM_ENV": {"env": "OPERATOR_KEY"}, "FROM_FILE": {"file": str(key_file)},
+        "MISSING_ENV": {"env": "NOT_SET_ANYWHERE"}, "MISSING_FILE": {"file": str(tmp_path / "nope")}}})
+    base = {"PATH": "/bin", "OPERATOR_KEY": "from-the-environment-0123"}
+    env = profile.launch_env(base)
+    assert (env["PLAIN"], env["FROM_ENV"], env["FROM_FILE"]) == ("1", "from-the-environment-0123",
+                                                                 "from-a-file-0123456789")
+    assert "MISSING_ENV" not in env and "MISSING_FILE" not in env and "OPERATOR_KEY" not in env
+    with pytest.raises(ValidationError):
+        AgentProfile.model_validate({"id": "a", "command": ["a"], "env": {"X": {"env": "A", "file": "/b"}}})
 
 
 def test_homes_are_per_owner_and_per_profile_when_asked(tmp_path: Path) -> None:
