@@ -42,6 +42,8 @@ def describe_methods(advertised: Sequence[AuthMethod]) -> list[dict[str, Any]]:
             entry["vars"] = method.env_var_names()
         if entry["kind"] == "terminal":
             entry["args"] = [a for a in extra.get("args") or [] if isinstance(a, str)]
+            env = extra.get("env")
+            entry["env"] = {str(k): v for k, v in env.items() if isinstance(v, str)} if isinstance(env, dict) else {}
         shown.append(entry)
     return shown
 

@@ -185,6 +185,8 @@ class AcpClient:
                     "clientCapabilities": {
                         "fs": {"readTextFile": True, "writeTextFile": True},
                         "terminal": self.terminals is not None,
+                        # A client that runs terminals runs an agent's terminal login too (the gateway does).
+                        **({"auth": {"terminal": True}} if self.terminals is not None else {}),
                         **({"elicitation": {"form": {}, "url": {}}} if self.on_elicitation is not None else {}),
                         # Boolean config options are relayed and set like selects (acp.session_config).
                         "session": {"configOptions": {"boolean": {}}},

@@ -210,6 +210,7 @@ class SignInMethod(Result):
                       "environment: give their values) or terminal (a login program)")
     vars: list[str] | None = None
     args: list[str] | None = None
+    env: dict[str, str] | None = None
 
 
 class AuthNeeded(Result):

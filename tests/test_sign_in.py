@@ -31,7 +31,8 @@ def test_methods_as_people_see_them() -> None:
     assert describe_methods(ADVERTISED) == [
         {"id": "login", "name": "Log in", "description": "with the vendor", "kind": "agent"},
         {"id": "key", "name": "API key", "description": None, "kind": "env_var", "vars": ["VENDOR_KEY"]},
-        {"id": "tui", "name": "Terminal", "description": None, "kind": "terminal", "args": ["--login"]},
+        {"id": "tui", "name": "Terminal", "description": None, "kind": "terminal", "args": ["--login"],
+         "env": {"X": "1"}},
     ]
 
 
@@ -151,3 +152,41 @@ async def test_the_cli_lists_the_methods_and_signs_in_without_the_key_on_its_com
     rc, out, err = await cli("sign-in", sid, "reference-env", "REF_TOKEN=-", stdin=f"{DUMMY}\n".encode())
     assert rc == 0 and "agent running: True" in out, err
     assert DUMMY not in out + err
+
+
+async def test_a_terminal_login_runs_where_every_frontend_watches_it(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (tmp_path / "work").mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "tui", "--require-auth", "--auth-terminal")
+    reference_profile(agents, tmp_path / "failing-state", "tui-fails", "--require-auth", "--auth-terminal",
+                      "--auth-fails")
+    gw = GatewayProcess(tmp_path / "state", agents)
+    await gw.start()
+    try:
+        client, log = await subscribed(gw)
+        view = await client.call("task.session.start", {"agent": "tui", "cwd": str(tmp_path / "work"),
+                                                        "wait_ready": True})
+        methods = {m["id"]: m for m in view["config"]["auth"]["methods"]}
+        # Offered because the gateway said it runs terminal logins (clientCapabilities.auth.terminal).
+        assert methods["reference-tui"]["kind"] == "terminal" and methods["reference-tui"]["args"] == ["--login"]
+        signed = await client.call("task.session.authenticate", {"session_id": view["session_id"],
+                                                                 "method_id": "reference-tui"})
+        assert (signed["is_agent_running"], signed["config"]["auth"]) == (True, None)
+        started = await log.wait(lambda e: e["type"] == "terminal_started")
+        assert started["data"]["command"].endswith("--require-auth --auth-terminal --login")
+        exited = await log.wait(lambda e: e["type"] == "terminal_exited")
+        assert exited["data"]["exit_code"] == 0
+        output = "".join(e["data"]["text"] for e in log.events if e["type"] == "terminal_output")
+        assert "enter the code REF-1234" in output and "signed in" in output
+        failing = await client.call("task.session.start", {"agent": "tui-fails", "cwd": str(tmp_path / "work"),
+                                                           "wait_ready": True})
+        with pytest.raises(RpcCallError) as info:
+            await client.call("task.session.authenticate", {"session_id": failing["session_id"],
+                                                            "method_id": "reference-tui"})
+        assert info.value.code == -32015 and "ended with exit code 1" in info.value.message
+        status = await client.call("task.session.status", {"session_id": failing["session_id"]})
+        assert status["config"]["auth"] is not None and status["state"] == "WAITING_FOR_INPUT"  # still asking
+        await client.close()
+    finally:
+        await gw.stop()

@@ -87,6 +87,8 @@ class Config:
     stream: int = 0
     require_auth: bool = False
     auth_env: str | None = None
+    auth_terminal: bool = False
+    login: bool = False
     auth_fails: bool = False
     ignore_cancel: bool = False
     slow_init: float = 0.0  # seconds before initialize is answered
@@ -131,7 +133,8 @@ class ReferenceAgent:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.sessions: dict[str, Session] = {}
-        self.authenticated = not config.require_auth
+        # A terminal login (`--login`, run by the client) leaves a mark in the state directory: signed in from then on.
+        self.authenticated = not config.require_auth or (config.state_dir / LOGGED_IN).exists()
         self.exit_mid_replay = False
         self.conn: Connection | None = None
         self.stdout: Any = None
@@ -296,6 +299,10 @@ class ReferenceAgent:
             auth_methods.append(
                 {"id": "reference-env", "name": "API key", "type": "env_var", "vars": [{"name": self.config.auth_env}]}
             )
+        client_auth = (params.get("clientCapabilities") or {}).get("auth") or {}
+        if self.config.auth_terminal and client_auth.get("terminal") is True:  # only to a client that runs them
+            auth_methods.append({"id": "reference-tui", "name": "Device login", "type": "terminal",
+                                 "description": "in a terminal", "args": ["--login"], "env": {"REF_LOGIN": "1"}})
         return {
             "protocolVersion": self.config.protocol_version,
             "agentCapabilities": {
@@ -845,6 +852,9 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--stream", type=int, default=0, metavar="N", help="stream N chunks per prompt turn")
     p.add_argument("--require-auth", action="store_true", help="session methods answer -32000 until authenticate")
     p.add_argument("--auth-env", metavar="VAR", help="advertise an env_var auth method needing VAR")
+    p.add_argument("--auth-terminal", action="store_true", help="advertise a terminal auth method (to a client that "
+                   "runs them): this program with --login")
+    p.add_argument("--login", action="store_true", help="the terminal sign-in: print a device code, then sign in")
     p.add_argument("--auth-fails", action="store_true", help="authenticate always fails (-32000)")
     p.add_argument("--replay-on-resume", action="store_true", help="fault: replay history on session/resume")
     p.add_argument("--bad-stop-reason", action="store_true", help="fault: end turns with stopReason 'done'")
@@ -905,6 +915,8 @@ def _parse_args(argv: list[str] | None) -> Config:
         stream=ns.stream,
         require_auth=ns.require_auth,
         auth_env=ns.auth_env,
+        auth_terminal=ns.auth_terminal,
+        login=ns.login,
         auth_fails=ns.auth_fails,
         ignore_cancel=ns.ignore_cancel,
         brief_turns=ns.brief_turns,
@@ -956,8 +968,26 @@ async def serve(config: Config) -> None:
         await asyncio.sleep(3600)
 
 
+LOGGED_IN = "logged-in"
+
+
+def login(config: Config) -> NoReturn:
+    """`--login`: the terminal sign-in a client runs for its person — says where to go, then is signed in (exit
+    0), or fails (`--auth-fails`: exit 1)."""
+    print("To sign in, open https://example.com/device and enter the code REF-1234", flush=True)
+    if config.auth_fails or os.environ.get("REF_LOGIN") != "1":
+        print("\x1b[31mlogin failed\x1b[0m", flush=True)
+        sys.exit(1)
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    (config.state_dir / LOGGED_IN).write_text("yes\n")
+    print("\x1b[32msigned in\x1b[0m", flush=True)
+    sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     config = _parse_args(argv)
+    if config.login:
+        login(config)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config))
     sys.exit(0)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -30,6 +31,7 @@ from acp.models import AgentCapabilities, AuthMethod
 from acp.restore import FailureClass, Method, Outcome
 from acp.session_config import Offer
 from acp.session_setup import RestoreResult, establish_session
+from acp.terminals import Terminal, TerminalSpec
 from agents.profiles import AgentProfile
 
 from .. import metrics
@@ -49,7 +51,7 @@ from .settings import Settings
 from .sign_in import SignInSecrets
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
-from .terminals import SessionTerminals, TerminalCounts
+from .terminals import TERMINAL_MARKER, SessionTerminals, TerminalCounts
 from .writer import HistoryWriter, SessionWriter
 
 log = logging.getLogger(__name__)
@@ -402,6 +404,45 @@ class Launcher:
         if network == "outbound":  # in a network namespace of its own, out through slirp4netns only
             wrapped = [sys.executable, "-m", "gateway.runtime.outbound", "--", *wrapped]
         return [PRLIMIT, *limits.prlimit_args(), "--", *wrapped] if limits.prlimit_args() and PRLIMIT else wrapped
+
+    async def login(self, row: SessionRow, method: Mapping[str, Any]) -> dict[str, Any]:
+        """A `terminal` sign-in: the agent's own command with the method's arguments and environment, run as the
+        session's agent runs (its sandbox, its owner's home) in a terminal whose output every frontend of the
+        session watches (`terminal_*` events); its exit status. It has no input: a login that needs one waits for
+        `login_timeout` and is killed."""
+        profile = self.profiles[row.agent]
+        config = await stored(self.store, row.id)
+        home = ensure_home(self.settings.state_dir, row.owner, profile)
+        signed_in = self.sign_in.get(row.owner, profile.id)
+        env = {**profile.launch_env(self.settings.environ, home), **signed_in, **(method.get("env") or {}),
+               reaper.MARKER: f"x-{uuid.uuid4().hex}"}
+        history = HistoryWriter(self.store, row.id)
+        host = SessionTerminals(
+            row, self.settings, self.terminal_counts, env, reaper.MARKER,
+            lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
+            lambda directory: directory_refusal(self.settings, row.owner, directory),
+            lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
+        command = [*profile.argv(None, str(self.settings.state_dir)), *(method.get("args") or [])]
+        env[TERMINAL_MARKER] = f"t-{uuid.uuid4().hex}"
+        spec = TerminalSpec(self._confined(profile, row, config, env, home, command, row.cwd), row.cwd, env,
+                            self.settings.terminal_output_bytes, shlex.join(command), TERMINAL_MARKER)
+
+        def on_output(data: bytes) -> None:
+            host.output(terminal, data)
+
+        terminal = Terminal(f"login-{uuid.uuid4().hex[:12]}", spec, on_output)
+        await terminal.start()
+        host.opened(terminal)
+        try:
+            status = await asyncio.wait_for(terminal.wait(), self.settings.login_timeout)
+        except TimeoutError:
+            terminal.kill()
+            status = await terminal.wait()
+        host.ended(terminal, status)
+        await terminal.stop()
+        host.released(terminal)
+        await history.idle()
+        return status
 
     async def needs_auth(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
                          methods: Sequence[AuthMethod], reason: str) -> None:

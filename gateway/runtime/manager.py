@@ -580,10 +580,17 @@ class SessionManager:
         elif method["kind"] == "agent":
             config.auth_method = method_id
             await self.store.configs.save(row.id, **config.columns("capabilities"))
+        elif method["kind"] == "terminal":  # its login program, watched by every frontend; then a launch
+            status = await self.launcher.login(row, method)
+            if status.get("exitCode") != 0:
+                how = (f"exit code {status['exitCode']}" if status.get("exitCode") is not None
+                       else f"killed by {status.get('signal')}")
+                raise agent_failed(row.id, row.agent, f"the sign-in of agent {row.agent!r} ({method['name']}) "
+                                   f"ended with {how}: its output is in the session's terminal events; sign in "
+                                   "again, or choose another method", None, False)
         else:
-            raise invalid_params("method_id", f"method {method_id!r} is a {method['kind']} sign-in, which this gateway "
-                                 "cannot run for you yet: sign in with the agent's own login on the gateway's host, or "
-                                 "choose another method")
+            raise invalid_params("method_id", f"method {method_id!r} is a {method['kind']} sign-in, a kind this "
+                                 "gateway does not know: choose another method")
         check_resumable(row, self.settings)
         self._check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)

@@ -27,6 +27,7 @@ class Settings:
     max_terminals_per_owner: int = 32
     terminal_output_bytes: int = 1 << 20  # kept when the agent names no outputByteLimit
     max_terminal_output_bytes: int = 16 << 20  # the largest outputByteLimit an agent may ask for
+    login_timeout: float = 600.0  # a terminal sign-in (an agent's login program) is killed after this long
     # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.
     agents_die_with_gateway: bool = True

@@ -446,8 +446,8 @@ function signInCard(sid, auth, editable) {
       input.autocomplete = "off"; input.setAttribute("aria-label", name); inputs.push(input); form.append(input);
     }
     const go = el("button", "primary", m.kind === "agent" ? "Sign in" : m.kind === "env_var" ? "Save and sign in" : "Sign in");
-    go.disabled = !editable || m.kind === "terminal";
-    if (m.kind === "terminal") go.title = "a terminal login: not run by the gateway yet — use another method";
+    go.disabled = !editable;
+    if (m.kind === "terminal") go.title = "runs the agent's login; what it says (a code to enter, a page to open) shows below";
     form.append(go);
     form.onsubmit = async (ev) => {
       ev.preventDefault(); go.disabled = true;
