@@ -35,8 +35,13 @@ class McpCapabilities(_Wire):
     sse: bool = False
 
 
+class AgentAuthCapabilities(_Wire):
+    logout: dict[str, Any] | None = None  # `{}` when the agent serves `logout`
+
+
 class AgentCapabilities(_Wire):
     loadSession: bool = False
+    auth: AgentAuthCapabilities = Field(default_factory=AgentAuthCapabilities)
     promptCapabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
     mcpCapabilities: McpCapabilities = Field(default_factory=McpCapabilities)
     sessionCapabilities: SessionCapabilities = Field(default_factory=SessionCapabilities)
@@ -66,6 +71,10 @@ class AgentCapabilities(_Wire):
     @property
     def can_close(self) -> bool:
         return self.sessionCapabilities.close is not None
+
+    @property
+    def can_logout(self) -> bool:
+        return self.auth.logout is not None
 
     @property
     def can_delete(self) -> bool:

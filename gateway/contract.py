@@ -363,6 +363,8 @@ METHODS: dict[str, MethodSpec] = {
                                                   "Answer a permission request"),
     "task.session.authenticate": MethodSpec(AuthenticateParams, SessionView, "Sign the session's agent in with one "
                                             "of the methods it offers, and start it again"),
+    "task.session.logout": MethodSpec(SessionParams, SessionView, "Sign the session's agent out (ACP `logout` where "
+                                      "it serves it) and forget what you gave its profile's agents to sign in"),
     "task.session.elicitation.respond": MethodSpec(ElicitationParams, ElicitationAnswer,
                                                    "Answer an agent's question (an elicitation): accept with "
                                                    "content that fits its schema, decline or cancel"),

@@ -33,6 +33,7 @@ COMMAND_HELP: dict[str, str] = {
     "history": "what a session recorded: your messages, the agent's, tool calls",
     "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
     "sign-in": "sign a session's agent in with one of the methods it offers (VAR=VALUE for an API key), and start it",
+    "sign-out": "sign a session's agent out, and forget what you gave its profile's agents to sign in",
     "answer": "answer an agent's question (an elicitation): FIELD=VALUE … for its form, or --open/--decline/--cancel",
     "config": "a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it",
     "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
@@ -65,7 +66,7 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
                        help="where to find the generated token (default: the per-user state directory)")
         p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
         if name in ("status", "resume", "cancel", "cancel-turn", "history", "permission", "config", "commands",
-                    "delete", "answer", "sign-in"):
+                    "delete", "answer", "sign-in", "sign-out"):
             p.add_argument("session_id", help="the session's id or name (see `acp-gateway sessions`)")
         if name == "prompt":
             p.add_argument("session_id", nargs="?", help="the session's id or name (default: this directory's "
@@ -251,6 +252,9 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
                + (f"; error: {status['error_message']}" if status['error_message'] else "")
                + (f"; {status['pending_permissions']} permission request(s) waiting"
                   if status.get("pending_permissions") else "") + _sign_in_lines(status, args.session_id))
+    elif command == "sign-out":
+        view = await client.call("task.session.logout", {"session_id": args.session_id})
+        _print(args, view, _view_line(view) + "\nsigned out: the agent's next start asks for a sign-in if it needs one")
     elif command == "sign-in":
         given: dict[str, str] = dict(pair.partition("=")[::2] for pair in args.values)
         for name, value in given.items():

@@ -106,6 +106,7 @@ class RpcAdapter:
                 c.owner, p.session_id, p.request_id, p.option_id, p.cancelled),
             "task.session.authenticate": lambda c, p: sessions.authenticate(c.owner, p.session_id, p.method_id,
                                                                            p.values),
+            "task.session.logout": lambda c, p: sessions.logout(c.owner, p.session_id),
             "task.session.elicitation.respond": lambda c, p: sessions.respond_elicitation(
                 c.owner, p.session_id, p.request_id, p.action, p.content),
         }

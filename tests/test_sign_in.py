@@ -102,6 +102,12 @@ async def test_an_agent_asking_to_sign_in_waits_for_it_and_keeps_the_key_write_o
     resumed = await client.call("task.session.resume", {"session_id": sid})
     answers.append(resumed)
     assert resumed["is_agent_running"], resumed["error_message"]
+    # Signed out: the key is forgotten, and the next start asks again.
+    await client.call("task.session.logout", {"session_id": sid})
+    assert "locked" not in kept.read_text()
+    asked = await client.call("task.session.resume", {"session_id": sid})
+    assert not asked["is_agent_running"] and asked["config"]["auth"] is not None
+    answers.append(asked)
     # Nowhere to be read back: no answer, no event, no log line, no metric.
     events = await client.call("task.session.events", {"session_id": sid})
     _, metrics = await metrics_text(gateway.port, gateway.token or "")
@@ -179,6 +185,12 @@ async def test_a_terminal_login_runs_where_every_frontend_watches_it(tmp_path: P
         assert exited["data"]["exit_code"] == 0
         output = "".join(e["data"]["text"] for e in log.events if e["type"] == "terminal_output")
         assert "enter the code REF-1234" in output and "signed in" in output
+        # Signing out: the agent is told (its login's mark goes) and stopped; its next start asks again.
+        out = await client.call("task.session.logout", {"session_id": view["session_id"]})
+        assert not out["is_agent_running"]
+        assert not (tmp_path / "agent-state" / "logged-in").exists()
+        again = await client.call("task.session.resume", {"session_id": view["session_id"]})
+        assert not again["is_agent_running"] and again["config"]["auth"] is not None
         failing = await client.call("task.session.start", {"agent": "tui-fails", "cwd": str(tmp_path / "work"),
                                                            "wait_ready": True})
         with pytest.raises(RpcCallError) as info:

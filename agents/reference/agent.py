@@ -231,6 +231,10 @@ class ReferenceAgent:
             return self._initialize(params)
         if method == "authenticate":
             return self._authenticate(params)
+        if method == "logout":  # signed out: the terminal login's mark goes, and session methods need a sign-in again
+            (self.config.state_dir / LOGGED_IN).unlink(missing_ok=True)
+            self.authenticated = not self.config.require_auth
+            return {}
         if method.startswith("session/") and method not in ("session/cancel",) and not self.authenticated:
             raise RpcError(AUTH_REQUIRED, "Authentication required: call authenticate first")
         handlers = {
@@ -310,6 +314,7 @@ class ReferenceAgent:
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": self.config.mcp_http, "sse": self.config.mcp_sse},
                 "sessionCapabilities": session_caps,
+                "auth": {"logout": {}},
             },
             "authMethods": auth_methods,
             "agentInfo": {"name": "acp-reference-agent", "title": "ACP reference agent", "version": "0.1.0"},

@@ -165,6 +165,7 @@ class SessionManager:
         handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
                     "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
                     "respond_elicitation": self.respond_elicitation, "authenticate": self.authenticate,
+                    "logout": self.logout,
                     "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete,
                     "set_config_option": self.set_config_option, "set_mode": self.set_mode,
                     "set_model": self.set_model}
@@ -596,6 +597,35 @@ class SessionManager:
         future = self.launcher.launch_once(row, fresh_start=False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
+        return await self.views.get(row.owner, row.id)
+
+    async def logout(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
+        """Sign out: the running agent is told (`logout`, where it serves it) and stopped, and what this owner gave
+        agents of its profile to sign in is forgotten, with the session's chosen method; the next launch asks
+        again if the agent wants a sign-in."""
+        row = await self.row(owner, session_id)
+        routed, answer = await self._elsewhere(row, "logout", forwarded)
+        if routed:
+            return dict(answer)
+        return await self._owned(self._logout(row))
+
+    async def _logout(self, row: SessionRow) -> dict[str, Any]:
+        live = self.live.get(row.id)
+        if live is not None:
+            init = live.client.init
+            if init is not None and init.agentCapabilities.can_logout and live.client.alive:
+                try:
+                    await asyncio.wait_for(live.client.request("logout", {}), self.settings.stop_grace)
+                except Exception as exc:  # the sign-out goes on here: said, not fatal
+                    log.info("session %s: agent %s did not log out: %s", row.id, live.profile.id, exc)
+            await self._stop_live(live)
+        self.launcher.sign_in.forget(row.owner, row.agent)
+        config = await stored(self.store, row.id)
+        if config.auth_method is not None:
+            config.auth_method = None
+            await self.store.configs.save(row.id, **config.columns("capabilities"))
+        await self.writer.message(row, "info", f"Signed out of agent {row.agent}: its next start asks for a sign-in "
+                                  "if it needs one.")
         return await self.views.get(row.owner, row.id)
 
     async def respond_elicitation(self, owner: str, session_id: str, request_id: str, action: str, content: Any,
