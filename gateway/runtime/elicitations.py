@@ -42,6 +42,10 @@ class ElicitationBroker:
         self._waiters: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}  # request id -> (session, answer)
         self._resolving: set[asyncio.Task[bool]] = set()
 
+    def waiting(self) -> bool:
+        """Whether any request waits in this process for an answer."""
+        return bool(self._waiters)
+
     def pending_count(self, session_id: str) -> int:
         return sum(1 for sid, _ in self._waiters.values() if sid == session_id)
 
@@ -106,10 +110,10 @@ class ElicitationBroker:
                                                                 "by": by})
         return True
 
-    async def reoffer(self, sub: Subscription, cursor: int) -> None:
+    async def reoffer(self, sub: Subscription, cursor: int,
+                      pending: list[tuple[str, str, int | None, dict[str, Any]]]) -> None:
         """Open questions whose offer the subscriber did not just replay are offered again."""
-        for request_id, session_id, event_id, params in await self.store.permissions.pending(sub.owner,
-                                                                                             sub.session_id):
+        for request_id, session_id, event_id, params in pending:
             if request_id not in self._waiters or (event_id is not None and event_id > cursor):
                 continue
             row = await self.store.sessions.get(session_id)

@@ -40,6 +40,7 @@ from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
 from .config import ConfigKeeper, starting_choices, stored
+from .elicitations import PREFIX as ELICITATION_PREFIX
 from .elicitations import ElicitationBroker
 from .launcher import Launcher, check_resumable, check_workspace, directory_refusal
 from .live import LiveSession
@@ -124,9 +125,13 @@ class SessionManager:
         await self.cluster.start(self._run_forwarded)
 
     async def _reoffer(self, sub: Subscription, cursor: int) -> None:
-        """Questions still open (permission requests, elicitations) offered again to a new subscriber."""
-        await self.broker.reoffer(sub, cursor)
-        await self.elicitations.reoffer(sub, cursor)
+        """Questions still open (permission requests, elicitations) offered again to a new subscriber: read from the
+        store in one query, and only when one waits in this process (nothing else can be answered)."""
+        if not (self.broker.waiting() or self.elicitations.waiting()):
+            return
+        pending = await self.store.permissions.pending(sub.owner, sub.session_id)
+        await self.broker.reoffer(sub, cursor, [p for p in pending if not p[0].startswith(ELICITATION_PREFIX)])
+        await self.elicitations.reoffer(sub, cursor, [p for p in pending if p[0].startswith(ELICITATION_PREFIX)])
 
     async def shutdown(self) -> None:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,

@@ -3,8 +3,9 @@ its own whose only way out is slirp4netns — outbound connections work, the hos
 port, its database) do not (`--disable-host-loopback`), nor anything listening on the host's other addresses
 through loopback.
 
-The namespace is made by `unshare --net` (in the gateway's user namespace, so slirp4netns can attach to it), the
-command waits on a pipe until slirp4netns says the network is up, then runs; this process keeps the agent's stdin
+The namespace is made by `unshare --net` (in the gateway's user namespace, so slirp4netns can attach to it); once
+the shell inside says it runs, slirp4netns attaches; the command waits on a pipe until slirp4netns says the network
+is up, then runs; this process keeps the agent's stdin
 and stdout where they were, stops slirp4netns when the command ends, and exits as it did. It dies with the gateway
 (a parent-death signal) and the command with it (bubblewrap's `--die-with-parent`).
 """
@@ -35,9 +36,19 @@ def main(argv: list[str]) -> int:
         return 126
     go_r, go_w = os.pipe()
     ready_r, ready_w = os.pipe()
-    child = subprocess.Popen([unshare, "--net", "--", "sh", "-c", f'read _ <&{go_r}; exec {go_r}<&-; exec "$@"', "sh",
-                              *command], pass_fds=(go_r,))
+    inside_r, inside_w = os.pipe()
+    # The shell says it runs (so the namespace exists) before slirp4netns attaches to it: attached any earlier, it
+    # would find the process still in the gateway's namespace and set up nothing where the agent runs (seen under
+    # load: no route out).
+    script = f'echo in >&{inside_w}; exec {inside_w}>&-; read _ <&{go_r}; exec {go_r}<&-; exec "$@"'
+    child = subprocess.Popen([unshare, "--net", "--", "sh", "-c", script, "sh", *command],
+                             pass_fds=(go_r, inside_w))
     os.close(go_r)
+    os.close(inside_w)
+    inside = os.read(inside_r, 8)
+    os.close(inside_r)
+    if not inside:  # unshare failed (its reason is on stderr already)
+        return child.wait() or 126
     said = tempfile.TemporaryFile()  # what slirp4netns says: read only if it fails (a pipe could fill and stall it)
     network = subprocess.Popen([slirp, "--configure", "--mtu=65520", "--disable-host-loopback",
                                 f"--ready-fd={ready_w}", str(child.pid), "tap0"], pass_fds=(ready_w,),
