@@ -30,21 +30,38 @@ def method_kind(method: AuthMethod) -> str:
     return method.type or "agent"
 
 
-def describe_methods(advertised: Sequence[AuthMethod]) -> list[dict[str, Any]]:
+PROFILE_METHOD = "profile-env"  # the env_var method a profile's `sign_in_vars` offer
+
+
+def describe_methods(advertised: Sequence[AuthMethod], profile_vars: Sequence[str] = ()) -> list[dict[str, Any]]:
     """How a frontend shows an agent's sign-in methods: id, name, description, kind, and what each needs (the
-    variable names of an `env_var` method, the arguments of a `terminal` one)."""
+    variable names of an `env_var` method; the arguments, environment and, when the agent names one, the program of
+    a `terminal` one — also the older `_meta["terminal-auth"]` form, as the copilot CLI sends it). `profile_vars`
+    (a profile's `sign_in_vars`) add an env_var method when the agent offers none with them."""
     shown: list[dict[str, Any]] = []
     for method in advertised:
         extra = method.model_extra or {}
+        meta = extra.get("_meta")
+        found = meta.get("terminal-auth") if isinstance(meta, dict) else None
+        legacy: dict[str, Any] | None = found if isinstance(found, dict) else None
         entry: dict[str, Any] = {"id": method.id, "name": method.name or method.id,
-                                 "description": method.description, "kind": method_kind(method)}
+                                 "description": method.description,
+                                 "kind": "terminal" if legacy is not None and not method.type else method_kind(method)}
         if entry["kind"] == "env_var":
             entry["vars"] = method.env_var_names()
         if entry["kind"] == "terminal":
-            entry["args"] = [a for a in extra.get("args") or [] if isinstance(a, str)]
-            env = extra.get("env")
+            source = legacy if legacy is not None else extra
+            entry["args"] = [a for a in source.get("args") or [] if isinstance(a, str)]
+            env = source.get("env")
             entry["env"] = {str(k): v for k, v in env.items() if isinstance(v, str)} if isinstance(env, dict) else {}
+            if legacy is not None and isinstance(legacy.get("command"), str):
+                entry["command"] = legacy["command"]
         shown.append(entry)
+    offered = {v for m in shown if m["kind"] == "env_var" for v in m["vars"]}
+    if profile_vars and not set(profile_vars) <= offered:
+        shown.append({"id": PROFILE_METHOD, "name": ", ".join(profile_vars), "kind": "env_var",
+                      "description": "read from the agent's environment: yours, kept for your agents of this profile",
+                      "vars": list(profile_vars)})
     return shown
 
 

@@ -122,6 +122,10 @@ class AgentProfile(BaseModel):
     native_session_resume: bool = False
     history_context_injection: bool = False
     auth_method: str | None = None
+    # Variables a person may set to sign this agent in (its API key or token's name), offered as an env_var sign-in
+    # method when the agent asks to be signed in and offers none of its own (the copilot CLI reads a token so, but
+    # advertises only its login)
+    sign_in_vars: list[str] = Field(default_factory=list)
     resume_args: list[str] = Field(default_factory=list)
     permission_policy: PermissionPolicy = "ask"
     permission_timeout: float | None = Field(default=None, gt=0)

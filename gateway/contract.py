@@ -211,6 +211,7 @@ class SignInMethod(Result):
     vars: list[str] | None = None
     args: list[str] | None = None
     env: dict[str, str] | None = None
+    command: str | None = Field(default=None, description="a terminal method's program, when the agent names one")
 
 
 class AuthNeeded(Result):

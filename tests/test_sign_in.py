@@ -202,3 +202,17 @@ async def test_a_terminal_login_runs_where_every_frontend_watches_it(tmp_path: P
         await client.close()
     finally:
         await gw.stop()
+
+
+def test_the_older_terminal_auth_form_and_a_profiles_variables() -> None:
+    """copilot's `_meta["terminal-auth"]` is a terminal method with its own program; a profile's `sign_in_vars` add
+    an env_var method unless the agent offers one with them."""
+    copilot = AuthMethod.model_validate({"id": "copilot-login", "name": "Log in", "_meta": {"terminal-auth": {
+        "command": "/opt/copilot", "args": ["login"], "label": "Copilot Login"}}})
+    assert describe_methods([copilot], ["COPILOT_GITHUB_TOKEN"]) == [
+        {"id": "copilot-login", "name": "Log in", "description": None, "kind": "terminal", "args": ["login"],
+         "env": {}, "command": "/opt/copilot"},
+        {"id": "profile-env", "name": "COPILOT_GITHUB_TOKEN", "kind": "env_var",
+         "description": "read from the agent's environment: yours, kept for your agents of this profile",
+         "vars": ["COPILOT_GITHUB_TOKEN"]}]
+    assert [m["id"] for m in describe_methods(ADVERTISED, ["VENDOR_KEY"])] == ["login", "key", "tui"]  # offered

@@ -422,7 +422,10 @@ class Launcher:
             lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
             lambda directory: directory_refusal(self.settings, row.owner, directory),
             lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
-        command = [*profile.argv(None, str(self.settings.state_dir)), *(method.get("args") or [])]
+        # The agent's own command with the method's arguments; or, in the older `terminal-auth` form, the program the
+        # agent names (the copilot CLI's `copilot login`).
+        program = [method["command"]] if method.get("command") else profile.argv(None, str(self.settings.state_dir))
+        command = [*program, *(method.get("args") or [])]
         env[TERMINAL_MARKER] = f"t-{uuid.uuid4().hex}"
         spec = TerminalSpec(self._confined(profile, row, config, env, home, command, row.cwd), row.cwd, env,
                             self.settings.terminal_output_bytes, shlex.join(command), TERMINAL_MARKER)
@@ -448,7 +451,7 @@ class Launcher:
                          methods: Sequence[AuthMethod], reason: str) -> None:
         """The agent answered auth_required and no method could sign it in here: the session waits for its person
         to sign in (`config.auth` names the methods; a `session_config` event and a warning say so)."""
-        config.auth = {"methods": describe_methods(methods), "reason": reason}
+        config.auth = {"methods": describe_methods(methods, profile.sign_in_vars), "reason": reason}
         config.changed()
         await self.store.configs.save(row.id, **config.columns("capabilities"))
         names = ", ".join(f"{m['name']} ({m['kind']})" for m in config.auth["methods"]) or "none offered"
