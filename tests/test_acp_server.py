@@ -454,3 +454,23 @@ async def test_meta_passes_through_both_ways_unchanged(gw: GatewayProcess) -> No
     assert chunks.endswith('meta: {"from":"rpc"}')  # the /rpc prompt's `meta`, as the agent's `_meta`
     await rpc.close()
     await wire.close()
+
+
+async def test_an_agents_question_goes_to_acp_clients_that_offered_elicitation(gw: GatewayProcess) -> None:
+    """A client that offered form elicitation is asked (`elicitation/create`, the gateway's session id) and its
+    answer goes to the agent; a client that did not offer it is not asked."""
+    asked_client = await AcpWire.connect(gw.port, ALICE, capabilities={"elicitation": {"form": {}}})
+    session = await new_session(asked_client, work(gw))
+    silent = await AcpWire.connect(gw.port, ALICE)
+    await silent.call("session/load", {"sessionId": session, "cwd": work(gw), "mcpServers": []})
+    asked_client.on_request = lambda req: {"action": "accept", "content": {"name": "Ada", "age": 36}}
+    mark = len(silent.frames)
+    answer = await asked_client.call("session/prompt", {"sessionId": session, "prompt": text("/elicit form")})
+    assert answer == {"stopReason": "end_turn"}
+    request = next(f for f in asked_client.frames if f.get("method") == "elicitation/create")
+    assert request["params"]["sessionId"] == session and request["params"]["mode"] == "form"
+    assert request["params"]["requestedSchema"]["required"] == ["name"]
+    assert any('"content":{"name":"Ada","age":36}' in t for _, t in asked_client.texts())
+    assert not any(f.get("method") == "elicitation/create" for f in silent.frames[mark:])
+    for wire in (asked_client, silent):
+        await wire.close()

@@ -67,6 +67,7 @@ from .protocol import (
 from .updates import (
     Offer,
     agent_options,
+    elicitation_answer,
     for_client,
     initialize_result,
     offer_answer,
@@ -120,8 +121,10 @@ class AcpConnection:
         self.connection_id = connection_id
         self.phase = Phase.AWAITING_INITIALIZE
         self.booleans = False  # the client takes boolean config options (initialize's clientCapabilities)
+        self.elicitation_modes: set[str] = set()  # the elicitation modes the client offered (initialize)
         self.attachments: dict[str, Attachment] = {}
-        self.outbound: dict[int, tuple[Attachment, str]] = {}  # our request id -> (attachment, permission request)
+        # our request id -> (attachment, the question: a permission request's or an elicitation's id, its method)
+        self.outbound: dict[int, tuple[Attachment, str, str]] = {}
         self.prompts: dict[int | str, str] = {}  # the client's session/prompt ids in flight -> their session
         # Per session, the prompts this connection sent whose turn has not started yet (their echo is not sent back),
         # and the sessions whose cancel waits for such a turn to start.
@@ -229,10 +232,18 @@ class AcpConnection:
         entry = self.outbound.pop(message.id, None) if isinstance(message.id, int) else None
         if entry is None:
             return  # withdrawn (another answer won), or never ours
-        attachment, request_id = entry
+        attachment, request_id, method = entry
         attachment.offers.pop(request_id, None)
         if message.error is not None:
             return  # this client did not answer it; the others still may
+        if method == "elicitation/create":
+            said = elicitation_answer(message.result)
+            if said is None:
+                log.warning("ACP connection %s answered elicitation %s with no action the protocol knows",
+                            self.connection_id, request_id)
+                return
+            self._spawn(self._respond_elicitation(attachment.session_id, request_id, *said))
+            return
         answer = permission_answer(message.result)
         if answer is None:
             log.warning("ACP connection %s answered permission request %s with no outcome the protocol knows: %r",
@@ -247,6 +258,14 @@ class AcpConnection:
         except GatewayError as err:
             level = logging.DEBUG if err.code == ALREADY_TERMINAL else logging.WARNING
             log.log(level, "ACP connection %s: its answer to permission request %s of session %s was not taken: %s",
+                    self.connection_id, request_id, session_id, err.message)
+
+    async def _respond_elicitation(self, session_id: str, request_id: str, action: str, content: Any) -> None:
+        try:
+            await self.sessions.respond_elicitation(self.owner, session_id, request_id, action, content)
+        except GatewayError as err:  # refused (a content that does not fit): the question stays open for the others
+            level = logging.DEBUG if err.code == ALREADY_TERMINAL else logging.WARNING
+            log.log(level, "ACP connection %s: its answer to elicitation %s of session %s was not taken: %s",
                     self.connection_id, request_id, session_id, err.message)
 
     # -- frames out -----------------------------------------------------------------------------------------------
@@ -272,11 +291,12 @@ class AcpConnection:
     def offer(self, attachment: Attachment, offer: Offer) -> None:
         if offer.request_id in attachment.offers:
             return  # re-offered while this client already has it
+        if offer.method == "elicitation/create" and offer.mode not in self.elicitation_modes:
+            return  # a question this client did not say it can put to its person
         out_id = next(self._ids)
         attachment.offers[offer.request_id] = out_id
-        self.outbound[out_id] = (attachment, offer.request_id)
-        self.send(orjson.dumps({"jsonrpc": "2.0", "id": out_id, "method": "session/request_permission",
-                                "params": offer.params}))
+        self.outbound[out_id] = (attachment, offer.request_id, offer.method)
+        self.send(orjson.dumps({"jsonrpc": "2.0", "id": out_id, "method": offer.method, "params": offer.params}))
 
     def withdraw(self, attachment: Attachment, request_id: str) -> None:
         """Answered by someone else (or given up): the client's open request is cancelled, as the protocol says."""
@@ -360,6 +380,9 @@ class AcpConnection:
         session = (p.clientCapabilities or {}).get("session")
         config_options = session.get("configOptions") if isinstance(session, dict) else None
         self.booleans = isinstance(config_options, dict) and isinstance(config_options.get("boolean"), dict)
+        elicitation = (p.clientCapabilities or {}).get("elicitation")
+        self.elicitation_modes = {m for m in ("form", "url")
+                                  if isinstance(elicitation, dict) and isinstance(elicitation.get(m), dict)}
         log.info("ACP connection %s of %s: %s %s, protocol version %d", self.connection_id, self.owner,
                  info.get("name", "an unnamed client"), info.get("version", ""), p.protocolVersion)
         # The default agent's own word on MCP transports and directories: asked once (a slow or broken agent is not

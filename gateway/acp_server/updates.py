@@ -41,15 +41,18 @@ class Notify:
 
 @dataclass(frozen=True)
 class Offer:
-    """A permission request to put to the client (`session/request_permission`)."""
+    """A question to put to the client: a permission request (`session/request_permission`) or an agent's
+    elicitation (`elicitation/create`, to a client that offered its `mode`)."""
 
     request_id: str
     params: dict[str, Any]
+    method: str = "session/request_permission"
+    mode: str | None = None  # an elicitation's
 
 
 @dataclass(frozen=True)
 class Withdraw:
-    """The permission request was answered (or given up): a client still asked must be told."""
+    """The question was answered (or given up): a client still asked must be told."""
 
     request_id: str
 
@@ -103,6 +106,11 @@ def translate_event(event: dict[str, Any]) -> Out | None:
         return Offer(str(data.get("request_id")), {"sessionId": session_id, "toolCall": data.get("tool_call"),
                                                    "options": data.get("options") or []})
     if kind == "permission_resolved":
+        return Withdraw(str(data.get("request_id")))
+    if kind == "elicitation_requested":
+        return Offer(str(data.get("request_id")), elicitation_params(session_id, data), "elicitation/create",
+                     str(data.get("mode")))
+    if kind == "elicitation_resolved":
         return Withdraw(str(data.get("request_id")))
     if kind == "session_title":
         return Notify((update_frame(session_id, {"sessionUpdate": "session_info_update",
@@ -197,6 +205,26 @@ def session_info(view: dict[str, Any]) -> dict[str, Any]:
     return {"sessionId": view["session_id"], "cwd": view["cwd"], "title": view.get("title"),
             "updatedAt": iso8601(view["updated_at"]),
             "_meta": {META_KEY: {"agent": view["agent"], "state": view["state"], "taskId": view["task_id"]}}}
+
+
+def elicitation_params(session_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An `elicitation_requested` event as the `elicitation/create` an ACP client is sent (the gateway's session id)."""
+    params: dict[str, Any] = {"sessionId": session_id, "mode": data.get("mode"), "message": data.get("message")}
+    if data.get("mode") == "url":
+        params.update(url=data.get("url"), elicitationId=data.get("elicitation_id"))
+    else:
+        params["requestedSchema"] = data.get("requested_schema")
+    if data.get("tool_call_id"):
+        params["toolCallId"] = data["tool_call_id"]
+    return params
+
+
+def elicitation_answer(result: Any) -> tuple[str, Any] | None:
+    """An ACP client's answer to `elicitation/create` as (action, content); None when it is not one."""
+    action = result.get("action") if isinstance(result, dict) else None
+    if action not in ("accept", "decline", "cancel"):
+        return None
+    return str(action), result.get("content")
 
 
 def permission_answer(result: Any) -> tuple[str | None, bool] | None:
