@@ -181,6 +181,8 @@ async def test_preserving_failures_keep_the_token(gateway: GatewayProcess, clien
     resumed = await c2.call("task.session.resume", {"session_id": sid})
     assert resumed["state"] == "WAITING_FOR_INPUT" and resumed["task_state"] == "REVIEW"
     assert resumed["acp_session_id"] == token and cls in resumed["error_message"]
+    # An agent that asks to be signed in says how, beside the kept session (recover retries; a sign-in works too).
+    assert (resumed["config"]["auth"] is not None) == (cls == "authentication")
     status = await c2.call("task.session.status", {"session_id": sid})
     assert (status["is_resumable"], status["needs_resume"], status["resume_reason"]) == \
         (True, False, "error_recovery")

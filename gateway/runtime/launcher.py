@@ -289,13 +289,17 @@ class Launcher:
                      restore["plan"], [a["method"] for a in restore["attempts"]],
                      extra={"session_id": row.id, "agent": profile.id, "restore": restore})
         if failure is None and result.failure_class is FailureClass.AUTHENTICATION:
-            # The agent wants its person to sign in: the session waits for that, it does not fail.
-            await client.stop()
-            await history.idle()
-            await self.store.executors.set_stopped(row.id, "needs_auth")
+            # The agent wants its person to sign in. Its first launch waits for that instead of failing; a restore
+            # keeps the saved session as the restore rules say (`recover` retries it), and says how to sign in too.
             reason = mcp.scrub(result.describe_failure(), hidden_values(profile, config.secrets()))
-            await self.needs_auth(row, profile, config, client.init.authMethods if client.init else [], reason)
-            return LaunchResult(False, restore=result, error=reason)
+            methods = client.init.authMethods if client.init else []
+            if not token:
+                await client.stop()
+                await history.idle()
+                await self.store.executors.set_stopped(row.id, "needs_auth")
+                await self.needs_auth(row, profile, config, methods, reason)
+                return LaunchResult(False, restore=result, error=reason)
+            await self.ask_sign_in(row, profile, config, methods, reason)
         if failure is not None or result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
             await client.stop()
             await history.idle()
@@ -307,7 +311,8 @@ class Launcher:
             elif token:
                 reason = (f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
                           f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
-                          "with action 'retry' or 'fresh_start'")
+                          "with action 'retry' or 'fresh_start'"
+                          + (", or sign in (task.session.authenticate)" if config.auth is not None else ""))
             else:
                 reason = f"agent {profile.id!r} could not create a session: {result.describe_failure()}"
             reason = mcp.scrub(reason, hidden_values(profile, config.secrets())) + said
@@ -447,20 +452,27 @@ class Launcher:
         await history.idle()
         return status
 
-    async def needs_auth(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
-                         methods: Sequence[AuthMethod], reason: str) -> None:
-        """The agent answered auth_required and no method could sign it in here: the session waits for its person
-        to sign in (`config.auth` names the methods; a `session_config` event and a warning say so)."""
+    async def ask_sign_in(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
+                          methods: Sequence[AuthMethod], reason: str) -> None:
+        """`config.auth` names what the agent offers to sign in with, for every frontend (a `session_config`
+        event)."""
         config.auth = {"methods": describe_methods(methods, profile.sign_in_vars), "reason": reason}
         config.changed()
         await self.store.configs.save(row.id, **config.columns("capabilities"))
+        await self.writer.publish(row, "session_config", {"cause": "auth", **config.settings()})
+
+    async def needs_auth(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
+                         methods: Sequence[AuthMethod], reason: str) -> None:
+        """The agent answered auth_required at its first launch and no method could sign it in here: the session
+        waits for its person to sign in (`config.auth` names the methods; a warning says how)."""
+        await self.ask_sign_in(row, profile, config, methods, reason)
+        assert config.auth is not None
         names = ", ".join(f"{m['name']} ({m['kind']})" for m in config.auth["methods"]) or "none offered"
         message = (f"agent {profile.id!r} asks to be signed in ({reason}); methods: {names}. Sign in with "
                    f"task.session.authenticate, or: acp-gateway sign-in {row.id} METHOD_ID [VAR=VALUE]")
         current = await self.store.sessions.get(row.id) or row
         event = SessionEvent.TURN_ENDED if SessionState(current.state) != SessionState.CREATED else None
         current = await self.writer.apply(current, event, error_message=message, recovery_pending=False)
-        await self.writer.publish(current, "session_config", {"cause": "auth", **config.settings()})
         await self.writer.message(current, "warning", message)
 
     async def fail_first_launch(self, row: SessionRow, reason: str) -> None:
