@@ -236,8 +236,10 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
             print(f"acp-gateway start: {exc}", file=sys.stderr)
             return 2
         view = await client.call("task.session.start", params)
-        _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in _unapplied(view["config"])))
-        return 1 if view["state"] in TERMINAL else 0  # its agent could not start: the error says why
+        _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in _unapplied(view["config"]))
+               + _sign_in_lines(view, view["session_id"]))
+        # 1: its agent could not start (the error says why), or waits for a sign-in (the lines above say how)
+        return 1 if view["state"] in TERMINAL or (view["config"] or {}).get("auth") else 0
     elif command == "config":
         return await _config(args, client)
     elif command == "commands":

@@ -152,6 +152,8 @@ async def test_the_cli_lists_the_methods_and_signs_in_without_the_key_on_its_com
         out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
         return proc.returncode or 0, out.decode(), err.decode()
 
+    rc, out, _ = await cli("start", "--agent", "locked", "--cwd", str(tmp_path / "work"))
+    assert rc == 1 and "the agent asks to be signed in" in out and "reference-env REF_TOKEN=VALUE" in out
     rc, out, _ = await cli("status", sid)
     assert "the agent asks to be signed in" in out
     assert f"acp-gateway sign-in {sid} reference-env REF_TOKEN=VALUE    # API key (env_var)" in out
