@@ -40,7 +40,6 @@ from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
 from .config import ConfigKeeper, starting_choices, stored
-from .elicitations import PREFIX as ELICITATION_PREFIX
 from .elicitations import ElicitationBroker
 from .launcher import Launcher, check_resumable, check_workspace, directory_refusal
 from .live import LiveSession
@@ -130,8 +129,8 @@ class SessionManager:
         if not (self.broker.waiting() or self.elicitations.waiting()):
             return
         pending = await self.store.permissions.pending(sub.owner, sub.session_id)
-        await self.broker.reoffer(sub, cursor, [p for p in pending if not p[0].startswith(ELICITATION_PREFIX)])
-        await self.elicitations.reoffer(sub, cursor, [p for p in pending if p[0].startswith(ELICITATION_PREFIX)])
+        for broker in (self.broker, self.elicitations):
+            await broker.reoffer(sub, cursor, [p for p in pending if broker.owns(p[0])])
 
     async def shutdown(self) -> None:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
