@@ -28,7 +28,7 @@ from .models import (
     ReadTextFileRequest,
     RequestPermissionRequest,
     WriteTextFileRequest,
-    field_path,
+    parse_request,
 )
 from .offload import Offloader
 from .process import AgentProcess
@@ -285,12 +285,12 @@ class AcpClient:
 
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "fs/read_text_file":
-            read = _parse(ReadTextFileRequest, params, method)
+            read = parse_request(ReadTextFileRequest, params, method)
             content = await self.files.run(f"reading {read.path}", fs.read_text_file, self.root, read.path,
                                            read.line, read.limit, self.options.never_serve, self.extra_roots)
             return {"content": content}
         if method == "fs/write_text_file":
-            write = _parse(WriteTextFileRequest, params, method)
+            write = parse_request(WriteTextFileRequest, params, method)
             await self.files.run(f"writing {write.path}", fs.write_text_file, self.root, write.path, write.content,
                                  self.options.never_serve, self.extra_roots)
             return {}
@@ -304,7 +304,7 @@ class AcpClient:
                 raise RpcError(METHOD_NOT_FOUND, f"{method}: this client did not offer elicitation", {"method": method})
             return await self.on_elicitation.ask(check_request(params), params)
         if method == "session/request_permission":
-            _parse(RequestPermissionRequest, params, method)
+            parse_request(RequestPermissionRequest, params, method)
             return {"outcome": await self._ask_permission(params)}
         self.unknown_methods.append(method)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}", {"method": method})
@@ -333,12 +333,3 @@ class AcpClient:
             self.pending_permissions.pop(key, None)
             if not asker.done():
                 asker.cancel()
-
-
-def _parse(model: Any, params: Any, method: str) -> Any:
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = field_path(first["loc"]) or "params"
-        raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {where}: {first['msg']}") from exc

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import INVALID_PARAMS, RpcError
 
 
 class _Wire(BaseModel):
@@ -189,6 +191,17 @@ def field_path(loc: Any) -> str:
     pydantic gives the members of a union (`str`, `bool`, `constrained-str`), which are nobody's field."""
     return ".".join(str(part) for part in loc if not (
         isinstance(part, str) and (part in ("str", "bool", "int", "float") or part.startswith("constrained-"))))
+
+
+def parse_request(model: type[_Wire], params: Any, method: str) -> Any:
+    """A peer's request params as `model`, or -32602 naming the first field at fault (`data.field`)."""
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = field_path(first["loc"]) or "params"
+        raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {where}: {first['msg']}",
+                       {"field": where}) from exc
 
 
 def text_block(text: str) -> dict[str, Any]:

@@ -18,11 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from . import proctree
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
-from .models import CreateTerminalRequest, TerminalRequest, field_path
+from .models import CreateTerminalRequest, TerminalRequest, parse_request
 from .process import ExitProtocol
 
 TERMINAL_METHODS = frozenset({"terminal/create", "terminal/output", "terminal/wait_for_exit", "terminal/kill",
@@ -201,7 +199,7 @@ class Terminals:
 
     async def handle(self, method: str, params: Any) -> Any:
         if method == "terminal/create":
-            request = _parse(CreateTerminalRequest, params, method)
+            request = parse_request(CreateTerminalRequest, params, method)
             spec = self.host.plan(request)
             terminal_id = f"term-{uuid.uuid4().hex[:16]}"
             host = self.host
@@ -213,7 +211,7 @@ class Terminals:
             self._watchers.add(watcher)
             watcher.add_done_callback(self._watchers.discard)
             return {"terminalId": terminal_id}
-        which = _parse(TerminalRequest, params, method)
+        which = parse_request(TerminalRequest, params, method)
         known = self.live.get(which.terminalId)
         if known is None:
             raise RpcError(RESOURCE_NOT_FOUND, f"terminal {which.terminalId} is not known to this client: it was "
@@ -249,13 +247,3 @@ class Terminals:
             self.host.released(terminal)
         for watcher in list(self._watchers):
             watcher.cancel()
-
-
-def _parse(model: Any, params: Any, method: str) -> Any:
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = field_path(first["loc"]) or "params"
-        raise RpcError(INVALID_PARAMS, f"invalid params for {method}: {where}: {first['msg']}",
-                       {"field": where}) from exc
