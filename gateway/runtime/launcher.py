@@ -228,13 +228,7 @@ class Launcher:
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
             row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
         argv = self._command(profile, row, config, env, home, token)
-        terminals = None
-        if profile.terminals:
-            terminals = SessionTerminals(
-                row, self.settings, self.terminal_counts, env, reaper.MARKER,
-                lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
-                lambda directory: directory_refusal(self.settings, row.owner, directory),
-                lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
+        terminals = self._terminal_host(row, profile, config, env, home, history) if profile.terminals else None
         try:
             client = await AcpClient.launch(
                 argv, cwd=row.cwd, env=env, on_update=on_update,
@@ -410,6 +404,15 @@ class Launcher:
             wrapped = [sys.executable, "-m", "gateway.runtime.outbound", "--", *wrapped]
         return [PRLIMIT, *limits.prlimit_args(), "--", *wrapped] if limits.prlimit_args() and PRLIMIT else wrapped
 
+    def _terminal_host(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, env: Mapping[str, str],
+                       home: Path, history: HistoryWriter) -> SessionTerminals:
+        """The session's terminals, run as its agent is (`_confined`), their events in its journal."""
+        return SessionTerminals(
+            row, self.settings, self.terminal_counts, env, reaper.MARKER,
+            lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
+            lambda directory: directory_refusal(self.settings, row.owner, directory),
+            lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
+
     async def login(self, row: SessionRow, method: Mapping[str, Any]) -> dict[str, Any]:
         """A `terminal` sign-in: the agent's own command with the method's arguments and environment, run as the
         session's agent runs (its sandbox, its owner's home) in a terminal whose output every frontend of the
@@ -422,11 +425,7 @@ class Launcher:
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, **(method.get("env") or {}),
                reaper.MARKER: f"x-{uuid.uuid4().hex}"}
         history = HistoryWriter(self.store, row.id)
-        host = SessionTerminals(
-            row, self.settings, self.terminal_counts, env, reaper.MARKER,
-            lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
-            lambda directory: directory_refusal(self.settings, row.owner, directory),
-            lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
+        host = self._terminal_host(row, profile, config, env, home, history)
         # The agent's own command with the method's arguments; or, in the older `terminal-auth` form, the program the
         # agent names (the copilot CLI's `copilot login`).
         program = [method["command"]] if method.get("command") else profile.argv(None, str(self.settings.state_dir))
