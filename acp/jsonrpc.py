@@ -172,10 +172,12 @@ class Connection:
         with contextlib.suppress(TransportError):
             await self.notify(CANCEL_REQUEST, {"requestId": req_id})
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        """A task of this connection's (cancelled when it closes)."""
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def notify(self, method: str, params: Any = None) -> None:
         msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -219,9 +221,7 @@ class Connection:
             params = msg.get("params")
             if "id" in msg:
                 msg_id = msg["id"]
-                task = asyncio.get_running_loop().create_task(self._answer(msg_id, method, params))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                task = self._spawn(self._answer(msg_id, method, params))
                 if isinstance(msg_id, (int, str)):
                     self._answering[msg_id] = task
                     task.add_done_callback(lambda done: self._answered(msg_id, method, done))
@@ -246,11 +246,7 @@ class Connection:
             return
         self.stats.note_noise("non_jsonrpc", repr(msg)[:200].encode())
         if msg_id is not None:
-            task = asyncio.get_running_loop().create_task(
-                self._reply_error(msg_id, RpcError(INVALID_REQUEST, "Invalid Request"))
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._reply_error(msg_id, RpcError(INVALID_REQUEST, "Invalid Request")))
 
     def _withdrawn(self, msg_id: Any) -> None:
         """The peer no longer waits for its request `msg_id`: its handler is stopped and answers -32800."""

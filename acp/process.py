@@ -84,7 +84,7 @@ class ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 class AgentProcess:
     def __init__(self, proc: asyncio.subprocess.Process, argv: Sequence[str], stderr: StderrRing,
-                 exited: asyncio.Future[None] | None = None, tree: tuple[str, str] | None = None) -> None:
+                 exited: asyncio.Future[None], tree: tuple[str, str] | None = None) -> None:
         self.proc = proc
         self.argv = list(argv)
         self.stderr = stderr
@@ -93,7 +93,7 @@ class AgentProcess:
         self.stragglers: list[proctree.ProcessFacts] = []  # what outlived the agent and was killed
         loop = asyncio.get_running_loop()
         self._drain_task = loop.create_task(self._drain_stderr())
-        self._exited = exited if exited is not None else asyncio.ensure_future(proc.wait())
+        self._exited = exited  # the process's own exit (`ExitProtocol`), not its pipes' closing
         self._tree_gone = loop.create_task(self._end_tree())
 
     @classmethod
