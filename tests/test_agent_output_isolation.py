@@ -14,7 +14,7 @@ import orjson
 
 from acp.framing import DEFAULT_MAX_LINE
 from gateway.client import GatewayClient
-from tests.gateway_harness import ALICE, BOB, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, running, two_owner_gateway
 
 CONSTANT = 48 * 1024 * 1024  # what the gateway may hold besides the one line at most (buffers, allocator slack)
 
@@ -43,8 +43,7 @@ async def test_a_flooding_agent_costs_another_owner_nothing(tmp_path: Path) -> N
     gw = two_owner_gateway(tmp_path)
     command = [sys.executable, str(Path(__file__).with_name("line_flood_agent.py"))]
     (gw.agents_dir / "flood.toml").write_text(f'id = "flood"\ncommand = {orjson.dumps(command).decode()}\n')
-    await gw.start()
-    try:
+    async with running(gw):
         assert gw.proc is not None
         alice, bob = await gw.client(ALICE), await gw.client(BOB)
         view = await alice.call("task.session.start", {"agent": "flood", "cwd": str(tmp_path / "work"),
@@ -69,5 +68,3 @@ async def test_a_flooding_agent_costs_another_owner_nothing(tmp_path: Path) -> N
         assert status["is_agent_running"]
         await alice.close()
         await bob.close()
-    finally:
-        await gw.stop()

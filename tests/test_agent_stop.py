@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from gateway.client import GatewayClient
-from tests.gateway_harness import GatewayProcess, processes_naming, reference_profile, subscribed
+from tests.gateway_harness import GatewayProcess, processes_naming, reference_profile, running, subscribed
 
 
 def escaping_profile(agents: Path, agent_id: str, agent_state: Path, tag: str, sandboxed: bool = False) -> None:
@@ -65,13 +65,10 @@ async def gateway(tmp_path: Path, tag: str) -> AsyncIterator[GatewayProcess]:
     config = tmp_path / "gw.toml"
     config.write_text("cancel_grace = 0.5\nstop_grace = 0.5\n")
     gw = GatewayProcess(tmp_path / "state", agents, config=config)
-    await gw.start()
-    try:
+    async with running(gw):
         yield gw
-    finally:
-        await gw.stop()
-        if children(tag):  # a failed test leaves nothing behind either
-            await (await asyncio.create_subprocess_exec("pkill", "-9", "-f", tag)).wait()
+    if children(tag):  # a failed test leaves nothing behind either
+        await (await asyncio.create_subprocess_exec("pkill", "-9", "-f", tag)).wait()
 
 
 async def start(client: GatewayClient, tmp_path: Path, agent: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from acp.elicitation import Elicitation, Refusal, check_answer, check_request
 from acp.errors import RpcError
 from gateway.client import RpcCallError
-from tests.gateway_harness import GatewayProcess, reference_profile, subscribed
+from tests.gateway_harness import GatewayProcess, reference_profile, running, subscribed
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "minLength": 1},
                                            "age": {"type": "integer", "minimum": 0},
@@ -96,11 +96,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     (tmp_path / "work").mkdir()
     reference_profile(agents, tmp_path / "agent-state", "ref")
     gw = GatewayProcess(tmp_path / "state", agents)
-    await gw.start()
-    try:
+    async with running(gw):
         yield gw
-    finally:
-        await gw.stop()
 
 
 async def test_a_question_answered_by_a_second_frontend_after_the_first_left(gateway: GatewayProcess,

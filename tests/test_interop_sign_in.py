@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.gateway_harness import GatewayProcess, metrics_text, subscribed
+from tests.gateway_harness import GatewayProcess, metrics_text, running, subscribed
 from tests.third_party import INTEROP, interop_node
 
 DUMMY = "dummy-copilot-token-0123456789"
@@ -36,8 +36,7 @@ async def test_copilot_asks_for_a_sign_in_and_gets_a_token_it_never_shows(tmp_pa
                                          + f'\n[env]\nHOME = "{tmp_path / "home"}"\n')
     (tmp_path / "home").mkdir()
     gw = GatewayProcess(tmp_path / "state", agents)
-    await gw.start()
-    try:
+    async with running(gw):
         client, log = await subscribed(gw)
         view = await client.call("task.session.start", {"agent": "copilot", "cwd": str(tmp_path / "work"),
                                                         "wait_ready": True})
@@ -56,8 +55,6 @@ async def test_copilot_asks_for_a_sign_in_and_gets_a_token_it_never_shows(tmp_pa
         events = await client.call("task.session.events", {"session_id": view["session_id"]})
         _, metrics = await metrics_text(gw.port, gw.token or "")
         await client.close()
-    finally:
-        await gw.stop()
     for where in (orjson.dumps([view, signed, events, log.events]), "".join(gw.stderr_lines).encode(),
                   metrics.encode(), wire.read_bytes()):
         assert DUMMY.encode() not in where

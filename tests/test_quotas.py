@@ -9,7 +9,7 @@ import pytest
 
 from gateway.client import RpcCallError
 from gateway.runtime.quotas import Quotas, StartRate, journal_share
-from tests.gateway_harness import ALICE, BOB, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, running, two_owner_gateway
 
 QUOTAS = Quotas(max_sessions=3, max_history_bytes=1000, starts_per_minute=60)
 
@@ -52,8 +52,7 @@ def test_start_rate_is_a_bucket_per_owner() -> None:
 
 async def test_an_owner_at_its_caps_is_refused_while_another_works(tmp_path: Path) -> None:
     gw = two_owner_gateway(tmp_path, config="max_sessions_per_owner = 3\nmax_history_bytes_per_owner = 65536\n")
-    await gw.start()
-    try:
+    async with running(gw):
         alice, bob = await gw.client(ALICE), await gw.client(BOB)
         start = {"agent": "ref", "cwd": str(tmp_path / "work"), "wait_ready": True}
         views = [await alice.call("task.session.start", start) for _ in range(3)]
@@ -80,14 +79,11 @@ async def test_an_owner_at_its_caps_is_refused_while_another_works(tmp_path: Pat
         assert (await alice.call("task.session.start", start))["state"] == "WAITING_FOR_INPUT"
         await alice.close()
         await bob.close()
-    finally:
-        await gw.stop()
 
 
 async def test_starts_are_rate_limited_per_owner(tmp_path: Path) -> None:
     gw = two_owner_gateway(tmp_path, config="max_starts_per_minute_per_owner = 2\n")
-    await gw.start()
-    try:
+    async with running(gw):
         alice, bob = await gw.client(ALICE), await gw.client(BOB)
         start = {"agent": "ref", "cwd": str(tmp_path / "work")}
         for _ in range(2):
@@ -99,5 +95,3 @@ async def test_starts_are_rate_limited_per_owner(tmp_path: Path) -> None:
         assert (await bob.call("task.session.start", start))["session_id"]  # his own bucket
         await alice.close()
         await bob.close()
-    finally:
-        await gw.stop()

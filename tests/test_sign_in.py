@@ -16,7 +16,7 @@ import pytest
 from acp.auth import describe_methods, sign_in_refusal
 from acp.models import AuthMethod
 from gateway.client import RpcCallError
-from tests.gateway_harness import GatewayProcess, agent_said, metrics_text, reference_profile, subscribed
+from tests.gateway_harness import GatewayProcess, agent_said, metrics_text, reference_profile, running, subscribed
 
 DUMMY = "dummy-sign-in-key-0123456789"
 
@@ -62,11 +62,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     reference_profile(agents, tmp_path / "agent-state", "locked", "--require-auth", "--auth-env", "REF_TOKEN")
     reference_profile(agents, tmp_path / "agent-state", "broken-login", "--require-auth", "--auth-fails")
     gw = GatewayProcess(tmp_path / "state", agents)
-    await gw.start()
-    try:
+    async with running(gw):
         yield gw
-    finally:
-        await gw.stop()
 
 
 async def test_an_agent_asking_to_sign_in_waits_for_it_and_keeps_the_key_write_only(gateway: GatewayProcess,
@@ -170,8 +167,7 @@ async def test_a_terminal_login_runs_where_every_frontend_watches_it(tmp_path: P
     reference_profile(agents, tmp_path / "failing-state", "tui-fails", "--require-auth", "--auth-terminal",
                       "--auth-fails")
     gw = GatewayProcess(tmp_path / "state", agents)
-    await gw.start()
-    try:
+    async with running(gw):
         client, log = await subscribed(gw)
         view = await client.call("task.session.start", {"agent": "tui", "cwd": str(tmp_path / "work"),
                                                         "wait_ready": True})
@@ -202,8 +198,6 @@ async def test_a_terminal_login_runs_where_every_frontend_watches_it(tmp_path: P
         status = await client.call("task.session.status", {"session_id": failing["session_id"]})
         assert status["config"]["auth"] is not None and status["state"] == "WAITING_FOR_INPUT"  # still asking
         await client.close()
-    finally:
-        await gw.stop()
 
 
 def test_the_older_terminal_auth_form_and_a_profiles_variables() -> None:

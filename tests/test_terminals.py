@@ -19,7 +19,7 @@ from acp.terminals import OutputBuffer, incomplete_tail
 from gateway.client import GatewayClient
 from gateway.runtime.settings import Settings
 from gateway.runtime.terminals import PUBLISHED_BYTES, refusal
-from tests.gateway_harness import EventLog, GatewayProcess, processes_naming, reference_profile, subscribed
+from tests.gateway_harness import EventLog, GatewayProcess, processes_naming, reference_profile, running, subscribed
 
 
 def test_output_is_cut_from_the_beginning_at_a_character_boundary() -> None:
@@ -94,11 +94,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     config = tmp_path / "gw.toml"
     config.write_text("max_terminals_per_session = 1\n")
     gw = GatewayProcess(tmp_path / "state", agents, config=config)
-    await gw.start()
-    try:
+    async with running(gw):
         yield gw
-    finally:
-        await gw.stop()
 
 
 async def start(client: GatewayClient, tmp_path: Path, agent: str = "ref") -> str:
