@@ -238,6 +238,18 @@ class AcpClient:
     async def delete_session(self, session_id: str) -> Any:
         return await self.request("session/delete", {"sessionId": session_id})
 
+    async def fork_session(self, session_id: str, cwd: str, mcp_servers: list[dict[str, Any]],
+                           additional_directories: list[str]) -> str:
+        """`session/fork` (unstable): a new session in this agent with `session_id`'s conversation; its id."""
+        params: dict[str, Any] = {"sessionId": session_id, "cwd": cwd, "mcpServers": mcp_servers}
+        if additional_directories:
+            params["additionalDirectories"] = additional_directories
+        answer = await self.request("session/fork", params)
+        forked = answer.get("sessionId") if isinstance(answer, dict) else None
+        if not isinstance(forked, str) or not forked:
+            raise RpcError(INVALID_PARAMS, f"the agent's answer to session/fork has no sessionId: {answer!r}")
+        return forked
+
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None) -> Any:
         params: dict[str, Any] = {}
         if cwd is not None:

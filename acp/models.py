@@ -23,6 +23,7 @@ class SessionCapabilities(_Wire):
     list_: dict[str, Any] | None = Field(default=None, alias="list")
     close: dict[str, Any] | None = None
     delete: dict[str, Any] | None = None
+    fork: dict[str, Any] | None = None  # unstable in ACP v1 (`session/fork`)
     additionalDirectories: dict[str, Any] | None = None
 
 
@@ -81,6 +82,10 @@ class AgentCapabilities(_Wire):
     @property
     def can_delete(self) -> bool:
         return self.sessionCapabilities.delete is not None
+
+    @property
+    def can_fork(self) -> bool:
+        return self.sessionCapabilities.fork is not None
 
 
 class AuthMethod(_Wire):

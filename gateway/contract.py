@@ -150,6 +150,11 @@ class TitleParams(SessionParams):
     title: str = Field(max_length=1000)
 
 
+class ForkParams(SessionParams):
+    title: str | None = Field(default=None, max_length=1000, description="default: the original's, marked (fork)")
+    name: SessionName | None = Field(default=None, description="a name for the new session")
+
+
 # -- results ---------------------------------------------------------------------------------------------
 class Result(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -160,6 +165,8 @@ class SessionSummary(Result):
 
     session_id: str
     name: str | None = Field(description="the name given at start, accepted wherever the id is")
+    forked_from: str | None = Field(default=None, description="the session this one was forked from "
+                                    "(task.session.fork)")
     task_id: str
     agent: str
     cwd: str
@@ -232,6 +239,8 @@ class ConfigView(Result):
     additional_directories: list[str]
     auth: AuthNeeded | None = Field(default=None, description="set while the agent asks to be signed in: answer "
                                     "with task.session.authenticate")
+    can_fork: bool = Field(default=False, description="the agent's last initialize advertised session/fork: "
+                           "task.session.fork makes a new session with this one's conversation")
 
 
 class SessionView(SessionSummary):
@@ -358,6 +367,8 @@ METHODS: dict[str, MethodSpec] = {
                                                  "Set one of the agent's options (model, mode, …) and keep it"),
     "task.session.set_mode": MethodSpec(SetModeParams, SessionView, "Set the session's mode and keep it"),
     "task.session.delete": MethodSpec(SessionParams, None, "Delete a session and its history"),
+    "task.session.fork": MethodSpec(ForkParams, SessionView, "A new session with this one's conversation so far "
+                                    "(ACP session/fork, where the agent offers it); the original goes on"),
     "task.session.subscribe": MethodSpec(SubscribeParams, Subscribed, "Receive task.session.event notifications"),
     "task.session.unsubscribe": MethodSpec(UnsubscribeParams, None, "Stop a subscription"),
     "task.session.permission.respond": MethodSpec(PermissionParams, PermissionAnswer,

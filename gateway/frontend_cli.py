@@ -37,6 +37,7 @@ COMMAND_HELP: dict[str, str] = {
     "answer": "answer an agent's question (an elicitation): FIELD=VALUE … for its form, or --open/--decline/--cancel",
     "config": "a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it",
     "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
+    "fork": "a new session with a session's conversation so far, where its agent forks sessions; the original goes on",
     "cancel-turn": "stop the running turn; the session stays",
     "cancel": "end a session for good",
     "delete": "delete a session and its history",
@@ -66,7 +67,7 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
                        help="where to find the generated token (default: the per-user state directory)")
         p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
         if name in ("status", "resume", "cancel", "cancel-turn", "history", "permission", "config", "commands",
-                    "delete", "answer", "sign-in", "sign-out"):
+                    "delete", "answer", "sign-in", "sign-out", "fork"):
             p.add_argument("session_id", help="the session's id or name (see `acp-gateway sessions`)")
         if name == "prompt":
             p.add_argument("session_id", nargs="?", help="the session's id or name (default: this directory's "
@@ -98,6 +99,9 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
                            help="an additional directory the agent may work in (repeatable)")
             p.add_argument("--mcp-server", action="append", default=[], metavar="JSON", dest="mcp_servers",
                            help="an MCP server, as ACP's McpServer JSON (repeatable)")
+        if name == "fork":
+            p.add_argument("--title", help="the new session's title (default: the original's, marked (fork))")
+            p.add_argument("--name", help="a name for the new session, accepted wherever its id is")
         if name == "history":
             p.add_argument("--after", type=int, default=0, help="only entries after this entry id")
             p.add_argument("--limit", type=int, default=100, help="at most this many entries (max 1000)")
@@ -273,6 +277,12 @@ async def _command(args: argparse.Namespace, client: GatewayClient, token: str |
     elif command == "delete":
         await client.call("task.session.delete", {"session_id": args.session_id})
         _print(args, {"deleted": args.session_id}, f"deleted {args.session_id}")
+    elif command == "fork":
+        fork_params = {"session_id": args.session_id, **{k: v for k, v in (("title", args.title), ("name", args.name))
+                                                   if v}}
+        view = await client.call("task.session.fork", fork_params)
+        _print(args, view, _view_line(view) + f"\nforked from {view['forked_from']}: "
+               f"acp-gateway prompt {view['name'] or view['session_id']} '…' goes on from there")
     elif command == "cancel-turn":
         view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
         _print(args, view, _view_line(view))

@@ -107,6 +107,7 @@ class RpcAdapter:
             "task.session.authenticate": lambda c, p: sessions.authenticate(c.owner, p.session_id, p.method_id,
                                                                            p.values),
             "task.session.logout": lambda c, p: sessions.logout(c.owner, p.session_id),
+            "task.session.fork": lambda c, p: sessions.fork(c.owner, p.session_id, title=p.title, name=p.name),
             "task.session.elicitation.respond": lambda c, p: sessions.respond_elicitation(
                 c.owner, p.session_id, p.request_id, p.action, p.content),
         }

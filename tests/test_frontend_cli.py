@@ -244,6 +244,10 @@ async def test_named_sessions_and_the_directory_session(gateway: GatewayProcess,
     assert rc == 0 and orjson.loads(out)["session_id"] == sid
     rc, _, err = await cli(gateway, "start", "--name", "fix-bug", "--cwd", str(tmp_path / "work"))
     assert rc == 1 and f"taken by session {sid}" in err
+    rc, out, _ = await cli(gateway, "fork", "fix-bug", "--name", "fix-bug-2")  # goes on from "by name"
+    assert rc == 0 and "name: fix-bug-2" in out and f"forked from {sid}" in out, out
+    rc, out, _ = await cli(gateway, "prompt", "fix-bug-2", "/recall")
+    assert rc == 0 and "recall: 2 prompts: by name | /recall" in out, out
     await gateway.kill9()
     await gateway.start()
     rc, out, _ = await cli(gateway, "sessions")

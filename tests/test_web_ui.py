@@ -126,6 +126,25 @@ async def test_start_prompt_markdown_and_cancel(gateway: GatewayProcess, browser
     await expect(page.locator("#prompt")).to_be_disabled()
 
 
+async def test_a_fork_opens_with_the_conversation_so_far(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                          tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", title="original")
+    await say(page, "before the fork")
+    await expect(page.locator(".msg.turn")).to_have_count(1)
+    await page.click("#fork")
+    await expect(page.locator("#detail-head strong")).to_have_text("original (fork)")
+    await expect(page.locator(".forked-from")).to_have_text("forked from original")
+    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    await expect(page.locator(".msg.user").first).to_have_text("before the fork")  # the conversation so far
+    await say(page, "/recall")
+    await expect(page.locator(".msg.agent").last).to_contain_text("recall: 2 prompts: before the fork | /recall")
+    await shot(page, "ui-fork")
+    await page.click(".forked-from")
+    await expect(page.locator("#detail-head strong")).to_have_text("original")
+    assert errors == [], "\n".join(errors)
+
+
 async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: GatewayProcess,
                                                                        browser: playwright_api.Browser,
                                                                        tmp_path: Path) -> None:

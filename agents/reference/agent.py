@@ -74,6 +74,7 @@ class Config:
     advertise_list: bool = True
     advertise_close: bool = True
     advertise_delete: bool = True
+    advertise_fork: bool = True
     protocol_version: int = 1
     faults: dict[str, str] = field(default_factory=dict)
     noise: int = 0
@@ -244,6 +245,7 @@ class ReferenceAgent:
             "session/list": self._list if self.config.advertise_list else None,
             "session/close": self._close if self.config.advertise_close else None,
             "session/delete": self._delete if self.config.advertise_delete else None,
+            "session/fork": self._fork if self.config.advertise_fork else None,
             "session/prompt": self._prompt,
             "session/set_config_option": self._set_config_option,
             "session/set_mode": self._set_mode,
@@ -296,6 +298,8 @@ class ReferenceAgent:
             session_caps["close"] = {}
         if self.config.advertise_delete:
             session_caps["delete"] = {}
+        if self.config.advertise_fork:
+            session_caps["fork"] = {}
         auth_methods: list[dict[str, Any]] = [
             {"id": "reference-login", "name": "Reference login", "description": "always accepted"}
         ]
@@ -489,6 +493,19 @@ class ReferenceAgent:
             session.cancel.set()
         self._path(sid).unlink(missing_ok=True)
         return {}
+
+    async def _fork(self, params: dict[str, Any]) -> dict[str, Any]:
+        """session/fork (unstable): a new session with a copy of the conversation and configuration of one this
+        process has or has stored; the original is untouched."""
+        cwd = self._check_cwd(params)
+        source = self._existing(params)
+        session = Session(session_id=f"ref-{uuid.uuid4()}", cwd=cwd, title=source.title,
+                          history=[dict(u) for u in source.history])
+        session.options.values.update(source.options.values)
+        self._setup(session, params)
+        self.sessions[session.session_id] = session
+        self._save(session)
+        return self._answer(session, {"sessionId": session.session_id})
 
     async def _prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = params.get("sessionId")
@@ -773,6 +790,10 @@ class ReferenceAgent:
             await self._message(session, "filled")
         elif word == "/term":
             return await self._terminal(session, rest)
+        elif word == "/recall":  # the prompts this session remembers, this one included (a fork's proof of context)
+            said = [b.get("text", "") for u in session.history if u.get("sessionUpdate") == "user_message_chunk"
+                    for b in [u.get("content") or {}] if isinstance(b, dict) and b.get("type") == "text"]
+            await self._message(session, f"recall: {len(said)} prompts: " + " | ".join(said))
         elif word == "/meta":  # says the prompt request's `_meta`, and sends an update with a `_meta` of its own
             assert self.conn is not None
             await self.conn.notify("session/update", {
@@ -840,6 +861,7 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--no-list", action="store_true", help="do not advertise or serve session/list")
     p.add_argument("--no-close", action="store_true", help="do not advertise or serve session/close")
     p.add_argument("--no-delete", action="store_true", help="do not advertise or serve session/delete")
+    p.add_argument("--no-fork", action="store_true", help="do not advertise or serve session/fork (unstable)")
     p.add_argument("--protocol-version", type=int, default=1, help="the version answered to initialize")
     p.add_argument("--fault", action="append", default=[], metavar="METHOD=KIND",
                    help=f"inject a fault on METHOD; KIND is one of {', '.join(FAULTS)}")
@@ -908,6 +930,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         advertise_list=not ns.no_list,
         advertise_close=not ns.no_close,
         advertise_delete=not ns.no_delete,
+        advertise_fork=not ns.no_fork,
         protocol_version=ns.protocol_version,
         faults=faults,
         noise=ns.noise,

@@ -33,6 +33,7 @@ COMMANDS = (
     ("config", "Say the session's current mode, model, effort and verbosity", None),
     ("mcp", "Name the MCP servers this session was given", None),
     ("dirs", "Name this session's additional directories", None),
+    ("recall", "Say the prompts this session remembers", None),
 )
 
 

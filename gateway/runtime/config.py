@@ -108,7 +108,8 @@ class SessionConfig:
         """What a `session_config` event carries: the options and the choices, without the heavier parts."""
         return {"options": self.offer.view(), "modes": self.offer.modes, "models": self.offer.models,
                 "chosen": {k: {"value": c.value, "by": c.by} for k, c in self.chosen.items()},
-                "unapplied": self.unapplied, "auth": self.auth}
+                "unapplied": self.unapplied, "auth": self.auth,
+                "can_fork": bool((self.capabilities or {}).get("fork"))}
 
     def view(self) -> dict[str, Any]:
         """The `config` of a session view (made once per change: a live session's status is answered from it)."""
@@ -135,7 +136,8 @@ def agent_said(err: RpcError) -> str:
 
 
 def capabilities_json(caps: AgentCapabilities) -> dict[str, Any]:
-    return {"mcp": sorted(caps.mcp_transports), "additional_directories": caps.takes_additional_directories}
+    return {"mcp": sorted(caps.mcp_transports), "additional_directories": caps.takes_additional_directories,
+            "fork": caps.can_fork}
 
 
 def starting_choices(config: Mapping[str, Any], by: str) -> dict[str, Choice]:

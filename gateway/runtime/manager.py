@@ -41,6 +41,7 @@ from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
 from .config import ConfigKeeper, starting_choices, stored
 from .elicitations import ElicitationBroker
+from .forks import fork_session
 from .launcher import Launcher, check_resumable, check_workspace, directory_refusal
 from .live import LiveSession
 from .recovery import recover_after_crash
@@ -169,7 +170,7 @@ class SessionManager:
         handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
                     "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
                     "respond_elicitation": self.respond_elicitation, "authenticate": self.authenticate,
-                    "logout": self.logout,
+                    "logout": self.logout, "fork": self.fork,
                     "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete,
                     "set_config_option": self.set_config_option, "set_mode": self.set_mode,
                     "set_model": self.set_model}
@@ -640,6 +641,48 @@ class SessionManager:
         if routed:
             return dict(answer)
         return await self._owned(self.elicitations.respond(row, request_id, action, content))
+
+    async def fork(self, owner: str, session_id: str, *, title: str | None = None, name: str | None = None,
+                   forwarded: bool = False) -> dict[str, Any]:
+        """A new session with this one's conversation so far, where its agent forks sessions (`forks`); the new
+        session's agent starts at once and restores the fork, the original goes on untouched."""
+        row = await self.row(owner, session_id)
+        if SessionState(row.state) in TERMINAL_SESSION_STATES:
+            raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: its agent can fork it no more")
+        if name is not None:
+            await self._check_name(owner, name)
+        routed, answer = await self._elsewhere(row, "fork", forwarded, title=title, name=name)
+        if routed:
+            return dict(answer)
+        await self.launcher.usage.check_start(owner)  # a fork is a start: the owner's quotas hold (-32014)
+        self._check_live_limit(owner)  # and it runs an agent of its own
+        live, answer = await self._bring_up(row, forwarded, "fork", {"title": title, "name": name})
+        if live is None:
+            return dict(answer)
+        return await self._owned(self._fork(live, title, name))
+
+    async def _fork(self, live: LiveSession, title: str | None, name: str | None) -> dict[str, Any]:
+        owner = live.owner
+        self._check_live_limit(owner)
+        self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
+        try:
+            try:
+                row = await fork_session(self.store, self.writer, self.settings, live, title, name)
+            except Exception as exc:
+                if name is not None and "unique" in str(exc).lower():  # a start took the name meanwhile
+                    await self._check_name(owner, name)
+                raise
+            self.launcher.usage.created(owner)
+            await self.writer.publish(row, "session_created", await self.views.view(row))
+            await self.writer.message(row, "info", f"Forked from session {live.session_id}: the conversation so far "
+                                      "is in this session's history.")
+            await self.cluster.acquire(row.id)  # a new session: no other node can hold it
+        finally:
+            self._starting[owner] -= 1
+        future = self.launcher.launch_once(row, fresh_start=False)  # restores the forked ACP session
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
+        return await self.views.get(owner, row.id)
 
     # -- ending ----------------------------------------------------------------------------
     async def cancel(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:

@@ -23,6 +23,7 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
     return {
         "session_id": row.id,
         "name": row.name,
+        "forked_from": row.forked_from,
         "task_id": row.task_id,
         "agent": row.agent,
         "cwd": row.cwd,

@@ -238,4 +238,8 @@ MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN name TEXT;
     CREATE UNIQUE INDEX sessions_by_name ON sessions(owner, name) WHERE name IS NOT NULL
     """,
+    # 13: the session a fork was made from (`task.session.fork`); kept when that session is deleted (a plain id)
+    """
+    ALTER TABLE sessions ADD COLUMN forked_from TEXT
+    """,
 ]

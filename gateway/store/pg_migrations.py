@@ -219,4 +219,8 @@ PG_MIGRATIONS: list[str] = [
     ALTER TABLE commands ADD COLUMN mac TEXT;
     ALTER TABLE commands ADD COLUMN expires_at DOUBLE PRECISION
     """,
+    # 10: the schema of SQLite migration 13 (the session a fork was made from)
+    """
+    ALTER TABLE sessions ADD COLUMN forked_from TEXT
+    """,
 ]

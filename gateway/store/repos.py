@@ -54,9 +54,12 @@ class TaskRepo(_Repo):
 class SessionRepo(_Repo):
     async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
                      task_id: str | None, task_state: str, session_state: str,
-                     config: Mapping[str, Any] | None = None, name: str | None = None) -> SessionRow:
+                     config: Mapping[str, Any] | None = None, name: str | None = None,
+                     fork: tuple[str, str, int] | None = None) -> SessionRow:
         """A new session and its task (unless the owner's `task_id` exists), with its configuration's columns
-        (`config`: what it is started with), in one transaction."""
+        (`config`: what it is started with), in one transaction. A fork (`fork`: the session it comes from, the ACP
+        session its agent forked, and the last history entry of the conversation forked) starts with a copy of that
+        history and the forked ACP session to restore: never half made."""
         now = time.time()
         session_id = f"s-{uuid.uuid4().hex}"
         async with self.store.transaction() as db:
@@ -68,12 +71,17 @@ class SessionRepo(_Repo):
                 await db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                                  (task_id, owner, title, description, task_state, now, now))
             await db.execute(
-                "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at, name) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, task_id, owner, agent, cwd, title, session_state, now, now, name),
+                "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at, name, "
+                "forked_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, task_id, owner, agent, cwd, title, session_state, now, now, name,
+                 fork[0] if fork else None),
             )
-            await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen) VALUES (?, ?, 'created', ?)",
-                             (session_id, cwd, now))
+            await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen, resume_token) "
+                             "VALUES (?, ?, 'created', ?, ?)", (session_id, cwd, now, fork[1] if fork else None))
+            if fork is not None:
+                await db.execute("INSERT INTO history (session_id, kind, name, content, ts) SELECT ?, kind, name, "
+                                 "content, ts FROM history WHERE session_id = ? AND id <= ? ORDER BY id",
+                                 (session_id, fork[0], fork[2]))
             if config:
                 sql, params = _config_upsert(session_id, config, now)
                 await db.execute(sql, params)
@@ -269,6 +277,11 @@ class HistoryRepo(_Repo):
         rows = await self.store.fetchall(
             "SELECT kind, content, name FROM history WHERE session_id = ? ORDER BY id", (session_id,))
         return [HistoryEntry(r[0], r[1], r[2]) for r in rows]
+
+    async def last_id(self, session_id: str) -> int:
+        """The id of the session's newest history entry (0: none)."""
+        row = await self.store.fetchone("SELECT MAX(id) FROM history WHERE session_id = ?", (session_id,))
+        return int(row[0]) if row and row[0] is not None else 0
 
     async def exists(self, session_id: str) -> bool:
         return await self.store.fetchone("SELECT 1 FROM history WHERE session_id = ? LIMIT 1", (session_id,)) \

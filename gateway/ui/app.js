@@ -290,9 +290,11 @@ function openLog(sid) {
   state.logs.set(sid, log);
   log.loading = (async () => {
     let after = 0;
+    const s = state.sessions.get(sid);
+    const forkedAt = s && s.forked_from ? await forkedPart(sid, log, s) : 0;
     for (let first = true; ; first = false) {
       const page = await call("task.session.events", { session_id: sid, after, limit: 2000 });
-      if (first && !page.complete) { await fromHistory(sid, log, page.cursor); break; }
+      if (first && !page.complete) { await fromHistory(sid, log, page.cursor, forkedAt); break; }
       for (const e of page.events) applyEvent(sid, log, e);
       if (page.next == null) { log.through = Math.max(log.through, page.cursor); break; }
       after = page.next;
@@ -306,15 +308,31 @@ function openLog(sid) {
   return log.loading;
 }
 
-async function fromHistory(sid, log, cursor) {
+async function allHistory(sid) {
   const entries = [];
   for (let after = 0; after != null; ) {
     const h = await call("task.session.history", { session_id: sid, after, limit: 1000 });
     entries.push(...h.entries); after = h.next;
   }
+  return entries;
+}
+
+async function fromHistory(sid, log, cursor, shownThrough = 0) {
+  const entries = (await allHistory(sid)).filter((e) => e.ts > shownThrough);
   log.entries.push({ kind: "notice", level: "info", text: "The start of this session is past the event journal's retention: what it recorded is shown from its history." });
   for (const p of historyEvents(entries)) applyEvent(sid, log, p);
   log.through = cursor;
+}
+
+// A fork's journal starts at the fork: the conversation before it is the copy of the original's history it was made
+// with (entries as old as the fork itself), shown first.
+async function forkedPart(sid, log, s) {
+  const entries = (await allHistory(sid)).filter((e) => e.ts <= s.created_at);
+  if (!entries.length) return 0;
+  const from = (state.sessions.get(s.forked_from) || {}).title || s.forked_from;
+  log.entries.push({ kind: "notice", level: "info", text: `Before the fork (from ${from}), as its history recorded it:` });
+  for (const p of historyEvents(entries)) applyEvent(sid, log, p);
+  return s.created_at;
 }
 
 // History entries as the events they were recorded from, for `applyEvent`.
@@ -362,7 +380,7 @@ function configChanged(sid, log, d, ts) {
   const c = config(sid);
   const before = Object.fromEntries((log ? log.options || [] : []).map((o) => [o.id, o.currentValue]));
   Object.assign(c, { options: d.options || [], modes: d.modes, models: d.models, chosen: d.chosen || {}, unapplied: d.unapplied || [],
-                    auth: d.auth || null });
+                    auth: d.auth || null, can_fork: !!d.can_fork });
   if (log) {  // the transcript's own account of the options (the view's may be newer than the event being folded)
     if (d.cause === "agent") {  // the agent changed it on its own: say so in the conversation
       const moved = (d.options || []).filter((o) => o.id in before && before[o.id] !== o.currentValue)
@@ -563,6 +581,11 @@ function renderHead() {
   running.id = "agent-running";
   head.append(el("strong", "", s.title || s.name || s.session_id), badge, running,
               el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent} · ${s.cwd}`));
+  if (s.forked_from) {
+    const from = el("a", "muted forked-from", `forked from ${(state.sessions.get(s.forked_from) || {}).title || s.forked_from}`);
+    from.href = "#"; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };
+    head.append(from);
+  }
   const active = !TERMINAL.includes(s.state) && state.live;
   const resume = el("button", "", "Resume"); resume.id = "resume"; resume.disabled = !active || s.is_agent_running;
   resume.onclick = () => resumeViewed("by hand");
@@ -571,10 +594,17 @@ function renderHead() {
     .then(() => showErrorAt("head-error", null), (e) => showErrorAt("head-error", e));
   const cancel = el("button", "", "Cancel session"); cancel.id = "cancel"; cancel.disabled = !active;
   cancel.onclick = () => cancelSession(s.session_id);
+  // A fork: a new session with this one's conversation so far (where the agent forks sessions), opened at once.
+  const fork = el("button", "", "Fork"); fork.id = "fork"; fork.hidden = !config(s.session_id).can_fork;
+  fork.disabled = !active || s.state === "RUNNING";
+  fork.title = "a new session that goes on from this conversation; this one stays as it is";
+  fork.onclick = () => call("task.session.fork", { session_id: s.session_id })
+    .then((view) => { showErrorAt("head-error", null); state.sessions.set(view.session_id, view); openView(view.session_id); },
+          (e) => showErrorAt("head-error", e));
   const raw = el("button", "", state.showRaw ? "Hide raw" : "Raw"); raw.id = "raw-toggle";
   raw.title = "every event of this session as JSON, for agent authors";
   raw.onclick = () => { state.showRaw = !state.showRaw; $("raw").hidden = !state.showRaw; renderRaw(); renderHead(); };
-  head.append(resume, stop, cancel, raw);
+  head.append(resume, stop, cancel, fork, raw);
   renderStatusLine(s);
   renderConfig();
 }
