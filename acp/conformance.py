@@ -22,8 +22,10 @@ from enum import StrEnum
 from typing import Any
 
 from .auth import choose_auth_method
+from .check_terminals import ScratchTerminals
 from .client import AcpClient, ClientOptions
-from .conformance_options import CheckOptions
+from .conformance_options import CheckOptions, ClientOffer
+from .elicitation import Elicitation
 from .errors import AUTH_REQUIRED, RESOURCE_NOT_FOUND, RequestTimeout, RpcError
 from .models import STOP_REASONS, AuthMethod, conversation
 from .process import AgentProcess
@@ -156,6 +158,8 @@ class Probe:
     first_update: asyncio.Event = field(default_factory=asyncio.Event)
     turns: TurnGate = field(default_factory=TurnGate)  # the run's: shared by every probe
     activity: int = 0  # conversation updates and requests this process sent: what shows a turn running
+    offer: ClientOffer = field(default_factory=ClientOffer)  # what its initialize offers
+    terminals: ScratchTerminals | None = None  # the terminals it was given, where the offer has them
 
     def begin(self) -> None:
         """A check starts using this (shared) process: what it observes from now on is that check's evidence."""
@@ -197,7 +201,7 @@ class Probe:
         try:
             result = await self.call("initialize", {
                 "protocolVersion": version,
-                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
+                "clientCapabilities": self.offer.capabilities(),
                 "clientInfo": {"name": "acp-gateway-check", "version": "0.1.0"}})
         except RpcError as err:
             raise CheckFailed(f"initialize answered an error: {err.message} ({err.code})") from None
@@ -308,8 +312,10 @@ def _clip(value: Any, limit: int = 2000) -> Any:
 
 
 async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | None,
-                       options: CheckOptions, turns: TurnGate | None = None) -> Probe:
-    """A new agent process, observed. Its permission requests stay pending until the checker cancels the turn."""
+                       options: CheckOptions, turns: TurnGate | None = None, offer: ClientOffer | None = None) -> Probe:
+    """A new agent process, observed, offered `offer` (default: files only). Its permission requests stay pending
+    until the checker cancels the turn; its questions (elicitation, where offered) are declined."""
+    offer = offer or ClientOffer()
     probe_ref: dict[str, Probe] = {}
 
     def on_update(params: dict[str, Any], replay: bool) -> None:
@@ -327,13 +333,26 @@ async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | 
     # The process runs where the checker was started (a relative `python my_agent.py` works, as the user meant it);
     # its sessions and the files it may ask the checker for are in the scratch directory.
     process = await AgentProcess.spawn(argv, cwd=options.agent_cwd or os.getcwd(), env=env)
+    terminals = ScratchTerminals(workdir) if offer.terminal else None
     client = AcpClient(process, cwd=workdir, on_update=on_update, on_permission=hold_permission,
-                       options=ClientOptions(request_timeout=options.setup_timeout, stop_grace=1.0))
+                       options=ClientOptions(request_timeout=options.setup_timeout, stop_grace=1.0),
+                       terminal_host=terminals,
+                       on_elicitation=Declining() if offer.elicitation_form or offer.elicitation_url else None)
     probe = Probe(client, time.monotonic(), options, env=env if env is not None else dict(os.environ),
-                  turns=turns if turns is not None else TurnGate())
+                  turns=turns if turns is not None else TurnGate(), offer=offer, terminals=terminals)
     probe_ref["p"] = probe
     client.conn.observers.append(probe.observe)
     return probe
+
+
+class Declining:
+    """The checker's answer to an agent's questions (where it offers elicitation): declined, nobody is there."""
+
+    async def ask(self, elicitation: Elicitation, params: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "decline"}
+
+    def completed(self, params: dict[str, Any]) -> None:
+        pass
 
 
 CheckFn = Callable[["CheckContext"], Awaitable[str]]
@@ -371,7 +390,7 @@ class CheckContext:
     directory, what the agent advertised, and the options."""
 
     def __init__(self, workdir: str, caps: dict[str, Any], options: CheckOptions,
-                 launch: Callable[[], Awaitable[Probe]], owns_probes: bool = True) -> None:
+                 launch: Callable[[ClientOffer | None], Awaitable[Probe]], owns_probes: bool = True) -> None:
         self.workdir = workdir
         self.caps = caps  # what the agent advertised to a first initialize
         self.options = options
@@ -380,8 +399,10 @@ class CheckContext:
         self._launch = launch
         self._owns_probes = owns_probes
 
-    async def probe(self) -> Probe:
-        probe = await self._launch()
+    async def probe(self, offer: ClientOffer | None = None) -> Probe:
+        """A process for this check: a fresh check's own, offered `offer`; else the shared one (which offers the
+        default)."""
+        probe = await self._launch(offer)
         self.probes.append(probe)
         return probe
 
@@ -403,7 +424,8 @@ CHECKS: list[Check] = []
 # The checks that cannot be decided without a prompt turn that completes: once the run's turns are known to be
 # blocked, they are blocked before they set up anything (a session/new may itself take an adapter 20 s offline).
 NEEDS_TURN = frozenset({"ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002",
-                        "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001"})
+                        "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENTCAP-001",
+                        "ACP-TERMINAL-001"})
 
 
 def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = None, fresh: bool = False,
@@ -766,6 +788,68 @@ async def auth_required(ctx: CheckContext) -> str:
         return (f"authentication required; {len(methods)} method(s) advertised; authenticate "
                 + ("worked" if worked else "did not work without credentials"))
     return "no authentication required"
+
+
+@check("ACP-AUTH-002", Tier.MANDATORY, "no terminal sign-in is advertised to a client that does not run them",
+       f"{SPEC}/authentication: Agents MUST NOT include terminal auth methods unless the client advertised "
+       "clientCapabilities.auth.terminal.", fresh=True, tck=("ACP-AUTH-002",))
+async def terminal_auth_only_when_offered(ctx: CheckContext) -> str:
+    p = await ctx.probe(ClientOffer(terminal=True, terminal_auth=False))  # terminals, but no terminal sign-in
+    init = await p.initialize()
+    methods = [m for m in init.get("authMethods") or [] if isinstance(m, dict)]
+    terminal = [str(m.get("id")) for m in methods if m.get("type") == "terminal"]
+    if terminal:
+        raise CheckFailed(f"initialize without clientCapabilities.auth.terminal advertised terminal sign-in "
+                          f"method(s) {', '.join(terminal)}: a client that cannot run them offers its user a dead end")
+    return f"{len(methods)} auth method(s), none of type terminal"
+
+
+_OFFERED_BY = {"fs/read_text_file": "fs.readTextFile", "fs/write_text_file": "fs.writeTextFile",
+               "elicitation/create": "elicitation"}
+
+
+@check("ACP-CLIENTCAP-001", Tier.MANDATORY, "the agent calls no file, terminal or elicitation method the client did "
+       "not offer",
+       f"{SPEC}/file-system, {SPEC}/terminals, {SPEC}/elicitation: if the capability is false or not present, the "
+       "Agent MUST NOT attempt to call its methods.", fresh=True,
+       tck=("ACP-CLIENTCAP-001", "ACP-CLIENTCAP-002", "ACP-CLIENTCAP-003"))
+async def offers_honoured(ctx: CheckContext) -> str:
+    p = await ctx.probe(ClientOffer.nothing())
+    await p.initialize()
+    sid = await p.new_session(ctx.workdir)
+    result = await p.prompt(sid, ctx.prompts.tools)
+    await _settle(p)
+    called = sorted({str(m["method"]) for m in p.requests_in if str(m["method"]).startswith(("fs/", "terminal/"))
+                     or m["method"] == "elicitation/create"})
+    if called:
+        raise CheckFailed("offered no files, terminals or questions (clientCapabilities fs false, terminal false, no "
+                          "elicitation), the agent called "
+                          + ", ".join(f"{m} (needs {_OFFERED_BY.get(m, 'terminal')})" for m in called))
+    return (f"offered none, called none; the turn ended {result.get('stopReason')!r} (PASS holds for an agent that "
+            "needed none, too)")
+
+
+# Advisory: the spec makes the agent "responsible for releasing the terminal" (terminal/create), not a MUST; a
+# client ends an agent's terminals with the agent anyway (the gateway does), but until then each holds a process.
+@check("ACP-TERMINAL-001", Tier.ADVISORY, "terminals the agent creates are released (terminal/release)",
+       f"{SPEC}/terminals: The Agent is responsible for releasing the terminal by using the terminal/release method.",
+       fresh=True)
+async def terminals_released(ctx: CheckContext) -> str:
+    p = await ctx.probe(ClientOffer(terminal=True))
+    await p.initialize()
+    sid = await p.new_session(ctx.workdir)
+    await p.prompt(sid, ctx.prompts.tools)
+    await _settle(p)
+    host = p.terminals
+    assert host is not None
+    if not host.created:
+        raise CheckSkipped("the agent ran no command in a terminal of the client's (the `tools` prompt; set [check] "
+                           "tools to one that makes it)")
+    left = host.unreleased()
+    if left:
+        raise CheckFailed(f"{len(left)} of {len(host.created)} terminal(s) still held when the turn had ended: "
+                          f"{', '.join(left)} (never terminal/release'd)")
+    return f"{len(host.created)} terminal(s) created, each released"
 
 
 @check("ACP-CLIENT-001", Tier.MANDATORY, "the agent survives -32601 from the client for a method it does not have",

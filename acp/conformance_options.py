@@ -27,6 +27,10 @@ class CheckPrompts(BaseModel):
     # A turn in which the agent asks the client's permission (a file edit, in most agents).
     permission: str = Field(default="Create a file named notes.txt in the current directory containing the word hi. "
                                     "Ask me for permission before you write it.", min_length=1)
+    # A turn in which a coding agent would use the client's files and terminals, where offered: what the checks of
+    # client capabilities watch (ACP-CLIENTCAP-001, ACP-TERMINAL-001).
+    tools: str = Field(default="Create a file named acp-check.txt containing the word hi, read it back, then run "
+                               "the command `ls` and tell me what it printed.", min_length=1)
     # A turn in which the agent calls a client method the checker does not offer. No agent-neutral request makes
     # an agent do that, so by default ACP-CLIENT-001 is skipped and says how to set one.
     client_method: str | None = None
@@ -41,6 +45,39 @@ class CheckPrompts(BaseModel):
                                  f"{', '.join(type(self).model_fields)}")
             changes[key] = text
         return type(self).model_validate({**self.model_dump(), **changes})
+
+
+@dataclass(frozen=True)
+class ClientOffer:
+    """What the checker, as a client, offers an agent in `initialize`: each client capability on or off. The
+    default is what most checks need (files, nothing else); a check that judges how an agent treats a capability
+    offers its own."""
+
+    fs_read: bool = True
+    fs_write: bool = True
+    terminal: bool = False
+    terminal_auth: bool = False
+    elicitation_form: bool = False
+    elicitation_url: bool = False
+    boolean_config: bool = False
+
+    @classmethod
+    def nothing(cls) -> ClientOffer:
+        return cls(fs_read=False, fs_write=False)
+
+    def capabilities(self) -> dict[str, object]:
+        """The `clientCapabilities` of initialize."""
+        caps: dict[str, object] = {"fs": {"readTextFile": self.fs_read, "writeTextFile": self.fs_write},
+                                   "terminal": self.terminal}
+        if self.terminal_auth:
+            caps["auth"] = {"terminal": True}
+        modes: dict[str, object] = {**({"form": {}} if self.elicitation_form else {}),
+                                    **({"url": {}} if self.elicitation_url else {})}
+        if modes:
+            caps["elicitation"] = modes
+        if self.boolean_config:
+            caps["session"] = {"configOptions": {"boolean": {}}}
+        return caps
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from .conformance import (
     launch_probe,
     startup_verdict,
 )
-from .conformance_options import CheckOptions
+from .conformance_options import CheckOptions, ClientOffer
 from .errors import AcpError, RpcError
 from .schema_check import Violation
 
@@ -69,8 +69,10 @@ class SharedAgent:
         self.first_init_seconds = probe.init_seconds
         return probe.init or {}
 
-    async def acquire(self) -> Probe:
-        """The process for the check that begins now."""
+    async def acquire(self, offer: ClientOffer | None = None) -> Probe:
+        """The process for the check that begins now (it offers the default: a check with an offer of its own is a
+        fresh one)."""
+        assert offer is None, "a check that makes its own offer runs in its own process (fresh=True)"
         if self.unusable is not None:
             raise CheckBlocked(self.unusable)
         if self.probe is None or not self.probe.alive:
@@ -148,7 +150,8 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         async def fresh(c: Check) -> None:
             async with gate:
                 check_dir = _check_dir(workdir, c)
-                ctx = CheckContext(check_dir, caps, options, lambda: launch_probe(argv, check_dir, env, options, turns))
+                ctx = CheckContext(check_dir, caps, options,
+                                   lambda offer: launch_probe(argv, check_dir, env, options, turns, offer))
                 result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
             violations.extend(found)
             ended(result)

@@ -42,6 +42,10 @@ FAULTS: list[tuple[list[str], set[str]]] = [
     (["--fault", "session/list=unsupported"], {"ACP-CAPS-001", "ACP-LIST-001"}),
     (["--fault", "session/close=unsupported"], {"ACP-CAPS-001", "ACP-CLOSE-001"}),
     (["--linger"], {"ACP-SHUTDOWN-001"}),
+    (["--ignore-client-capabilities"], {"ACP-CLIENTCAP-001"}),
+    (["--keep-terminals"], {"ACP-TERMINAL-001"}),
+    (["--auth-terminal", "--auth-terminal-always"], {"ACP-AUTH-002"}),
+    (["--auth-terminal"], set()),  # offered only to a client that runs terminal sign-ins: conformant
     (["--require-auth"], set()),  # the checker authenticates with the advertised method, as a client would
     # Not the agent's fault: blocked (authentication without credentials, a turn the model could not run) or
     # inconclusive (turns that end before a cancel can reach them) — never FAIL (see the verdict test below).
@@ -55,10 +59,10 @@ UNDECIDED: list[tuple[list[str], Result, set[str]]] = [
     (["--require-auth", "--auth-fails"], Result.BLOCKED, {
         "ACP-SESSION-001", "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002",
         "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-UNKNOWN-001", "ACP-UNKNOWN-002", "ACP-CAPS-001",
-        "ACP-LIST-001", "ACP-CLOSE-001", "ACP-CLIENT-001"}),
+        "ACP-LIST-001", "ACP-CLOSE-001", "ACP-CLIENT-001", "ACP-CLIENTCAP-001", "ACP-TERMINAL-001"}),
     (["--fault", "session/prompt=internal"], Result.BLOCKED, {
         "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002", "ACP-LOAD-001",
-        "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENT-001"}),
+        "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENT-001", "ACP-CLIENTCAP-001", "ACP-TERMINAL-001"}),
     (["--brief-turns"], Result.INCONCLUSIVE, {"ACP-CANCEL-001"}),
 ]
 
@@ -254,6 +258,7 @@ async def test_plain_prompts_blame_no_agent_for_what_it_was_not_asked(tmp_path: 
     assert by_id["ACP-CANCEL-001"].result is Result.INCONCLUSIVE
     assert "longer task" in by_id["ACP-CANCEL-001"].evidence
     assert by_id["ACP-CANCEL-002"].result is Result.SKIP and by_id["ACP-CLIENT-001"].result is Result.SKIP
+    assert by_id["ACP-TERMINAL-001"].result is Result.SKIP and "tools" in by_id["ACP-TERMINAL-001"].evidence
     sent = [block["text"] for r in results for frame in r.transcript if frame["dir"] == "out"
             for block in frame["msg"].get("params", {}).get("prompt", [])]
     assert sent and not [text for text in sent if text.startswith("/")]

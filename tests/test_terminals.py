@@ -90,7 +90,9 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
     agents.mkdir()
     (tmp_path / "work" / "sub").mkdir(parents=True)
     reference_profile(agents, tmp_path / "agent-state", "ref")
-    reference_profile(agents, tmp_path / "agent-state", "no-terminals", extra="terminals = false\n")
+    # An agent that calls terminal methods though not offered them (a fault): the gateway refuses them.
+    reference_profile(agents, tmp_path / "agent-state", "no-terminals", "--ignore-client-capabilities",
+                      extra="terminals = false\n")
     config = tmp_path / "gw.toml"
     config.write_text("max_terminals_per_session = 1\n")
     gw = GatewayProcess(tmp_path / "state", agents, config=config)

@@ -109,6 +109,9 @@ class Config:
     mcp_sse: bool = True
     additional_directories: bool = True
     leaky_mcp: bool = False
+    ignore_client_capabilities: bool = False  # fault: call fs, terminal and elicitation methods though not offered
+    keep_terminals: bool = False  # fault: never release a terminal
+    auth_terminal_always: bool = False  # fault: advertise the terminal sign-in to a client that does not run them
 
 
 @dataclass
@@ -140,6 +143,7 @@ class ReferenceAgent:
         self.conn: Connection | None = None
         self.stdout: Any = None
         self.catalogue = Catalogue(config.config_style, False, config.refuse_values)
+        self.client_caps: dict[str, Any] = {}  # what the client offered in initialize
         self._tasks: set[asyncio.Task[Any]] = set()
         config.state_dir.mkdir(parents=True, exist_ok=True)
 
@@ -284,6 +288,7 @@ class ReferenceAgent:
 
     # -- methods ---------------------------------------------------------------------
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.client_caps = params.get("clientCapabilities") or {} if isinstance(params, dict) else {}
         client_session = (params.get("clientCapabilities") or {}).get("session") or {}
         booleans = isinstance((client_session.get("configOptions") or {}).get("boolean"), dict)
         self.catalogue = Catalogue(self.config.config_style, booleans, self.config.refuse_values)
@@ -308,7 +313,7 @@ class ReferenceAgent:
                 {"id": "reference-env", "name": "API key", "type": "env_var", "vars": [{"name": self.config.auth_env}]}
             )
         client_auth = (params.get("clientCapabilities") or {}).get("auth") or {}
-        if self.config.auth_terminal and client_auth.get("terminal") is True:  # only to a client that runs them
+        if self.config.auth_terminal and (client_auth.get("terminal") is True or self.config.auth_terminal_always):
             auth_methods.append({"id": "reference-tui", "name": "Device login", "type": "terminal",
                                  "description": "in a terminal", "args": ["--login"], "env": {"REF_LOGIN": "1"}})
         return {
@@ -605,6 +610,10 @@ class ReferenceAgent:
         embedded in a tool call; its exit and output asked for, and the terminal released (unless `--keep`: its id
         is said instead). `--kill` kills it at once. A cancel kills and releases it."""
         assert self.conn is not None
+        refused = self._not_offered("terminal/create")
+        if refused is not None:
+            await self._message(session, refused)
+            return None
         words = rest.split(" ")
         options: dict[str, Any] = {}
         while words and words[0].startswith("--"):
@@ -643,7 +652,7 @@ class ReferenceAgent:
         output = await self.conn.request("terminal/output", ids)
         await self._update(session, {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
                                      "status": "completed" if status.get("exitCode") == 0 else "failed"})
-        if options.get("--keep"):
+        if options.get("--keep") or self.config.keep_terminals:
             await self._message(session, f"terminal {terminal_id} kept")
         else:
             await self.conn.request("terminal/release", ids)
@@ -655,6 +664,10 @@ class ReferenceAgent:
     async def _elicit(self, session: Session, kind: str) -> str | None:
         """`/elicit form|url|bad`: ask the person at the client, say what came back."""
         assert self.conn is not None
+        refused = self._not_offered("elicitation/create", "url" if kind == "url" else "form")
+        if refused is not None:
+            await self._message(session, refused)
+            return None
         params: dict[str, Any] = {"sessionId": session.session_id, "message": "Who is asking?"}
         if kind == "url":
             params.update(mode="url", elicitationId=f"e-{uuid.uuid4().hex[:8]}", url="https://example.com/sign-in")
@@ -744,7 +757,8 @@ class ReferenceAgent:
             await self._report(session, "fs/write_text_file",
                                {"sessionId": session.session_id, "path": path, "content": content})
         elif word == "/call":
-            await self._report(session, args[0] if args else "", {"sessionId": session.session_id})
+            # any method at all, offered or not (the client's answer to what it does not serve is the point)
+            await self._report(session, args[0] if args else "", {"sessionId": session.session_id}, gated=False)
         elif word == "/permission":
             outcome = await self._ask_permission(session)
             if session.cancel.is_set() or outcome == {"outcome": "cancelled"}:
@@ -803,6 +817,12 @@ class ReferenceAgent:
             await self._message(session, orjson.dumps(shown).decode())
         elif word == "/withdraw":  # asks for permission, then withdraws the question before any answer
             await self._withdraw(session)
+        elif word == "/work":  # what a coding agent does with a client: a file written and read, a command run
+            name = os.path.join(session.cwd, "acp-reference-work.txt")
+            await self._report(session, "fs/write_text_file", {"sessionId": session.session_id, "path": name,
+                                                               "content": "work\n"})
+            await self._report(session, "fs/read_text_file", {"sessionId": session.session_id, "path": name})
+            return await self._terminal(session, "echo work")
         elif word == "/elicit":
             return await self._elicit(session, args[0] if args else "form")
         elif word == "/termout":
@@ -840,8 +860,26 @@ class ReferenceAgent:
             await self._message(session, f"echo: {text}")
         return None
 
-    async def _report(self, session: Session, method: str, params: dict[str, Any]) -> None:
+    def _not_offered(self, method: str, mode: str = "form") -> str | None:
+        """Why the client did not offer `method` (None: it did, or it is no capability's). A conformant agent calls
+        nothing the client did not offer (`--ignore-client-capabilities` is the fault that does)."""
+        caps = self.client_caps
+        fs = caps.get("fs") or {}
+        offered = {"fs/read_text_file": fs.get("readTextFile") is True,
+                   "fs/write_text_file": fs.get("writeTextFile") is True,
+                   "elicitation/create": isinstance((caps.get("elicitation") or {}).get(mode), dict)}
+        if method.startswith("terminal/"):
+            offered[method] = caps.get("terminal") is True
+        if self.config.ignore_client_capabilities or offered.get(method, True):
+            return None
+        return f"{method}: not offered by the client (its clientCapabilities), so not called"
+
+    async def _report(self, session: Session, method: str, params: dict[str, Any], gated: bool = True) -> None:
         assert self.conn is not None
+        refused = self._not_offered(method) if gated else None
+        if refused is not None:
+            await self._message(session, refused)
+            return
         try:
             result = await self.conn.request(method, params)
             await self._message(session, f"{method} ok: {orjson.dumps(result).decode()}")
@@ -904,6 +942,12 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--no-mcp-sse", action="store_true", help="do not advertise or take MCP servers over sse")
     p.add_argument("--no-additional-directories", action="store_true",
                    help="do not advertise or take additionalDirectories")
+    p.add_argument("--ignore-client-capabilities", action="store_true",
+                   help="fault: call fs, terminal and elicitation methods the client did not offer")
+    p.add_argument("--keep-terminals", action="store_true", help="fault: never release a terminal it created")
+    p.add_argument("--auth-terminal-always", action="store_true",
+                   help="fault: with --auth-terminal, advertise the terminal sign-in to clients that did not offer "
+                        "auth.terminal")
     p.add_argument("--leaky-mcp", action="store_true",
                    help="fault: /mcp also says the env and header values it was given (an agent repeating a secret)")
     ns = p.parse_args(argv)
@@ -964,6 +1008,9 @@ def _parse_args(argv: list[str] | None) -> Config:
         mcp_sse=not ns.no_mcp_sse,
         additional_directories=not ns.no_additional_directories,
         leaky_mcp=ns.leaky_mcp,
+        ignore_client_capabilities=ns.ignore_client_capabilities,
+        keep_terminals=ns.keep_terminals,
+        auth_terminal_always=ns.auth_terminal_always,
     )
 
 

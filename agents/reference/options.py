@@ -34,6 +34,7 @@ COMMANDS = (
     ("mcp", "Name the MCP servers this session was given", None),
     ("dirs", "Name this session's additional directories", None),
     ("recall", "Say the prompts this session remembers", None),
+    ("work", "Write and read a file and run a command through the client, as far as it offers them", None),
 )
 
 
