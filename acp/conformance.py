@@ -159,11 +159,17 @@ class Probe:
     turns: TurnGate = field(default_factory=TurnGate)  # the run's: shared by every probe
     activity: int = 0  # conversation updates and requests this process sent: what shows a turn running
     offer: ClientOffer = field(default_factory=ClientOffer)  # what its initialize offers
+    # Run-wide findings (never reset by `begin`): responses of the wrong shape, error messages of the wrong shape.
+    envelope: list[str] = field(default_factory=list)
+    error_shapes: list[str] = field(default_factory=list)
+    responses_in: list[dict[str, Any]] = field(default_factory=list)  # every response since the check began
+    last_new: dict[str, Any] | None = None  # the last session/new answer
     terminals: ScratchTerminals | None = None  # the terminals it was given, where the offer has them
 
     def begin(self) -> None:
         """A check starts using this (shared) process: what it observes from now on is that check's evidence."""
         self.transcript, self.violations, self.updates, self.requests_in = [], [], [], []
+        self.responses_in = []
         self._noise_before = self._noise_total
         self.permission_asked.clear()
         self.first_update.clear()
@@ -178,10 +184,33 @@ class Probe:
         if "method" in msg and "id" in msg:
             self.requests_in.append(msg)
             self.activity += 1  # a request of the agent's (a permission, a file): the turn runs
+        if "method" not in msg:
+            self.responses_in.append(msg)
+            self._judge_envelope(msg)
         answered = self._answering.pop(msg.get("id"), None) if "method" not in msg else None
         violation = acp_v1_schema().check_from_agent(msg, answered)
         if violation is not None:
             self.violations.append(violation)
+
+    def _judge_envelope(self, msg: dict[str, Any]) -> None:
+        """A response's JSON-RPC shape (kit ACP-JSONRPC-002) and its error message's (ACP-ERROR-001), noted."""
+        if ("result" in msg) == ("error" in msg):
+            self.envelope.append(f"response to id {msg.get('id')!r} carries {'both' if 'result' in msg else 'neither'}"
+                                 " of result and error")
+            return
+        error = msg.get("error")
+        if "error" not in msg:
+            return
+        code = error.get("code") if isinstance(error, dict) else None
+        if not isinstance(error, dict) or not isinstance(code, int) or isinstance(code, bool) \
+                or not isinstance(error.get("message"), str):
+            self.envelope.append(f"error of id {msg.get('id')!r} is not {{code: integer, message: string}}: "
+                                 f"{str(error)[:120]}")
+            return
+        text = error["message"]
+        if not text.strip() or "\n" in text:
+            self.error_shapes.append(f"error {error['code']} of id {msg.get('id')!r}: message "
+                                     f"{'empty' if not text.strip() else 'over several lines'}: {text[:120]!r}")
 
     async def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
         timeout = timeout or self.options.setup_timeout
@@ -237,27 +266,42 @@ class Probe:
             await self.call("authenticate", {"methodId": method})
         except RpcError:
             return False
+        except RequestTimeout:
+            # An agent signing in with its vendor waits for a network it may not reach here: not its fault as far
+            # as anyone can tell (codex-acp offline waits for its login server).
+            raise CheckInconclusive(f"authenticate ({method}) got no answer within {self.options.setup_timeout:g} s: "
+                                    "the agent may be waiting for a sign-in server it cannot reach; run again "
+                                    "where it can, or give it its credentials") from None
         return True
 
-    async def new_session(self, cwd: str) -> str:
+    async def new_session(self, cwd: str, **extra: Any) -> str:
         try:  # `call` authenticates once on -32000 and asks again
-            result = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
+            result = await self.call("session/new", {"cwd": cwd, "mcpServers": [], **extra})
         except RpcError as err:
             raise blocked_by_error(err, "session/new") or CheckFailed(
                 f"session/new answered an error: {err.message} ({err.code})") from None
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise CheckFailed(f"session/new answered no sessionId: {result!r:.200}")
+        self.last_new = result
         self.sessions.add(sid)
         return sid
 
-    async def prompt(self, sid: str, text: str) -> dict[str, Any]:
-        return await self.turns.run(lambda: self._prompt(sid, text))
+    async def prompt(self, sid: str, text: str, blocks: Sequence[dict[str, Any]] = (),
+                     meta: dict[str, Any] | None = None, judged: bool = False) -> dict[str, Any]:
+        """A turn of `text` (and `blocks` after it, `meta` as the request's `_meta`). An error answer blocks the check
+        (the environment's fault as far as it can tell), unless the turn is what the check judges (`judged`: a text
+        turn worked before it), when it is raised as it is."""
+        return await self.turns.run(lambda: self._prompt(sid, text, blocks, meta, judged))
 
-    async def _prompt(self, sid: str, text: str) -> dict[str, Any]:
+    async def _prompt(self, sid: str, text: str, blocks: Sequence[dict[str, Any]] = (),
+                      meta: dict[str, Any] | None = None, judged: bool = False) -> dict[str, Any]:
         heard = self.activity
-        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+        prompt: dict[str, Any] = {"sessionId": sid, "prompt": [{"type": "text", "text": text}, *blocks]}
+        if meta is not None:
+            prompt["_meta"] = meta
         request = asyncio.ensure_future(self.call("session/prompt", prompt, self.options.turn_timeout))
+        request.add_done_callback(_seen)  # a turn given up on (a check's deadline) may still fail: seen, not warned of
         quiet = min(self.options.quiet_timeout, self.options.turn_timeout)
         done, _ = await asyncio.wait({request}, timeout=quiet)
         if not done and self.activity == heard:  # not a word: the turn is not running
@@ -270,6 +314,8 @@ class Probe:
         try:
             result = await request
         except RpcError as err:
+            if judged:
+                raise
             raise blocked_by_error(err, "a prompt turn") or err from None
         except RequestTimeout:
             raise TurnTimedOut(f"the prompt turn did not end within {self.options.turn_timeout:g} s (raise "
@@ -293,6 +339,11 @@ class Probe:
     @property
     def alive(self) -> bool:
         return self.client.process.returncode is None
+
+
+def _seen(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _chunk_text(params: dict[str, Any], kind: str) -> str:
@@ -369,6 +420,7 @@ class Check:
     fresh: bool = False  # needs agent processes of its own (a new initialize, stdin closed, a restart)
     tck: tuple[str, ...] = ()  # the ACP TCK's v1 requirement ids this check overlaps
     turn: bool = False  # cannot be decided without a prompt turn that completes
+    from_init: bool = False  # judged from the run's first initialize (its transcript is the evidence)
 
 
 @dataclass
@@ -390,9 +442,11 @@ class CheckContext:
     directory, what the agent advertised, and the options."""
 
     def __init__(self, workdir: str, caps: dict[str, Any], options: CheckOptions,
-                 launch: Callable[[ClientOffer | None], Awaitable[Probe]], owns_probes: bool = True) -> None:
+                 launch: Callable[[ClientOffer | None], Awaitable[Probe]], owns_probes: bool = True,
+                 init_transcript: list[dict[str, Any]] | None = None) -> None:
         self.workdir = workdir
         self.caps = caps  # what the agent advertised to a first initialize
+        self.init_transcript = init_transcript or []  # and how it was said
         self.options = options
         self.prompts = options.prompts
         self.probes: list[Probe] = []
@@ -410,6 +464,8 @@ class CheckContext:
         agent_caps = self.caps.get("agentCapabilities") or {}
         if capability == "loadSession":
             return bool(agent_caps.get("loadSession"))
+        if capability.startswith("prompt:"):
+            return (agent_caps.get("promptCapabilities") or {}).get(capability.partition(":")[2]) is True
         return (agent_caps.get("sessionCapabilities") or {}).get(capability) is not None
 
     async def close(self) -> None:
@@ -425,13 +481,15 @@ CHECKS: list[Check] = []
 # blocked, they are blocked before they set up anything (a session/new may itself take an adapter 20 s offline).
 NEEDS_TURN = frozenset({"ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002",
                         "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENTCAP-001",
-                        "ACP-TERMINAL-001"})
+                        "ACP-TERMINAL-001", "ACP-CLOSE-002", "ACP-PROMPT-003", "ACP-PROMPTCAP-001",
+                        "ACP-PROMPTCAP-002", "ACP-PROMPTCAP-003", "ACP-META-001", "ACP-INFO-004"})
 
 
 def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = None, fresh: bool = False,
-          tck: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+          tck: tuple[str, ...] = (), from_init: bool = False) -> Callable[[CheckFn], CheckFn]:
     def register(fn: CheckFn) -> CheckFn:
-        CHECKS.append(Check(id_, tier, title, citation, fn, needs, fresh, tck, turn=id_ in NEEDS_TURN))
+        CHECKS.append(Check(id_, tier, title, citation, fn, needs, fresh, tck, turn=id_ in NEEDS_TURN,
+                            from_init=from_init))
         return fn
 
     return register
@@ -523,7 +581,7 @@ async def update_shapes(ctx: CheckContext) -> str:
     return f"{len(p.updates)} update(s) valid"
 
 
-async def _cancel_turn(ctx: CheckContext, wait_for: str) -> str:
+async def _cancel_turn(ctx: CheckContext, wait_for: str, by: str = "session/cancel") -> str:
     """Cancel a turn only while it demonstrably runs (an update came and the turn goes on, or a permission request
     is pending). A turn that ends as the cancel goes out, with no update after it, raced it: tried once more with
     a longer task, then INCONCLUSIVE. A turn that went on after the cancel and ended otherwise than `cancelled`
@@ -553,17 +611,25 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str) -> str:
                 raise CheckSkipped("the agent asked no permission in the turn, so a pending request could not be "
                                    "cancelled (set [check] permission to a prompt that makes it ask)")
         if turn.done():  # over before the cancel could be sent: nothing to judge
-            raced = f"the turn ended ({turn.result().get('stopReason')!r}) before session/cancel could be sent"
+            raced = f"the turn ended ({turn.result().get('stopReason')!r}) before {by} could be sent"
             continue
         updates_at_cancel = len(conversation(p.updates))
-        await p.client.cancel(sid)
+        closing: asyncio.Future[Any] | None = None
+        if by == "session/cancel":
+            await p.client.cancel(sid)
+        else:  # session/close: "as if session/cancel was called", then the session is gone
+            closing = asyncio.ensure_future(p.call(by, {"sessionId": sid}))
         try:
             result = await asyncio.wait_for(turn, CANCEL_GRACE)
         except TimeoutError:
-            raise CheckFailed(f"the turn did not end within {CANCEL_GRACE:g} s of session/cancel") from None
+            raise CheckFailed(f"the turn did not end within {CANCEL_GRACE:g} s of {by}") from None
         except RpcError as err:
             raise CheckFailed(f"the cancelled turn answered an error ({err.code} {err.message}) instead of "
                               "stopReason 'cancelled'") from None
+        finally:
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(closing, CANCEL_GRACE)
         reason = result.get("stopReason")
         if reason == "cancelled":
             answered_at = len(p.updates)
@@ -572,10 +638,10 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str) -> str:
             if late:
                 raise CheckFailed(f"{len(late)} update(s) for the session came after the 'cancelled' answer; the "
                                   "agent must send them before it answers")
-            return "stopReason 'cancelled' after session/cancel, no update after the answer"
+            return f"stopReason 'cancelled' after {by}, no update after the answer"
         if len(conversation(p.updates)) > updates_at_cancel:
-            raise CheckFailed(f"the turn went on after session/cancel and ended with stopReason {reason!r}")
-        raced = f"the turn ended ({reason!r}) as session/cancel was sent, with no update after it"
+            raise CheckFailed(f"the turn went on after {by} and ended with stopReason {reason!r}")
+        raced = f"the turn ended ({reason!r}) as {by} was sent, with no update after it"
     raise CheckInconclusive(f"{raced}, twice (the second time with a longer task): the agent's turns end too soon "
                             "for a cancel to reach one; give it a longer task ([check] long and longer) to tell")
 
@@ -592,6 +658,13 @@ async def cancel_turn(ctx: CheckContext) -> str:
        "with the cancelled outcome.")
 async def cancel_with_permission(ctx: CheckContext) -> str:
     return await _cancel_turn(ctx, "permission")
+
+
+@check("ACP-CLOSE-002", Tier.CAPABILITY, "session/close during a turn ends the turn with stopReason 'cancelled'",
+       f"{SPEC}/session-setup: The agent must cancel any ongoing work (as if session/cancel was called).",
+       needs="close", tck=("ACP-CLOSE-002",))
+async def close_cancels_turn(ctx: CheckContext) -> str:
+    return await _cancel_turn(ctx, "update", by="session/close")
 
 
 async def _session_from_earlier_process(ctx: CheckContext, word: str) -> tuple[str, str]:
@@ -792,11 +865,10 @@ async def auth_required(ctx: CheckContext) -> str:
 
 @check("ACP-AUTH-002", Tier.MANDATORY, "no terminal sign-in is advertised to a client that does not run them",
        f"{SPEC}/authentication: Agents MUST NOT include terminal auth methods unless the client advertised "
-       "clientCapabilities.auth.terminal.", fresh=True, tck=("ACP-AUTH-002",))
+       "clientCapabilities.auth.terminal.", tck=("ACP-AUTH-002",), from_init=True)
 async def terminal_auth_only_when_offered(ctx: CheckContext) -> str:
-    p = await ctx.probe(ClientOffer(terminal=True, terminal_auth=False))  # terminals, but no terminal sign-in
-    init = await p.initialize()
-    methods = [m for m in init.get("authMethods") or [] if isinstance(m, dict)]
+    # The run's first initialize offered no `auth.terminal`: its answer is the evidence.
+    methods = [m for m in ctx.caps.get("authMethods") or [] if isinstance(m, dict)]
     terminal = [str(m.get("id")) for m in methods if m.get("type") == "terminal"]
     if terminal:
         raise CheckFailed(f"initialize without clientCapabilities.auth.terminal advertised terminal sign-in "
@@ -912,6 +984,9 @@ async def _never() -> str:
     raise AssertionError("computed from every other check")
 
 
+from . import conformance_kit  # noqa: E402  (its checks register after these, and it imports this module)
+
+
 def startup_verdict(init_seconds: float | None, options: CheckOptions, unusable: str | None) -> tuple[Result, str]:
     """ACP-STARTUP-001 from the first initialize: slow is a finding (advisory), never a transport failure."""
     if init_seconds is None:
@@ -924,6 +999,10 @@ def startup_verdict(init_seconds: float | None, options: CheckOptions, unusable:
 
 
 def all_checks() -> list[Check]:
-    return [*CHECKS, STARTUP_CHECK, SCHEMA_CHECK]
+    return [*CHECKS, STARTUP_CHECK, SCHEMA_CHECK, *RUN_WIDE_CHECKS]
+
+
+RUN_WIDE_CHECKS: tuple[Check, ...] = (conformance_kit.ENVELOPE_CHECK, conformance_kit.ERROR_CHECK,
+                                      conformance_kit.UTF8_CHECK)
 
 

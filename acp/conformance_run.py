@@ -39,6 +39,7 @@ from .conformance import (
     launch_probe,
     startup_verdict,
 )
+from .conformance_kit import ENVELOPE_CHECK, ERROR_CHECK, UTF8_CHECK
 from .conformance_options import CheckOptions, ClientOffer
 from .errors import AcpError, RpcError
 from .schema_check import Violation
@@ -55,7 +56,9 @@ class SharedAgent:
         self.probe: Probe | None = None
         self.unusable: str | None = None  # why it could not be started: every later check is blocked by it
         self.first_init_seconds: float | None = None
+        self.init_transcript: list[dict[str, Any]] = []  # the first initialize, said and answered
         self.last_stderr = ""
+        self.launched: list[Probe] = []  # every process of the run: what the run-wide checks judge
 
     async def start(self) -> dict[str, Any]:
         """Start and initialize it: what the agent advertised (empty when it could not be initialized)."""
@@ -67,6 +70,7 @@ class SharedAgent:
                 "" if "ACP-INIT-001" in said else "; see ACP-INIT-001")
             return {}
         self.first_init_seconds = probe.init_seconds
+        self.init_transcript = list(probe.transcript)
         return probe.init or {}
 
     async def acquire(self, offer: ClientOffer | None = None) -> Probe:
@@ -92,6 +96,7 @@ class SharedAgent:
 
     async def _launch(self) -> Probe:
         probe = await launch_probe(self.argv, self.workdir, self.env, self.options, self.turns)
+        self.launched.append(probe)
         try:
             await probe.initialize()
         except BaseException:
@@ -138,7 +143,8 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
 
         async def shared_sequence() -> None:
             for c in (c for c in selected if not c.fresh):
-                ctx = CheckContext(_check_dir(workdir, c), caps, options, shared.acquire, owns_probes=False)
+                ctx = CheckContext(_check_dir(workdir, c), caps, options, shared.acquire, owns_probes=False,
+                                   init_transcript=shared.init_transcript)
                 result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
                 if result.result is Result.FAIL or any(not p.alive for p in ctx.probes):
                     await shared.retire()
@@ -150,8 +156,12 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         async def fresh(c: Check) -> None:
             async with gate:
                 check_dir = _check_dir(workdir, c)
-                ctx = CheckContext(check_dir, caps, options,
-                                   lambda offer: launch_probe(argv, check_dir, env, options, turns, offer))
+                async def launch(offer: ClientOffer | None) -> Probe:
+                    probe = await launch_probe(argv, check_dir, env, options, turns, offer)
+                    shared.launched.append(probe)
+                    return probe
+
+                ctx = CheckContext(check_dir, caps, options, launch, init_transcript=shared.init_transcript)
                 result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
             violations.extend(found)
             ended(result)
@@ -161,11 +171,29 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         await shared.retire()
     if not only or STARTUP_CHECK.id in only:
         ended(CheckResult(STARTUP_CHECK, *startup_verdict(shared.first_init_seconds, options, shared.unusable)))
+    for check_, findings in run_wide_findings(shared.launched).items():
+        if not only or check_.id in only:
+            ended(CheckResult(check_, Result.FAIL, f"{len(findings)} finding(s); first: {findings[0]}",
+                              violations=findings[:50]) if findings
+                  else CheckResult(check_, Result.PASS, RUN_WIDE_PASS[check_.id]))
     if not only or SCHEMA_CHECK.id in only:
         ended(CheckResult(SCHEMA_CHECK, Result.FAIL, f"{len(violations)} violation(s); first: {violations[0]}",
                           violations=[str(v) for v in violations[:50]]) if violations
               else CheckResult(SCHEMA_CHECK, Result.PASS, "every agent message matched the schema"))
     return [results[c.id] for c in all_checks() if c.id in results]
+
+
+RUN_WIDE_PASS = {ENVELOPE_CHECK.id: "every response had one of result and error, every error a code and a message",
+                 ERROR_CHECK.id: "every error message was one non-empty line",
+                 UTF8_CHECK.id: "every line on stdout was UTF-8"}
+
+
+def run_wide_findings(probes: Sequence[Probe]) -> dict[Check, list[str]]:
+    """What every process of the run showed, for the checks judged across the whole run."""
+    return {ENVELOPE_CHECK: [f for p in probes for f in p.envelope],
+            ERROR_CHECK: [f for p in probes for f in p.error_shapes],
+            UTF8_CHECK: [f"{p.client.conn.stats.invalid_utf8} line(s) of stdout were not UTF-8 (each also counts as "
+                         "noise, ACP-STDOUT-001)" for p in probes if p.client.conn.stats.invalid_utf8]}
 
 
 async def _stderr_said(probes: Sequence[Probe]) -> str:
@@ -228,4 +256,6 @@ async def _judge(c: Check, ctx: CheckContext, options: CheckOptions, on_start: C
     found = [v for p in ctx.probes for v in _take_violations(p)]
     transcript = [dict(frame, process=i) for i, p in enumerate(ctx.probes) for frame in p.transcript]
     transcript.sort(key=lambda f: f["t"])
+    if c.from_init and not transcript:
+        transcript = [dict(frame, process=0) for frame in ctx.init_transcript]
     return CheckResult(c, result, evidence, transcript, [str(v) for v in found], time.monotonic() - started), found

@@ -27,6 +27,7 @@ class FrameStats:
     non_json: int = 0
     non_jsonrpc: int = 0
     oversized: int = 0
+    invalid_utf8: int = 0  # of the non-JSON lines, those refused for not being UTF-8 (ACP's stdio is UTF-8)
     samples: deque[str] = field(default_factory=lambda: deque(maxlen=10))
 
     def note_noise(self, kind: str, line: bytes) -> None:
@@ -142,7 +143,9 @@ def parse_frame(line: bytes, stats: FrameStats) -> dict[str, Any] | None:
         if not bytes(line[:SAMPLE_BYTES]).lstrip().startswith(b"{") and len(line) > SAMPLE_BYTES:
             raise orjson.JSONDecodeError("not an object", "", 0)
         msg = orjson.loads(line)  # JSON allows the whitespace around it (a CR before the LF, say)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "UTF-8" in str(exc):
+            stats.invalid_utf8 += 1
         # Only its head is looked at: the line may be 64 MiB, and a copy of it stripped would cost that again.
         if len(line) > SAMPLE_BYTES or line.strip():  # a blank line is no noise
             stats.note_noise("non_json", bytes(line[:SAMPLE_BYTES]).strip())

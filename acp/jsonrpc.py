@@ -135,10 +135,15 @@ class Connection:
         """Send a message exactly as given (used by proxies and fault injection)."""
         await self._send(msg)
 
-    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+    async def request(self, method: str, params: Any = None, *, timeout: float | None = None,
+                      request_id: int | str | None = None) -> Any:
+        """`request_id`: an id of the caller's choosing (a conformance check sends string ids, and ids past any
+        counter); otherwise the next of this connection's own."""
         if self._closed_reason is not None:
             raise TransportError(f"{self.name}: {self._closed_reason}")
-        req_id = next(self._ids)
+        req_id = next(self._ids) if request_id is None else request_id
+        if req_id in self._pending:
+            raise ValueError(f"request id {req_id!r} is in use")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = fut
         msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
@@ -168,7 +173,7 @@ class Connection:
         finally:
             self._pending.pop(req_id, None)
 
-    async def _withdraw(self, req_id: int) -> None:
+    async def _withdraw(self, req_id: int | str) -> None:
         with contextlib.suppress(TransportError):
             await self.notify(CANCEL_REQUEST, {"requestId": req_id})
 

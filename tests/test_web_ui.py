@@ -11,6 +11,7 @@ from pathlib import Path
 import playwright.async_api as playwright_api
 import pytest
 
+from agents.reference.options import COMMANDS as REFERENCE_COMMANDS
 from tests.acp_wire import AcpWire, is_update
 from tests.gateway_harness import GatewayProcess, free_port, reference_profile
 
@@ -370,7 +371,7 @@ async def test_options_usage_the_command_palette_and_what_was_not_reapplied(gate
     await expect(page.locator("#config-bar label.chosen")).to_have_count(3)  # kept across restarts, and marked so
     # The palette: the agent's own commands, filtered as the user types; the chosen one runs as the prompt.
     await page.fill("#prompt", "/")
-    await expect(page.locator("#palette li")).to_have_count(14)
+    await expect(page.locator("#palette li")).to_have_count(len(REFERENCE_COMMANDS))
     await page.fill("#prompt", "/con")
     await expect(page.locator("#palette li")).to_have_count(1)
     await expect(page.locator("#palette li .what")).to_have_text(

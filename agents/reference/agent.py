@@ -64,6 +64,29 @@ ERROR_FAULTS: dict[str, tuple[int, str]] = {
 }
 BEHAVIOUR_FAULTS = {"crash", "hang", "exit_mid_replay", "ignore"}
 FAULTS = sorted([*ERROR_FAULTS, *BEHAVIOUR_FAULTS])
+# Protocol quirks seen in real agents (or plausible ones), one per check of `acp-gateway check` that should catch it.
+QUIRKS = {
+    "string-id-null": "answer a request whose id is a string with id null",
+    "answer-notifications": "answer an unknown notification with an error (id null)",
+    "silent-unknown": "never answer an unknown method whose name starts with '_'",
+    "result-and-error": "error responses carry a result too",
+    "multiline-errors": "error messages run over several lines",
+    "bad-utf8": "every turn writes a line that is not UTF-8",
+    "bad-current-value": "a config option's currentValue is not among its options",
+    "booleans-always": "offer a boolean config option to clients that did not opt in",
+    "partial-config-answer": "session/set_config_option answers only the option that changed",
+    "accept-any-value": "session/set_config_option takes any value, offered or not",
+    "close-keeps-turn": "session/close leaves a running turn running",
+    "authenticate-no-effect": "authenticate says yes and signs nothing in",
+    "refuse-meta": "a prompt carrying _meta is refused",
+    "refuse-resource-link": "a prompt with a resource_link block is refused",
+    "refuse-embedded": "advertise embeddedContext, then refuse resource blocks",
+    "refuse-media": "with --media, advertise image and audio, then refuse them",
+    "list-ignores-cwd": "session/list ignores its cwd filter",
+    "null-load-result": "session/load answers null instead of {}",
+    "refuse-additional-directories": "advertise additionalDirectories, then refuse them",
+    "delete-unknown-errors": "session/delete of an unknown session answers -32002 (instead of succeeding)",
+}
 
 
 @dataclass
@@ -112,6 +135,8 @@ class Config:
     ignore_client_capabilities: bool = False  # fault: call fs, terminal and elicitation methods though not offered
     keep_terminals: bool = False  # fault: never release a terminal
     auth_terminal_always: bool = False  # fault: advertise the terminal sign-in to a client that does not run them
+    quirks: frozenset[str] = frozenset()  # of QUIRKS
+    media: bool = False  # advertise image and audio prompts (and take them)
 
 
 @dataclass
@@ -257,11 +282,16 @@ class ReferenceAgent:
         }
         handler = handlers.get(method)
         if handler is None:
+            if method.startswith("_") and "silent-unknown" in self.config.quirks:
+                await asyncio.Event().wait()
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
         return await handler(params)
 
     def on_notification(self, method: str, params: Any) -> None:
         self._log(method, params)
+        if "answer-notifications" in self.config.quirks and method not in ("session/cancel", "$/cancel_request"):
+            self._raw(orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": METHOD_NOT_FOUND, "message": f"Method not found: {method}"}}) + b"\n")
         if method == "session/cancel" and isinstance(params, dict):
             if self.config.ignore_cancel or self.config.faults.get("session/cancel") == "ignore":
                 return
@@ -290,7 +320,8 @@ class ReferenceAgent:
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         self.client_caps = params.get("clientCapabilities") or {} if isinstance(params, dict) else {}
         client_session = (params.get("clientCapabilities") or {}).get("session") or {}
-        booleans = isinstance((client_session.get("configOptions") or {}).get("boolean"), dict)
+        booleans = (isinstance((client_session.get("configOptions") or {}).get("boolean"), dict)
+                    or "booleans-always" in self.config.quirks)
         self.catalogue = Catalogue(self.config.config_style, booleans, self.config.refuse_values)
         session_caps: dict[str, Any] = {}
         if self.config.additional_directories:
@@ -320,7 +351,7 @@ class ReferenceAgent:
             "protocolVersion": self.config.protocol_version,
             "agentCapabilities": {
                 "loadSession": self.config.advertise_load,
-                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "promptCapabilities": {"image": self.config.media, "audio": self.config.media, "embeddedContext": True},
                 "mcpCapabilities": {"http": self.config.mcp_http, "sse": self.config.mcp_sse},
                 "sessionCapabilities": session_caps,
                 "auth": {"logout": {}},
@@ -334,7 +365,7 @@ class ReferenceAgent:
         if self.config.auth_fails:
             raise RpcError(AUTH_REQUIRED, "Authentication failed: no credentials available")
         if method_id == "reference-login":
-            self.authenticated = True
+            self.authenticated = "authenticate-no-effect" not in self.config.quirks
             return {}
         if method_id == "reference-env" and self.config.auth_env and os.environ.get(self.config.auth_env):
             self.authenticated = True
@@ -364,6 +395,8 @@ class ReferenceAgent:
                             **({"values": [p.get("value") for p in pairs or [] if isinstance(p, dict)]}
                                if self.config.leaky_mcp else {})})
         directories = params.get("additionalDirectories")
+        if directories and "refuse-additional-directories" in self.config.quirks:
+            raise RpcError(INVALID_PARAMS, "Invalid params: additionalDirectories is not supported")
         if directories is not None and not self.config.additional_directories:
             raise RpcError(INVALID_PARAMS, "Invalid params: additionalDirectories is not supported")
         if directories is not None and (not isinstance(directories, list) or
@@ -376,7 +409,12 @@ class ReferenceAgent:
         task = asyncio.get_running_loop().create_task(self._announce_commands(session))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return {**answer, **self.catalogue.offer(session.options)}
+        offer = self.catalogue.offer(session.options)
+        if "bad-current-value" in self.config.quirks:
+            for option in offer.get("configOptions") or []:
+                if option["id"] == "effort":
+                    option["currentValue"] = "extreme"  # offered: low, medium, high
+        return {**answer, **offer}
 
     async def _announce_commands(self, session: Session) -> None:
         await asyncio.sleep(0)  # after the answer is written
@@ -402,13 +440,18 @@ class ReferenceAgent:
     async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
         session = self._live_session(params)
         option_id = str(params.get("configId"))
+        if "accept-any-value" in self.config.quirks:  # says yes, changes nothing
+            return {"configOptions": self.catalogue.config_options(session.options)}
         session.options.values[option_id] = self.catalogue.check(session.options, option_id, params.get("value"),
                                                                  "session/set_config_option")
         self._save(session)
         if option_id == "mode" and self.catalogue.has_modes:  # its other form, as agents with both keep them
             await self._update(session, {"sessionUpdate": "current_mode_update",
                                          "currentModeId": session.options.values["mode"]}, record=False)
-        return {"configOptions": self.catalogue.config_options(session.options)}
+        options = self.catalogue.config_options(session.options)
+        if "partial-config-answer" in self.config.quirks:
+            options = [o for o in options if o["id"] == option_id]
+        return {"configOptions": options}
 
     async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
         session = self._live_session(params)
@@ -452,6 +495,8 @@ class ReferenceAgent:
             asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._replay(session)))
             return self._answer(session, {})
         await self._replay(session)
+        if "null-load-result" in self.config.quirks:
+            return None  # type: ignore[return-value]
         return self._answer(session, {})
 
     async def _replay(self, session: Session) -> None:
@@ -476,7 +521,8 @@ class ReferenceAgent:
         infos = []
         for path in sorted(self.config.state_dir.glob("*.json")):
             session = self._read(path.stem)
-            if session is None or (want_cwd and session.cwd != want_cwd):
+            if session is None or (want_cwd and session.cwd != want_cwd
+                                   and "list-ignores-cwd" not in self.config.quirks):
                 continue
             infos.append({"sessionId": session.session_id, "cwd": session.cwd, "title": session.title,
                           "updatedAt": session.updated_at})
@@ -484,15 +530,20 @@ class ReferenceAgent:
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
         session = self._existing(params)
-        session.cancel.set()
+        if "close-keeps-turn" not in self.config.quirks:
+            session.cancel.set()
         self.sessions.pop(session.session_id, None)
         return {}
 
     async def _delete(self, params: dict[str, Any]) -> dict[str, Any]:
         """session/delete: the session is forgotten here and on disk (a later load or resume answers not found)."""
         sid = params.get("sessionId")
-        if not isinstance(sid, str) or not (sid in self.sessions or self._path(sid).exists()):
-            raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: session {sid}")
+        if not isinstance(sid, str):
+            raise RpcError(INVALID_PARAMS, "Invalid params: sessionId must be a string")
+        if not (sid in self.sessions or self._path(sid).exists()):
+            if "delete-unknown-errors" in self.config.quirks:
+                raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: session {sid}")
+            return {}  # gone already: deleting it again is no error (the spec's SHOULD)
         session = self.sessions.pop(sid, None)
         if session is not None:
             session.cancel.set()
@@ -520,6 +571,13 @@ class ReferenceAgent:
         prompt = params.get("prompt")
         if not isinstance(prompt, list):
             raise RpcError(INVALID_PARAMS, "Invalid params: prompt must be an array of content blocks")
+        kinds = {b.get("type") for b in prompt if isinstance(b, dict)}
+        refused = {"refuse-resource-link": "resource_link", "refuse-embedded": "resource", "refuse-media": "image"}
+        for quirk, kind in refused.items():
+            if quirk in self.config.quirks and (kind in kinds or (kind == "image" and "audio" in kinds)):
+                raise RpcError(INVALID_PARAMS, f"Invalid params: {kind} content is not supported")
+        if "refuse-meta" in self.config.quirks and "_meta" in params:
+            raise RpcError(INVALID_PARAMS, "Invalid params: unexpected field _meta")
         if session.turn_running:
             raise RpcError(INVALID_PARAMS, "a prompt turn is already running for this session")
         session.turn_running = True
@@ -547,6 +605,10 @@ class ReferenceAgent:
             return "end_turn"
         for _ in range(cfg.noise):
             self._raw(b"reference-agent noise: this line is not JSON\n")
+        if "bad-utf8" in cfg.quirks:  # a message in Latin-1, as a careless encoder writes it
+            self._raw(b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+                      + session.session_id.encode() + b'","update":{"sessionUpdate":"agent_message_chunk",'
+                      b'"content":{"type":"text","text":"caf\xe9 "}}}}\n')
         if cfg.tool_calls:
             await self._tool_call(session, "ls", "README.md")
         if cfg.permission:
@@ -948,6 +1010,9 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--auth-terminal-always", action="store_true",
                    help="fault: with --auth-terminal, advertise the terminal sign-in to clients that did not offer "
                         "auth.terminal")
+    p.add_argument("--media", action="store_true", help="advertise (and take) image and audio prompts")
+    p.add_argument("--quirk", action="append", default=[], choices=sorted(QUIRKS), metavar="KIND",
+                   help="a protocol quirk (repeatable): " + "; ".join(f"{k}: {v}" for k, v in QUIRKS.items()))
     p.add_argument("--leaky-mcp", action="store_true",
                    help="fault: /mcp also says the env and header values it was given (an agent repeating a secret)")
     ns = p.parse_args(argv)
@@ -1011,7 +1076,41 @@ def _parse_args(argv: list[str] | None) -> Config:
         ignore_client_capabilities=ns.ignore_client_capabilities,
         keep_terminals=ns.keep_terminals,
         auth_terminal_always=ns.auth_terminal_always,
+        quirks=frozenset(ns.quirk),
+        media=ns.media,
     )
+
+
+class QuirkyWriter:
+    """The agent's stdout as its Connection writes it, with the response quirks of `--quirk` applied."""
+
+    WIRE = frozenset({"string-id-null", "result-and-error", "multiline-errors"})
+
+    def __init__(self, inner: asyncio.StreamWriter, quirks: frozenset[str]) -> None:
+        self.inner = inner
+        self.quirks = quirks & self.WIRE
+
+    def write(self, data: bytes) -> None:
+        if self.quirks:
+            msg = orjson.loads(data)
+            if "method" not in msg:
+                if "string-id-null" in self.quirks and isinstance(msg.get("id"), str):
+                    msg["id"] = None
+                if "error" in msg and "result-and-error" in self.quirks:
+                    msg["result"] = None
+                if "error" in msg and "multiline-errors" in self.quirks:
+                    msg["error"]["message"] += "\n    at handle (reference/agent.py)"
+            data = orjson.dumps(msg) + b"\n"
+        self.inner.write(data)
+
+    async def drain(self) -> None:
+        await self.inner.drain()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def is_closing(self) -> bool:
+        return self.inner.is_closing()
 
 
 async def serve(config: Config) -> None:
@@ -1034,8 +1133,8 @@ async def serve(config: Config) -> None:
         sys.stderr.buffer.flush()
     for _ in range(config.noise):
         writer.write(b"reference-agent noise: starting up\n")
-    conn = Connection(reader, writer, on_request=agent.handle, on_notification=agent.on_notification,
-                      name="client")
+    conn = Connection(reader, QuirkyWriter(writer, config.quirks), on_request=agent.handle,
+                      on_notification=agent.on_notification, name="client")
     agent.conn = conn
     conn.start()
     await conn.wait_closed()
