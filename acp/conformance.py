@@ -437,6 +437,13 @@ class CheckResult:
         return self.result is Result.FAIL and self.check.tier in (Tier.MANDATORY, Tier.CAPABILITY)
 
 
+async def session_of(ctx: CheckContext) -> tuple[Probe, str]:
+    """The check's process, initialized, and a new session of it in the check's directory."""
+    p = await ctx.probe()
+    await p.initialize()
+    return p, await p.new_session(ctx.workdir)
+
+
 class CheckContext:
     """What one check works with: its processes (a fresh one per `probe()`, or the shared process), the working
     directory, what the agent advertised, and the options."""
@@ -524,9 +531,7 @@ async def init_unsupported(ctx: CheckContext) -> str:
        f"{SPEC}/transports: The agent MUST NOT write anything to its stdout that is not a valid ACP message.",
        tck=("ACP-TRANSPORT-001",))
 async def stdout_hygiene(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     await p.prompt(sid, ctx.prompts.short)
     if p.stdout_noise:
         sample = p.client.conn.stats.samples[0] if p.client.conn.stats.samples else ""
@@ -551,9 +556,7 @@ async def session_new(ctx: CheckContext) -> str:
        f"{SPEC}/prompt-turn#stop-reasons: When an Agent stops processing, it MUST respond with a StopReason.",
        tck=("ACP-PROMPT-001",))
 async def prompt_stop_reason(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     result = await p.prompt(sid, ctx.prompts.short)
     reason = result.get("stopReason")
     if reason not in STOP_REASONS:
@@ -565,9 +568,7 @@ async def prompt_stop_reason(ctx: CheckContext) -> str:
        f"{SPEC}/prompt-turn#3-agent-reports-output: The Agent reports the model's output to the Client via "
        "session/update notifications.", tck=("ACP-PROMPT-002",))
 async def update_shapes(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     await p.prompt(sid, ctx.prompts.short)
     # A shared process may still report on an earlier check's session; an id it never created is the finding.
     wrong = [u.get("sessionId") for u in p.updates if u.get("sessionId") not in p.sessions]
@@ -586,9 +587,7 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str, by: str = "session/canc
     is pending). A turn that ends as the cancel goes out, with no update after it, raced it: tried once more with
     a longer task, then INCONCLUSIVE. A turn that went on after the cancel and ended otherwise than `cancelled`
     broke the rule, as does an update for the session after the `cancelled` answer."""
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     raced = ""
     texts = [ctx.prompts.permission] * 2 if wait_for == "permission" else [ctx.prompts.long, ctx.prompts.longer]
     for text in texts:
@@ -778,9 +777,7 @@ async def unknown_resume(ctx: CheckContext) -> str:
 @check("ACP-CAPS-001", Tier.MANDATORY, "advertised methods are answered (no -32601 for what is advertised)",
        f"{SPEC}/initialization#agent-capabilities: capabilities advertise the methods the Agent supports.")
 async def capabilities_consistent(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     unknown = f"acp-check-unknown-{uuid.uuid4().hex}"
     probes: dict[str, tuple[str, dict[str, Any]]] = {
         "loadSession": ("session/load", {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []}),
@@ -807,9 +804,7 @@ async def capabilities_consistent(ctx: CheckContext) -> str:
        f"{SPEC}/session-list: session/list returns the sessions the Agent knows.", needs="list",
        tck=("ACP-LIST-001",))
 async def list_sessions(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     await p.prompt(sid, ctx.prompts.short)
     seen: list[str] = []
     cursor = None
@@ -831,9 +826,7 @@ async def list_sessions(ctx: CheckContext) -> str:
        f"{SPEC}/session-setup: session/close closes an active session.", needs="close",
        tck=("ACP-CLOSE-001",))
 async def close_session(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     try:
         await p.call("session/close", {"sessionId": sid})
     except RpcError as err:
@@ -930,9 +923,7 @@ async def unknown_client_method(ctx: CheckContext) -> str:
     if ctx.prompts.client_method is None:
         raise CheckSkipped("no prompt makes an agent call a client method the checker lacks; set [check] "
                            "client_method (or --prompt client_method=TEXT) to one that does")
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     try:
         result = await p.prompt(sid, ctx.prompts.client_method)
     except RpcError as err:

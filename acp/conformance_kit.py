@@ -28,6 +28,7 @@ from .conformance import (
     _settle,
     blocked_by_error,
     check,
+    session_of,
 )
 from .errors import METHOD_NOT_FOUND, RequestTimeout, RpcError
 
@@ -150,9 +151,7 @@ def offer_findings(answer: dict[str, Any]) -> list[str]:
 
 
 async def _offered_session(ctx: CheckContext) -> tuple[Probe, str, dict[str, Any]]:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     return p, sid, p.last_new or {}
 
 
@@ -261,9 +260,7 @@ async def offer_guarded(ctx: CheckContext) -> str:
 @check("ACP-DELETE-001", Tier.CAPABILITY, "session/delete deletes a session", f"{SPEC}/session-delete: "
        "session/delete removes a session from session/list.", needs="delete", tck=("ACP-DELETE-001",))
 async def delete_session(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     try:
         result = await p.call("session/delete", {"sessionId": sid})
     except RpcError as err:
@@ -293,9 +290,7 @@ async def delete_unknown(ctx: CheckContext) -> str:
        f"{SPEC}/session-list: cwd filters the sessions listed; sessions is an array.", needs="list",
        tck=("ACP-LIST-002",))
 async def list_filtered(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    await p.new_session(ctx.workdir)  # one session somewhere else
+    p, _ = await session_of(ctx)  # one session somewhere else
     empty = os.path.join(ctx.workdir, f"unused-{uuid.uuid4().hex[:6]}")
     os.makedirs(empty)
     try:
@@ -327,9 +322,7 @@ async def additional_directories(ctx: CheckContext) -> str:
        f"{SPEC}/session-setup#loading-sessions: the response to session/load is a LoadSessionResponse object.",
        needs="loadSession", tck=("ACP-LOAD-003",))
 async def load_answers_object(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     try:
         result = await p.call("session/load", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
@@ -365,9 +358,7 @@ async def _content_turn(ctx: CheckContext, what: str, blocks: list[dict[str, Any
                         meta: dict[str, Any] | None = None) -> str:
     """A text turn (which must work: BLOCKED otherwise), then the turn the check judges: `blocks` after the text, or
     `meta` as its `_meta`. A refusal of what it carries (-32602, -32601) FAILs; any other error is INCONCLUSIVE."""
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     await p.prompt(sid, ctx.prompts.short)
     try:
         result = await p.prompt(sid, ctx.prompts.short, blocks, meta, judged=True)
@@ -479,9 +470,7 @@ async def garbage_in(ctx: CheckContext) -> str:
        f"{SPEC}/transports: the agent MAY write UTF-8 strings to stderr for logging; clients MAY capture it.",
        tck=("ACP-STDERR-001",))
 async def stderr_bytes(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    sid = await p.new_session(ctx.workdir)
+    p, sid = await session_of(ctx)
     await p.prompt(sid, ctx.prompts.short)
     await _settle(p, 0.1)
     written = p.client.process.stderr.total_bytes

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from acp import mcp
@@ -330,11 +330,20 @@ class SessionManager:
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
                      task_id: str | None, wait_ready: bool, setup: dict[str, Any],
                      name: str | None = None) -> dict[str, Any]:
+        row = await self._register(owner, name, lambda: self.store.sessions.create(
+            owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
+            task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name))
+        future = self.launcher.launch_once(row, fresh_start=False)  # no await since: the launch takes the slot
+        if wait_ready:
+            await asyncio.shield(future)
+        return await self.views.get(owner, row.id)
+
+    async def _register(self, owner: str, name: str | None, make: Callable[[], Awaitable[SessionRow]]) -> SessionRow:
+        """A new session made (`make`: its rows, in one transaction), announced and leased. The owner's start slot,
+        which the caller took before its first await, is given back whatever happens."""
         try:
             try:
-                row = await self.store.sessions.create(
-                    owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
-                    task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name)
+                row = await make()
             except Exception as exc:
                 if name is not None and "unique" in str(exc).lower():  # two starts raced for one name
                     await self._check_name(owner, name)
@@ -342,12 +351,9 @@ class SessionManager:
             self.launcher.usage.created(owner)
             await self.writer.publish(row, "session_created", await self.views.view(row))
             await self.cluster.acquire(row.id)  # a new session: no other node can hold it
+            return row
         finally:
             self._starting[owner] -= 1
-        future = self.launcher.launch_once(row, fresh_start=False)  # no await since: the launch takes the slot
-        if wait_ready:
-            await asyncio.shield(future)
-        return await self.views.get(owner, row.id)
 
     async def resume(self, owner: str, session_id: str, *, wait_ready: bool = True,
                      forwarded: bool = False) -> dict[str, Any]:
@@ -665,20 +671,10 @@ class SessionManager:
         owner = live.owner
         self._check_live_limit(owner)
         self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
-        try:
-            try:
-                row = await fork_session(self.store, self.writer, self.settings, live, title, name)
-            except Exception as exc:
-                if name is not None and "unique" in str(exc).lower():  # a start took the name meanwhile
-                    await self._check_name(owner, name)
-                raise
-            self.launcher.usage.created(owner)
-            await self.writer.publish(row, "session_created", await self.views.view(row))
-            await self.writer.message(row, "info", f"Forked from session {live.session_id}: the conversation so far "
-                                      "is in this session's history.")
-            await self.cluster.acquire(row.id)  # a new session: no other node can hold it
-        finally:
-            self._starting[owner] -= 1
+        row = await self._register(owner, name, lambda: fork_session(self.store, self.writer, self.settings, live,
+                                                                     title, name))
+        await self.writer.message(row, "info", f"Forked from session {live.session_id}: the conversation so far is "
+                                  "in this session's history.")
         future = self.launcher.launch_once(row, fresh_start=False)  # restores the forked ACP session
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
