@@ -489,7 +489,8 @@ CHECKS: list[Check] = []
 NEEDS_TURN = frozenset({"ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002",
                         "ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENTCAP-001",
                         "ACP-TERMINAL-001", "ACP-CLOSE-002", "ACP-PROMPT-003", "ACP-PROMPTCAP-001",
-                        "ACP-PROMPTCAP-002", "ACP-PROMPTCAP-003", "ACP-META-001", "ACP-INFO-004"})
+                        "ACP-PROMPTCAP-002", "ACP-PROMPTCAP-003", "ACP-META-001", "ACP-INFO-004",
+                        "ACP-MODES-003"})
 
 
 def check(id_: str, tier: Tier, title: str, citation: str, needs: str | None = None, fresh: bool = False,

@@ -238,6 +238,61 @@ async def offer_settable(ctx: CheckContext) -> str:
     return "; ".join(said)
 
 
+MODE_REPORTS = ("current_mode_update", "config_option_update")
+
+
+# Advisory: the session-modes page says the agent "can" change its own mode and let the client know, not MUST; but a
+# client that is not told shows a mode the agent left, and re-applies the old one after a restore.
+@check("ACP-MODES-003", Tier.ADVISORY, "an agent that changes its own mode says so (current_mode_update or "
+       "config_option_update)", f"{SPEC}/session-modes#from-the-agent: the Agent can change its own mode and let the "
+       "Client know by sending the current_mode_update session notification.")
+async def own_mode_change_told(ctx: CheckContext) -> str:
+    if ctx.prompts.mode_change is None:
+        raise CheckSkipped("no prompt makes the agent change its own mode: set [check] mode_change (or --prompt "
+                           "mode_change=TEXT) to one that does")
+    p, sid, answer = await _offered_session(ctx)
+    if not answer.get("modes") and not any(isinstance(o, dict) and o.get("category") == "mode"
+                                           for o in answer.get("configOptions") or []):
+        raise CheckSkipped("session/new offered no modes")
+    await p.prompt(sid, ctx.prompts.mode_change)
+    await _settle(p, 0.2)
+    told = [u for u in p.updates if (u.get("update") or {}).get("sessionUpdate") in MODE_REPORTS]
+    if not told:
+        raise CheckFailed("the mode_change turn reported no mode (no current_mode_update, no config_option_update): "
+                          "if the agent changed its mode, the client still shows the old one")
+    return f"{len(told)} report(s) of the mode in the turn"
+
+
+@check("ACP-CONFIG-005", Tier.INFORMATIONAL, "what a session restored in a new process keeps of its configuration",
+       f"{SPEC}/session-config-options: (silent on restores) — what the gateway re-applies after a restore when the "
+       "agent does not keep it.", fresh=True)
+async def config_after_restore(ctx: CheckContext) -> str:
+    how = "session/resume" if ctx.advertised("resume") else "session/load" if ctx.advertised("loadSession") else None
+    if how is None:
+        raise CheckSkipped("the agent neither loads nor resumes sessions")
+    first, sid, answer = await _offered_session(ctx)
+    option = next((o for o in answer.get("configOptions") or [] if isinstance(o, dict) and o.get("type") == "select"
+                   and _another(o) is not None), None)
+    if option is None:
+        raise CheckSkipped("session/new offered no select config option with a second value")
+    value = _another(option)
+    try:  # informational: whatever is answered is reported, never judged
+        await first.call("session/set_config_option", {"sessionId": sid, "configId": option["id"], "value": value})
+        await first.client.stop()
+        second = await ctx.probe()
+        await second.initialize()
+        restored = await second.call(how, {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
+    except RpcError as err:
+        return f"nothing to compare: {err.code} {err.message} (ACP-CONFIG-002 and the restore checks judge it)"
+    now = {o.get("id"): o.get("currentValue") for o in (restored or {}).get("configOptions") or []
+           if isinstance(o, dict)}
+    if option["id"] not in now:
+        return f"{how} answered no configOptions: a client keeps {option['id']}={value!r} itself and sets it again"
+    kept = now[option["id"]] == value
+    return (f"{how} in a new process: {option['id']} is {now[option['id']]!r} — "
+            + ("kept" if kept else f"not kept (it was set to {value!r}): a client sets it again, as the gateway does"))
+
+
 # Advisory: the spec says what an agent offers, not in so many words that it must refuse the rest; but a client that
 # is told "done" for a value the agent does not have shows its user a choice that never took effect.
 @check("ACP-CONFIG-004", Tier.ADVISORY, "a config option value that is not offered is refused with an error",

@@ -31,6 +31,9 @@ class CheckPrompts(BaseModel):
     # client capabilities watch (ACP-CLIENTCAP-001, ACP-TERMINAL-001).
     tools: str = Field(default="Create a file named acp-check.txt containing the word hi, read it back, then run "
                                "the command `ls` and tell me what it printed.", min_length=1)
+    # A turn in which the agent changes its own mode (ACP-MODES-003): agents do it on their own terms (leaving plan
+    # mode), so no plain request is sure to; none by default, and the check is skipped until one is given.
+    mode_change: str | None = None
     # A turn in which the agent calls a client method the checker does not offer. No agent-neutral request makes
     # an agent do that, so by default ACP-CLIENT-001 is skipped and says how to set one.
     client_method: str | None = None

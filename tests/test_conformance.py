@@ -65,6 +65,8 @@ FAULTS: list[tuple[list[str], set[str]]] = [
     (["--fault", "session/delete=internal"], {"ACP-DELETE-001", "ACP-DELETE-002"}),
     (["--quirk", "delete-unknown-errors"], {"ACP-DELETE-002"}),
     (["--quirk", "close-keeps-turn"], {"ACP-CLOSE-002"}),
+    (["--quirk", "silent-mode-change"], {"ACP-MODES-003"}),
+    (["--forget-config"], set()),  # not kept across a restore: reported (ACP-CONFIG-005), not a finding
     (["--quirk", "refuse-meta"], {"ACP-META-001"}),
     (["--quirk", "refuse-resource-link"], {"ACP-PROMPT-003"}),
     (["--quirk", "refuse-embedded"], {"ACP-PROMPTCAP-003"}),
@@ -86,12 +88,12 @@ UNDECIDED: list[tuple[list[str], Result, set[str]]] = [
         "ACP-LIST-001", "ACP-CLOSE-001", "ACP-CLIENT-001", "ACP-CLIENTCAP-001", "ACP-TERMINAL-001",
         "ACP-ADDDIRS-001", "ACP-CONFIG-001", "ACP-CONFIG-002", "ACP-CONFIG-003", "ACP-CONFIG-004", "ACP-DELETE-001",
         "ACP-DELETE-002",
-        "ACP-JSONRPC-004", "ACP-LIST-002", "ACP-LOAD-003", "ACP-CLOSE-002", "ACP-PROMPT-003", "ACP-PROMPTCAP-003",
-        "ACP-META-001", "ACP-INFO-003", "ACP-INFO-004"}),
+        "ACP-LIST-002", "ACP-LOAD-003", "ACP-CLOSE-002", "ACP-PROMPT-003", "ACP-PROMPTCAP-003",
+        "ACP-META-001", "ACP-INFO-003", "ACP-INFO-004", "ACP-MODES-003", "ACP-CONFIG-005"}),
     (["--fault", "session/prompt=internal"], Result.BLOCKED, {
         "ACP-STDOUT-001", "ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-CANCEL-002", "ACP-LOAD-001",
         "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLIENT-001", "ACP-CLIENTCAP-001", "ACP-TERMINAL-001",
-        "ACP-CLOSE-002", "ACP-PROMPT-003", "ACP-PROMPTCAP-003", "ACP-META-001", "ACP-INFO-004"}),
+        "ACP-CLOSE-002", "ACP-PROMPT-003", "ACP-PROMPTCAP-003", "ACP-META-001", "ACP-INFO-004", "ACP-MODES-003"}),
     (["--brief-turns"], Result.INCONCLUSIVE, {"ACP-CANCEL-001"}),
 ]
 
@@ -315,7 +317,7 @@ async def test_one_agent_process_serves_every_check_that_needs_no_fresh_one(tmp_
     results = await run_checks(agent(tmp_path, "--log", str(log)), options=REFERENCE)
     assert not [r for r in results if r.result is Result.FAIL]
     initializes = sum(1 for line in log.read_text().splitlines() if json.loads(line).get("method") == "initialize")
-    restarts = {"ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001"}  # a first process and a second
+    restarts = {"ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-CONFIG-005"}  # a first process and a second
     fresh = [c for c in CHECKS if c.fresh and c.id != "ACP-AUTH-003"]  # skipped before it starts one: no auth method
     # one shared process, plus those of the checks that need their own: not one (or two) per check
     assert initializes == 1 + len(fresh) + len(restarts & {c.id for c in fresh})

@@ -78,6 +78,7 @@ QUIRKS = {
     "accept-any-value": "session/set_config_option takes any value, offered or not",
     "close-keeps-turn": "session/close leaves a running turn running",
     "authenticate-no-effect": "authenticate says yes and signs nothing in",
+    "silent-mode-change": "/mode changes the mode without telling the client",
     "refuse-meta": "a prompt carrying _meta is refused",
     "refuse-resource-link": "a prompt with a resource_link block is refused",
     "refuse-embedded": "advertise embeddedContext, then refuse resource blocks",
@@ -907,7 +908,11 @@ class ReferenceAgent:
             except RpcError as err:
                 await self._message(session, f"mode not changed: {err.message}")
             else:
-                await self._switch_mode(session, mode)
+                if "silent-mode-change" in self.config.quirks:
+                    session.options.values["mode"] = mode
+                    self._save(session)
+                else:
+                    await self._switch_mode(session, mode)
                 await self._message(session, f"switched to mode {mode}")
         elif word == "/config":
             await self._message(session, f"config: {described(session.options.values)}")
