@@ -243,24 +243,51 @@ MODE_REPORTS = ("current_mode_update", "config_option_update")
 
 # Advisory: the session-modes page says the agent "can" change its own mode and let the client know, not MUST; but a
 # client that is not told shows a mode the agent left, and re-applies the old one after a restore.
+def current_mode(answer: dict[str, Any]) -> Any:
+    """The mode a session set-up answer says the session is in (its `modes`, else a config option of category mode)."""
+    modes = answer.get("modes")
+    if isinstance(modes, dict) and "currentModeId" in modes:
+        return modes["currentModeId"]
+    return next((o.get("currentValue") for o in answer.get("configOptions") or []
+                 if isinstance(o, dict) and o.get("category") == "mode"), None)
+
+
+# Advisory: the session-modes page says the agent "can" change its own mode and let the client know, not MUST; but a
+# client that is not told shows a mode the agent left, and re-applies the old one after a restore.
 @check("ACP-MODES-003", Tier.ADVISORY, "an agent that changes its own mode says so (current_mode_update or "
        "config_option_update)", f"{SPEC}/session-modes#from-the-agent: the Agent can change its own mode and let the "
-       "Client know by sending the current_mode_update session notification.")
+       "Client know by sending the current_mode_update session notification.", fresh=True)
 async def own_mode_change_told(ctx: CheckContext) -> str:
     if ctx.prompts.mode_change is None:
         raise CheckSkipped("no prompt makes the agent change its own mode: set [check] mode_change (or --prompt "
                            "mode_change=TEXT) to one that does")
     p, sid, answer = await _offered_session(ctx)
-    if not answer.get("modes") and not any(isinstance(o, dict) and o.get("category") == "mode"
-                                           for o in answer.get("configOptions") or []):
+    before = current_mode(answer)
+    if before is None:
         raise CheckSkipped("session/new offered no modes")
     await p.prompt(sid, ctx.prompts.mode_change)
     await _settle(p, 0.2)
     told = [u for u in p.updates if (u.get("update") or {}).get("sessionUpdate") in MODE_REPORTS]
-    if not told:
-        raise CheckFailed("the mode_change turn reported no mode (no current_mode_update, no config_option_update): "
-                          "if the agent changed its mode, the client still shows the old one")
-    return f"{len(told)} report(s) of the mode in the turn"
+    if told:
+        return f"{len(told)} report(s) of the mode in the turn"
+    # Nothing said: did the mode change? What a new process restores tells (an agent that changed it keeps it).
+    how = "session/resume" if ctx.advertised("resume") else "session/load" if ctx.advertised("loadSession") else None
+    if how is None:
+        raise CheckInconclusive("the mode_change turn reported no mode, and without load or resume there is no "
+                                "telling whether the mode changed")
+    await p.client.stop()
+    second = await ctx.probe()
+    await second.initialize()
+    try:
+        after = current_mode(await second.call(how, {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []}) or {})
+    except RpcError as err:
+        raise CheckInconclusive(f"the mode_change turn reported no mode, and {how} in a new process answered "
+                                f"{err.code} {err.message}: no telling whether the mode changed") from None
+    if after is not None and after != before:
+        raise CheckFailed(f"the mode went from {before!r} to {after!r} in the mode_change turn (as {how} in a new "
+                          "process shows) and the agent said nothing of it: the client still shows the old one")
+    raise CheckInconclusive(f"the mode_change turn did not change the mode (still {before!r} after {how}): give "
+                            "[check] mode_change a prompt that does")
 
 
 @check("ACP-CONFIG-005", Tier.INFORMATIONAL, "what a session restored in a new process keeps of its configuration",
