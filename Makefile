@@ -37,13 +37,13 @@ sandbox:
 # Real third-party ACP peers for the interop tests, pinned: the Auggie agent; the official TypeScript SDK (with `ws`),
 # whose WebSocket client drives `/acp`; and the agents whose sessions offer modes, models and config options, run
 # offline (claude-agent-acp, opencode, and gemini-cli for the legacy `models`), GitHub's copilot CLI, which asks
-# to be signed in, and pi-acp, whose protocol findings `acp-gateway check` must report. Node >= 20 comes from the npm
+# to be signed in, and pi-acp and qwen-code, whose protocol findings `acp-gateway check` must report. Node >= 20 comes from the npm
 # registry too (the `node` package), so the machine's own Node version does not matter; only npm is needed.
 # `.interop/.pins` says what is installed: a change of pins installs again.
 INTEROP := .interop/node_modules
 INTEROP_PINS := node@20 @augmentcode/auggie@0.36.0 @agentclientprotocol/sdk@2.4.0 ws@8.23.0 \
   @agentclientprotocol/claude-agent-acp@0.101.0 opencode-ai@1.18.33 @google/gemini-cli@0.61.0 @github/copilot@1.0.102 \
-  pi-acp@0.0.24
+  pi-acp@0.0.24 @qwen-code/qwen-code@0.15.10
 interop:
 	@test "$$(cat .interop/.pins 2>/dev/null)" = "$(INTEROP_PINS)" || { \
 	  command -v npm >/dev/null 2>&1 || { \

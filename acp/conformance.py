@@ -366,7 +366,7 @@ async def launch_probe(argv: Sequence[str], workdir: str, env: dict[str, str] | 
                        options: CheckOptions, turns: TurnGate | None = None, offer: ClientOffer | None = None) -> Probe:
     """A new agent process, observed, offered `offer` (default: files only). Its permission requests stay pending
     until the checker cancels the turn; its questions (elicitation, where offered) are declined."""
-    offer = offer or ClientOffer()
+    offer = offer or options.offer
     probe_ref: dict[str, Probe] = {}
 
     def on_update(params: dict[str, Any], replay: bool) -> None:
@@ -861,6 +861,8 @@ async def auth_required(ctx: CheckContext) -> str:
        f"{SPEC}/authentication: Agents MUST NOT include terminal auth methods unless the client advertised "
        "clientCapabilities.auth.terminal.", tck=("ACP-AUTH-002",), from_init=True)
 async def terminal_auth_only_when_offered(ctx: CheckContext) -> str:
+    if ctx.options.offer.terminal_auth:
+        raise CheckSkipped("--offer terminal-auth=on: the client offered terminal sign-ins, nothing to judge")
     # The run's first initialize offered no `auth.terminal`: its answer is the evidence.
     methods = [m for m in ctx.caps.get("authMethods") or [] if isinstance(m, dict)]
     terminal = [str(m.get("id")) for m in methods if m.get("type") == "terminal"]

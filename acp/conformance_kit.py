@@ -173,6 +173,8 @@ async def offer_consistent(ctx: CheckContext) -> str:
        f"{SPEC}/session-config-options: Agents MUST NOT send boolean options unless the client advertised "
        "clientCapabilities.session.configOptions.boolean.", tck=("ACP-CONFIG-003",))
 async def booleans_only_when_offered(ctx: CheckContext) -> str:
+    if ctx.options.offer.boolean_config:
+        raise CheckSkipped("--offer boolean-config=on: the client opted into boolean options, nothing to judge")
     _, _, answer = await _offered_session(ctx)  # the shared process offers no boolean config options
     booleans = [str(o.get("id")) for o in answer.get("configOptions") or []
                 if isinstance(o, dict) and o.get("type") == "boolean"]

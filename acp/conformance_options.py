@@ -7,7 +7,7 @@ The default prompts are plain requests any agent understands; nothing here knows
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,6 +68,20 @@ class ClientOffer:
     def nothing(cls) -> ClientOffer:
         return cls(fs_read=False, fs_write=False)
 
+    def with_switches(self, pairs: list[str]) -> ClientOffer:
+        """`NAME=on|off` pairs (the CLI's `--offer`, names as the fields with `-` or `_`) over this offer; ValueError
+        names a bad one."""
+        names = [f.name for f in fields(self)]
+        changes: dict[str, bool] = {}
+        for pair in pairs:
+            name, sep, value = pair.partition("=")
+            name = name.replace("-", "_")
+            if not sep or name not in names or value not in ("on", "off"):
+                raise ValueError(f"--offer {pair!r}: give NAME=on or NAME=off with NAME one of "
+                                 f"{', '.join(n.replace('_', '-') for n in names)}")
+            changes[name] = value == "on"
+        return replace(self, **changes)
+
     def capabilities(self) -> dict[str, object]:
         """The `clientCapabilities` of initialize."""
         caps: dict[str, object] = {"fs": {"readTextFile": self.fs_read, "writeTextFile": self.fs_write},
@@ -97,6 +111,8 @@ class CheckOptions:
     concurrency: int = 3  # checks that need their own agent process, run beside the shared process's sequence
     agent_cwd: str | None = None  # where the agent process runs (default: where the checker was started)
     slow_initialize: float = 5.0  # ACP-STARTUP-001: an initialize slower than this is an advisory finding
+    # What the checks' shared process (and every check without an offer of its own) offers the agent (`--offer`).
+    offer: ClientOffer = field(default_factory=ClientOffer)
 
     @property
     def check_timeout(self) -> float:

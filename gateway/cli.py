@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="a directory sessions may run in (repeatable; default: your home directory)")
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
                            usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] [--prompt KEY=TEXT] "
-                                 "[--setup-timeout S] [--turn-timeout S] [--quiet-timeout S] [--auth-method ID] "
+                                 "[--offer NAME=on|off] [--setup-timeout S] [--turn-timeout S] [--quiet-timeout S] "
+                                 "[--auth-method ID] "
                                  "(--agent ID | -- CMD ARGS...)")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
@@ -89,8 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--agent", help="check this agent profile (its command and env) instead of -- CMD")
     check.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
     check.add_argument("--prompt", action="append", default=[], metavar="KEY=TEXT",
-                       help="what a check says to the agent: short, long, longer, permission or client_method "
-                            "(repeatable; over the profile's [check] table; default: plain requests)")
+                       help="what a check says to the agent: short, long, longer, permission, tools, mode_change or "
+                            "client_method (repeatable; over the profile's [check] table; default: plain requests)")
+    check.add_argument("--offer", action="append", default=[], metavar="NAME=on|off",
+                       help="what the checker offers the agent in initialize, for every check that does not judge "
+                            "that very capability: fs-read, fs-write (on by default), terminal, terminal-auth, "
+                            "elicitation-form, elicitation-url, boolean-config (off by default); repeatable")
     check.add_argument("--setup-timeout", type=float, default=60.0, metavar="S",
                        help="wait this long for initialize, authenticate and session set-up (default 60, as the "
                             "gateway)")
@@ -202,7 +207,7 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     import orjson
 
     from acp.conformance import all_checks
-    from acp.conformance_options import CheckOptions
+    from acp.conformance_options import CheckOptions, ClientOffer
     from acp.conformance_report import Progress, render_table, report_json, report_junit
     from acp.conformance_run import run_checks
 
@@ -233,8 +238,13 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
         print("acp-gateway check: --setup-timeout, --turn-timeout and --quiet-timeout must be positive",
               file=sys.stderr)
         return 2
+    try:
+        offer = ClientOffer().with_switches(args.offer)
+    except ValueError as exc:
+        print(f"acp-gateway check: {exc}", file=sys.stderr)
+        return 2
     options = CheckOptions(prompts=prompts, setup_timeout=args.setup_timeout, turn_timeout=args.turn_timeout,
-                           quiet_timeout=args.quiet_timeout,
+                           quiet_timeout=args.quiet_timeout, offer=offer,
                            auth_method=auth_method, agent_cwd=str(args.agent_cwd) if args.agent_cwd else None)
     progress = Progress(len(args.only) if args.only else len(all_checks()), sys.stderr, live=sys.stderr.isatty())
 

@@ -15,7 +15,7 @@ from xml.etree import ElementTree
 import pytest
 
 from acp.conformance import CHECKS, Check, CheckResult, Result, Tier, all_checks, launch_probe
-from acp.conformance_options import CheckOptions, CheckPrompts
+from acp.conformance_options import CheckOptions, CheckPrompts, ClientOffer
 from acp.conformance_report import Verdict, summary, verdict
 from acp.conformance_run import run_checks
 from acp.schema_check import acp_v1_schema
@@ -362,6 +362,26 @@ def test_an_agent_built_on_the_official_python_sdk_passes(tmp_path: Path, flags:
     assert found == {"ACP-JSONRPC-004": "_acp_check/ping (a method no agent has) answered a result"}, found
     suite = ElementTree.parse(junit).getroot()
     assert suite.get("failures") == "0" and int(suite.get("tests", "0")) == len(ALL_IDS)  # advisory: not a failure
+
+
+@pytest.mark.parametrize(("switches", "capabilities"), [
+    ([], {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}),
+    (["fs-read=off", "fs_write=off"], {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}),
+    (["terminal=on", "terminal-auth=on"], {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True,
+                                           "auth": {"terminal": True}}),
+    (["elicitation-url=on", "boolean-config=on"], {"fs": {"readTextFile": True, "writeTextFile": True},
+                                                   "terminal": False, "elicitation": {"url": {}},
+                                                   "session": {"configOptions": {"boolean": {}}}}),
+])
+def test_what_the_checker_offers_is_switched_capability_by_capability(switches: list[str],
+                                                                      capabilities: dict[str, object]) -> None:
+    assert ClientOffer().with_switches(switches).capabilities() == capabilities
+
+
+@pytest.mark.parametrize("bad", ["terminal", "terminal=yes", "telepathy=on"])
+def test_a_bad_offer_switch_is_refused_with_the_names(bad: str) -> None:
+    with pytest.raises(ValueError, match="fs-read, fs-write, terminal"):
+        ClientOffer().with_switches([bad])
 
 
 def test_progress_is_live_on_a_terminal(tmp_path: Path) -> None:

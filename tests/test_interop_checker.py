@@ -1,8 +1,10 @@
-"""`acp-gateway check` against a real third-party agent, pinned by `make interop` and run offline: pi-acp 0.0.24.
-Its findings are the ACP conformance kit's too — a terminal sign-in advertised to a client that did not offer
-terminal auth (kit ACP-AUTH-002) — and one only ours has: `-32602` for `session/load` of an unknown session where
-`-32002` is what a client can act on. With no model to reach, every check that needs a session or a turn is
-BLOCKED, never FAILed."""
+"""`acp-gateway check` against real third-party agents, pinned by `make interop` and run offline.
+
+pi-acp 0.0.24: a terminal sign-in advertised to a client that did not offer terminal auth (the conformance kit's
+ACP-AUTH-002 finding too), and `-32602` for `session/load` of an unknown session where `-32002` is what a client can
+act on. qwen-code 0.15.10, signed in with a dummy key in its settings (its model unreachable): `session/resume`
+advertised but answered `-32601`, `session/load` of an unknown session answered as if it existed, and a config value
+it does not offer accepted. With no model to reach, every check that needs a turn is BLOCKED, never FAILed."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from acp.conformance import Result, Tier
 from acp.conformance_options import CheckOptions
 from acp.conformance_run import run_checks
 from tests.third_party import INTEROP, interop_node
+
+TURN_CHECKS = {"ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-LOAD-001", "ACP-CLIENTCAP-001",
+               "ACP-PROMPT-003", "ACP-META-001"}
 
 
 async def test_pi_acp_findings_are_reported_and_nothing_else_fails(tmp_path: Path) -> None:
@@ -39,3 +44,27 @@ async def test_pi_acp_findings_are_reported_and_nothing_else_fails(tmp_path: Pat
     assert by_id["ACP-INFO-001"].evidence.startswith("pi-acp 0.0.24")
     # The kit's ids stand beside ours in the report.
     assert by_id["ACP-AUTH-002"].check.tck == ("ACP-AUTH-002",) and by_id["ACP-AUTH-002"].check.tier is Tier.MANDATORY
+
+
+async def test_qwen_code_findings_are_reported_and_turns_are_blocked(tmp_path: Path) -> None:
+    node = interop_node()
+    qwen = INTEROP / "@qwen-code" / "qwen-code" / "cli.js"
+    if not qwen.exists():
+        pytest.fail("qwen-code is not installed: `make interop` (part of `make test`) installs it")
+    settings = tmp_path / "home" / ".qwen" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    # Signed in with a key that opens nothing, against an address where nothing listens: sessions, no turns.
+    settings.write_text('{"security": {"auth": {"selectedType": "openai", "apiKey": "dummy-qwen-key", '
+                        '"baseUrl": "http://127.0.0.1:9/v1"}}, "model": {"name": "gpt-4o"}}')
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "PATH": f"{node.parent}:{os.environ.get('PATH', '')}"}
+    results = await run_checks([str(node), str(qwen), "--acp"], env=env,
+                               options=CheckOptions(agent_cwd=str(tmp_path), setup_timeout=30.0))
+    by_id = {r.check.id: r for r in results}
+    failed = {r.check.id for r in results if r.result is Result.FAIL}
+    assert {"ACP-UNKNOWN-002", "ACP-CAPS-001", "ACP-UNKNOWN-001", "ACP-CONFIG-004"} <= failed, \
+        {r.check.id: (r.result, r.evidence) for r in results}
+    # What else it shows (a schema slip in one answer) may come and go with its versions; nothing that needs a turn.
+    assert failed <= {"ACP-UNKNOWN-002", "ACP-CAPS-001", "ACP-UNKNOWN-001", "ACP-CONFIG-004", "ACP-SCHEMA-001"}
+    assert "session/resume" in by_id["ACP-CAPS-001"].evidence
+    assert all(by_id[c].result is Result.BLOCKED for c in TURN_CHECKS), {c: by_id[c].evidence for c in TURN_CHECKS}
+    assert by_id["ACP-CONFIG-001"].result is Result.PASS  # its modes and options are consistent
