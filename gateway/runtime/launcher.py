@@ -369,7 +369,13 @@ class Launcher:
         if boot is Boot.INITIAL_PROMPT and task and task.description:
             self._on_ready(live, task.description)
         else:
-            await self.writer.apply(row, SessionEvent.READY)
+            try:
+                await self.writer.apply(row, SessionEvent.READY)
+            except IllegalTransition:
+                # The session is live from the line above: a prompt that came meanwhile (a page reopening the
+                # session and sending at once, seen in CI) started its turn, which moved the state on already.
+                if not live.turn_running:
+                    raise
         return LaunchResult(True, restore=result, how=how)
 
     def _command(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
