@@ -224,8 +224,11 @@ async def offer_settable(ctx: CheckContext) -> str:
         if listed[option["id"]].get("currentValue") != value:
             raise CheckFailed(f"set_config_option answered {option['id']} = "
                               f"{listed[option['id']].get('currentValue')!r}, not the {value!r} it was set to")
-        await p.call("session/set_config_option", {**params, "value": before})
-        said.append(f"{option['id']} to {value!r} and back")
+        if option.get("type") == "boolean" or before in _values(option):
+            await p.call("session/set_config_option", {**params, "value": before})
+            said.append(f"{option['id']} to {value!r} and back")
+        else:  # its current value was none of its values (ACP-CONFIG-001's finding): nothing valid to go back to
+            said.append(f"{option['id']} to {value!r} (not back to {before!r}, which it does not offer)")
     if modes:
         available = [m.get("id") for m in modes.get("availableModes") or [] if isinstance(m, dict)]
         other = next((m for m in available if m != modes.get("currentModeId")), None)

@@ -49,7 +49,7 @@ async def test_a_flooding_agent_costs_another_owner_nothing(tmp_path: Path) -> N
         view = await alice.call("task.session.start", {"agent": "flood", "cwd": str(tmp_path / "work"),
                                                        "wait_ready": True})
         await latencies(bob, 50)  # warm
-        idle = await latencies(bob, 300)
+        idle = await latencies(bob, 600)
         before = peak_rss(gw.proc.pid)
         turn = asyncio.ensure_future(alice.call("task.session.prompt", {"session_id": view["session_id"],
                                                                         "prompt": "flood"}))
@@ -59,7 +59,11 @@ async def test_a_flooding_agent_costs_another_owner_nothing(tmp_path: Path) -> N
         assert (await turn)["stop_reason"] == "end_turn"  # the session survived it
         assert len(loaded) >= 100, "the flood was read faster than Bob could be measured: nothing was tested"
         ratio = p99(loaded) / p99(idle)
-        assert ratio <= 3.0, f"bob's p99 went from {p99(idle) * 1e3:.2f} ms to {p99(loaded) * 1e3:.2f} ms"
+        # Why 5x: on the 2-core CI machine the flooding agent, the gateway reading it and this client share two cores,
+        # and that alone moves Bob's p99 1.1-3.5x from run to run (the code before this guard's last change shows the
+        # same spread). What the guard is for is one order of magnitude more: parsing or copying the flood on the
+        # event loop took Bob's p99 from 3 ms to 60 ms (20x).
+        assert ratio <= 5.0, f"bob's p99 went from {p99(idle) * 1e3:.2f} ms to {p99(loaded) * 1e3:.2f} ms"
         grown = peak_rss(gw.proc.pid) - before
         print(f"bob's p99 idle {p99(idle) * 1e3:.2f} ms, loaded {p99(loaded) * 1e3:.2f} ms ({ratio:.2f}x, "
               f"{len(loaded)} calls); gateway peak RSS +{grown >> 20} MiB")
