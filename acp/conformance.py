@@ -198,9 +198,9 @@ class Probe:
             self.envelope.append(f"response to id {msg.get('id')!r} carries {'both' if 'result' in msg else 'neither'}"
                                  " of result and error")
             return
-        error = msg.get("error")
         if "error" not in msg:
             return
+        error = msg["error"]
         code = error.get("code") if isinstance(error, dict) else None
         if not isinstance(error, dict) or not isinstance(code, int) or isinstance(code, bool) \
                 or not isinstance(error.get("message"), str):
@@ -437,11 +437,24 @@ class CheckResult:
         return self.result is Result.FAIL and self.check.tier in (Tier.MANDATORY, Tier.CAPABILITY)
 
 
+async def initialized(ctx: CheckContext, offer: ClientOffer | None = None) -> Probe:
+    """The check's process (offered `offer`, for a fresh check), initialized."""
+    p = await ctx.probe(offer)
+    await p.initialize()
+    return p
+
+
 async def session_of(ctx: CheckContext) -> tuple[Probe, str]:
     """The check's process, initialized, and a new session of it in the check's directory."""
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     return p, await p.new_session(ctx.workdir)
+
+
+UNKNOWN_PREFIX = "acp-check-unknown-"  # the ids of sessions no agent has: every check asking about one uses it
+
+
+def unknown_session_id() -> str:
+    return f"{UNKNOWN_PREFIX}{uuid.uuid4().hex}"
 
 
 class CheckContext:
@@ -466,6 +479,15 @@ class CheckContext:
         probe = await self._launch(offer)
         self.probes.append(probe)
         return probe
+
+    @staticmethod
+    def advertised_as(capability: str) -> str:
+        """Where `advertised` looks for `capability` in the agent's initialize answer, as people read it."""
+        if capability == "loadSession":
+            return "agentCapabilities.loadSession"
+        if capability.startswith("prompt:"):
+            return f"promptCapabilities.{capability.partition(':')[2]}"
+        return f"sessionCapabilities.{capability}"
 
     def advertised(self, capability: str) -> bool:
         agent_caps = self.caps.get("agentCapabilities") or {}
@@ -544,8 +566,7 @@ async def stdout_hygiene(ctx: CheckContext) -> str:
        f"{SPEC}/session-setup: The Agent MUST respond with a unique Session ID that identifies this conversation.",
        tck=("ACP-SESSION-001", "ACP-SESSION-002"))
 async def session_new(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     a = await p.new_session(ctx.workdir)
     b = await p.new_session(ctx.workdir)
     if a == b:
@@ -668,8 +689,7 @@ async def close_cancels_turn(ctx: CheckContext) -> str:
 
 
 async def _session_from_earlier_process(ctx: CheckContext, word: str) -> tuple[str, str]:
-    first = await ctx.probe()
-    await first.initialize()
+    first = await initialized(ctx)
     sid = await first.new_session(ctx.workdir)
     text = f"Remember the word {word}."
     await first.prompt(sid, text)
@@ -690,8 +710,7 @@ async def _settle(p: Probe, seconds: float = 0.5) -> None:
 async def load_replays(ctx: CheckContext) -> str:
     word = f"kiwi-{uuid.uuid4().hex[:6]}"
     sid, said = await _session_from_earlier_process(ctx, word)
-    second = await ctx.probe()
-    await second.initialize()
+    second = await initialized(ctx)
     try:
         await second.call("session/load", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
@@ -716,8 +735,7 @@ async def load_replays(ctx: CheckContext) -> str:
        fresh=True)
 async def load_usable(ctx: CheckContext) -> str:
     sid, _ = await _session_from_earlier_process(ctx, "plum")
-    second = await ctx.probe()
-    await second.initialize()
+    second = await initialized(ctx)
     try:
         await second.call("session/load", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
         result = await second.prompt(sid, "What word did I ask you to remember?")
@@ -731,8 +749,7 @@ async def load_usable(ctx: CheckContext) -> str:
        "(unlike session/load).", needs="resume", fresh=True, tck=("ACP-RESUME-001", "ACP-RESUME-002"))
 async def resume_no_replay(ctx: CheckContext) -> str:
     sid, _ = await _session_from_earlier_process(ctx, "fig")
-    second = await ctx.probe()
-    await second.initialize()
+    second = await initialized(ctx)
     try:
         await second.call("session/resume", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
@@ -749,9 +766,8 @@ async def resume_no_replay(ctx: CheckContext) -> str:
 
 
 async def _unknown(ctx: CheckContext, method: str) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    unknown = f"acp-check-unknown-{uuid.uuid4().hex}"
+    p = await initialized(ctx)
+    unknown = unknown_session_id()
     try:
         await p.call(method, {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
@@ -779,7 +795,7 @@ async def unknown_resume(ctx: CheckContext) -> str:
        f"{SPEC}/initialization#agent-capabilities: capabilities advertise the methods the Agent supports.")
 async def capabilities_consistent(ctx: CheckContext) -> str:
     p, sid = await session_of(ctx)
-    unknown = f"acp-check-unknown-{uuid.uuid4().hex}"
+    unknown = unknown_session_id()
     probes: dict[str, tuple[str, dict[str, Any]]] = {
         "loadSession": ("session/load", {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []}),
         "resume": ("session/resume", {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []}),
@@ -882,8 +898,7 @@ _OFFERED_BY = {"fs/read_text_file": "fs.readTextFile", "fs/write_text_file": "fs
        "Agent MUST NOT attempt to call its methods.", fresh=True,
        tck=("ACP-CLIENTCAP-001", "ACP-CLIENTCAP-002", "ACP-CLIENTCAP-003"))
 async def offers_honoured(ctx: CheckContext) -> str:
-    p = await ctx.probe(ClientOffer.nothing())
-    await p.initialize()
+    p = await initialized(ctx, ClientOffer.nothing())
     sid = await p.new_session(ctx.workdir)
     result = await p.prompt(sid, ctx.prompts.tools)
     await _settle(p)
@@ -903,8 +918,7 @@ async def offers_honoured(ctx: CheckContext) -> str:
        f"{SPEC}/terminals: The Agent is responsible for releasing the terminal by using the terminal/release method.",
        fresh=True)
 async def terminals_released(ctx: CheckContext) -> str:
-    p = await ctx.probe(ClientOffer(terminal=True))
-    await p.initialize()
+    p = await initialized(ctx, ClientOffer(terminal=True))
     sid = await p.new_session(ctx.workdir)
     await p.prompt(sid, ctx.prompts.tools)
     await _settle(p)
@@ -942,8 +956,7 @@ async def unknown_client_method(ctx: CheckContext) -> str:
        f"{SPEC}/transports: The client closes the agent's stdin to end the connection; the agent SHOULD exit.",
        fresh=True, tck=("ACP-SHUTDOWN-001",))
 async def shutdown_on_stdin_close(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     with contextlib.suppress(Exception):
         p.client.process.stdin.close()
     try:

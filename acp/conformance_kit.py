@@ -28,7 +28,9 @@ from .conformance import (
     _settle,
     blocked_by_error,
     check,
+    initialized,
     session_of,
+    unknown_session_id,
 )
 from .errors import METHOD_NOT_FOUND, RequestTimeout, RpcError
 
@@ -48,8 +50,7 @@ async def _answered(p: Probe, method: str, request_id: int | str, timeout: float
        f"{JSONRPC}#response_object: id MUST be the same as the value of the id member in the Request; "
        f"{SPEC}/extensibility: recipients must respond to custom requests.", tck=("ACP-JSONRPC-001", "ACP-EXT-001"))
 async def ids_echoed(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     wait = min(ctx.options.setup_timeout, 5.0)  # an unknown method is answered at once by any agent
     said = []
     for request_id in (f"acp-check-{uuid.uuid4().hex[:8]}", 2**40 + 7):
@@ -68,8 +69,7 @@ async def ids_echoed(ctx: CheckContext) -> str:
        f"{SPEC}/extensibility: ... SHOULD respond with the standard \"Method not found\" error (-32601).",
        tck=("ACP-JSONRPC-004", "ACP-JSONRPC-005"))
 async def unknown_method(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     wait = min(ctx.options.setup_timeout, 5.0)
     # A custom (`_`) method, and one that is no custom method but no ACP method either, without params (JSON-RPC
     # lets a request omit them): SDKs route the two apart, and some agents read a request's params before its name.
@@ -96,10 +96,9 @@ async def unknown_method(ctx: CheckContext) -> str:
 @check("ACP-JSONRPC-003", Tier.MANDATORY, "notifications are never answered",
        f"{JSONRPC}#notification: The Server MUST NOT reply to a Notification.", fresh=True, tck=("ACP-JSONRPC-003",))
 async def notifications_unanswered(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     await p.client.conn.notify("_acp_check/notice", {})
-    await p.client.conn.notify("session/cancel", {"sessionId": f"acp-check-unknown-{uuid.uuid4().hex}"})
+    await p.client.conn.notify("session/cancel", {"sessionId": unknown_session_id()})
     await _settle(p, 0.5)  # a quiet period: any response now answers a notification (no request is out)
     answers = [m for m in p.responses_in if m.get("id") is None or not isinstance(m.get("id"), (int, str))]
     if answers:
@@ -287,8 +286,7 @@ async def own_mode_change_told(ctx: CheckContext) -> str:
         raise CheckInconclusive("the mode_change turn reported no mode, and without load or resume there is no "
                                 "telling whether the mode changed")
     await p.client.stop()
-    second = await ctx.probe()
-    await second.initialize()
+    second = await initialized(ctx)
     try:
         after = current_mode(await second.call(how, {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []}) or {})
     except RpcError as err:
@@ -317,8 +315,7 @@ async def config_after_restore(ctx: CheckContext) -> str:
     try:  # informational: whatever is answered is reported, never judged
         await first.call("session/set_config_option", {"sessionId": sid, "configId": option["id"], "value": value})
         await first.client.stop()
-        second = await ctx.probe()
-        await second.initialize()
+        second = await initialized(ctx)
         restored = await second.call(how, {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
         return f"nothing to compare: {err.code} {err.message} (ACP-CONFIG-002 and the restore checks judge it)"
@@ -367,9 +364,8 @@ async def delete_session(ctx: CheckContext) -> str:
        f"{SPEC}/session-delete: deleting a session that does not exist SHOULD succeed.", needs="delete",
        tck=("ACP-DELETE-002",))
 async def delete_unknown(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    unknown = f"acp-check-unknown-{uuid.uuid4().hex}"
+    p = await initialized(ctx)
+    unknown = unknown_session_id()
     try:
         await p.call("session/delete", {"sessionId": unknown})
     except RpcError as err:
@@ -400,8 +396,7 @@ async def list_filtered(ctx: CheckContext) -> str:
        f"{SPEC}/session-setup: additionalDirectories are absolute paths the agent may work in.",
        needs="additionalDirectories", tck=("ACP-ADDDIRS-001",))
 async def additional_directories(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     extra = os.path.join(ctx.workdir, "also-here")
     os.makedirs(extra, exist_ok=True)
     try:
@@ -430,9 +425,8 @@ async def load_answers_object(ctx: CheckContext) -> str:
        f"{SPEC}/schema#errorcode: v1 names no code for it; -32002 (resource not found) is what clients can act on.",
        tck=("ACP-INFO-UNKNOWNSESSION-001",))
 async def prompt_unknown_session(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
-    unknown = f"acp-check-unknown-{uuid.uuid4().hex}"
+    p = await initialized(ctx)
+    unknown = unknown_session_id()
     try:
         await asyncio.wait_for(p.call("session/prompt", {"sessionId": unknown, "prompt": [
             {"type": "text", "text": ctx.prompts.short}]}), min(ctx.options.setup_timeout, 15.0))
@@ -542,8 +536,7 @@ async def authenticate_then_session(ctx: CheckContext) -> str:
        "not JSON-RPC", f"{JSONRPC}#error_object: -32700 Parse error, -32600 Invalid Request (the reference SDKs "
        "differ: one answers, one drops the line).", fresh=True, tck=("ACP-INFO-PARSE-001", "ACP-INFO-INVALIDREQ-001"))
 async def garbage_in(ctx: CheckContext) -> str:
-    p = await ctx.probe()
-    await p.initialize()
+    p = await initialized(ctx)
     stdin, before = p.client.process.stdin, len(p.responses_in)
     stdin.write(b"this is not json\n" + b'{"foo": "bar"}\n')
     await stdin.drain()

@@ -225,10 +225,7 @@ async def _judge(c: Check, ctx: CheckContext, options: CheckOptions, on_start: C
     if c.needs and undiscovered is not None:  # nothing is known of what it advertises
         return CheckResult(c, Result.BLOCKED, undiscovered), []
     if c.needs and not ctx.advertised(c.needs):
-        where = ("agentCapabilities.loadSession" if c.needs == "loadSession"
-                 else f"promptCapabilities.{c.needs.partition(':')[2]}" if c.needs.startswith("prompt:")
-                 else f"sessionCapabilities.{c.needs}")
-        return CheckResult(c, Result.SKIP, f"the agent does not advertise {where}"), []
+        return CheckResult(c, Result.SKIP, f"the agent does not advertise {ctx.advertised_as(c.needs)}"), []
     if c.turn and turns.blocked is not None:  # decided already: no session is set up for it
         return CheckResult(c, Result.BLOCKED, f"{turns.blocked} (decided once for the run by its first turn)"), []
     if on_start is not None:

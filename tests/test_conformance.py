@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from acp.conformance import CHECKS, Check, CheckResult, Result, Tier, all_checks, launch_probe
+from acp.conformance import CHECKS, UNKNOWN_PREFIX, Check, CheckResult, Result, Tier, all_checks, launch_probe
 from acp.conformance_options import CheckOptions, CheckPrompts, ClientOffer
 from acp.conformance_report import Verdict, summary, verdict
 from acp.conformance_run import run_checks
@@ -146,7 +146,7 @@ async def test_what_the_agent_is_not_to_blame_for_is_blocked_or_inconclusive(
 def turns_sent(log: Path) -> list[str]:
     """The prompts an agent received for sessions it has (ACP-INFO-002 prompts one it never made: no turn runs)."""
     return [line for line in log.read_text().splitlines()
-            if '"session/prompt"' in line and "acp-check-unknown-" not in line]
+            if '"session/prompt"' in line and UNKNOWN_PREFIX not in line]
 
 
 async def test_a_failing_turn_is_tried_once_for_the_whole_run(tmp_path: Path) -> None:
