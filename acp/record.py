@@ -6,6 +6,11 @@ and header values replaced by `[secret]`: a recording holds no secret). A chunk'
 written to the fixture before the chunk is forwarded: whatever the peer has read is in the recording already. Each
 fixture line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to_client), `{"seq", "ts", "dir",
 "raw"}` for a line that is not JSON, and `{"seq", "ts", "dir": "agent_stderr", "line"}` for stderr.
+
+Two options make a recording fit to share (a fixture, a bug report): `--redact-env NAME` replaces the value of
+the environment variable NAME (an API key the agent is given) by `[secret]` wherever it appears, and
+`--portable` writes the working directory as `<cwd>` and `$HOME` as `<home>`, which the replay binds to the
+paths of the run it plays in.
 """
 
 from __future__ import annotations
@@ -14,24 +19,55 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import orjson
 
 from .framing import DEFAULT_MAX_LINE, LineSplitter
-from .mcp import redacted_params
+from .mcp import SECRET, redacted_params
 
 _CHUNK = 256 * 1024
 
 
+class Redaction:
+    """What never leaves the recorder as it was: secrets (as `[secret]`) and, for a portable recording, the
+    host's paths (as `<cwd>`, `<home>`). Applied to each line as JSON text, so a value inside any string is
+    caught, escaped or not."""
+
+    def __init__(self, secrets: Sequence[str] = (), paths: Sequence[tuple[str, str]] = ()) -> None:
+        self.secrets = [orjson.dumps(s)[1:-1] for s in secrets if s]
+        # Longest first: a cwd inside $HOME is named as the cwd. A path is replaced only where it ends.
+        self.paths = [(re.compile(re.escape(orjson.dumps(p)[1:-1]) + rb'(?=[/"\\\s:;,)\]]|$)'),
+                       name.encode()) for p, name in sorted(paths, key=lambda pair: -len(pair[0])) if p and p != "/"]
+
+    def __call__(self, line: bytes) -> bytes:
+        for secret in self.secrets:
+            line = line.replace(secret, SECRET.encode())
+        for pattern, name in self.paths:
+            line = pattern.sub(name, line)
+        return line
+
+    @staticmethod
+    def from_env(names: Sequence[str], portable: bool, environ: Mapping[str, str], cwd: str) -> Redaction:
+        secrets = [environ[n] for n in names if environ.get(n)]
+        paths = [(cwd, "<cwd>"), (environ.get("HOME", ""), "<home>")] if portable else []
+        if portable:
+            real = os.path.realpath(cwd)
+            if real != cwd:
+                paths.append((real, "<cwd>"))
+        return Redaction(secrets, paths)
+
+
 class Recorder:
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes], redaction: Redaction | None = None) -> None:
         self.out = out
         self.seq = 0
+        self.redaction = redaction or Redaction()
 
     def write(self, direction: str, line: bytes) -> None:
         self.seq += 1
@@ -48,7 +84,7 @@ class Recorder:
                 if isinstance(msg, dict) and "params" in msg:  # MCP servers' secrets are never recorded
                     msg["params"] = redacted_params(msg["params"])
                 entry["msg"] = msg
-        self.out.write(orjson.dumps(entry) + b"\n")
+        self.out.write(self.redaction(orjson.dumps(entry)) + b"\n")
         self.out.flush()
 
 
@@ -79,7 +115,7 @@ async def _pump(source: asyncio.StreamReader, sink: Any, direction: str, recorde
                 sink.close()
 
 
-async def record(argv: Sequence[str], out_path: str) -> int:
+async def record(argv: Sequence[str], out_path: str, redaction: Redaction | None = None) -> int:
     loop = asyncio.get_running_loop()
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -91,7 +127,7 @@ async def record(argv: Sequence[str], out_path: str) -> int:
     stderr = os.fdopen(os.dup(sys.stderr.fileno()), "wb", buffering=0)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     with open(out_path, "ab") as fixture:
-        recorder = Recorder(fixture)
+        recorder = Recorder(fixture, redaction)
         to_agent = asyncio.ensure_future(_pump(stdin, proc.stdin, "client_to_agent", recorder, True))
         from_agent = asyncio.ensure_future(_pump(proc.stdout, stdout, "agent_to_client", recorder, False))
         from_stderr = asyncio.ensure_future(_pump(proc.stderr, stderr, "agent_stderr", recorder, False))
@@ -101,5 +137,6 @@ async def record(argv: Sequence[str], out_path: str) -> int:
     return rc
 
 
-def record_command(argv: Sequence[str], out_path: str) -> int:
-    return asyncio.run(record(argv, out_path))
+def record_command(argv: Sequence[str], out_path: str, redact_env: Sequence[str] = (), portable: bool = False) -> int:
+    redaction = Redaction.from_env(redact_env, portable, os.environ, os.getcwd())
+    return asyncio.run(record(argv, out_path, redaction))

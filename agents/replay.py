@@ -1,138 +1,83 @@
-"""The replay agent (`acp-gateway replay FILE.jsonl`): plays a recorded transcript back as an ACP agent.
+"""The replay agent (`acp-gateway replay FILE.jsonl|DIR ...`): plays recordings back as an ACP agent.
 
-The recording is a script. Agent messages are sent in recorded order; each recorded client message
-is waited for and matched by method and params — request ids are rewritten, `_meta` is ignored,
-MCP servers' secrets (recorded as `[secret]`) match whatever is sent, and `cwd` matches any path (a
-recording made in one directory replays in another). A request that does not match gets `-32603`
-with a short diff, and the divergence is said on stderr. `--realtime` reproduces the recorded pacing
-of the agent's messages.
+A recording is a script: each client frame is waited for and matched, the agent frames after it are sent in
+recorded order. Given several recordings (or a corpus directory, every `*.jsonl` in it) the replay follows all
+that agree with what the client sent and speaks for the nearest. What "agree" tolerates is a list of numbered
+rules (`acp/replay_rules.py`, docs/agent-authors.md); `--strict` keeps only those no two runs can avoid. A
+request that matches nothing is answered `-32603` with the recorded and the received frame side by side, and
+said on stderr. `--realtime` reproduces the recorded pacing; `--forget-sessions` plays the agent after it lost
+the sessions it handed out before (a restore then meets its answer to an unknown session).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import difflib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from acp.framing import LineSplitter
-from acp.mcp import redacted_params
-
-WILDCARD_KEYS = frozenset({"cwd"})
+from acp.replay_rules import kind
+from acp.replay_script import Divergence, Entry, Replay, Script
 
 
 def load_script(path: Path) -> list[dict[str, Any]]:
-    steps = []
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not JSON: {exc}") from None
-        if entry.get("dir") in ("client_to_agent", "agent_to_client") and isinstance(entry.get("msg"), dict):
-            steps.append(entry)
-    return steps
+    """A recording's client and agent frames, as recorded (for tests and tools that read fixtures)."""
+    script = Script.from_lines(str(path), path.read_bytes().splitlines())
+    return [{"dir": e.direction, "msg": dict(e.msg), "ts": e.ts} for e in script.entries]
 
 
-def normalize(value: Any) -> Any:
-    """What matching compares: no `_meta`, no JSON-RPC envelope, any `cwd`."""
-    if isinstance(value, dict):
-        return {k: ("<any>" if k in WILDCARD_KEYS else normalize(v)) for k, v in sorted(value.items())
-                if k != "_meta"}
-    if isinstance(value, list):
-        return [normalize(v) for v in value]
-    return value
-
-
-def kind(msg: dict[str, Any]) -> str:
-    if "method" in msg:
-        return "request" if "id" in msg else "notification"
-    return "response"
-
-
-def matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
-    if kind(expected) != kind(got):
-        return False
-    if kind(got) == "response":
-        return True  # answers to the agent's own requests: the client's choice is the client's
-    # A recording holds MCP servers' secrets as `[secret]`: the request is compared with its own redacted the same way.
-    return bool(expected.get("method") == got.get("method")
-                and normalize(expected.get("params")) == normalize(redacted_params(got.get("params"))))
-
-
-def short_diff(expected: dict[str, Any], got: dict[str, Any], lines: int = 12) -> str:
-    def view(msg: dict[str, Any]) -> list[str]:
-        shown = {"method": msg.get("method"), "params": normalize(msg.get("params"))}
-        return orjson.dumps(shown, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().splitlines()
-
-    diff = list(difflib.unified_diff(view(expected), view(got), "recorded", "received", lineterm="", n=1))
-    return "\n".join(diff[: lines + 2])
+def load_scripts(paths: Sequence[Path]) -> list[Script]:
+    """The recordings named, a directory standing for every `*.jsonl` in it (sorted, so the order is stable)."""
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    if not files:
+        raise ValueError(f"no recording (*.jsonl) in {', '.join(map(str, paths))}")
+    return [Script.from_lines(f.name if len(files) > 1 else str(f), f.read_bytes().splitlines()) for f in files]
 
 
 class ReplayAgent:
-    def __init__(self, steps: list[dict[str, Any]], realtime: bool, out: Any, err: Any) -> None:
-        self.steps = steps
+    def __init__(self, replay: Replay, realtime: bool, out: Any, err: Any) -> None:
+        self.replay = replay
         self.realtime = realtime
         self.out = out
         self.err = err
-        self.ids: dict[Any, Any] = {}  # recorded client request id -> live id
         self.incoming: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.divergences = 0
         self._last_ts: float | None = None
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: Mapping[str, Any]) -> None:
         self.out.write(orjson.dumps(msg) + b"\n")
         self.out.flush()
 
-    async def emit(self, entry: dict[str, Any]) -> None:
-        msg = dict(entry["msg"])
-        if self.realtime and self._last_ts is not None:
-            await asyncio.sleep(max(0.0, entry["ts"] - self._last_ts))
-        self._last_ts = entry["ts"]
-        if kind(msg) == "response" and msg.get("id") in self.ids:
-            msg["id"] = self.ids[msg["id"]]
-        self.send(msg)
+    async def emit(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            if self.realtime and self._last_ts is not None:
+                await asyncio.sleep(max(0.0, min(entry.ts - self._last_ts, 30.0)))
+            self._last_ts = entry.ts
+            self.send(entry.msg)
 
-    def diverged(self, expected: dict[str, Any] | None, got: dict[str, Any]) -> None:
+    def diverged(self, divergence: Divergence) -> None:
         self.divergences += 1
-        what = got.get("method", "a response")
-        if expected is None:
-            detail = "the recording has no more client messages"
-        else:
-            detail = f"expected {expected.get('method', 'a response')}\n{short_diff(expected, got)}"
-        self.err.write(f"replay: divergence at {what}: {detail}\n")
+        self.err.write(f"replay: divergence: {divergence.summary()}\n{divergence.side_by_side()}\n")
         self.err.flush()
-        if kind(got) == "request":
-            self.send({"jsonrpc": "2.0", "id": got["id"], "error": {
-                "code": -32603, "message": f"replay divergence: {detail.splitlines()[0]}",
-                "data": {"diff": detail}}})
+        if kind(divergence.received) == "request":
+            self.send({"jsonrpc": "2.0", "id": divergence.received["id"], "error": divergence.error()})
 
     async def run(self) -> int:
-        i = 0
-        while i < len(self.steps):
-            entry = self.steps[i]
-            if entry["dir"] == "agent_to_client":
-                await self.emit(entry)
-                i += 1
-                continue
-            got = await self.incoming.get()
-            if got is None:
-                return 0
-            if matches(entry["msg"], got):
-                if kind(got) == "request":
-                    self.ids[entry["msg"].get("id")] = got["id"]
-                i += 1
-            else:
-                self.diverged(entry["msg"], got)
+        await self.emit(self.replay.start())
         while (got := await self.incoming.get()) is not None:
-            self.diverged(None, got)
+            played = self.replay.receive(got)
+            if played.divergence is not None:
+                self.diverged(played.divergence)
+            else:
+                await self.emit(played.send)
         return 0
 
     async def read(self, reader: asyncio.StreamReader) -> None:
@@ -151,27 +96,40 @@ class ReplayAgent:
         self.incoming.put_nowait(None)
 
 
-async def serve(path: Path, realtime: bool) -> int:
-    steps = load_script(path)
+async def serve(paths: Sequence[Path], realtime: bool, strict: bool = False, forget: bool = False) -> int:
+    replay = Replay(load_scripts(paths), strict=strict, forget=forget)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    agent = ReplayAgent(steps, realtime, out, sys.stderr)
+    agent = ReplayAgent(replay, realtime, out, sys.stderr)
     reading = asyncio.ensure_future(agent.read(reader))
     rc = await agent.run()
     reading.cancel()
     return rc
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fixture", type=Path, nargs="+",
+                        help="recordings written by `acp-gateway record`, or a directory of them (a corpus)")
+    parser.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
+    parser.add_argument("--strict", action="store_true",
+                        help="match only what no two runs can avoid: request ids, paths, secrets (rules N1, N3, N8)")
+    parser.add_argument("--forget-sessions", action="store_true",
+                        help="play the agent after it lost the sessions it handed out before this process")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="acp-gateway replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("fixture", type=Path)
-    parser.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions)
+
+
+def run_replay(paths: Sequence[Path], realtime: bool = False, strict: bool = False, forget: bool = False) -> int:
     try:
-        return asyncio.run(serve(args.fixture, args.realtime))
+        return asyncio.run(serve(paths, realtime, strict, forget))
     except (OSError, ValueError) as exc:
         print(f"acp-gateway replay: {exc}", file=sys.stderr)
         return 2

@@ -110,9 +110,22 @@ def _parser() -> argparse.ArgumentParser:
     rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
                          usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
     rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
-    rep = sub.add_parser("replay", help="an ACP agent that plays a recorded fixture back")
-    rep.add_argument("fixture", help="a JSONL transcript written by `acp-gateway record`")
-    rep.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
+    rec.add_argument("--redact-env", action="append", default=[], metavar="NAME",
+                     help="write the value of this environment variable (an API key) as [secret]; repeatable")
+    rec.add_argument("--portable", action="store_true",
+                     help="write the working directory as <cwd> and $HOME as <home> (a fixture to share)")
+    rep = sub.add_parser("replay", help="an ACP agent that plays recordings back")
+    from agents.replay import add_arguments as replay_arguments
+
+    replay_arguments(rep)
+    fixtures = sub.add_parser("fixtures", help="compare recordings of an agent")
+    fixtures_sub = fixtures.add_subparsers(dest="fixtures_command", required=True)
+    fdiff = fixtures_sub.add_parser("diff", help="what changed between two recordings of an agent (a corpus "
+                                    "directory or one recording each): capabilities, answers, error codes, update "
+                                    "kinds, timing classes")
+    fdiff.add_argument("old", type=Path)
+    fdiff.add_argument("new", type=Path)
+    fdiff.add_argument("--json", action="store_true", help="the changes as JSON")
     from .frontend_cli import add_parsers
 
     add_parsers(sub)
@@ -172,11 +185,15 @@ def _main(argv: list[str] | None) -> int:
             if not command:
                 print("acp-gateway record: give the agent's command after --", file=sys.stderr)
                 return 2
-            return record_command(command, args.out)
+            return record_command(command, args.out, args.redact_env, args.portable)
         if args.command == "replay":
-            from agents.replay import main as replay_main
+            from agents.replay import run_replay
 
-            return replay_main([args.fixture, *(["--realtime"] if args.realtime else [])])
+            return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions)
+        if args.command == "fixtures":
+            from .fixtures_cli import diff_command
+
+            return diff_command(args.old, args.new, args.json)
         if args.command == "doctor":
             from .config import ConfigError, load_config
             from .doctor import report

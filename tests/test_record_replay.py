@@ -73,7 +73,9 @@ async def test_record_then_replay_reproduces_the_agent_traffic(tmp_path: Path) -
     replayed, replay_sid = await drive([sys.executable, "-m", "gateway.cli", "replay", str(fixture)], other,
                                        ["hello", "/permission", "/tool cat notes.txt"])
     assert replay_sid == sid
-    assert without_ids(replayed) == without_ids(recorded)
+    # The replay speaks of the directory it plays in (rule N3): the recording's paths are the run's.
+    moved = orjson.loads(orjson.dumps(recorded).replace(str(work).encode(), str(other).encode()))
+    assert without_ids(replayed) == without_ids(moved)
 
 
 def test_recorder_forwards_bytes_exactly(tmp_path: Path) -> None:
@@ -114,11 +116,17 @@ async def test_replay_divergence_answers_32603_with_a_diff(tmp_path: Path) -> No
     with pytest.raises(RpcError) as info:
         await client.prompt(result.session_id, [text_block("something else")])
     assert info.value.code == -32603 and "replay divergence" in info.value.message
-    assert '"text": "hello"' in info.value.data["diff"] and '"text": "something else"' in info.value.data["diff"]
+    assert "params.prompt[0].text" in info.value.message  # where the frames part
+    data = info.value.data
+    assert data["expected"]["params"]["prompt"] == [{"type": "text", "text": "hello"}]
+    assert data["received"]["params"]["prompt"] == [{"type": "text", "text": "something else"}]
+    # Side by side: the recorded line on the left, the received one on the right, marked as differing.
+    row = next(line for line in data["side_by_side"].splitlines() if '"hello"' in line)
+    assert " | " in row and '"something else"' in row
     # The recorded request still matches afterwards: the script waits for it.
     assert (await client.prompt(result.session_id, [text_block("hello")])).stopReason == "end_turn"
     await client.stop()
-    assert "replay: divergence at session/prompt" in client.process.stderr.text()
+    assert "replay: divergence: received session/prompt" in client.process.stderr.text()
 
 
 async def test_replay_realtime_plays_the_same_messages(tmp_path: Path) -> None:
