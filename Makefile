@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser sandbox interop sdk postgres bench
+.PHONY: run test lint browser sandbox interop sdk postgres bench fixtures
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,3 +79,12 @@ test: lint browser sandbox interop sdk postgres
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
 bench: $(STAMP) sdk
 	env -u PYTHONUNBUFFERED $(PY) bench/run.py
+
+# Re-records the corpus of real agents, fixtures/agents/<agent>@<version>/ (not part of `make test`, which replays
+# it): the agents `make interop` pins, and those pinned for recording only, installed into .recording/.
+RECORD_PINS := @zed-industries/codex-acp@0.16.0 @mariozechner/pi-coding-agent@0.73.1 qwen-code-next@npm:@qwen-code/qwen-code@0.24.4
+fixtures: $(STAMP) interop
+	@test "$$(cat .recording/.pins 2>/dev/null)" = "$(RECORD_PINS)" || { \
+	  npm install --silent --no-audit --no-fund --prefix .recording $(RECORD_PINS) >/dev/null && \
+	  echo "$(RECORD_PINS)" > .recording/.pins; }
+	$(PY) -m fixtures.agents.record $(AGENTS)

@@ -41,10 +41,10 @@ class Summary:
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    """Dotted paths to leaves. `_meta` is kept: an agent's extensions are capabilities too, and upgrades move them."""
     if isinstance(value, dict) and value:
         for k in sorted(value):
-            if k != "_meta":
-                _flatten(value[k], f"{prefix}.{k}" if prefix else k, out)
+            _flatten(value[k], f"{prefix}.{k}" if prefix else k, out)
     elif isinstance(value, dict):
         out[prefix] = "{}"
     else:

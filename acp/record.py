@@ -10,7 +10,8 @@ fixture line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to
 Two options make a recording fit to share (a fixture, a bug report): `--redact-env NAME` replaces the value of
 the environment variable NAME (an API key the agent is given) by `[secret]` wherever it appears, and
 `--portable` writes the working directory as `<cwd>` and `$HOME` as `<home>`, which the replay binds to the
-paths of the run it plays in.
+paths of the run it plays in; `--alias NAME=PATH` writes another host path (where the agent is installed) as
+`<NAME>`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Redaction:
     def __init__(self, secrets: Sequence[str] = (), paths: Sequence[tuple[str, str]] = ()) -> None:
         self.secrets = [orjson.dumps(s)[1:-1] for s in secrets if s]
         # Longest first: a cwd inside $HOME is named as the cwd. A path is replaced only where it ends.
-        self.paths = [(re.compile(re.escape(orjson.dumps(p)[1:-1]) + rb'(?=[/"\\\s:;,)\]]|$)'),
+        self.paths = [(re.compile(re.escape(orjson.dumps(p)[1:-1]) + rb"(?![A-Za-z0-9._~+-])"),
                        name.encode()) for p, name in sorted(paths, key=lambda pair: -len(pair[0])) if p and p != "/"]
 
     def __call__(self, line: bytes) -> bytes:
@@ -53,9 +54,11 @@ class Redaction:
         return line
 
     @staticmethod
-    def from_env(names: Sequence[str], portable: bool, environ: Mapping[str, str], cwd: str) -> Redaction:
+    def from_env(names: Sequence[str], portable: bool, environ: Mapping[str, str], cwd: str,
+                 aliases: Sequence[tuple[str, str]] = ()) -> Redaction:
         secrets = [environ[n] for n in names if environ.get(n)]
-        paths = [(cwd, "<cwd>"), (environ.get("HOME", ""), "<home>")] if portable else []
+        paths = [(path, f"<{name}>") for name, path in aliases]
+        paths += [(cwd, "<cwd>"), (environ.get("HOME", ""), "<home>")] if portable else []
         if portable:
             real = os.path.realpath(cwd)
             if real != cwd:
@@ -137,6 +140,14 @@ async def record(argv: Sequence[str], out_path: str, redaction: Redaction | None
     return rc
 
 
-def record_command(argv: Sequence[str], out_path: str, redact_env: Sequence[str] = (), portable: bool = False) -> int:
-    redaction = Redaction.from_env(redact_env, portable, os.environ, os.getcwd())
+def record_command(argv: Sequence[str], out_path: str, redact_env: Sequence[str] = (), portable: bool = False,
+                   aliases: Sequence[str] = ()) -> int:
+    pairs = []
+    for alias in aliases:
+        name, sep, path = alias.partition("=")
+        if not sep or not name.isidentifier() or not path.startswith("/"):
+            print(f"acp-gateway record: --alias takes NAME=/absolute/path, not {alias!r}", file=sys.stderr)
+            return 2
+        pairs.append((name, path))
+    redaction = Redaction.from_env(redact_env, portable, os.environ, os.getcwd(), pairs)
     return asyncio.run(record(argv, out_path, redaction))

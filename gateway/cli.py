@@ -114,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the value of this environment variable (an API key) as [secret]; repeatable")
     rec.add_argument("--portable", action="store_true",
                      help="write the working directory as <cwd> and $HOME as <home> (a fixture to share)")
+    rec.add_argument("--alias", action="append", default=[], metavar="NAME=PATH",
+                     help="write the host path PATH (where the agent is installed, say) as <NAME>; repeatable")
     rep = sub.add_parser("replay", help="an ACP agent that plays recordings back")
     from agents.replay import add_arguments as replay_arguments
 
@@ -185,7 +187,7 @@ def _main(argv: list[str] | None) -> int:
             if not command:
                 print("acp-gateway record: give the agent's command after --", file=sys.stderr)
                 return 2
-            return record_command(command, args.out, args.redact_env, args.portable)
+            return record_command(command, args.out, args.redact_env, args.portable, args.alias)
         if args.command == "replay":
             from agents.replay import run_replay
 
