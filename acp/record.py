@@ -72,6 +72,15 @@ class Recorder:
         self.seq = 0
         self.redaction = redaction or Redaction()
 
+    def write_message(self, direction: str, msg: Any) -> None:
+        """A frame already parsed (the gateway records what its own client sent and read)."""
+        self.seq += 1
+        if isinstance(msg, dict) and "params" in msg:
+            msg = {**msg, "params": redacted_params(msg["params"])}
+        entry = {"seq": self.seq, "ts": time.time(), "dir": direction, "msg": msg}
+        self.out.write(self.redaction(orjson.dumps(entry)) + b"\n")
+        self.out.flush()
+
     def write(self, direction: str, line: bytes) -> None:
         self.seq += 1
         entry: dict[str, Any] = {"seq": self.seq, "ts": time.time(), "dir": direction}

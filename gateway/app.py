@@ -169,6 +169,7 @@ class Gateway:
                            retention_bytes=journal_share(config.event_retention_bytes, config.store_max_bytes))
             await bus.open()
             settings = Settings(state_dir=state_dir, stale_window=config.stale_window,
+                                record_dir=Path(config.record_dir).expanduser() if config.record_dir else None,
                                 ready_timeout=config.ready_timeout, stop_grace=config.stop_grace,
                                 cancel_grace=config.cancel_grace, request_timeout=config.request_timeout,
                                 initialize_timeout=config.initialize_timeout,

@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-id", help="this node's name in a cluster (PostgreSQL store; default: the host name)")
     serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
     serve.add_argument("--default-agent", help="agent used when task.session.start names none")
+    serve.add_argument("--record-dir", help="record each agent process's ACP traffic under DIR/<session id>/ "
+                       "(secrets redacted): replayable with `acp-gateway replay`")
     serve.add_argument("--log-format", choices=["text", "json"], help="json: one object a line, with session_id, "
                        "agent and each restore's plan, attempts and outcome as fields (default text)")
     serve.add_argument("--sandbox", choices=["none", "bwrap"], help="confine agents' own processes: bwrap runs each "
@@ -306,6 +308,7 @@ def _serve(args: argparse.Namespace) -> int:
         "token": args.token or os.environ.get("ACP_GATEWAY_TOKEN") or None, "default_agent": args.default_agent,
         "workspace_roots": args.workspace_roots, "log_format": args.log_format, "store": args.store,
         "node_id": args.node_id, "sandbox": args.sandbox, "allow_unconfined_agents": args.allow_unconfined_agents,
+        "record_dir": args.record_dir,
     }
     try:
         config = load_config(args.config, overrides)

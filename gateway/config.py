@@ -41,6 +41,9 @@ class ServeConfig(BaseModel):
     # store). Only here, in the configuration: never in the environment, which an unconfined agent can read.
     cluster_secret: str | None = Field(default=None, min_length=32, repr=False)
     agents_dir: list[str] = Field(default_factory=list)
+    # Record each agent process's ACP traffic, one directory per session (`<record_dir>/<session id>/NNN.jsonl`),
+    # secrets and the session's paths written out: a session that went wrong becomes a fixture and a bug report.
+    record_dir: str | None = None
     token: str | None = Field(default=None, min_length=16)
     # The operator's token for `/metrics` as a whole (every owner's series and the gateway's); an owner's token reads
     # only that owner's series. Never an owner's token too.

@@ -47,6 +47,7 @@ from .history import HistoryCoalescer
 from .homes import PROBE_OWNER, ensure_home
 from .live import LiveSession
 from .quotas import Usage
+from .recording import record_process
 from .settings import Settings
 from .sign_in import SignInSecrets
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
@@ -249,6 +250,9 @@ class Launcher:
             await self.writer.message(row, "error", reason)
             return LaunchResult(False, error=reason)
         metrics.LAUNCHES.labels(row.owner, profile.id).inc()
+        if self.settings.record_dir is not None:
+            record_process(self.settings.record_dir, row.id, client, hidden_values(profile, config.secrets()),
+                           row.cwd, home)
         pid = client.process.pid
         # The agent's identity is written while it starts up (the write hides behind its start-up time); every
         # later write of the executor row waits for it, so it can never overwrite how the launch ended.
