@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import time
 import uuid
@@ -453,8 +454,8 @@ async def session_of(ctx: CheckContext) -> tuple[Probe, str]:
 UNKNOWN_PREFIX = "acp-check-unknown-"  # the ids of sessions no agent has: every check asking about one uses it
 
 
-def unknown_session_id() -> str:
-    return f"{UNKNOWN_PREFIX}{uuid.uuid4().hex}"
+def unknown_session_id(ctx: CheckContext) -> str:
+    return f"{UNKNOWN_PREFIX}{ctx.nonce(32)}"
 
 
 class CheckContext:
@@ -463,8 +464,10 @@ class CheckContext:
 
     def __init__(self, workdir: str, caps: dict[str, Any], options: CheckOptions,
                  launch: Callable[[ClientOffer | None], Awaitable[Probe]], owns_probes: bool = True,
-                 init_transcript: list[dict[str, Any]] | None = None) -> None:
+                 init_transcript: list[dict[str, Any]] | None = None, check_id: str = "") -> None:
         self.workdir = workdir
+        self.check_id = check_id
+        self._nonces = 0
         self.caps = caps  # what the agent advertised to a first initialize
         self.init_transcript = init_transcript or []  # and how it was said
         self.options = options
@@ -479,6 +482,15 @@ class CheckContext:
         probe = await self._launch(offer)
         self.probes.append(probe)
         return probe
+
+    def nonce(self, length: int) -> str:
+        """A made-up value's hex part: random, or drawn from the options' seed (the check's id and how many it has
+        drawn), the same in every run."""
+        self._nonces += 1
+        if self.options.seed is None:
+            return uuid.uuid4().hex[:length]
+        label = f"{self.options.seed}:{self.check_id}:{self._nonces}".encode()
+        return hashlib.sha256(label).hexdigest()[:length]
 
     @staticmethod
     def advertised_as(capability: str) -> str:
@@ -708,7 +720,7 @@ async def _settle(p: Probe, seconds: float = 0.5) -> None:
        "Client, the Agent MUST respond to the original session/load request.", needs="loadSession", fresh=True,
        tck=("ACP-LOAD-001", "ACP-LOAD-002"))
 async def load_replays(ctx: CheckContext) -> str:
-    word = f"kiwi-{uuid.uuid4().hex[:6]}"
+    word = f"kiwi-{ctx.nonce(6)}"
     sid, said = await _session_from_earlier_process(ctx, word)
     second = await initialized(ctx)
     try:
@@ -767,7 +779,7 @@ async def resume_no_replay(ctx: CheckContext) -> str:
 
 async def _unknown(ctx: CheckContext, method: str) -> str:
     p = await initialized(ctx)
-    unknown = unknown_session_id()
+    unknown = unknown_session_id(ctx)
     try:
         await p.call(method, {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
@@ -795,7 +807,7 @@ async def unknown_resume(ctx: CheckContext) -> str:
        f"{SPEC}/initialization#agent-capabilities: capabilities advertise the methods the Agent supports.")
 async def capabilities_consistent(ctx: CheckContext) -> str:
     p, sid = await session_of(ctx)
-    unknown = unknown_session_id()
+    unknown = unknown_session_id(ctx)
     probes: dict[str, tuple[str, dict[str, Any]]] = {
         "loadSession": ("session/load", {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []}),
         "resume": ("session/resume", {"sessionId": unknown, "cwd": ctx.workdir, "mcpServers": []}),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from typing import Any
 
 from .conformance import (
@@ -53,7 +52,7 @@ async def ids_echoed(ctx: CheckContext) -> str:
     p = await initialized(ctx)
     wait = min(ctx.options.setup_timeout, 5.0)  # an unknown method is answered at once by any agent
     said = []
-    for request_id in (f"acp-check-{uuid.uuid4().hex[:8]}", 2**40 + 7):
+    for request_id in (f"acp-check-{ctx.nonce(8)}", 2**40 + 7):
         try:
             answer = await _answered(p, PING, request_id, wait)
         except RequestTimeout:
@@ -98,7 +97,7 @@ async def unknown_method(ctx: CheckContext) -> str:
 async def notifications_unanswered(ctx: CheckContext) -> str:
     p = await initialized(ctx)
     await p.client.conn.notify("_acp_check/notice", {})
-    await p.client.conn.notify("session/cancel", {"sessionId": unknown_session_id()})
+    await p.client.conn.notify("session/cancel", {"sessionId": unknown_session_id(ctx)})
     await _settle(p, 0.5)  # a quiet period: any response now answers a notification (no request is out)
     answers = [m for m in p.responses_in if m.get("id") is None or not isinstance(m.get("id"), (int, str))]
     if answers:
@@ -338,7 +337,7 @@ async def offer_guarded(ctx: CheckContext) -> str:
                    and o.get("type") == "select"), None)
     if option is None:
         raise CheckSkipped("session/new offered no select config option")
-    bad = f"acp-check-no-such-value-{uuid.uuid4().hex[:6]}"
+    bad = f"acp-check-no-such-value-{ctx.nonce(6)}"
     try:
         result = await p.call("session/set_config_option", {"sessionId": sid, "configId": option["id"], "value": bad})
     except RpcError as err:
@@ -365,7 +364,7 @@ async def delete_session(ctx: CheckContext) -> str:
        tck=("ACP-DELETE-002",))
 async def delete_unknown(ctx: CheckContext) -> str:
     p = await initialized(ctx)
-    unknown = unknown_session_id()
+    unknown = unknown_session_id(ctx)
     try:
         await p.call("session/delete", {"sessionId": unknown})
     except RpcError as err:
@@ -380,7 +379,7 @@ async def delete_unknown(ctx: CheckContext) -> str:
        tck=("ACP-LIST-002",))
 async def list_filtered(ctx: CheckContext) -> str:
     p, _ = await session_of(ctx)  # one session somewhere else
-    empty = os.path.join(ctx.workdir, f"unused-{uuid.uuid4().hex[:6]}")
+    empty = os.path.join(ctx.workdir, f"unused-{ctx.nonce(6)}")
     os.makedirs(empty)
     try:
         result = await p.call("session/list", {"cwd": empty})
@@ -426,7 +425,7 @@ async def load_answers_object(ctx: CheckContext) -> str:
        tck=("ACP-INFO-UNKNOWNSESSION-001",))
 async def prompt_unknown_session(ctx: CheckContext) -> str:
     p = await initialized(ctx)
-    unknown = unknown_session_id()
+    unknown = unknown_session_id(ctx)
     try:
         await asyncio.wait_for(p.call("session/prompt", {"sessionId": unknown, "prompt": [
             {"type": "text", "text": ctx.prompts.short}]}), min(ctx.options.setup_timeout, 15.0))

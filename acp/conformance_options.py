@@ -110,6 +110,11 @@ class CheckOptions:
     auth_method: str | None = None  # the profile's `auth_method`: authenticate with it when asked
     concurrency: int = 3  # checks that need their own agent process, run beside the shared process's sequence
     agent_cwd: str | None = None  # where the agent process runs (default: where the checker was started)
+    # The checks' scratch directory, an empty one of the caller's (kept); default: a new temporary one, removed after.
+    scratch_dir: str | None = None
+    # The made-up values the checks send (an unknown session's id, a word to remember, a value not offered) are drawn
+    # from this seed when given: the same in every run, so a recorded check run replays. Default: random.
+    seed: str | None = None
     slow_initialize: float = 5.0  # ACP-STARTUP-001: an initialize slower than this is an advisory finding
     # What the checks' shared process (and every check without an offer of its own) offers the agent (`--offer`).
     offer: ClientOffer = field(default_factory=ClientOffer)

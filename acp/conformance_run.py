@@ -115,11 +115,13 @@ async def run_checks(argv: Sequence[str], *, only: Sequence[str] = (), env: dict
                      options: CheckOptions | None = None, on_start: Callable[[Check], None] | None = None,
                      on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
     """Every selected check, in registration order; `on_start`/`on_result` hear of each as it begins and ends."""
-    workdir = tempfile.mkdtemp(prefix="acp-check-")
+    options = options or CheckOptions()
+    workdir = options.scratch_dir or tempfile.mkdtemp(prefix="acp-check-")
     try:
-        return await _run(argv, workdir, only, env, options or CheckOptions(), on_start, on_result)
+        return await _run(argv, workdir, only, env, options, on_start, on_result)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if options.scratch_dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict[str, str] | None,
@@ -144,7 +146,7 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
         async def shared_sequence() -> None:
             for c in (c for c in selected if not c.fresh):
                 ctx = CheckContext(_check_dir(workdir, c), caps, options, shared.acquire, owns_probes=False,
-                                   init_transcript=shared.init_transcript)
+                                   init_transcript=shared.init_transcript, check_id=c.id)
                 result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
                 if result.result is Result.FAIL or any(not p.alive for p in ctx.probes):
                     await shared.retire()
@@ -161,7 +163,8 @@ async def _run(argv: Sequence[str], workdir: str, only: Sequence[str], env: dict
                     shared.launched.append(probe)
                     return probe
 
-                ctx = CheckContext(check_dir, caps, options, launch, init_transcript=shared.init_transcript)
+                ctx = CheckContext(check_dir, caps, options, launch, init_transcript=shared.init_transcript,
+                                   check_id=c.id)
                 result, found = await _judge(c, ctx, options, on_start, shared.unusable, turns)
             violations.extend(found)
             ended(result)

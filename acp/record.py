@@ -5,7 +5,8 @@ both directions; only the copy written to the fixture is split into lines and pa
 and header values replaced by `[secret]`: a recording holds no secret). A chunk's complete lines are
 written to the fixture before the chunk is forwarded: whatever the peer has read is in the recording already. Each
 fixture line is `{"seq", "ts", "dir", "msg"}` (`dir`: client_to_agent | agent_to_client), `{"seq", "ts", "dir",
-"raw"}` for a line that is not JSON, and `{"seq", "ts", "dir": "agent_stderr", "line"}` for stderr.
+"raw"}` for a line that is not JSON, `{"seq", "ts", "dir": "agent_stderr", "line"}` for stderr, and last
+`{"seq", "ts", "dir": "agent_exit", "code", "after_eof"}`: how the agent ended.
 
 Two options make a recording fit to share (a fixture, a bug report): `--redact-env NAME` replaces the value of
 the environment variable NAME (an API key the agent is given) by `[secret]` wherever it appears, and
@@ -81,6 +82,14 @@ class Recorder:
         self.out.write(self.redaction(orjson.dumps(entry)) + b"\n")
         self.out.flush()
 
+    def write_exit(self, code: int, after_eof: float | None) -> None:
+        """How the agent ended: its exit status (negative: killed by that signal) and how long after the client closed
+        its stdin (None: before), so a replay can end the same way."""
+        self.seq += 1
+        entry = {"seq": self.seq, "ts": time.time(), "dir": "agent_exit", "code": code, "after_eof": after_eof}
+        self.out.write(orjson.dumps(entry) + b"\n")
+        self.out.flush()
+
     def write(self, direction: str, line: bytes) -> None:
         self.seq += 1
         entry: dict[str, Any] = {"seq": self.seq, "ts": time.time(), "dir": direction}
@@ -127,6 +136,20 @@ async def _pump(source: asyncio.StreamReader, sink: Any, direction: str, recorde
                 sink.close()
 
 
+def open_recording(out_path: str) -> IO[bytes]:
+    """`out_path` appended to; a directory (an existing one, or a path ending in `/`) gets the next `NNN.jsonl` of
+    its own — one file per process for a client that launches several (`acp-gateway check`)."""
+    if not (out_path.endswith("/") or os.path.isdir(out_path)):
+        return open(out_path, "ab")
+    os.makedirs(out_path, exist_ok=True)
+    number = 1
+    while True:
+        try:
+            return open(os.path.join(out_path, f"{number:03d}.jsonl"), "xb")
+        except FileExistsError:
+            number += 1
+
+
 async def record(argv: Sequence[str], out_path: str, redaction: Redaction | None = None) -> int:
     loop = asyncio.get_running_loop()
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
@@ -138,14 +161,17 @@ async def record(argv: Sequence[str], out_path: str, redaction: Redaction | None
     stdout = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     stderr = os.fdopen(os.dup(sys.stderr.fileno()), "wb", buffering=0)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    with open(out_path, "ab") as fixture:
+    with open_recording(out_path) as fixture:
         recorder = Recorder(fixture, redaction)
         to_agent = asyncio.ensure_future(_pump(stdin, proc.stdin, "client_to_agent", recorder, True))
         from_agent = asyncio.ensure_future(_pump(proc.stdout, stdout, "agent_to_client", recorder, False))
         from_stderr = asyncio.ensure_future(_pump(proc.stderr, stderr, "agent_stderr", recorder, False))
+        eof_at: list[float] = []
+        to_agent.add_done_callback(lambda _: eof_at.append(time.time()))
         rc = await proc.wait()
         await asyncio.gather(from_agent, from_stderr, return_exceptions=True)
         to_agent.cancel()
+        recorder.write_exit(rc, time.time() - eof_at[0] if eof_at else None)
     return rc
 
 

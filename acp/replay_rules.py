@@ -12,14 +12,16 @@ Rules of this file:
 Rules:
   N1  (strict) request ids are the client's own: a recorded id stands for whatever id the client used.
   N2  `_meta` is ignored, at any depth.
-  N3  (strict) paths: `<cwd>` and `<home>` in a recording stand for a path; each binds to the live one the
-      first time it is matched and must agree from then on (`<cwd>/src` matches `/elsewhere/src`). A `cwd`
-      recorded as a plain path (a recording made without `--portable`) stands for the live one the same way.
+  N3  (strict) paths: `<cwd>`, `<home>` (and `<tmp>`, `<install>`, `<repo>`) in a recording stand for a
+      path; each binds to the live one the first time it is matched and must agree from then on (`<cwd>/src`
+      matches `/elsewhere/src`, `<tmp>/acp-load-003` only a directory of that name). A `cwd` recorded as a
+      plain path (a recording made without `--portable`) stands for the live one as a whole, the same way.
       The agent's frames are sent with the live paths put in.
   N4  session ids are names: a recorded `sessionId` binds to the live one on first sight and stands for it
-      from then on, both ways. An id the recording's agent handed out in some process (issued) matches only
-      itself — unless the replay plays an agent that lost its sessions (`forget`); an id the agent never
-      handed out (a probe for an unknown session) matches any id this replay did not hand out.
+      from then on, both ways. An id the recording's agent handed out in some process (issued) matches an id
+      the agent handed out in any of the recordings (a session it knows) — unless the replay plays an agent that
+      lost its sessions (`forget`); an id the agent never handed out (a probe for an unknown session) matches
+      any id it did not hand out.
   N5  ISO-8601 timestamps match any timestamp.
   N6  `initialize`'s `clientInfo` is ignored (the client's version changes between runs).
   N7  client frames recorded back to back, with no agent frame between them, may arrive in any order.
@@ -42,7 +44,9 @@ from .mcp import SECRET
 
 CWD = "<cwd>"
 HOME = "<home>"
-PLACEHOLDERS = (CWD, HOME)
+# What `acp-gateway record` writes host paths as: `--portable` (cwd, home) and the `--alias` names the corpus uses.
+PLACEHOLDERS = (CWD, HOME, "<tmp>", "<install>", "<repo>")
+_PLACEHOLDER_SPLIT = re.compile("(" + "|".join(re.escape(p) for p in PLACEHOLDERS) + ")")
 
 
 class Rule(StrEnum):
@@ -193,9 +197,10 @@ def _session_id(recorded: str, live: str, path: str, b: Bindings, rules: frozens
     if recorded in b.issued:  # a session the agent knew when it was recorded
         if b.forget:
             return Mismatch(path, recorded, live, "this replay plays an agent that lost its sessions")
-        if live == recorded:
+        if live == recorded or live in b.issued:  # one it knows, which may have come from another recording
             return b.bind_session(recorded, live)
-        return Mismatch(path, recorded, live, f"session {live} where the recording has the agent's own {recorded}")
+        return Mismatch(path, recorded, live, f"session {live} is none the agent handed out; the recording has one "
+                                              f"it knows ({recorded})")
     if live in b.issued and not b.forget:  # a probe matches only what the agent does not know
         return Mismatch(path, recorded, live, f"session {live} is one the agent knows; the recording probes an "
                                               "unknown one")
@@ -205,7 +210,7 @@ def _session_id(recorded: str, live: str, path: str, b: Bindings, rules: frozens
 def _path(recorded: str, live: str, path: str, b: Bindings) -> Matched:
     pattern = ""
     order: list[str] = []
-    for part in re.split(r"(<cwd>|<home>)", recorded):
+    for part in _PLACEHOLDER_SPLIT.split(recorded):
         if part in PLACEHOLDERS:
             if part in b.paths:
                 pattern += re.escape(b.paths[part])
@@ -225,7 +230,8 @@ def _path(recorded: str, live: str, path: str, b: Bindings) -> Matched:
 
 
 def _literal_cwd(recorded: str, live: str, path: str, b: Bindings) -> Matched:
-    """A recording made without `--portable` holds its own working directory: it stands for the live one."""
+    """A session's `cwd` recorded as a plain path (a recording made without `--portable`) stands for the live one as
+    a whole."""
     bound = b.paths.get(recorded)
     if bound is None:
         return replace(b, paths={**b.paths, recorded: live})
@@ -248,7 +254,7 @@ def localize(value: Any, b: Bindings, key: str = "") -> Any:
     if isinstance(value, str):
         if key == "sessionId":
             return b.sessions.get(value, value)
-        for recorded, live in b.paths.items():
+        for recorded, live in sorted(b.paths.items(), key=lambda pair: -len(pair[0])):  # the longest path first
             if recorded in value:
                 value = value.replace(recorded, live)
     return value

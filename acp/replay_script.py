@@ -45,10 +45,16 @@ class Entry:
 class Script:
     name: str
     entries: tuple[Entry, ...]
+    # How the recorded agent ended (`agent_exit`): its status, negative when a signal ended it, and how long after
+    # the client closed its stdin; None when the recording does not say.
+    exit_code: int | None = None
+    exited_after_eof: float | None = None
 
     @staticmethod
     def from_lines(name: str, lines: Sequence[bytes]) -> Script:
         entries = []
+        code: int | None = None
+        after: float | None = None
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -58,7 +64,9 @@ class Script:
                 raise ValueError(f"{name}:{number}: not JSON: {exc}") from None
             if raw.get("dir") in (CLIENT, AGENT) and isinstance(raw.get("msg"), dict):
                 entries.append(Entry(raw["dir"], raw["msg"], float(raw.get("ts") or 0.0)))
-        return Script(name, tuple(entries))
+            elif raw.get("dir") == "agent_exit" and isinstance(raw.get("code"), int):
+                code, after = raw["code"], raw.get("after_eof")
+        return Script(name, tuple(entries), code, after)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Cursor:
     bindings: Bindings = field(default_factory=Bindings)
     ids: Mapping[Any, Any] = field(default_factory=dict)
     skipped: int = 0
+    matched_at: float | None = None  # when the client frame matched last was recorded (pacing)
 
     def next_client(self) -> Entry | None:
         for i in range(self.position, len(self.script.entries)):
@@ -144,6 +153,7 @@ class Played:
 
     send: tuple[Entry, ...] = ()
     divergence: Divergence | None = None
+    since: float | None = None  # when the client frame they answer was recorded: the first one's delay runs from it
 
 
 class Replay:
@@ -178,7 +188,7 @@ class Replay:
                                                 cursor.script.name))
         survivors.sort(key=lambda c: c.skipped)  # the script that passed over least speaks (stable: file order)
         self.cursors = survivors
-        return Played(send=self._play_leader())
+        return Played(send=self._play_leader(), since=self.cursors[0].matched_at)
 
     def _advance(self, cursor: Cursor, msg: Mapping[str, Any]) -> Cursor | Mismatch | None:
         """The cursor after matching `msg`, or why the nearest expected frame did not match (None: none left)."""
@@ -211,47 +221,51 @@ class Replay:
                 while position < len(entries) and position in early:
                     early = early - {position}
                     position += 1
-                return replace(cursor, position=position, early=early, bindings=got, ids=ids)
+                return replace(cursor, position=position, early=early, bindings=got, ids=ids, matched_at=entry.ts)
             return replace(cursor, position=i + 1, early=frozenset(), bindings=got, ids=ids,
-                           skipped=cursor.skipped + 1)
+                           skipped=cursor.skipped + 1, matched_at=entry.ts)
         return first_mismatch
 
     def _play_leader(self) -> tuple[Entry, ...]:
-        """The agent frames the leading script sends now; every other script in play must have said the same, with
-        its own names (a script that said something else drops out)."""
+        """The agent frames the leading script sends now. Every other script in play moves past its own agent
+        frames of this point: they may differ in what the agent said while it worked (a notification before or after
+        its answer), never in which request the client sends next, which is what decides between them. A session
+        the leader's answer handed out is the one each other script's answer stands for."""
         leader = self.cursors[0]
         played, leader = self._agent_run(leader, None)
-        kept = [leader]
-        for cursor in self.cursors[1:]:
-            _, moved = self._agent_run(cursor, played)
-            if moved is not None:
-                kept.append(moved)
-        self.cursors = kept
+        self.cursors = [leader] + [self._agent_run(cursor, played)[1] for cursor in self.cursors[1:]]
         return tuple(played)
 
-    def _agent_run(self, cursor: Cursor, leader_said: list[Entry] | None) -> tuple[list[Entry], Any]:
+    def _agent_run(self, cursor: Cursor, leader_said: list[Entry] | None) -> tuple[list[Entry], Cursor]:
         entries = cursor.script.entries
         position = cursor.position
         said: list[Entry] = []
         b = cursor.bindings
+        if leader_said is not None:
+            answer = next((e.msg for e in leader_said if kind(e.msg) == "response"), None)
+            mine = next((entries[i].msg for i in range(position, len(entries))
+                         if entries[i].direction != AGENT or kind(entries[i].msg) == "response"), None)
+            if answer is not None and mine is not None and kind(mine) == "response":
+                b = _follow_handout(mine, answer, b)
         while position < len(entries) and entries[position].direction == AGENT and position not in cursor.early:
             entry = entries[position]
-            if leader_said is not None and len(said) < len(leader_said):
-                b = _follow_handout(entry.msg, leader_said[len(said)].msg, b)
             b = hand_out_sessions(entry.msg, b)
             msg = dict(localize(entry.msg, b))
             if kind(msg) == "response" and msg.get("id") in cursor.ids:
                 msg["id"] = cursor.ids[msg["id"]]
             said.append(Entry(AGENT, msg, entry.ts))
             position += 1
-        if leader_said is None:
-            return said, replace(cursor, position=position, bindings=b)
-        if len(said) != len(leader_said):
-            return said, None
-        for mine, theirs in zip(said, leader_said, strict=True):
-            if kind(mine.msg) != kind(theirs.msg) or mine.msg.get("method") != theirs.msg.get("method"):
-                return said, None
         return said, replace(cursor, position=position, bindings=b)
+
+    def ending(self) -> int | None:
+        """What the agent does when the client closes its stdin, as the leading recording's agent did: the status to
+        exit with, or None to stay until a signal ends it (it was killed). A recording that does not say exits 0."""
+        script = self.cursors[0].script
+        if script.exit_code is None:
+            return 0
+        if script.exit_code < 0 and script.exited_after_eof is not None:
+            return None
+        return script.exit_code
 
     def expecting(self) -> Entry | None:
         """The client frame the leading script waits for next (None: it has played out)."""

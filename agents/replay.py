@@ -5,8 +5,9 @@ recorded order. Given several recordings (or a corpus directory, every `*.jsonl`
 that agree with what the client sent and speaks for the nearest. What "agree" tolerates is a list of numbered
 rules (`acp/replay_rules.py`, docs/agent-authors.md); `--strict` keeps only those no two runs can avoid. A
 request that matches nothing is answered `-32603` with the recorded and the received frame side by side, and
-said on stderr. `--realtime` reproduces the recorded pacing; `--forget-sessions` plays the agent after it lost
-the sessions it handed out before (a restore then meets its answer to an unknown session).
+said on stderr. Frames keep their recorded spacing up to 0.25 s a gap (`--realtime`: all of it);
+`--forget-sessions` plays the agent after it lost the sessions it handed out before (a restore then meets its
+answer to an unknown session).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import orjson
 from acp.framing import LineSplitter
 from acp.replay_rules import kind
 from acp.replay_script import Divergence, Entry, Replay, Script
+
+PACE = 0.25  # the longest gap kept between two frames of the agent, without --realtime
 
 
 def load_script(path: Path) -> list[dict[str, Any]]:
@@ -50,17 +53,20 @@ class ReplayAgent:
         self.err = err
         self.incoming: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.divergences = 0
-        self._last_ts: float | None = None
 
     def send(self, msg: Mapping[str, Any]) -> None:
         self.out.write(orjson.dumps(msg) + b"\n")
         self.out.flush()
 
-    async def emit(self, entries: Sequence[Entry]) -> None:
+    async def emit(self, entries: Sequence[Entry], since: float | None = None) -> None:
+        """Sends the agent's frames with their recorded spacing — each gap up to PACE (all of it, up to 30 s, with
+        `--realtime`): what a real agent says while it works reaches the client a moment after the answer before it,
+        and a client may count on that moment (it clears what it waits for, then prompts)."""
+        last = since
         for entry in entries:
-            if self.realtime and self._last_ts is not None:
-                await asyncio.sleep(max(0.0, min(entry.ts - self._last_ts, 30.0)))
-            self._last_ts = entry.ts
+            if last is not None:
+                await asyncio.sleep(max(0.0, min(entry.ts - last, 30.0 if self.realtime else PACE)))
+            last = entry.ts
             self.send(entry.msg)
 
     def diverged(self, divergence: Divergence) -> None:
@@ -77,8 +83,11 @@ class ReplayAgent:
             if played.divergence is not None:
                 self.diverged(played.divergence)
             else:
-                await self.emit(played.send)
-        return 0
+                await self.emit(played.send, played.since)
+        code = self.replay.ending()
+        if code is None:  # the recorded agent did not exit when its stdin closed: it was killed, and so is this
+            await asyncio.Event().wait()
+        return code or 0
 
     async def read(self, reader: asyncio.StreamReader) -> None:
         splitter = LineSplitter()

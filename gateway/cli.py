@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
                            usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] [--prompt KEY=TEXT] "
                                  "[--offer NAME=on|off] [--setup-timeout S] [--turn-timeout S] [--quiet-timeout S] "
-                                 "[--auth-method ID] "
+                                 "[--seed S] [--auth-method ID] "
                                  "(--agent ID | -- CMD ARGS...)")
     check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
     check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
@@ -107,11 +107,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="a turn with no update and no answer this long is taken as not running (its model "
                             "unreachable): the checks needing a turn are blocked (default 25)")
     check.add_argument("--agent-cwd", type=Path, metavar="DIR", help="run the agent in DIR (default: here)")
+    check.add_argument("--seed", help="draw the made-up values the checks send (unknown session ids, words to "
+                       "remember, values not offered) from this seed: the same every run, so a recorded run replays")
     check.add_argument("--auth-method", metavar="ID", help="authenticate with this advertised method when asked "
                        "(default: the profile's auth_method, else one whose env vars are set, else an agent-run one)")
     rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
                          usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
-    rec.add_argument("--out", required=True, help="the fixture to write (appended to)")
+    rec.add_argument("--out", required=True, help="the fixture to write (appended to); a directory (or a path "
+                     "ending in /): a new NNN.jsonl in it for each process")
     rec.add_argument("--redact-env", action="append", default=[], metavar="NAME",
                      help="write the value of this environment variable (an API key) as [secret]; repeatable")
     rec.add_argument("--portable", action="store_true",
@@ -266,7 +269,8 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
         return 2
     options = CheckOptions(prompts=prompts, setup_timeout=args.setup_timeout, turn_timeout=args.turn_timeout,
                            quiet_timeout=args.quiet_timeout, offer=offer,
-                           auth_method=auth_method, agent_cwd=str(args.agent_cwd) if args.agent_cwd else None)
+                           auth_method=auth_method, agent_cwd=str(args.agent_cwd) if args.agent_cwd else None,
+                           seed=args.seed)
     progress = Progress(len(args.only) if args.only else len(all_checks()), sys.stderr, live=sys.stderr.isatty())
 
     async def run() -> list[Any]:

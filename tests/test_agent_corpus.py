@@ -4,12 +4,15 @@ No real agent is installed or run: each profile's command is `acp-gateway replay
 one gateway starts sessions, prompts, cancels and chooses an option, is killed (`kill -9`) and restarted, and
 brings each session back by the restore rules, once against the agent as recorded and once against the agent
 having lost its sessions (`--forget-sessions`). What the user sees of each is the row's outcome; EXPECTED says
-what it must be, agent by agent, so a change to the rules shows which real agents it affects.
+what it must be, agent by agent, so a change to the rules shows which real agents it affects. And
+`acp-gateway check`, run against the replay of its own recorded run on each real agent, must give the verdicts it
+gave the real agent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +20,10 @@ from typing import Any
 import orjson
 import pytest
 
+from acp.conformance_options import CheckOptions
+from acp.conformance_run import run_checks
 from acp.replay_script import CLIENT, Script
-from fixtures.agents.record import DUMMY_SECRETS
+from fixtures.agents.record import CHECK_OPTIONS, DUMMY_SECRETS
 from gateway.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess
 
@@ -34,6 +39,7 @@ DRIFT = ROOT / "fixtures" / "drift"  # newer releases, for `fixtures diff` (test
 #   restore    kill -9, restart, task.session.resume: how the agent came back (rule and method)
 #   forgotten  the same against the agent having lost its sessions
 #   status     task.session.status's resume_reason after `forgotten`
+#   check      `acp-gateway check` against the replay of the checker's own recorded run: the checks that fail
 EXPECTED: dict[str, dict[str, str]] = {
     "auggie": {
         "start": "WAITING_FOR_INPUT, offers mode, model",
@@ -43,6 +49,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "restored by session/load",  # resume advertised nowhere, load is (R3)
         "forgotten": "kept: inconclusive",  # load of an unknown session: -32602 Invalid params, which names nothing
         "status": "error_recovery",
+        "check": "fails ACP-CONFIG-002, ACP-STDOUT-001, ACP-UNKNOWN-001",
     },
     "claude-agent-acp": {
         "start": "WAITING_FOR_INPUT, offers effort, fast, mode, model, ultracode",
@@ -52,6 +59,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "restored by session/resume",
         "forgotten": "fresh session: unknown_session",  # -32002, as the spec says
         "status": "agent_running",
+        "check": "fails ACP-UNKNOWN-001, ACP-UNKNOWN-002",
     },
     "codex-acp": {
         "start": "WAITING_FOR_INPUT, offers mode, model, reasoning_effort",  # signed in by OPENAI_API_KEY first
@@ -61,6 +69,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "restored by session/resume",
         "forgotten": "fresh session: unknown_session",
         "status": "agent_running",
+        "check": "fails ACP-JSONRPC-003, ACP-SHUTDOWN-001, ACP-STDOUT-001",
     },
     "copilot": {
         "start": "asks to sign in: copilot-login (terminal)",  # auth_required on session/new
@@ -70,6 +79,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "asks to sign in",
         "forgotten": "asks to sign in",
         "status": "not_started",
+        "check": "passes",
     },
     "gemini-cli": {
         "start": "WAITING_FOR_INPUT, offers mode, model",
@@ -79,6 +89,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "kept: authentication",  # resume -32601, then load (R2) asks to sign in in a new process
         "forgotten": "kept: authentication",
         "status": "error_recovery",
+        "check": "fails ACP-CONFIG-002",
     },
     "opencode": {
         "start": "WAITING_FOR_INPUT, offers mode, model",
@@ -88,6 +99,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "restored by session/resume",
         "forgotten": "kept: inconclusive",  # -32603 "OpenCode service failure": not a statement that it is unknown
         "status": "error_recovery",
+        "check": "fails ACP-UNKNOWN-001, ACP-UNKNOWN-002",
     },
     "pi-acp": {
         "start": "WAITING_FOR_INPUT, offers mode, model",
@@ -97,6 +109,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "restored by session/load",
         "forgotten": "kept: inconclusive",  # -32602 Invalid params
         "status": "error_recovery",
+        "check": "fails ACP-AUTH-002, ACP-LOAD-001, ACP-UNKNOWN-001",
     },
     "qwen-code": {
         "start": "WAITING_FOR_INPUT, offers mode, model",
@@ -106,10 +119,15 @@ EXPECTED: dict[str, dict[str, str]] = {
         "restore": "restored by session/load",  # resume advertised, answered -32601: load (R2)
         "forgotten": "restored by session/load",  # its load of a session it never had answers as if it had
         "status": "agent_running",
+        "check": ("fails ACP-CAPS-001, ACP-CONFIG-004, ACP-JSONRPC-004, ACP-SCHEMA-001, "
+                  "ACP-UNKNOWN-001, ACP-UNKNOWN-002"),
     },
 }
 
-SCENARIOS = ("start", "prompt", "cancel", "choose", "restore", "forgotten", "status")
+SCENARIOS = ("start", "prompt", "cancel", "choose", "restore", "forgotten", "status", "check")
+
+# Verdicts a replay cannot repeat: how fast the real agent answered initialize (the replay answers at once).
+TIMING_CHECKS = frozenset({"ACP-STARTUP-001"})
 
 
 def corpus_dirs() -> dict[str, Path]:
@@ -291,7 +309,39 @@ def test_every_recorded_agent_has_its_row() -> None:
 @pytest.mark.parametrize("agent", sorted(EXPECTED))
 async def test_the_gateway_against_each_recorded_agent(agent: str, tmp_path: Path) -> None:
     outcomes = await run_matrix(agent, corpus_dirs()[agent], tmp_path)
-    assert outcomes == EXPECTED[agent]
+    assert outcomes == {k: v for k, v in EXPECTED[agent].items() if k != "check"}
+
+
+# A replay answers at once or never: a turn that says nothing for 5 s will say nothing at all. (The recording waited
+# 10 s, on the real agent.)
+REPLAY_CHECK_OPTIONS = {**CHECK_OPTIONS, "quiet_timeout": 5.0}
+
+
+async def check_verdicts(corpus: Path, tmp_path: Path) -> dict[str, str]:
+    """`acp-gateway check` against the replay of its recorded run on the real agent (fixtures/agents/*/check/)."""
+    work = tmp_path / f"check-{corpus.name}"
+    work.mkdir()
+    names = orjson.loads((corpus / "agent.json").read_bytes())["env_redacted"]
+    env = {**os.environ, **{name: "dummy-matrix-value" for name in names}}  # the checker signs in as it did
+    results = await run_checks([sys.executable, "-m", "agents.replay", str(corpus / "check")], env=env,
+                               options=CheckOptions(agent_cwd=str(work), **REPLAY_CHECK_OPTIONS))
+    return {r.check.id: r.result.value for r in results}
+
+
+async def test_check_through_replay_repeats_its_verdicts_on_the_real_agent(tmp_path: Path) -> None:
+    """All agents at once: each check run mostly waits (a turn that never answers), so they overlap well."""
+    agents = sorted(EXPECTED)
+    runs = await asyncio.gather(*(check_verdicts(corpus_dirs()[a], tmp_path) for a in agents))
+    differing: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+    failing: dict[str, str] = {}
+    for agent, verdicts in zip(agents, runs, strict=True):
+        real = orjson.loads((corpus_dirs()[agent] / "agent.json").read_bytes())["outcomes"]["check"]
+        differing[agent] = {k: (real.get(k), verdicts.get(k)) for k in set(real) | set(verdicts)
+                            if k not in TIMING_CHECKS and real.get(k) != verdicts.get(k)}
+        fails = sorted(k for k, v in verdicts.items() if v == "fail" and k not in TIMING_CHECKS)
+        failing[agent] = "fails " + ", ".join(fails) if fails else "passes"
+    assert differing == {agent: {} for agent in agents}  # (real verdict, replayed verdict) where they differ
+    assert failing == {agent: EXPECTED[agent]["check"] for agent in agents}
 
 
 def test_the_corpus_holds_no_secret_and_no_host_path() -> None:
@@ -314,3 +364,4 @@ def test_each_recorded_agent_says_where_it_came_from() -> None:
         # The restores are recorded when there is a session to restore: not for an agent that asks to sign in first.
         restores = set() if "new" in info["outcomes"] else {"restore_known.jsonl", "restore_unknown.jsonl"}
         assert {p.name for p in corpus.glob("*.jsonl")} == {"new.jsonl", *restores}, agent
+        assert sorted(corpus.glob("check/*.jsonl")) and info["outcomes"]["check"], agent

@@ -49,6 +49,8 @@ MATCH_TABLE: list[tuple[str, dict[str, Any], dict[str, Any], Bindings, bool, boo
      Bindings(issued=frozenset({"s-1"})), True, True),
     ("N4 issued, another id", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-2"}),
      Bindings(issued=frozenset({"s-1"})), False, False),
+    ("N4 issued, another the agent knows", req("session/resume", {"sessionId": "s-1"}),
+     req("session/resume", {"sessionId": "s-2"}), Bindings(issued=frozenset({"s-1", "s-2"})), True, False),
     ("N4 forgotten", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-1"}),
      Bindings(issued=frozenset({"s-1"}), forget=True), False, True),
     ("N4 probe when forgotten", req("session/resume", {"sessionId": "probe-0"}),
