@@ -26,7 +26,7 @@ from acp.framing import LineSplitter
 from acp.replay_rules import kind
 from acp.replay_script import Divergence, Entry, Replay, Script
 
-PACE = 0.25  # the longest gap kept between two frames of the agent, without --realtime
+PACE = 0.25  # the longest gap kept between two frames of the agent, without --realtime (`--pace`)
 
 
 def load_script(path: Path) -> list[dict[str, Any]]:
@@ -46,9 +46,10 @@ def load_scripts(paths: Sequence[Path]) -> list[Script]:
 
 
 class ReplayAgent:
-    def __init__(self, replay: Replay, realtime: bool, out: Any, err: Any) -> None:
+    def __init__(self, replay: Replay, realtime: bool, out: Any, err: Any, pace: float = PACE) -> None:
         self.replay = replay
         self.realtime = realtime
+        self.pace = pace
         self.out = out
         self.err = err
         self.incoming: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -65,7 +66,7 @@ class ReplayAgent:
         last = since
         for entry in entries:
             if last is not None:
-                await asyncio.sleep(max(0.0, min(entry.ts - last, 30.0 if self.realtime else PACE)))
+                await asyncio.sleep(max(0.0, min(entry.ts - last, 30.0 if self.realtime else self.pace)))
             last = entry.ts
             self.send(entry.msg)
 
@@ -105,13 +106,14 @@ class ReplayAgent:
         self.incoming.put_nowait(None)
 
 
-async def serve(paths: Sequence[Path], realtime: bool, strict: bool = False, forget: bool = False) -> int:
+async def serve(paths: Sequence[Path], realtime: bool, strict: bool = False, forget: bool = False,
+                pace: float = PACE) -> int:
     replay = Replay(load_scripts(paths), strict=strict, forget=forget)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    agent = ReplayAgent(replay, realtime, out, sys.stderr)
+    agent = ReplayAgent(replay, realtime, out, sys.stderr, pace)
     reading = asyncio.ensure_future(agent.read(reader))
     rc = await agent.run()
     reading.cancel()
@@ -124,6 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
     parser.add_argument("--strict", action="store_true",
                         help="match only what no two runs can avoid: request ids, paths, secrets (rules N1, N3, N8)")
+    parser.add_argument("--pace", type=float, default=PACE, metavar="S",
+                        help=f"keep the recorded gaps between the agent's frames up to S seconds (default {PACE})")
     parser.add_argument("--forget-sessions", action="store_true",
                         help="play the agent after it lost the sessions it handed out before this process")
 
@@ -133,12 +137,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions)
+    return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions, args.pace)
 
 
-def run_replay(paths: Sequence[Path], realtime: bool = False, strict: bool = False, forget: bool = False) -> int:
+def run_replay(paths: Sequence[Path], realtime: bool = False, strict: bool = False, forget: bool = False,
+               pace: float = PACE) -> int:
+    if not 0 <= pace <= 30:
+        print("acp-gateway replay: --pace takes 0 to 30 seconds", file=sys.stderr)
+        return 2
     try:
-        return asyncio.run(serve(paths, realtime, strict, forget))
+        return asyncio.run(serve(paths, realtime, strict, forget, pace))
     except (OSError, ValueError) as exc:
         print(f"acp-gateway replay: {exc}", file=sys.stderr)
         return 2

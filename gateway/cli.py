@@ -196,7 +196,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "replay":
             from agents.replay import run_replay
 
-            return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions)
+            return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions, args.pace)
         if args.command == "fixtures":
             from .fixtures_cli import diff_command
 
