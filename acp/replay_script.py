@@ -111,10 +111,10 @@ class Divergence:
 
     def error(self) -> dict[str, Any]:
         """The JSON-RPC error a diverging request is answered with."""
+        shown = self.side_by_side()  # also as `diff`, the key earlier replays answered with
         return {"code": -32603, "message": f"replay divergence: {self.summary()}", "data": {
             "expected": self.expected, "received": dict(self.received),
-            "where": self.mismatch.path if self.mismatch else None, "side_by_side": self.side_by_side(),
-            "diff": self.side_by_side()}}
+            "where": self.mismatch.path if self.mismatch else None, "side_by_side": shown, "diff": shown}}
 
 
 def _lines(frame: Mapping[str, Any] | None) -> list[str]:
@@ -166,7 +166,6 @@ class Replay:
         issued = issued_session_ids([e.msg for s in scripts for e in s.entries if e.direction == AGENT])
         base = Bindings(issued=issued, forget=forget)
         self.cursors: list[Cursor] = [Cursor(s, bindings=base) for s in scripts]
-        self.finished = False
 
     def start(self) -> tuple[Entry, ...]:
         """What the agent says before the client says anything (rarely anything)."""
@@ -266,10 +265,6 @@ class Replay:
         if script.exit_code < 0 and script.exited_after_eof is not None:
             return None
         return script.exit_code
-
-    def expecting(self) -> Entry | None:
-        """The client frame the leading script waits for next (None: it has played out)."""
-        return self.cursors[0].next_client()
 
 
 def _follow_handout(mine: Mapping[str, Any], sent: Mapping[str, Any], b: Bindings) -> Bindings:
