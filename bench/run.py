@@ -24,7 +24,7 @@ import websockets
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.client import GatewayClient  # noqa: E402
+from gateway.clients.client import GatewayClient  # noqa: E402
 
 PY = sys.executable
 FLOOD = [PY, str(ROOT / "bench" / "flood_agent.py")]
@@ -295,7 +295,7 @@ async def journal_rate(tmp: Path, count: int = 50000) -> tuple[float, float]:
 
 
 async def dispatch_cost(calls: int = 20000) -> tuple[float, float]:
-    from gateway.rpc import RpcAdapter, RpcContext
+    from gateway.api.rpc import RpcAdapter, RpcContext
 
     class Sessions:
         profiles: dict[str, Any] = {}

@@ -26,17 +26,17 @@ from pythonjsonlogger.json import JsonFormatter
 from agents.profiles import AgentProfile, default_state_dir, load_profiles
 
 from . import __version__, confinement, metrics
-from .acp_server import AcpConnection, EdgeInfo
+from .api.acp_server import AcpConnection, EdgeInfo
+from .api.rpc import RpcAdapter
+from .api.server import AcpFactory, AcpPeer, GatewayServer, Outbox, ui_files, ui_pages
 from .config import ServeConfig
 from .errors import is_storage_error
 from .events import EventBus
 from .memory import return_large_buffers
-from .rpc import RpcAdapter
 from .runtime import SessionManager, Settings
 from .runtime.cluster import node_name
 from .runtime.quotas import Quotas, journal_share
 from .runtime.workspace import resolved
-from .server import AcpFactory, AcpPeer, GatewayServer, Outbox, ui_files, ui_pages
 from .store import StoreBase, StoreInUse, open_store, redacted
 
 log = logging.getLogger("acp-gateway")

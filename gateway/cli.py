@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     fdiff.add_argument("old", type=Path)
     fdiff.add_argument("new", type=Path)
     fdiff.add_argument("--json", action="store_true", help="the changes as JSON")
-    from .frontend_cli import add_parsers
+    from .clients.frontend_cli import add_parsers
 
     add_parsers(sub)
     doctor = sub.add_parser("doctor", help="what serve would make of this configuration and machine: the store, "
@@ -173,7 +173,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command == "run":
             return _run(parser, args, command)
-        from .frontend_cli import COMMANDS, run_frontend
+        from .clients.frontend_cli import COMMANDS, run_frontend
 
         if args.command in COMMANDS:
             import asyncio

@@ -52,7 +52,7 @@ _CONTRACT = ContractCheck()
 def traffic_matches_the_contract(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
     """Every answer, error and event a test's GatewayClient receives is validated against the OpenRPC document
     (but in tests marked `fake_gateway`, whose peer breaks the contract on purpose)."""
-    from gateway.client import GatewayClient, RpcCallError
+    from gateway.clients.client import GatewayClient, RpcCallError
 
     if request.node.get_closest_marker("fake_gateway") is not None:
         yield

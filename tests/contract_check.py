@@ -1,5 +1,5 @@
 """Holds traffic to the published contract: every answer and event a test's client sees is validated against
-the OpenRPC document the gateway serves (gateway.openrpc), by a standard JSON Schema validator."""
+the OpenRPC document the gateway serves (gateway.api.openrpc), by a standard JSON Schema validator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from gateway.openrpc import document
+from gateway.api.openrpc import document
 
 
 class ContractCheck:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from gateway.store import journal_frames
 
 TOKEN = "test-token-aaaaaaaaaaaaaaaa"

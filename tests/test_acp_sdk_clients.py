@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.acp_server.updates import STATE_KINDS
+from gateway.api.acp_server.updates import STATE_KINDS
 from tests.gateway_harness import ALICE, GatewayProcess, two_owner_gateway
 from tests.third_party import ROOT, interop_node, sdk_python
 

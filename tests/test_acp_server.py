@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import websockets
 
-from gateway.acp_server.updates import STATE_KINDS
-from gateway.client import RpcCallError
+from gateway.api.acp_server.updates import STATE_KINDS
+from gateway.clients.client import RpcCallError
 from tests.acp_wire import AcpWire, AcpWireError, is_response, is_update
 from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owner_gateway
 

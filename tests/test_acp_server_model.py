@@ -26,7 +26,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from tests.acp_wire import AcpWire, AcpWireError, is_update
 from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, end_model_run, reference_profile
 

@@ -1,4 +1,4 @@
-"""gateway.acp_server.protocol and .updates as tables: the rule ids of the protocol's docstring, one row each, and
+"""gateway.api.acp_server.protocol and .updates as tables: the rule ids of the protocol's docstring, one row each, and
 what each journal event becomes for a remote ACP client."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.acp_server.protocol import (
+from gateway.api.acp_server.protocol import (
     Decision,
     Kind,
     Malformed,
@@ -21,7 +21,7 @@ from gateway.acp_server.protocol import (
     gateway_choice,
     next_phase,
 )
-from gateway.acp_server.updates import (
+from gateway.api.acp_server.updates import (
     CaughtUp,
     Deleted,
     Notify,

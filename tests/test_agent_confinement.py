@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from agents.profiles import AGENT_ENV_NAMES, AgentProfile, agent_environment
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.runtime.homes import home_of, owner_dir_name
 from tests.gateway_harness import (
     ALICE,

@@ -24,7 +24,7 @@ from acp.conformance_options import CheckOptions
 from acp.conformance_run import run_checks
 from acp.replay_script import CLIENT, Script
 from fixtures.agents.record import CHECK_OPTIONS, DUMMY_SECRETS
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess
 
 ROOT = Path(__file__).resolve().parent.parent

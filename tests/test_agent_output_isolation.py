@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 
 from acp.framing import DEFAULT_MAX_LINE
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from tests.gateway_harness import ALICE, BOB, running, two_owner_gateway
 
 CONSTANT = 48 * 1024 * 1024  # what the gateway may hold besides the one line at most (buffers, allocator slack)

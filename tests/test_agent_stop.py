@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from tests.gateway_harness import GatewayProcess, processes_naming, reference_profile, running, subscribed
 
 

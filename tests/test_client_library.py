@@ -11,8 +11,8 @@ import orjson
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from gateway.client import GatewayClient, OwnerSessionClient
-from gateway.client_policy import (
+from gateway.clients.client import GatewayClient, OwnerSessionClient
+from gateway.clients.policy import (
     AutoResumeGuard,
     MalformedCounter,
     StreamHealth,

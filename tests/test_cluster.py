@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.acp_wire import AcpWire, is_update
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, agent_log, reference_profile

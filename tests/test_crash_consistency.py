@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.store import journal_frames, open_store, store_kind
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import GatewayProcess, reference_profile

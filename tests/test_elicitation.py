@@ -13,7 +13,7 @@ import pytest
 
 from acp.elicitation import Elicitation, Refusal, check_answer, check_request
 from acp.errors import RpcError
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import GatewayProcess, reference_profile, running, subscribed
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "minLength": 1},

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from acp.models import STATE_UPDATE_KINDS
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile, subscribed
 
 

@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess, frozen_websocket, reference_profile
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"

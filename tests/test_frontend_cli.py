@@ -344,7 +344,7 @@ async def test_prompt_shows_the_agents_terminal_as_it_runs(gateway: GatewayProce
     ("tab\tnewline\n", False, "tab\tnewline\n"),
 ])
 def test_terminal_text_keeps_colours_only(text: str, colour: bool, shown: str) -> None:
-    from gateway.chat_text import terminal_text
+    from gateway.clients.chat_text import terminal_text
 
     assert terminal_text(text, colour) == shown
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.runtime.resume_context import HistoryEntry, render_resume_context
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, journal_events, reference_profile
 

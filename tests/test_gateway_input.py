@@ -12,8 +12,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from gateway.client import GatewayClient, RpcCallError
-from gateway.server import host_allowed, origin_allowed
+from gateway.api.server import host_allowed, origin_allowed
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import ALICE, BOB, EventLog, GatewayProcess, two_owner_gateway
 
 

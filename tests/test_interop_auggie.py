@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from tests.conftest import process_alive
 from tests.gateway_harness import EventLog, GatewayProcess
 

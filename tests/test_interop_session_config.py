@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from tests.conftest import wait_until
 from tests.gateway_harness import EventLog, GatewayProcess
 from tests.third_party import INTEROP, interop_node

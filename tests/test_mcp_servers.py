@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from acp import mcp
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.acp_wire import AcpWire
 from tests.gateway_harness import (
     ALICE,

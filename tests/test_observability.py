@@ -9,7 +9,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import ALICE, BOB, metrics_text, two_owner_gateway
 
 OPERATOR = "the-operators-metrics-token-0123"

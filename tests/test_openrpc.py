@@ -1,4 +1,4 @@
-"""The OpenRPC contract: generated from gateway.contract, served at /openrpc.json and by rpc.discover, and the same
+"""The OpenRPC contract: generated from gateway.api.contract, served at /openrpc.json and by rpc.discover, and the same
 vocabulary as docs/api.md (every method, error code and event type there)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 from jsonschema import Draft202012Validator
 
-from gateway.contract import METHODS, EventTypeName
+from gateway.api.contract import METHODS, EventTypeName
+from gateway.api.openrpc import document
 from gateway.errors import ERROR_DATA, ERROR_MEANINGS
-from gateway.openrpc import document
 from tests.gateway_harness import ALICE, two_owner_gateway
 
 API_DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"

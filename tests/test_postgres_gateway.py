@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile
 from tests.test_storage_faults import healthz
 

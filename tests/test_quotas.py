@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from gateway.runtime.quotas import Quotas, StartRate, journal_share
 from tests.gateway_harness import ALICE, BOB, running, two_owner_gateway
 

@@ -16,7 +16,7 @@ from acp.errors import RpcError
 from acp.models import text_block
 from acp.session_setup import establish_session
 from agents.replay import load_script
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from tests.gateway_harness import EventLog, GatewayProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.runtime.sandbox import Limits, SandboxPlan, bwrap_argv, limit_hit, owner_uid
 from tests.conftest import wait_until
 from tests.gateway_harness import ALICE, BOB, GatewayProcess, agent_said, processes_naming, running, two_owner_gateway

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import GatewayProcess, agent_log, reference_profile
 

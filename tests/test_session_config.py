@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile, subscribed
 
 

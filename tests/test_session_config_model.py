@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess, end_model_run, reference_profile
 
 DOMAINS: dict[str, list[Any]] = {"mode": ["ask", "code", "plan"], "model": ["ref-small", "ref-large"],

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import ALICE, BOB, running, two_owner_gateway
 
 

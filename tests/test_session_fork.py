@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import GatewayProcess, agent_log, agent_said, reference_profile, running, subscribed
 
 

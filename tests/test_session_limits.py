@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 
 

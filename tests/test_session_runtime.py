@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, journal_events, reference_profile
 

@@ -23,7 +23,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gateway.client import GatewayClient, RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.runtime.reaper import parse_marker
 from tests.conftest import process_alive
 from tests.gateway_harness import EventLog, GatewayProcess, journal_events, reference_profile

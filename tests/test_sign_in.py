@@ -15,7 +15,7 @@ import pytest
 
 from acp.auth import describe_methods, sign_in_refusal
 from acp.models import AuthMethod
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import GatewayProcess, agent_said, metrics_text, reference_profile, running, subscribed
 
 DUMMY = "dummy-sign-in-key-0123456789"

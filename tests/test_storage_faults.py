@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import GatewayProcess, reference_profile
 
 CAP = 8 << 20

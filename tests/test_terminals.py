@@ -16,7 +16,7 @@ import pytest
 from acp.errors import RpcError
 from acp.models import CreateTerminalRequest
 from acp.terminals import OutputBuffer, incomplete_tail
-from gateway.client import GatewayClient
+from gateway.clients.client import GatewayClient
 from gateway.runtime.settings import Settings
 from gateway.runtime.terminals import PUBLISHED_BYTES, refusal
 from tests.gateway_harness import EventLog, GatewayProcess, processes_naming, reference_profile, running, subscribed

@@ -11,7 +11,7 @@ import pytest
 
 from acp import fs
 from acp.errors import RpcError
-from gateway.client import RpcCallError
+from gateway.clients.client import RpcCallError
 from gateway.runtime.workspace import Refusal, refusal
 from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 

@@ -26,18 +26,8 @@ from jsonrpcserver.sentinels import NOID
 from oslash.either import Left  # type: ignore[import-untyped]  # jsonrpcserver's own result type
 from pydantic import ValidationError
 
-from . import __version__, metrics, openrpc
-from .contract import (
-    METHODS,
-    SESSION_ID_PATTERN,
-    NoParams,
-    Params,
-    SessionParams,
-    StartParams,
-    SubscribeParams,
-    UnsubscribeParams,
-)
-from .errors import (
+from .. import __version__, metrics
+from ..errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -48,8 +38,19 @@ from .errors import (
     subscription_not_found,
     unexpected,
 )
-from .events import EventBus, Sink, Subscription
-from .runtime import SessionManager
+from ..events import EventBus, Sink, Subscription
+from ..runtime import SessionManager
+from . import openrpc
+from .contract import (
+    METHODS,
+    SESSION_ID_PATTERN,
+    NoParams,
+    Params,
+    SessionParams,
+    StartParams,
+    SubscribeParams,
+    UnsubscribeParams,
+)
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
@@ -80,7 +81,7 @@ class RpcAdapter:
         self.default_agent = default_agent
         self.info = info or {}
         self._agents_cache: tuple[float, list[dict[str, Any]]] | None = None
-        # The handler of each method of the contract (gateway.contract: its params model and result shape).
+        # The handler of each method of the contract (gateway.api.contract: its params model and result shape).
         self.handlers: dict[str, Handler] = {
             "gateway.info": self._info,
             "task.session.start": self._start,

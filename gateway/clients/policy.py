@@ -1,6 +1,6 @@
 """The owner-session client's timing rules (DESIGN §6) as pure pieces: time and randomness are inputs.
 
-Both clients (the Python library in `gateway.client` and the web UI) follow these numbers.
+Both clients (the Python library in `gateway.clients.client` and the web UI) follow these numbers.
 """
 
 from __future__ import annotations

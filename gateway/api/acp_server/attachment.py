@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..events import Subscription
+from ...events import Subscription
 from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate, translate_all, without_booleans
 
 

@@ -1,4 +1,4 @@
-"""The OpenRPC document of the API, generated from `gateway.contract` and `gateway.errors`: served at
+"""The OpenRPC document of the API, generated from `gateway.api.contract` and `gateway.errors`: served at
 `/openrpc.json` and answered by `rpc.discover`."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import __version__
+from .. import __version__
+from ..errors import ERROR_DATA, ERROR_MEANINGS
 from .contract import METHODS, Event
-from .errors import ERROR_DATA, ERROR_MEANINGS
 
 REF = "#/components/schemas/{model}"
 

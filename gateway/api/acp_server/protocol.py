@@ -2,7 +2,7 @@
 
 Rules of this file:
 - It knows the wire (JSON-RPC 2.0, one message per WebSocket text frame) and ACP's lifecycle, nothing of sessions,
-  sockets or the store; `gateway.acp_server.connection` performs what it decides.
+  sockets or the store; `gateway.api.acp_server.connection` performs what it decides.
 - A frame is classified once (`classify`), then the phase table (`decide`) says what happens to it.
 
 Rows (the RFD's WebSocket mode and ACP's initialization; tests/test_acp_server_protocol.py holds them as tables):

@@ -1,6 +1,6 @@
 """The network edge: HTTP and JSON-RPC over WebSocket on one port, with authentication at the handshake.
 
-Frames enter in `_connection`, are decided on in `gateway.rpc`, and answers leave here. Tokens
+Frames enter in `_connection`, are decided on in `gateway.api.rpc`, and answers leave here. Tokens
 are compared in constant time; a bad token is refused with HTTP 401 before any WebSocket exists;
 a browser's `Origin` must be this gateway's own (or configured). Frames over the size limit close
 the connection with 1009 (websockets does this from `max_size`).
@@ -29,15 +29,16 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from . import __version__, openrpc
-from .eager import start_eagerly
+from .. import __version__
+from ..eager import start_eagerly
+from . import openrpc
 from .rpc import RpcAdapter, RpcContext
 
 log = logging.getLogger(__name__)
 
 
 class AcpPeer(Protocol):
-    """The gateway side of one `/acp` connection (gateway.acp_server.AcpConnection)."""
+    """The gateway side of one `/acp` connection (gateway.api.acp_server.AcpConnection)."""
 
     async def handle(self, frame: str | bytes) -> None: ...
 
@@ -255,7 +256,7 @@ class GatewayServer:
             self.per_owner[owner] -= 1
 
     async def _serve_acp(self, connection: ServerConnection, owner: str, acp_id: str) -> None:
-        """A remote ACP client: each frame answered by its `AcpPeer` (gateway.acp_server)."""
+        """A remote ACP client: each frame answered by its `AcpPeer` (gateway.api.acp_server)."""
         assert self.acp is not None
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
         peer = self.acp(owner, outbox, acp_id)

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 
 from acp import mcp
 
-from .. import metrics
-from ..errors import (
+from ... import metrics
+from ...errors import (
     ALREADY_TERMINAL,
     CONFIG_REFUSED,
     INVALID_PARAMS,
@@ -36,8 +36,8 @@ from ..errors import (
     params_refused,
     unexpected,
 )
-from ..events import EventBus
-from ..runtime import SessionManager
+from ...events import EventBus
+from ...runtime import SessionManager
 from .attachment import Attachment
 from .protocol import (
     META_KEY,

@@ -1,0 +1,339 @@
+"""A Python client of the gateway's JSON-RPC-over-WebSocket API (`task.session.*`).
+
+`GatewayClient` is one connection: calls with ids, answers matched to futures, notifications
+(`task.session.event`) queued in arrival order. The resilient owner-session client of DESIGN §6
+(reconciliation, health, reconnects) is built on top of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from .policy import (
+    HEALTH_SAMPLE_INTERVAL,
+    AutoResumeGuard,
+    MalformedCounter,
+    StreamHealth,
+    backoff_delay,
+    is_valid_event,
+    next_reconcile_delay,
+)
+
+__all__ = ["ALREADY_TERMINAL", "RESYNC_REQUIRED", "Clock", "GatewayClient", "OwnerSessionClient", "RealClock",
+           "RpcCallError"]
+
+
+class RpcCallError(Exception):
+    """The gateway answered a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class GatewayClient:
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self.notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.malformed = 0
+        self._reader = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def connect(cls, url: str, token: str | None = None, **kwargs: Any) -> GatewayClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        ws = await connect(url, additional_headers=headers, max_size=None, **kwargs)
+        return cls(ws)
+
+    async def _read(self) -> None:
+        try:
+            async for frame in self.ws:
+                try:
+                    message = orjson.loads(frame)
+                except orjson.JSONDecodeError:
+                    self.malformed += 1
+                    continue
+                for item in message if isinstance(message, list) else [message]:
+                    self._dispatch(item)
+        except ConnectionClosed:
+            pass
+        finally:
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("connection to the gateway closed"))
+            self._pending.clear()
+
+    def _dispatch(self, item: Any) -> None:
+        if not isinstance(item, dict):
+            self.malformed += 1
+            return
+        if "method" in item and "id" not in item:
+            self.notifications.put_nowait(item)
+            return
+        item_id = item.get("id")
+        fut = self._pending.pop(item_id, None) if isinstance(item_id, int) else None
+        if fut is None or fut.done():
+            return
+        if "error" in item:
+            err = item["error"] if isinstance(item["error"], dict) else {}
+            fut.set_exception(RpcCallError(err.get("code", -32603), err.get("message", ""), err.get("data")))
+        else:
+            fut.set_result(item.get("result"))
+
+    async def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        req_id = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        frame = {"jsonrpc": "2.0", "id": req_id, "method": method, "params": params or {}}
+        try:
+            await self.ws.send(orjson.dumps(frame).decode())
+        except ConnectionClosed as exc:
+            self._pending.pop(req_id, None)
+            raise ConnectionError("connection to the gateway closed") from exc
+        if timeout is None:
+            return await fut
+        return await asyncio.wait_for(fut, timeout)
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        await self.ws.send(frame)
+
+    async def next_notification(self, timeout: float = 10.0) -> dict[str, Any]:
+        return await asyncio.wait_for(self.notifications.get(), timeout)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.ws.close()
+        self._reader.cancel()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The owner-session client of DESIGN §6: a live event stream that survives disconnects.
+# ---------------------------------------------------------------------------------------------------
+
+ALREADY_TERMINAL = -32009
+RESYNC_REQUIRED = -32012
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+Connector = Callable[[str, str | None], Awaitable[GatewayClient]]
+EventCallback = Callable[[dict[str, Any]], None]
+
+
+class OwnerSessionClient:
+    """Keeps an owner's view of their sessions current: stream with cursor, reconciliation, health."""
+
+    def __init__(self, url: str, token: str | None, *, clock: Clock | None = None,
+                 rand: Callable[[], float] = random.random, connector: Connector | None = None) -> None:
+        self.url = url
+        self.token = token
+        self.clock = clock or RealClock()
+        self.rand = rand
+        self.connector: Connector = connector or (lambda u, t: GatewayClient.connect(u, t))
+        self.conn: GatewayClient | None = None
+        self.cursor: int | None = None
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.health = StreamHealth()
+        self.malformed = MalformedCounter()
+        self.auto_resume = AutoResumeGuard()
+        self._manual_agents: set[str] | None = None  # agents whose profile says auto_resume = false
+        self.reconciliations = 0
+        self.reconnects = 0
+        self.events_seen = 0
+        self.on_event: list[EventCallback] = []
+        self.on_link: list[Callable[[bool, int | None], None]] = []  # (stream up, cursor): when it comes and goes
+        self.connected = asyncio.Event()
+        self._reconcile_now = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stream_live = False
+
+    # -- life ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._run()), asyncio.ensure_future(self._reconcile_timer()),
+                       asyncio.ensure_future(self._health_sampler())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self.conn is not None:
+            await self.conn.close()
+
+    @property
+    def degraded(self) -> bool:
+        return self.health.degraded
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                self.conn = await self.connector(self.url, self.token)
+            except Exception:
+                await self.clock.sleep(backoff_delay(attempt, self.rand()))
+                attempt += 1
+                continue
+            attempt = 0
+            self.reconnects += 1
+            try:
+                await self._reconcile()  # at once on (re)connect
+                await self._subscribe()
+                self._stream_live = True
+                self.connected.set()
+                for callback in self.on_link:
+                    callback(True, self.cursor)
+                await self._consume()
+            except (ConnectionError, RpcCallError, TimeoutError):
+                pass
+            finally:
+                if self._stream_live:
+                    for callback in self.on_link:
+                        callback(False, self.cursor)
+                self._stream_live = False
+                self.connected.clear()
+                if self.conn is not None:
+                    await self.conn.close()
+            await self.clock.sleep(backoff_delay(attempt, self.rand()))
+            attempt += 1
+
+    async def _subscribe(self) -> None:
+        assert self.conn is not None
+        try:
+            # This client takes a backlog as one array (one receive for hundreds of events).
+            await self.conn.call("task.session.subscribe",
+                                 {"batch": True} if self.cursor is None else {"since": self.cursor, "batch": True})
+        except RpcCallError as err:
+            if err.code != RESYNC_REQUIRED:
+                raise
+            await self._reconcile(resync=True)
+            await self.conn.call("task.session.subscribe", {"since": self.cursor, "batch": True})
+
+    async def _consume(self) -> None:
+        assert self.conn is not None
+        conn = self.conn
+        while True:
+            getter = asyncio.ensure_future(conn.notifications.get())
+            closed = asyncio.ensure_future(conn.ws.wait_closed())
+            reconcile = asyncio.ensure_future(self._reconcile_now.wait())
+            done, _ = await asyncio.wait({getter, closed, reconcile}, return_when=asyncio.FIRST_COMPLETED)
+            for fut in (getter, closed, reconcile):
+                if fut not in done:
+                    fut.cancel()
+            if getter in done:
+                self._handle(getter.result())
+            elif reconcile in done:
+                self._reconcile_now.clear()
+                await self._reconcile()
+            else:
+                raise ConnectionError("stream closed")
+
+    def _handle(self, note: dict[str, Any]) -> None:
+        params: dict[str, Any] = note.get("params")  # type: ignore[assignment]
+        if note.get("method") != "task.session.event" or not is_valid_event(params):
+            if self.malformed.note():
+                self._reconcile_now.set()
+            return
+        self.events_seen += 1
+        event_id = params["id"]
+        if isinstance(event_id, int):
+            if self.cursor is not None and event_id <= self.cursor:
+                return  # already seen (a replay overlapping the live stream)
+            self.cursor = event_id
+        self._apply(params)
+        for callback in self.on_event:
+            callback(params)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        sid = event.get("session_id")
+        if not isinstance(sid, str):
+            return
+        kind, data = event["type"], event["data"]
+        if kind == "session_deleted":
+            self.sessions.pop(sid, None)
+        elif kind == "session_created":
+            self.sessions[sid] = dict(data)
+        elif kind in ("session_status", "session_title") and sid in self.sessions:
+            self.sessions[sid].update({k: v for k, v in data.items() if k != "subscription_id"})
+
+    # -- reconciliation -----------------------------------------------------------------
+    async def _reconcile(self, resync: bool = False) -> None:
+        assert self.conn is not None
+        sessions: dict[str, dict[str, Any]] = {}
+        cursor: str | None = None
+        first_event_cursor: int | None = None
+        while True:
+            page = await self.conn.call("task.session.list", {"limit": 500, **({"cursor": cursor} if cursor else {})})
+            if first_event_cursor is None:
+                first_event_cursor = page["event_cursor"]
+            for view in page["sessions"]:
+                sessions[view["session_id"]] = view
+            cursor = page["next_cursor"]
+            if not cursor:
+                break
+        self.sessions = sessions
+        self.reconciliations += 1
+        if self.cursor is None or resync:
+            self.cursor = first_event_cursor
+
+    async def _reconcile_timer(self) -> None:
+        while True:
+            await self.clock.sleep(next_reconcile_delay(self.rand()))
+            self._reconcile_now.set()
+
+    async def _health_sampler(self) -> None:
+        while True:
+            await self.clock.sleep(HEALTH_SAMPLE_INTERVAL)
+            self.health.sample(self._stream_live)
+
+    # -- actions -------------------------------------------------------------------------
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if self.conn is None or not self.connected.is_set():
+            raise ConnectionError("not connected to the gateway")
+        return await self.conn.call(method, params)
+
+    async def cancel(self, session_id: str) -> dict[str, Any]:
+        """Cancel for good; `-32009` (already terminal) is success: the session's status is returned."""
+        try:
+            view: dict[str, Any] = await self.call("task.session.cancel", {"session_id": session_id})
+            return view
+        except RpcCallError as err:
+            if err.code != ALREADY_TERMINAL:
+                raise
+            status: dict[str, Any] = await self.call("task.session.status", {"session_id": session_id})
+            return status
+
+    async def open_view(self, session_id: str) -> dict[str, Any]:
+        """What a UI does when a session is shown: its status, auto-resumed at most once per view — unless its
+        agent's profile says `auto_resume = false` (a launch that costs money waits for an explicit resume)."""
+        self.auto_resume.open_view(session_id)
+        status: dict[str, Any] = await self.call("task.session.status", {"session_id": session_id})
+        if self._manual_agents is None:
+            info = await self.call("gateway.info")
+            self._manual_agents = {a["id"] for a in info["agents"] if not a.get("auto_resume", True)}
+        if status.get("agent") not in self._manual_agents and self.auto_resume.should_resume(session_id, status):
+            await self.call("task.session.resume", {"session_id": session_id})
+            status = await self.call("task.session.status", {"session_id": session_id})
+        return status
