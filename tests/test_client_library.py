@@ -94,7 +94,8 @@ async def until(predicate: Callable[[], bool], clock: FakeClock | None = None, s
 
 async def test_stream_reconnects_and_replays_without_loss(gateway: GatewayProcess, tmp_path: Path) -> None:
     clock = FakeClock()
-    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.5)
+    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.5,
+                             heartbeat=None)  # fake time jumps: no pong could arrive in between
     seen: list[int] = []
     osc.on_event.append(lambda e: seen.append(e["id"]) if e["id"] is not None else None)
     osc.start()
@@ -119,7 +120,8 @@ async def test_stream_reconnects_and_replays_without_loss(gateway: GatewayProces
 
 async def test_degraded_after_nine_samples_then_recovers(gateway: GatewayProcess) -> None:
     clock = FakeClock()
-    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.0)
+    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.0,
+                             heartbeat=None)  # fake time jumps: no pong could arrive in between
     osc.start()
     await asyncio.wait_for(osc.connected.wait(), 20)
     await clock.advance(5.0)
@@ -140,7 +142,8 @@ async def test_degraded_after_nine_samples_then_recovers(gateway: GatewayProcess
 
 async def test_reconciliation_every_60_to_75_seconds(gateway: GatewayProcess) -> None:
     clock = FakeClock()
-    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 1.0)
+    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 1.0,
+                             heartbeat=None)  # fake time jumps: no pong could arrive in between
     osc.start()
     await asyncio.wait_for(osc.connected.wait(), 20)
     await clock.advance(74.0)
@@ -163,7 +166,8 @@ async def test_cancel_treats_already_terminal_as_success(gateway: GatewayProcess
 
 async def test_auto_resume_once_per_view(gateway: GatewayProcess, tmp_path: Path) -> None:
     clock = FakeClock()
-    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.0)
+    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.0,
+                             heartbeat=None)  # fake time jumps: no pong could arrive in between
     osc.start()
     await asyncio.wait_for(osc.connected.wait(), 20)
     view = await osc.call("task.session.start", {"cwd": str(tmp_path / "work"), "wait_ready": True})
@@ -198,7 +202,7 @@ async def test_malformed_events_force_a_reconciliation() -> None:
 
     async with serve(peer, "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
-        osc = OwnerSessionClient(f"ws://127.0.0.1:{port}/rpc", None, clock=FakeClock())
+        osc = OwnerSessionClient(f"ws://127.0.0.1:{port}/rpc", None, clock=FakeClock(), heartbeat=None)
         osc.start()
         await until(lambda: lists == 2)
         assert osc.reconciliations == 2 and osc.events_seen == 0

@@ -112,6 +112,12 @@ class SubscribeParams(Params):
                         "(many JSON-RPC clients reject those: off by default)")
 
 
+class PingParams(Params):
+    heartbeat: float | None = Field(default=None, ge=0.2, le=300, description="seconds between this client's pings "
+                                    "from now on: a connection that sends nothing for 3 of them is closed (4408); "
+                                    "default: no promise, and the connection lives while the network says it does")
+
+
 class UnsubscribeParams(Params):
     subscription_id: str = Field(min_length=1, max_length=100)
 
@@ -322,6 +328,12 @@ class GatewayInfo(Result):
     instance_id: str
 
 
+class Pong(Result):
+    heartbeat: float | None = Field(description="the interval this connection promised, in seconds (null: none)")
+    cursor: int = Field(description="your journal's head now: events up to it exist, so a client whose cursor is "
+                                    "behind it and sees nothing arrive knows its stream is stuck")
+
+
 class Event(Result):
     """The params of a `task.session.event` notification."""
 
@@ -350,6 +362,8 @@ class MethodSpec:
 
 METHODS: dict[str, MethodSpec] = {
     "gateway.info": MethodSpec(NoParams, GatewayInfo, "The gateway's version, your owner name and the agents"),
+    "gateway.ping": MethodSpec(PingParams, Pong, "A heartbeat: answered at once; with `heartbeat`, the gateway "
+                               "closes the connection once the client misses three"),
     "task.session.start": MethodSpec(StartParams, SessionView, "Start a session (a new agent)"),
     "task.session.status": MethodSpec(SessionParams, StatusView, "A session and whether it needs a resume"),
     "task.session.resume": MethodSpec(ResumeParams, ResumeView, "Bring the session's agent back"),

@@ -46,11 +46,13 @@ from .contract import (
     SESSION_ID_PATTERN,
     NoParams,
     Params,
+    PingParams,
     SessionParams,
     StartParams,
     SubscribeParams,
     UnsubscribeParams,
 )
+from .liveness import Liveness
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
@@ -66,6 +68,8 @@ class RpcContext:
     sink: Sink | None = None  # where this connection's notifications go
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     after_response: list[Callable[[], None]] = field(default_factory=list)
+    liveness: Liveness | None = None  # the connection's heartbeat promise (None: a transport without one)
+    liveness_changed: Callable[[], None] | None = None  # wakes the connection's watchdog after a new promise
 
 
 Handler = Callable[[RpcContext, Any], Awaitable[Any]]
@@ -84,6 +88,7 @@ class RpcAdapter:
         # The handler of each method of the contract (gateway.api.contract: its params model and result shape).
         self.handlers: dict[str, Handler] = {
             "gateway.info": self._info,
+            "gateway.ping": self._ping,
             "task.session.start": self._start,
             "task.session.status": lambda c, p: sessions.status(c.owner, p.session_id),
             "task.session.resume": lambda c, p: sessions.resume(c.owner, p.session_id, wait_ready=p.wait_ready),
@@ -131,6 +136,14 @@ class RpcAdapter:
             "workspace_roots": [str(root) for root in self.sessions.settings.roots_of(ctx.owner)],
             **self.info,
         }
+
+    async def _ping(self, ctx: RpcContext, p: PingParams) -> dict[str, Any]:
+        if ctx.liveness is not None and "heartbeat" in p.model_fields_set:
+            ctx.liveness.promise(p.heartbeat, time.monotonic())
+            if ctx.liveness_changed is not None:
+                ctx.liveness_changed()
+        return {"heartbeat": ctx.liveness.interval if ctx.liveness is not None else None,
+                "cursor": self.bus.head(ctx.owner)}
 
     AGENTS_FRESH_SECONDS = 10.0
 

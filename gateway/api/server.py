@@ -14,6 +14,7 @@ import functools
 import hmac
 import ipaddress
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -32,6 +33,8 @@ from websockets.protocol import State
 from .. import __version__
 from ..eager import start_eagerly
 from . import openrpc
+from .liveness import CLOSE_CODE as HEARTBEAT_CLOSE_CODE
+from .liveness import Liveness
 from .rpc import RpcAdapter, RpcContext
 
 log = logging.getLogger(__name__)
@@ -265,18 +268,41 @@ class GatewayServer:
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
         """A frontend of the API: each frame answered by the JSON-RPC adapter."""
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
-        ctx = RpcContext(owner=owner, sink=outbox)
-        await self._serve_frames(connection, outbox, functools.partial(self._answer, outbox, ctx),
-                                 lambda: self.adapter.connection_closed(ctx))
+        liveness = Liveness(time.monotonic())
+        promised = asyncio.Event()
+        ctx = RpcContext(owner=owner, sink=outbox, liveness=liveness, liveness_changed=promised.set)
+        watchdog = asyncio.ensure_future(self._watch_heartbeats(ctx, liveness, promised, outbox))
+        try:
+            await self._serve_frames(connection, outbox, functools.partial(self._answer, outbox, ctx),
+                                     lambda: self.adapter.connection_closed(ctx), liveness)
+        finally:
+            watchdog.cancel()
+
+    async def _watch_heartbeats(self, ctx: RpcContext, liveness: Liveness, promised: asyncio.Event,
+                                outbox: Outbox) -> None:
+        """A client that promised heartbeats and went silent is gone: its subscriptions end now (nothing more is
+        queued for it) and its socket is closed (4408), rather than waiting minutes for TCP to notice."""
+        while True:
+            delay = liveness.next_check(time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(promised.wait(), delay)
+            promised.clear()
+            if liveness.overdue(time.monotonic()):
+                log.info("closing a connection of owner %s: %s", ctx.owner, liveness.reason())
+                self.adapter.connection_closed(ctx)
+                outbox.cut(liveness.reason(), HEARTBEAT_CLOSE_CODE)
+                return
 
     async def _serve_frames(self, connection: ServerConnection, outbox: Outbox,
                             handle: Callable[[str | bytes], Coroutine[Any, Any, None]],
-                            closed: Callable[[], None]) -> None:
+                            closed: Callable[[], None], liveness: Liveness | None = None) -> None:
         """Every frame of a connection, in arrival order, handed to `handle`; `closed` once the connection is gone."""
         self.connections.add(connection)
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for frame in connection:
+                if liveness is not None:
+                    liveness.heard_at = time.monotonic()
                 # Most calls never suspend: they are answered now, without a task (see gateway.eager).
                 task = start_eagerly(handle(frame))
                 if task is not None:
@@ -414,7 +440,7 @@ class Outbox:
             connection.transport.writelines([chunk for chunk in data if chunk])
         except Exception as exc:
             log.debug("write failed, closing the connection: %s", exc)
-            self._cut("write failed")
+            self.cut("write failed")
 
     def _enqueue(self, frame: bytes, batchable: bool) -> None:
         if self.closed:
@@ -422,19 +448,22 @@ class Outbox:
         if len(self.queue) >= self.limit or self.queued_bytes + len(frame) > self.limit_bytes:
             log.warning("closing a connection whose consumer fell %d frames (%d bytes) behind", len(self.queue),
                         self.queued_bytes)
-            self._cut("too slow: reconnect and resubscribe")
+            self.cut("too slow: reconnect and resubscribe")
             return
         self.queue.append((frame, batchable))
         self.queued_bytes += len(frame)
         self._idle.clear()
         self._ready.set()
 
-    def _cut(self, reason: str) -> None:
+    def cut(self, reason: str, code: int = CLOSE_CODE) -> None:
+        """Nothing more is sent or queued; the connection is closed with `code` (by default 4429, too slow)."""
+        if self.closed and self._closer is not None:
+            return
         self.closed = True
         self.queue.clear()
         self.queued_bytes = 0
         self._idle.set()
-        self._closer = asyncio.ensure_future(self.connection.close(self.CLOSE_CODE, reason))
+        self._closer = asyncio.ensure_future(self.connection.close(code, reason))
 
     async def _run(self) -> None:
         try:
@@ -444,7 +473,7 @@ class Outbox:
         except Exception as exc:  # a writer that stopped would leave the client waiting for nothing: close instead
             log.debug("writer failed, closing the connection: %s", exc)
             if not self.closed:
-                self._cut("write failed: reconnect and resubscribe")
+                self.cut("write failed: reconnect and resubscribe")
 
     async def _write_queued(self) -> None:
         """Write what queues up, a run of frames at a time, pacing by the socket (flow control)."""

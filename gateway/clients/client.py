@@ -21,16 +21,21 @@ from websockets.exceptions import ConnectionClosed
 
 from .policy import (
     HEALTH_SAMPLE_INTERVAL,
+    HEARTBEAT_INTERVAL,
     AutoResumeGuard,
+    Link,
+    LinkEvent,
     MalformedCounter,
     StreamHealth,
     backoff_delay,
     is_valid_event,
+    next_link,
     next_reconcile_delay,
+    silence_deadline,
 )
 
-__all__ = ["ALREADY_TERMINAL", "RESYNC_REQUIRED", "Clock", "GatewayClient", "OwnerSessionClient", "RealClock",
-           "RpcCallError"]
+__all__ = ["ALREADY_TERMINAL", "RESYNC_REQUIRED", "Clock", "GatewayClient", "Link", "NotConnected",
+           "OwnerSessionClient", "RealClock", "RpcCallError"]
 
 
 class RpcCallError(Exception):
@@ -43,6 +48,10 @@ class RpcCallError(Exception):
         self.data = data
 
 
+class NotConnected(ConnectionError):
+    """A call made while the client has no live link: it was not sent (send it again once connected)."""
+
+
 class GatewayClient:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
@@ -50,6 +59,7 @@ class GatewayClient:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self.notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.malformed = 0
+        self.on_frame: Callable[[], None] | None = None  # every frame received, before it is read (heartbeats)
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -61,6 +71,8 @@ class GatewayClient:
     async def _read(self) -> None:
         try:
             async for frame in self.ws:
+                if self.on_frame is not None:
+                    self.on_frame()
                 try:
                     message = orjson.loads(frame)
                 except orjson.JSONDecodeError:
@@ -113,6 +125,12 @@ class GatewayClient:
     async def next_notification(self, timeout: float = 10.0) -> dict[str, Any]:
         return await asyncio.wait_for(self.notifications.get(), timeout)
 
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake (which a dead link would never complete)."""
+        transport = self.ws.transport
+        if transport is not None:
+            transport.abort()
+
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self.ws.close()
@@ -125,6 +143,7 @@ class GatewayClient:
 
 ALREADY_TERMINAL = -32009
 RESYNC_REQUIRED = -32012
+METHOD_NOT_FOUND = -32601
 
 
 class Clock(Protocol):
@@ -149,8 +168,14 @@ class OwnerSessionClient:
     """Keeps an owner's view of their sessions current: stream with cursor, reconciliation, health."""
 
     def __init__(self, url: str, token: str | None, *, clock: Clock | None = None,
-                 rand: Callable[[], float] = random.random, connector: Connector | None = None) -> None:
+                 rand: Callable[[], float] = random.random, connector: Connector | None = None,
+                 heartbeat: float | None = HEARTBEAT_INTERVAL) -> None:
+        """`heartbeat`: seconds between pings (None: none, and a dead link is noticed only when TCP gives up)."""
         self.url = url
+        self.heartbeat = heartbeat
+        self.link = Link.CONNECTING
+        self.on_link_state: list[Callable[[Link], None]] = []  # every change of `link`
+        self._heard_at = 0.0
         self.token = token
         self.clock = clock or RealClock()
         self.rand = rand
@@ -182,10 +207,43 @@ class OwnerSessionClient:
             task.cancel()
         if self.conn is not None:
             await self.conn.close()
+        self._move(LinkEvent.CLOSE)
 
     @property
     def degraded(self) -> bool:
-        return self.health.degraded
+        """Tell the person watching: the link went silent, or there has been no live stream for a while."""
+        return self.link is Link.DEGRADED or self.health.degraded
+
+    def _move(self, event: LinkEvent) -> None:
+        state = next_link(self.link, event)
+        if state is not self.link:
+            self.link = state
+            for callback in self.on_link_state:
+                callback(state)
+
+    def _heard(self) -> None:
+        self._heard_at = self.clock.now()
+        if self.link is Link.DEGRADED:
+            self._move(LinkEvent.HEARD)
+
+    async def _heartbeats(self, conn: GatewayClient, interval: float) -> None:
+        """Ping every `interval`; a link that delivers nothing for two of them is given up (docs/clients.md)."""
+        pinging: asyncio.Future[Any] | None = None
+        next_ping = self.clock.now() + interval
+        while True:
+            now = self.clock.now()
+            deadline = silence_deadline(self._heard_at, interval)
+            if now >= deadline:
+                if self.link is Link.LIVE:
+                    self._move(LinkEvent.SILENT)
+                conn.abort()
+                return
+            if now >= next_ping:
+                if pinging is None or pinging.done():
+                    pinging = asyncio.ensure_future(conn.call("gateway.ping"))
+                    pinging.add_done_callback(lambda f: f.cancelled() or f.exception())
+                next_ping = now + interval
+            await self.clock.sleep(min(next_ping, deadline) - now)
 
     async def _run(self) -> None:
         attempt = 0
@@ -193,30 +251,50 @@ class OwnerSessionClient:
             try:
                 self.conn = await self.connector(self.url, self.token)
             except Exception:
+                self._move(LinkEvent.LOST)
                 await self.clock.sleep(backoff_delay(attempt, self.rand()))
+                self._move(LinkEvent.RETRY)
                 attempt += 1
                 continue
             attempt = 0
             self.reconnects += 1
+            conn = self.conn
+            conn.on_frame = self._heard
+            self._heard_at = self.clock.now()
+            heartbeats: asyncio.Future[None] | None = None
             try:
+                if self.heartbeat is not None:
+                    # From the first call on: a link that dies while the stream is being set up is noticed too.
+                    heartbeats = asyncio.ensure_future(self._heartbeats(conn, self.heartbeat))
+                    try:
+                        await conn.call("gateway.ping", {"heartbeat": self.heartbeat})
+                    except RpcCallError as err:
+                        if err.code != METHOD_NOT_FOUND:
+                            raise
+                        heartbeats.cancel()  # a gateway from before heartbeats: TCP's keepalive is all there is
                 await self._reconcile()  # at once on (re)connect
                 await self._subscribe()
                 self._stream_live = True
                 self.connected.set()
+                self._move(LinkEvent.CONNECTED)
                 for callback in self.on_link:
                     callback(True, self.cursor)
                 await self._consume()
             except (ConnectionError, RpcCallError, TimeoutError):
                 pass
             finally:
+                if heartbeats is not None:
+                    heartbeats.cancel()
                 if self._stream_live:
                     for callback in self.on_link:
                         callback(False, self.cursor)
                 self._stream_live = False
                 self.connected.clear()
-                if self.conn is not None:
-                    await self.conn.close()
+                if self.link is not Link.CLOSED:
+                    self._move(LinkEvent.LOST)
+                await conn.close()
             await self.clock.sleep(backoff_delay(attempt, self.rand()))
+            self._move(LinkEvent.RETRY)
             attempt += 1
 
     async def _subscribe(self) -> None:
@@ -311,7 +389,8 @@ class OwnerSessionClient:
     # -- actions -------------------------------------------------------------------------
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         if self.conn is None or not self.connected.is_set():
-            raise ConnectionError("not connected to the gateway")
+            raise NotConnected(f"not connected to the gateway at {self.url} ({self.link.value}): {method} was not "
+                               "sent; send it again once the client is connected")
         return await self.conn.call(method, params)
 
     async def cancel(self, session_id: str) -> dict[str, Any]:

@@ -1,11 +1,14 @@
-"""The owner-session client's timing rules (DESIGN §6) as pure pieces: time and randomness are inputs.
+"""The owner-session client's rules (DESIGN §6) as pure pieces: time and randomness are inputs.
 
-Both clients (the Python library in `gateway.clients.client` and the web UI) follow these numbers.
+Both clients follow these numbers and this link table: the Python library (`gateway.clients.client`) and the
+TypeScript package (`clients/typescript`, whose `src/generated/policy.ts` is generated from this module, and which the
+web UI runs on). docs/clients.md says what they guarantee.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 RECONCILE_INTERVAL = 60.0  # a full task.session.list this often...
@@ -15,6 +18,60 @@ DEGRADED_AFTER_SAMPLES = 9  # samples in a row without a live stream
 MALFORMED_LIMIT = 5  # malformed events before an immediate reconciliation
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
+HEARTBEAT_INTERVAL = 5.0  # a client pings this often; silent for SILENT_AFTER of them, the link is dead
+SILENT_AFTER = 2  # intervals without a frame (a pong, an event, anything) before the link counts as degraded
+
+
+class Link(StrEnum):
+    """Where a client's link to the gateway is. What a person watching should be told."""
+
+    CONNECTING = "connecting"  # opening a connection (the first, or after a backoff)
+    LIVE = "live"  # subscribed; frames arrive
+    DEGRADED = "degraded"  # the connection is open but nothing arrived for SILENT_AFTER heartbeat intervals
+    RECONNECTING = "reconnecting"  # the connection is gone; the next one waits for its backoff
+    CLOSED = "closed"  # the client was closed
+
+
+class LinkEvent(StrEnum):
+    CONNECTED = "connected"  # the connection is open and subscribed
+    SILENT = "silent"  # no frame for SILENT_AFTER heartbeat intervals
+    HEARD = "heard"  # a frame arrived
+    LOST = "lost"  # the connection closed, failed to open, or was given up as silent
+    RETRY = "retry"  # the backoff is over: connect again
+    CLOSE = "close"  # the client's owner closed it
+
+
+# (state, event) -> next state. Any pair not here is a bug in the client (IllegalLinkTransition), except CLOSE,
+# which every state takes. A silent link is given up at once (the client then aborts the socket: LOST), so DEGRADED
+# is brief unless the socket will not die; HEARD in DEGRADED is a frame that arrived in between.
+LINK_TRANSITIONS: dict[tuple[Link, LinkEvent], Link] = {
+    (Link.CONNECTING, LinkEvent.CONNECTED): Link.LIVE,
+    (Link.CONNECTING, LinkEvent.LOST): Link.RECONNECTING,
+    (Link.LIVE, LinkEvent.HEARD): Link.LIVE,
+    (Link.LIVE, LinkEvent.SILENT): Link.DEGRADED,
+    (Link.LIVE, LinkEvent.LOST): Link.RECONNECTING,
+    (Link.DEGRADED, LinkEvent.HEARD): Link.LIVE,
+    (Link.DEGRADED, LinkEvent.LOST): Link.RECONNECTING,
+    (Link.RECONNECTING, LinkEvent.RETRY): Link.CONNECTING,
+}
+
+
+class IllegalLinkTransition(Exception):
+    pass
+
+
+def next_link(state: Link, event: LinkEvent) -> Link:
+    if event is LinkEvent.CLOSE:
+        return Link.CLOSED
+    try:
+        return LINK_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalLinkTransition(f"{event.value} in {state.value}") from None
+
+
+def silence_deadline(heard_at: float, interval: float) -> float:
+    """When a link last heard from at `heard_at` counts as silent."""
+    return heard_at + SILENT_AFTER * interval
 
 
 def next_reconcile_delay(rand: float) -> float:
