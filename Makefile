@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser sandbox interop sdk postgres bench fixtures
+.PHONY: run test lint browser sandbox interop sdk postgres bench fixtures ts
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,7 +73,14 @@ postgres: $(STAMP)
 	    (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null; \
 	  else echo "make test: install PostgreSQL (apt-get install postgresql) or set ACP_GATEWAY_TEST_PG" >&2; exit 1; fi; }
 
-test: lint browser sandbox interop sdk postgres
+# The TypeScript client's build and test tools (clients/typescript, pinned by its package-lock.json), run with the
+# Node.js 20 that `make interop` installs.
+TS := clients/typescript
+$(TS)/node_modules/.installed: $(TS)/package-lock.json | interop
+	cd $(TS) && npm ci --silent --no-audit --no-fund >/dev/null && touch node_modules/.installed
+ts: $(TS)/node_modules/.installed
+
+test: lint browser sandbox interop sdk postgres ts
 	$(VENV)/bin/pytest -q
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.

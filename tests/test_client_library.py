@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,20 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from gateway.clients.client import GatewayClient, OwnerSessionClient
 from gateway.clients.policy import (
+    LINK_TRANSITIONS,
     AutoResumeGuard,
+    IllegalLinkTransition,
+    Link,
+    LinkEvent,
     MalformedCounter,
     StreamHealth,
     backoff_delay,
     is_valid_event,
+    next_link,
     next_reconcile_delay,
+    silence_deadline,
 )
+from tests.blackhole_proxy import BlackholeProxy
 from tests.gateway_harness import FakeClock, GatewayProcess, free_port, reference_profile
 
 
@@ -32,6 +40,25 @@ def test_reconcile_every_60s_plus_up_to_15s(rand: float, expected: float) -> Non
     (0, 0.0, 0.25), (0, 1.0, 0.5), (1, 0.0, 0.5), (3, 1.0, 4.0), (6, 1.0, 30.0), (50, 0.0, 15.0), (-1, 1.0, 0.5)])
 def test_backoff_is_exponential_with_jitter_and_capped(attempt: int, rand: float, expected: float) -> None:
     assert backoff_delay(attempt, rand) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("state", "event", "expected"), [
+    (Link.CONNECTING, LinkEvent.CONNECTED, Link.LIVE), (Link.LIVE, LinkEvent.SILENT, Link.DEGRADED),
+    (Link.DEGRADED, LinkEvent.LOST, Link.RECONNECTING), (Link.DEGRADED, LinkEvent.HEARD, Link.LIVE),
+    (Link.RECONNECTING, LinkEvent.RETRY, Link.CONNECTING), (Link.LIVE, LinkEvent.CLOSE, Link.CLOSED),
+    (Link.RECONNECTING, LinkEvent.SILENT, None), (Link.CONNECTING, LinkEvent.SILENT, None),
+    (Link.CLOSED, LinkEvent.RETRY, None)])
+def test_link_moves_by_its_table_and_refuses_the_rest(state: Link, event: LinkEvent, expected: Link | None) -> None:
+    if expected is None:
+        assert (state, event) not in LINK_TRANSITIONS
+        with pytest.raises(IllegalLinkTransition):
+            next_link(state, event)
+    else:
+        assert next_link(state, event) is expected
+
+
+def test_a_link_is_silent_two_heartbeats_after_the_last_frame() -> None:
+    assert silence_deadline(100.0, 5.0) == 110.0
 
 
 def test_health_degrades_after_nine_samples_without_a_stream() -> None:
@@ -221,3 +248,57 @@ async def test_plain_client_survives_garbage_frames() -> None:
         client = await GatewayClient.connect(f"ws://127.0.0.1:{port}/rpc")
         assert await client.call("x") == 42 and client.malformed == 1
         await client.close()
+
+
+async def test_blackholed_link_is_degraded_within_two_heartbeats_and_loses_nothing(
+        gateway: GatewayProcess, tmp_path: Path) -> None:
+    """A link that stops delivering (no close, no RST): degraded within 2 heartbeats, then reconnecting; when the
+    link is back, every event of the turn that went on meanwhile arrives once."""
+    heartbeat = 1.0
+    proxy = await BlackholeProxy(gateway.port).start()
+    osc = OwnerSessionClient(proxy.url(), gateway.token, heartbeat=heartbeat, rand=lambda: 0.0)
+    links: list[tuple[Link, float]] = []
+    osc.on_link_state.append(lambda state: links.append((state, time.monotonic())))
+    events: list[dict[str, Any]] = []
+    osc.on_event.append(events.append)
+    osc.start()
+    await asyncio.wait_for(osc.connected.wait(), 20)
+    work = tmp_path / "work"
+    view = await osc.call("task.session.start", {"cwd": str(work), "wait_ready": True})
+    sid, go = view["session_id"], work / "go"
+    prompter = await gateway.client()  # the turn goes on while this client's link is dead
+    turn = asyncio.ensure_future(prompter.call("task.session.prompt", {
+        "session_id": sid, "prompt": f"/sh echo before; while [ ! -f {go} ]; do sleep 0.05; done; echo after"}))
+    await until(lambda: any("before" in orjson.dumps(e["data"]).decode() for e in events))
+    holed_at = time.monotonic()
+    proxy.blackhole()
+    go.touch()
+    assert (await turn)["stop_reason"] == "end_turn"
+    await until(lambda: any(state is Link.DEGRADED for state, _ in links))
+    degraded_at = next(at for state, at in links if state is Link.DEGRADED)
+    assert degraded_at - holed_at <= 2 * heartbeat + 0.25  # two intervals after the last frame heard, before the hole
+    await until(lambda: Link.RECONNECTING in [state for state, at in links if at >= degraded_at])
+    proxy.restore()
+    await until(lambda: any(e["type"] == "turn_ended" and e["session_id"] == sid for e in events))
+    ids = [e["id"] for e in events if e["id"] is not None]
+    assert ids == sorted(set(ids)) and ids == list(range(ids[0], ids[-1] + 1))
+    text = "".join(e["data"]["update"]["content"]["text"] for e in events if e["type"] == "session_update"
+                   and e["data"]["update"]["sessionUpdate"] == "agent_message_chunk")
+    assert "before" in text and "after" in text
+    await prompter.close()
+    await osc.close()
+    await proxy.close()
+
+
+async def test_gateway_closes_a_connection_that_stops_its_promised_heartbeats(gateway: GatewayProcess) -> None:
+    """The server side: a client that promised a ping every 0.2 s and then sends nothing is closed with 4408 (its
+    subscription ended), while one that promised nothing is kept."""
+    silent, quiet = await gateway.client(), await gateway.client()
+    pong = await silent.call("gateway.ping", {"heartbeat": 0.2})
+    assert pong["heartbeat"] == 0.2 and isinstance(pong["cursor"], int)
+    assert (await quiet.call("gateway.ping"))["heartbeat"] is None
+    await silent.call("task.session.subscribe", {})
+    await asyncio.wait_for(silent.ws.wait_closed(), 10)
+    assert silent.ws.close_code == 4408 and "no heartbeat" in (silent.ws.close_reason or "")
+    assert (await quiet.call("gateway.ping"))["heartbeat"] is None  # still served
+    await quiet.close()
