@@ -547,7 +547,8 @@ def ui_files() -> dict[str, tuple[bytes, str]]:
     """The web UI's files, read once from the package: URL path -> (body, content type). Nothing else is served."""
     base = resources.files("gateway") / "ui"
     files = {"/": (base / "index.html").read_bytes()}
-    for name in ("app.js", "ansi.js", "app.css", "vendor/marked.min.js", "vendor/purify.min.js", "vendor/ansi_up.js"):
+    for name in ("app.js", "client.js", "ansi.js", "app.css", "vendor/marked.min.js", "vendor/purify.min.js",
+                 "vendor/ansi_up.js"):
         files[f"/ui/{name}"] = (base / name).read_bytes()
     return {path: (body, UI_TYPES[".html" if path == "/" else path[path.rfind("."):]]) for path, body in files.items()}
 

@@ -1,11 +1,11 @@
-// The gateway's web UI: the owner-session client (the same rules as gateway/client_policy.py) and its rendering.
+// The gateway's web UI: the rendering of one owner's sessions, on the gateway's TypeScript client.
 "use strict";
 
-// ---- the client's rules: the numbers of gateway/client_policy.py ----
-const RECONCILE_INTERVAL = 60000, RECONCILE_JITTER = 15000, HEALTH_SAMPLE = 5000, DEGRADED_AFTER = 9,
-      MALFORMED_LIMIT = 5, BACKOFF_BASE = 500, BACKOFF_CAP = 30000, ALREADY_TERMINAL = -32009, RESYNC = -32012,
-      RAW_KEEP = 500;
-const backoff = (attempt) => Math.min(BACKOFF_CAP, BACKOFF_BASE * 2 ** Math.min(attempt, 30)) * (0.5 + Math.random() / 2);
+// The connection, the event stream, reconnects and heartbeats are the TypeScript client's (clients/typescript, bundled
+// as client.js: global AcpGateway); docs/clients.md says what it guarantees. The numbers are its policy's.
+const { HEALTH_SAMPLE_INTERVAL, DEGRADED_AFTER_SAMPLES } = AcpGateway.policy;
+const HEALTH_SAMPLE = HEALTH_SAMPLE_INTERVAL * 1000, DEGRADED_AFTER = DEGRADED_AFTER_SAMPLES,
+      ALREADY_TERMINAL = AcpGateway.ALREADY_TERMINAL, RAW_KEEP = 500;
 const TERMINAL = ["CANCELLED", "FAILED", "COMPLETED"];
 const TERMINAL_SHOWN = 1 << 20;  // characters of one agent terminal's output kept on the page (the events carry 1 MiB)
 // Updates that report the session's state, not its conversation (acp.models.STATE_UPDATE_KINDS): shown in the header
@@ -28,26 +28,27 @@ const $ = (id) => document.getElementById(id);
 const el = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls; if (text != null) e.textContent = text; return e; };
 const clock = (ts) => new Date(ts * 1000).toLocaleTimeString();
 
-const state = { token: sessionStorage.getItem("acp-token") || "", ws: null, live: false, everLive: false, nextId: 1,
-  pending: new Map(), cursor: null, sessions: new Map(), statuses: new Map(), viewed: fromUrl(), resumedViews: new Set(),
-  misses: 0, malformed: 0, attempt: 0, logs: new Map(), raw: new Map(), agents: new Map(), reconcileTimer: null,
+const state = { token: sessionStorage.getItem("acp-token") || "", live: false, everLive: false,
+  statuses: new Map(), viewed: fromUrl(), resumedViews: new Set(),
+  misses: 0, logs: new Map(), raw: new Map(), agents: new Map(), 
   showRaw: false, configs: new Map(), palette: { items: [], active: 0 }, asking: new Map(), roots: [], busy: null };
 window.__acpGateway = state;  // for debugging in the console
 
-// ---- the connection ----
+// ---- the connection: the package's OwnerSessionClient ----
+let client = null;
+Object.defineProperty(state, "sessions", { get: () => (client ? client.sessions : new Map()) });
+
+// Errors as the page shows them: {code, message, data} (code -1: the link is down, the call was not sent).
 function call(method, params = {}) {
-  return new Promise((resolve, reject) => {
-    if (!state.ws || state.ws.readyState !== WebSocket.OPEN) { reject({ code: -1, message: "not connected" }); return; }
-    const id = state.nextId++;
-    state.pending.set(id, { resolve, reject });
-    state.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
-  });
+  if (!client) return Promise.reject({ code: -1, message: "not connected" });
+  return client.call(method, params).catch((e) => Promise.reject({ code: e.code ?? -1, message: e.message, data: e.data }));
 }
 
 function setHealth(kind, text) { const s = $("stream"); s.dataset.health = kind; s.textContent = text; }
 
 function askToken(reason) {
-  state.ws = null; setHealth("refused", "not connected");
+  if (client) { client.close(); client = null; }
+  setHealth("refused", "not connected");
   $("login-reason").textContent = reason; $("login").hidden = false; $("token").focus();
 }
 
@@ -56,42 +57,37 @@ async function tokenRefused() {
   catch { return false; }  // the gateway is down: keep trying
 }
 
-function connect() {
-  if (!state.token) { askToken("This page needs the gateway's token."); return; }
-  const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(`${proto}//${location.host}/rpc?token=${encodeURIComponent(state.token)}`);
-  state.ws = ws;
-  ws.onopen = async () => {
-    state.attempt = 0;
+async function linkChanged(link) {
+  const wasLive = state.live;
+  state.live = link === "live" || link === "degraded";
+  if (link === "live") {
+    state.everLive = true; state.misses = 0; setHealth("live", "live");
+    if (wasLive) return;  // a silent spell that ended: nothing was missed
+    renderList(); renderHead();
     try {
-      await reconcile(); await subscribe();
-      state.live = true; state.everLive = true; state.misses = 0; setHealth("live", "live");
       if (!state.agents.size) await loadInfo();
       if (state.viewed) await openView(state.viewed, !!state.everOpened); else renderHead();
       state.everOpened = true;
-    } catch (e) { ws.close(); }
-  };
-  ws.onmessage = (m) => {
-    let msg; try { msg = JSON.parse(m.data); } catch { noteMalformed(); return; }
-    for (const item of Array.isArray(msg) ? msg : [msg]) {
-      if (item && item.id != null && state.pending.has(item.id)) {
-        const p = state.pending.get(item.id); state.pending.delete(item.id);
-        item.error ? p.reject(item.error) : p.resolve(item.result);
-      } else if (item && item.method === "task.session.event") { handleEvent(item.params); }
-      else { noteMalformed(); }
-    }
-  };
-  ws.onclose = async () => {
-    const wasLive = state.live;
-    state.live = false;
-    for (const p of state.pending.values()) p.reject({ code: -1, message: "connection closed" });
-    state.pending.clear();
-    if (state.ws !== ws) return;
-    if (!wasLive && await tokenRefused()) { askToken("The gateway refused this token: enter the right one."); return; }
+    } catch {}
+    return;
+  }
+  if (link === "degraded") { setHealth("degraded", "link silent: reconnecting"); return; }
+  if (link === "reconnecting") {
+    if (!state.everLive && await tokenRefused()) { askToken("The gateway refused this token: enter the right one."); return; }
     if (state.misses < DEGRADED_AFTER) setHealth("reconnecting", "reconnecting…");
-    renderHead();  // what is shown is the last known state until the gateway answers again
-    setTimeout(connect, backoff(state.attempt++));
-  };
+  }
+  if (wasLive) renderHead();  // what is shown is the last known state until the gateway answers again
+}
+
+function connect() {
+  if (!state.token) { askToken("This page needs the gateway's token."); return; }
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  client = new AcpGateway.OwnerSessionClient({ url: `${proto}//${location.host}/rpc`, token: state.token });
+  client.onEvent(handleEvent);
+  client.onLink((link) => { linkChanged(link); });
+  // events were missed (the cursor was past the journal's retention): every transcript is read again from it
+  client.onResync(() => { state.logs.clear(); state.asking.clear(); });
+  client.start();
 }
 
 $("login-form").onsubmit = (ev) => {
@@ -99,28 +95,6 @@ $("login-form").onsubmit = (ev) => {
   state.token = $("token").value.trim(); sessionStorage.setItem("acp-token", state.token);
   $("login").hidden = true; setHealth("reconnecting", "connecting…"); connect();
 };
-
-async function subscribe() {
-  try { await call("task.session.subscribe", state.cursor == null ? { batch: true } : { since: state.cursor, batch: true }); }
-  catch (e) {
-    if (e.code !== RESYNC) throw e;
-    state.logs.clear(); state.asking.clear();  // events were missed: every transcript is read again from the journal
-    await reconcile(true); await call("task.session.subscribe", { since: state.cursor, batch: true });
-  }
-}
-
-async function reconcile(resync = false) {
-  const sessions = new Map(); let cursor = null, eventCursor = null;
-  do {
-    const page = await call("task.session.list", cursor ? { limit: 500, cursor } : { limit: 500 });
-    if (eventCursor == null) eventCursor = page.event_cursor;
-    for (const s of page.sessions) sessions.set(s.session_id, s);
-    cursor = page.next_cursor;
-  } while (cursor);
-  state.sessions = sessions;
-  if (state.cursor == null || resync) state.cursor = eventCursor;
-  renderList(); renderHead();
-}
 
 const AVAILABILITY = { installed: "", downloads_on_first_start: " (downloads on first start)", not_found: " (not installed)" };
 
@@ -143,20 +117,10 @@ async function loadInfo() {
   if (!$("cwd").value && state.roots.length) $("cwd").value = state.roots[0];
 }
 
-function scheduleReconcile() {
-  clearTimeout(state.reconcileTimer);
-  state.reconcileTimer = setTimeout(async () => { if (state.live) { try { await reconcile(); } catch {} } scheduleReconcile(); },
-                                    RECONCILE_INTERVAL + RECONCILE_JITTER * Math.random());
-}
-
 setInterval(() => {
   state.misses = state.live ? 0 : state.misses + 1;
   if (state.misses >= DEGRADED_AFTER && $("login").hidden) setHealth("degraded", "stream degraded: reconnecting");
 }, HEALTH_SAMPLE);
-
-function noteMalformed() {
-  if (++state.malformed >= MALFORMED_LIMIT) { state.malformed = 0; if (state.live) reconcile().catch(() => {}); }
-}
 
 function validEvent(p) {
   return p && typeof p === "object" && typeof p.type === "string" && (p.id === null || Number.isInteger(p.id))
@@ -172,8 +136,7 @@ function keepRaw(p) {
 }
 
 function handleEvent(p) {
-  if (!validEvent(p)) { noteMalformed(); return; }
-  if (p.id !== null) { if (state.cursor != null && p.id <= state.cursor) return; state.cursor = p.id; }
+  if (!validEvent(p)) return;  // the client delivers each journal event once, in order, and only well-formed ones
   keepRaw(p);
   const sid = p.session_id, d = p.data;
   switch (p.type) {
@@ -996,4 +959,3 @@ $("prompt").addEventListener("input", () => { state.palette.active = 0; updatePa
 $("prompt").addEventListener("blur", () => { $("palette").hidden = true; });
 
 connect();
-scheduleReconcile();
