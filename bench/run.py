@@ -24,7 +24,7 @@ import websockets
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.clients.client import GatewayClient  # noqa: E402
+from gateway.clients.client import GatewayClient, OwnerSessionClient  # noqa: E402
 
 PY = sys.executable
 FLOOD = [PY, str(ROOT / "bench" / "flood_agent.py")]
@@ -683,10 +683,87 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                     "µs", "reported", True, "subscriber on the agent's node"))
 
 
+async def python_client_relay(gw: Gateway, count: int) -> float:
+    """Rate (updates/s) the Python OwnerSessionClient delivered a flood's events at (decoded, de-duplicated, with
+    heartbeats on): what a Python frontend gets, beside bench/ts_clients.mjs's TypeScript ones."""
+    admin = await GatewayClient.connect(gw.url, TOKEN)
+    view = await admin.call("task.session.start", {"agent": "flood", "cwd": str(WORK), "wait_ready": True})
+    client = OwnerSessionClient(gw.url, TOKEN)
+    seen = 0
+    done = asyncio.Event()
+
+    def counted(event: dict[str, Any]) -> None:
+        nonlocal seen
+        if event["type"] == "session_update":
+            seen += 1
+            if seen >= count:
+                done.set()
+
+    client.on_event.append(counted)
+    client.start()
+    await asyncio.wait_for(client.connected.wait(), 30)
+    t0 = time.perf_counter()
+    prompt = asyncio.ensure_future(admin.call("task.session.prompt", {"session_id": view["session_id"],
+                                                                      "prompt": str(count)}))
+    await asyncio.wait_for(done.wait(), 300)
+    rate = count / (time.perf_counter() - t0)
+    await prompt
+    await client.close()
+    await admin.close()
+    return rate
+
+
+def ts_client_rate(gw: Gateway, mode: str, count: int) -> float | None:
+    """bench/ts_clients.mjs: `package` (clients/typescript on /rpc) or `sdk` (the official TypeScript SDK on /acp),
+    with the Node.js of `make interop`; None when Node.js or the package's build is missing (`make ts`)."""
+    node = ROOT / ".interop" / "node_modules" / ".bin" / "node"
+    package = ROOT / "clients" / "typescript"
+    if not node.exists() or not (package / "node_modules").exists():
+        return None
+    if not (package / "dist" / "index.js").exists():
+        subprocess.run(["npm", "run", "--silent", "build"], cwd=package, check=False)
+    out = subprocess.run([str(node), str(ROOT / "bench" / "ts_clients.mjs"), mode, gw.url, TOKEN, str(count),
+                          str(WORK)], capture_output=True, text=True, env=CLEAN_ENV, cwd=ROOT, timeout=600)
+    if out.returncode != 0:
+        print(f"ts_clients.mjs {mode} failed: {out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    data = orjson.loads(out.stdout.strip().splitlines()[-1])
+    return float(data["updates"] / data["seconds"])
+
+
+async def clients_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """The clients' own relay throughput: the TypeScript package and the Python client (each decoding every event,
+    keeping its cursor), and the official TypeScript SDK's WebSocket client on /acp, in the same run."""
+    gw = Gateway(tmp / "clients", agents).start()
+    count = N_UPDATES // 4
+    await python_client_relay(gw, count // 10)  # warm-up
+    ours_ts: list[float] = []
+    ours_py: list[float] = []
+    sdk_ts: list[float] = []
+    for _ in range(RUNS):
+        rate = ts_client_rate(gw, "package", count)
+        if rate is not None:
+            ours_ts.append(rate)
+        ours_py.append(await python_client_relay(gw, count))
+        rate = ts_client_rate(gw, "sdk", count)
+        if rate is not None:
+            sdk_ts.append(rate)
+    gw.stop()
+    if not ours_ts or not sdk_ts:
+        rows.append("| TypeScript client relay | – | Node.js, the package or the SDK missing (make ts interop) | – | "
+                    "reported | not measured |")
+        return
+    rows.append(row("relay, TypeScript client package (/rpc)", ours_ts, sdk_ts, "upd/s", "≥ 1× TS SDK",
+                    statistics.median(ours_ts) >= statistics.median(sdk_ts),
+                    "official TypeScript SDK client (/acp)"))
+    rows.append(row("relay, TypeScript client package (/rpc)", ours_ts, ours_py, "upd/s", "reported", True,
+                    "Python OwnerSessionClient (/rpc)"))
+
+
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
     "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section, "framing": framing_section,
-    "dispatch": dispatch_section, "rpc": rpc_section,
+    "dispatch": dispatch_section, "rpc": rpc_section, "clients": clients_section,
     "config": config_section, "postgres": postgres_section,
 }
 
