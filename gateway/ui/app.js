@@ -87,6 +87,7 @@ function connect() {
   client.onLink((link) => { linkChanged(link); });
   // events were missed (the cursor was past the journal's retention): every transcript is read again from it
   client.onResync(() => { state.logs.clear(); state.asking.clear(); });
+  client.onReconcile(() => { renderList(); renderHead(); });  // the list as the gateway has it (drift repaired)
   client.start();
 }
 

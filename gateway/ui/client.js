@@ -456,6 +456,7 @@ var AcpGateway = (() => {
       __publicField(this, "eventListeners", /* @__PURE__ */ new Set());
       __publicField(this, "linkListeners", /* @__PURE__ */ new Set());
       __publicField(this, "resyncListeners", /* @__PURE__ */ new Set());
+      __publicField(this, "reconcileListeners", /* @__PURE__ */ new Set());
       __publicField(this, "liveWaiters", []);
       __publicField(this, "malformed", new MalformedCounter());
       __publicField(this, "stop", { stopped: false });
@@ -498,6 +499,11 @@ var AcpGateway = (() => {
     onResync(listener) {
       this.resyncListeners.add(listener);
       return () => this.resyncListeners.delete(listener);
+    }
+    /** After every reconciliation (on each connect, then every 60–75 s): `sessions` was read again from the gateway. */
+    onReconcile(listener) {
+      this.reconcileListeners.add(listener);
+      return () => this.reconcileListeners.delete(listener);
     }
     call(method, params = {}) {
       if (!this.conn || !(this.link === "live" || this.link === "degraded")) {
@@ -697,6 +703,7 @@ var AcpGateway = (() => {
       this.sessions = sessions;
       this.reconciliations += 1;
       if (this.cursor === null || resync) this.cursor = eventCursor;
+      for (const listener of [...this.reconcileListeners]) listener();
     }
     scheduleReconcile() {
       const t = setTimeout(() => {

@@ -50,6 +50,7 @@ export class OwnerSessionClient {
   private readonly eventListeners = new Set<EventListener>();
   private readonly linkListeners = new Set<LinkListener>();
   private readonly resyncListeners = new Set<ResyncListener>();
+  private readonly reconcileListeners = new Set<() => void>();
   private liveWaiters: Array<() => void> = [];
   private readonly malformed = new MalformedCounter();
   private readonly stop = { stopped: false };
@@ -90,6 +91,8 @@ export class OwnerSessionClient {
   onEvent(listener: EventListener): () => void { this.eventListeners.add(listener); return () => this.eventListeners.delete(listener); }
   onLink(listener: LinkListener): () => void { this.linkListeners.add(listener); return () => this.linkListeners.delete(listener); }
   onResync(listener: ResyncListener): () => void { this.resyncListeners.add(listener); return () => this.resyncListeners.delete(listener); }
+  /** After every reconciliation (on each connect, then every 60–75 s): `sessions` was read again from the gateway. */
+  onReconcile(listener: () => void): () => void { this.reconcileListeners.add(listener); return () => this.reconcileListeners.delete(listener); }
 
   // -- calls -------------------------------------------------------------------------------------------------
   /** One call. While the link is down it is not queued: it fails at once with NotConnected (send it again after
@@ -270,6 +273,7 @@ export class OwnerSessionClient {
     this.sessions = sessions;
     this.reconciliations += 1;
     if (this.cursor === null || resync) this.cursor = eventCursor;
+    for (const listener of [...this.reconcileListeners]) listener();
   }
 
   private scheduleReconcile(): void {
