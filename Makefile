@@ -17,7 +17,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check acp agents gateway tests
-	$(VENV)/bin/mypy --strict acp gateway
+	$(VENV)/bin/mypy --strict acp agents gateway
 
 # The browser test drives Debian's chromium (Playwright never downloads a browser here).
 browser:

@@ -152,6 +152,10 @@ class AgentProfile(BaseModel):
     # home and environment as the agent, their output shown to the session's frontends)
     terminals: bool = True
     limits: ResourceLimits = Field(default_factory=lambda: ResourceLimits())
+    # An agent added from the ACP registry (`acp-gateway agents add`): the version installed, and the install's
+    # directory, whose files are checked against what was installed before each launch (agents.registry.installs).
+    version: str | None = None
+    install: str | None = None
     source: str = Field(default="", exclude=True)
 
     @field_validator("command")
@@ -276,8 +280,13 @@ def load_profile(path: Path) -> AgentProfile:
         raise ProfileError(f"{path}: cannot read: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+    return profile_from(data, str(path))
+
+
+def profile_from(data: dict[str, Any], path: str) -> AgentProfile:
+    """A profile of parsed TOML, or ProfileError naming `path` and the key at fault."""
     try:
-        return AgentProfile(**data, source=str(path))
+        return AgentProfile(**data, source=path)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = field_path(first["loc"]) or "(file)"
@@ -288,10 +297,18 @@ def load_profile(path: Path) -> AgentProfile:
         raise ProfileError(f"{path}: key '{key}': {first['msg']}") from None
 
 
-def load_profiles(extra_dirs: Iterable[Path] = ()) -> dict[str, AgentProfile]:
-    """Shipped profiles, then each extra directory in order; a later profile with the same id wins."""
+def load_profiles(extra_dirs: Iterable[Path] = (), state_dir: Path | None = None) -> dict[str, AgentProfile]:
+    """Shipped profiles, then the agents installed from the ACP registry into `state_dir` (their current versions),
+    then each extra directory in order; a later profile with the same id wins."""
     profiles: dict[str, AgentProfile] = {}
-    for directory in (SHIPPED_DIR, *extra_dirs):
+    for path in sorted(SHIPPED_DIR.glob("*.toml")):
+        profile = load_profile(path)
+        profiles[profile.id] = profile
+    if state_dir is not None:
+        from agents.registry.installs import installed_profiles
+
+        profiles.update(installed_profiles(state_dir))
+    for directory in extra_dirs:
         directory = Path(directory)
         if not directory.is_dir():
             raise ProfileError(f"{directory}: agents directory does not exist")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents.profiles import AgentProfile, ProfileError, adhoc_profile, load_profiles
+from agents.profiles import AgentProfile, ProfileError, adhoc_profile, default_state_dir, load_profiles
 
 from . import __version__
 
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                                "[--resume-token TOKEN] [--prompt TEXT] [--json]")
     run.add_argument("--agent", help="agent profile id (see `acp-gateway agents`)")
     run.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
+    run.add_argument("--state-dir", type=Path, help="where agents added from the registry are (default: serve's)")
     run.add_argument("--cwd", default=os.getcwd(), help="the session's working directory (default: here)")
     run.add_argument("--resume-token", help="ACP session id saved from an earlier run")
     run.add_argument("--prompt", help="send this prompt once the session is ready")
@@ -91,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML (for CI)")
     check.add_argument("--agent", help="check this agent profile (its command and env) instead of -- CMD")
     check.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
+    check.add_argument("--state-dir", type=Path, help="where agents added from the registry are (default: serve's)")
     check.add_argument("--prompt", action="append", default=[], metavar="KEY=TEXT",
                        help="what a check says to the agent: short, long, longer, permission, tools, mode_change or "
                             "client_method (repeatable; over the profile's [check] table; default: plain requests)")
@@ -143,8 +145,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--agents-dir", action="append", default=[], help="as serve's (repeatable)")
     doctor.add_argument("--sandbox", choices=["none", "bwrap"], help="as serve's")
     doctor.add_argument("--allow-unconfined-agents", action="store_true", default=None, help="as serve's")
-    agents = sub.add_parser("agents", help="list agent profiles and whether each command is found")
-    agents.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
+    from .agents_cli import add_parser as add_agents_parser
+
+    add_agents_parser(sub)
     return parser
 
 
@@ -214,9 +217,9 @@ def _main(argv: list[str] | None) -> int:
                 return 2
             return report(config)
         if args.command == "agents":
-            for profile in load_profiles(args.agents_dir).values():
-                print(f"{profile.id:10} {profile.availability_words():30} {' '.join(profile.command)}")
-            return 0
+            from .agents_cli import run as run_agents
+
+            return run_agents(args)
     except ProfileError as exc:
         print(f"acp-gateway: {exc}", file=sys.stderr)
         return 2
@@ -330,10 +333,16 @@ def _chosen_agent(subcommand: str, args: argparse.Namespace, command: list[str])
         return None
     if command:
         return adhoc_profile(command)
-    profiles = load_profiles(args.agents_dir)
+    profiles = load_profiles(args.agents_dir, args.state_dir or default_state_dir())
     if args.agent not in profiles:
         print(f"acp-gateway {subcommand}: no agent profile {args.agent!r}; known: {', '.join(sorted(profiles))}",
               file=sys.stderr)
+        return None
+    from agents.registry.installs import launch_refusal
+
+    refused = launch_refusal(profiles[args.agent])  # an install changed since it was made is never run
+    if refused is not None:
+        print(f"acp-gateway {subcommand}: {refused}", file=sys.stderr)
         return None
     return profiles[args.agent]
 

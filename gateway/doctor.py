@@ -15,9 +15,9 @@ from .config import ServeConfig
 
 
 def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
-    profiles = load_profiles([Path(d) for d in config.agents_dir])
-    owners = confinement.owners_of(config)
     state_dir = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
+    profiles = load_profiles([Path(d) for d in config.agents_dir], state_dir)
+    owners = confinement.owners_of(config)
     store = config.store or str(state_dir / "gateway.db")
     say(f"acp-gateway {__version__}")
     say(f"state directory: {state_dir}")

@@ -1,0 +1,384 @@
+"""Installing a registry agent, pinned: the exact version resolved once, installed into its own directory with the
+package manager's own integrity checks, its files recorded, and a profile written that launches exactly that.
+
+- npm (`npx` entries): `npm install --save-exact` into a private prefix; the lockfile it writes holds every
+  package's `integrity` hash, is kept beside the install, and a reinstall of the same version runs `npm ci` from it,
+  which refuses a tarball that does not match.
+- PyPI (`uvx` entries): a venv of the gateway's own Python; pip resolves the package once (`--dry-run --report`),
+  the resolution is written as a requirements file with every distribution's SHA-256, and pip installs from it with
+  `--require-hashes --no-deps`: nothing is installed that the file does not name and hash.
+- binary entries: the registry gives no checksum, so the archive's SHA-256 is one the user supplies (`--sha256`)
+  or, only when asked (`--trust-on-first-use`), the one of what is downloaded now, recorded: a reinstall must match.
+
+Never `@latest` at launch, never a package runner: the profile's command is a file of the install.
+A package's own install scripts run as they would under npx or uvx (with the user's rights): say so in docs.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agents.profiles import SHIPPED_DIR, load_profile
+
+from . import installs, manifest
+from .index import VERSION_FORM, RegistryEntry, npm_spec, pypi_spec
+
+INSTALL_TIMEOUT = 900.0  # seconds: a large agent (a 700 MB venv) installs in about a minute here
+MAX_ARCHIVE_BYTES = 1 << 30
+# Registry ids whose agent the gateway ships a profile for: what that profile knows of restoring it carries over.
+KNOWN_PROFILES = {"claude-acp": "claude", "codex-acp": "codex", "gemini": "gemini", "auggie": "auggie",
+                  "github-copilot": "copilot", "opencode": "opencode", "amp-acp": "amp"}
+KNOWLEDGE = ("native_session_resume", "history_context_injection", "resume_args", "sign_in_vars", "auto_resume")
+
+
+class InstallError(RuntimeError):
+    """One paragraph: what failed, what the package manager said last, what to do next. Nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `add` will install: pure, from the entry and the version asked for."""
+
+    entry: RegistryEntry
+    kind: str  # npx | uvx | binary
+    package: str  # npm or PyPI name (with extras), or the archive URL
+    version: str
+    args: list[str]
+    env: dict[str, str]
+    cmd: str | None = None  # a binary's command inside its archive
+    archive_sha256: str | None = None
+
+
+def platform_key() -> str:
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    return f"{sys.platform.replace('win32', 'windows')}-{machine}"
+
+
+def plan(entry: RegistryEntry, version: str | None = None, kind: str | None = None) -> Plan:
+    """The install of `entry` at `version` (default: the version its package names, else the entry's)."""
+    if version is not None and not VERSION_FORM.match(version):
+        raise InstallError(f"{entry.id}@{version[:40]}: {version[:40]!r} is not a version")
+    kinds = entry.kinds()
+    if kind is not None and kind not in kinds:
+        raise InstallError(f"agent {entry.id} has no {kind} distribution (it has: {', '.join(kinds) or 'none'})")
+    chosen = kind or next((k for k in kinds if k != "binary" or platform_key() in (entry.distribution.binary or {})),
+                          None)
+    if chosen is None:
+        raise InstallError(f"agent {entry.id} has nothing this gateway installs on {platform_key()} "
+                           f"(its distributions: {', '.join(kinds) or 'none of npx, uvx, binary'})")
+    d = entry.distribution
+    if chosen == "npx" and d.npx is not None:
+        name, pinned = npm_spec(d.npx.package)
+        return Plan(entry, "npx", name, version or pinned or entry.version, list(d.npx.args), dict(d.npx.env))
+    if chosen == "uvx" and d.uvx is not None:
+        name, pinned = pypi_spec(d.uvx.package)
+        return Plan(entry, "uvx", name, version or pinned or entry.version, list(d.uvx.args), dict(d.uvx.env))
+    target = (d.binary or {}).get(platform_key())  # type: ignore[call-overload]
+    if target is None:
+        raise InstallError(f"agent {entry.id} has no archive for {platform_key()} (it has: "
+                           f"{', '.join(sorted(d.binary or {}))})")
+    if version is not None and version != entry.version:
+        raise InstallError(f"agent {entry.id} is a binary distribution: the registry names one archive, of version "
+                           f"{entry.version}; another version cannot be resolved from it")
+    return Plan(entry, "binary", target.archive, entry.version, list(target.args), dict(target.env), target.cmd,
+                target.sha256)
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None, timeout: float = INSTALL_TIMEOUT) -> str:
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise InstallError(f"{what}: {argv[0]} is not installed here") from None
+    except subprocess.TimeoutExpired:
+        raise InstallError(f"{what}: gave up after {timeout:.0f} s") from None
+    if done.returncode != 0:
+        said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        tail = "\n  ".join(said[-6:]) or f"exit status {done.returncode}"
+        raise InstallError(f"{what} failed:\n  {tail}")
+    return done.stdout
+
+
+def _npm() -> str:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise InstallError("npm is not installed here: an npx agent needs npm (and Node.js) to install and to run")
+    return npm
+
+
+def _npm_versions(name: str) -> list[str]:
+    try:
+        out = _run([_npm(), "view", name, "versions", "--json"], f"npm view {name}", timeout=120)
+        found = orjson.loads(out or b"[]")
+    except (InstallError, orjson.JSONDecodeError):
+        return []
+    return [str(v) for v in (found if isinstance(found, list) else [found])]
+
+
+def _install_npm(p: Plan, tree: Path, directory: Path, reuse_lock: Path | None) -> tuple[list[str], str]:
+    npm = _npm()
+    tree.mkdir(parents=True)
+    (tree / "package.json").write_bytes(orjson.dumps({"name": f"acp-gateway-agent-{p.entry.id}", "private": True,
+                                                      "dependencies": {p.package: p.version}}))
+    quiet = ["--no-audit", "--no-fund", "--loglevel=error"]
+    if reuse_lock is not None:
+        shutil.copyfile(reuse_lock, tree / "package-lock.json")
+        _run([npm, "ci", *quiet], f"npm ci (from the recorded lockfile) of {p.package}@{p.version}", cwd=tree)
+    else:
+        if p.version not in _npm_versions(p.package):
+            known = _npm_versions(p.package)
+            raise InstallError(f"npm has no {p.package}@{p.version}" + (
+                f"; versions it has: {', '.join(known[-8:])} (add {p.entry.id}@VERSION installs one)" if known
+                else " (is the package name right, and the npm registry reachable?)"))
+        _run([npm, "install", "--save-exact", *quiet, f"{p.package}@{p.version}"],
+             f"npm install {p.package}@{p.version}", cwd=tree)
+    lock = tree / "package-lock.json"
+    shutil.copyfile(lock, directory / "package-lock.json")
+    package_json = orjson.loads((tree / "node_modules" / p.package / "package.json").read_bytes())
+    installed = str(package_json.get("version"))
+    if installed != p.version:
+        raise InstallError(f"npm installed {p.package}@{installed}, not {p.version}")
+    bins = package_json.get("bin")
+    unscoped = p.package.rsplit("/", 1)[-1]
+    if isinstance(bins, str):
+        name = unscoped
+    elif isinstance(bins, dict) and bins:
+        name = unscoped if unscoped in bins else next(iter(bins)) if len(bins) == 1 else ""
+        if not name:
+            raise InstallError(f"{p.package} has several commands ({', '.join(bins)}) and none named {unscoped}")
+    else:
+        raise InstallError(f"{p.package}@{p.version} has no command to run (no `bin` in its package.json)")
+    return [f"node_modules/.bin/{name}"], "package-lock.json"
+
+
+def _install_pypi(p: Plan, tree: Path, directory: Path, reuse_lock: Path | None) -> tuple[list[str], str]:
+    _run([sys.executable, "-m", "venv", str(tree)], "creating the agent's venv")
+    python = tree / "bin" / "python"
+    requirements = directory / "requirements.txt"
+    if reuse_lock is None:
+        report = directory / "resolution.json"
+        _run([str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
+              str(report), f"{p.package}=={p.version}"], f"resolving {p.package}=={p.version} with pip")
+        lines = []
+        for item in orjson.loads(report.read_bytes()).get("install", []):
+            meta, info = item.get("metadata", {}), item.get("download_info", {})
+            digest = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+            if not digest:
+                raise InstallError(f"pip gave no SHA-256 for {meta.get('name')} {meta.get('version')} "
+                                   f"({info.get('url')}): it cannot be installed with --require-hashes")
+            lines.append(f"{meta['name']}=={meta['version']} --hash=sha256:{digest}")
+        report.unlink()
+        requirements.write_text("\n".join(sorted(lines, key=str.lower)) + "\n")
+    else:
+        shutil.copyfile(reuse_lock, requirements)
+    _run([str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", str(requirements)],
+         f"pip install --require-hashes of {p.package}=={p.version}")
+    base = p.package.split("[", 1)[0]
+    script = tree / "bin" / base
+    if not script.is_file():
+        scripts = _console_scripts(tree, base)
+        if len(scripts) != 1:
+            raise InstallError(f"{base} has no command named {base}" + (
+                f" and several others ({', '.join(scripts)})" if scripts else " and no other"))
+        script = tree / "bin" / scripts[0]
+    return [f"bin/{script.name}"], "requirements.txt"
+
+
+def _console_scripts(tree: Path, name: str) -> list[str]:
+    wanted = name.lower().replace("-", "_").replace(".", "_")
+    for info in tree.glob("lib/python*/site-packages/*.dist-info"):
+        if info.name.lower().split("-", 1)[0] == wanted and (info / "entry_points.txt").is_file():
+            parser = configparser.ConfigParser()
+            parser.read(info / "entry_points.txt")
+            return list(parser["console_scripts"]) if parser.has_section("console_scripts") else []
+    return []
+
+
+def _download(url: str, to: Path) -> None:
+    with urllib.request.urlopen(url, timeout=60) as answer, to.open("wb") as out:  # https only: the index says so
+        total = 0
+        while chunk := answer.read(1 << 20):
+            total += len(chunk)
+            if total > MAX_ARCHIVE_BYTES:
+                raise InstallError(f"{url}: larger than {MAX_ARCHIVE_BYTES} bytes; refused")
+            out.write(chunk)
+
+
+def _unpack(archive: Path, tree: Path) -> None:
+    tree.mkdir(parents=True)
+    name = archive.name.lower()
+    if name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for member in z.namelist():
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise InstallError(f"the archive holds a path outside itself: {member!r}; refused")
+            z.extractall(tree)
+        return
+    try:
+        with tarfile.open(archive) as t:
+            t.extractall(tree, filter="data")  # no absolute paths, no '..', no links out, no devices
+    except (tarfile.TarError, OSError) as exc:
+        raise InstallError(f"the archive could not be unpacked safely: {exc}") from None
+
+
+def _install_binary(p: Plan, tree: Path, directory: Path, archive: Path | None, sha256: str | None,
+                    trust_first_use: bool, recorded: str | None) -> tuple[list[str], str | None, str]:
+    expected = sha256 or recorded or p.archive_sha256
+    trust = "supplied" if sha256 else "first-use" if recorded else "registry" if p.archive_sha256 else None
+    if expected is None and not trust_first_use:
+        raise InstallError(
+            f"the registry gives no checksum for {p.entry.id}'s archive ({p.package}), so nothing says the file "
+            "downloaded is the one its publisher built. Give --sha256 HEX (from the publisher's release page), or "
+            "--trust-on-first-use to record the SHA-256 of what is downloaded now (every reinstall must then match)")
+    with tempfile.TemporaryDirectory() as scratch:
+        local = archive or Path(scratch) / Path(p.package).name
+        if archive is None:
+            _download(p.package, local)
+        digest = manifest.sha256_file(local)
+        if expected is not None and digest != expected:
+            raise InstallError(f"{p.entry.id}'s archive has SHA-256 {digest}, not {expected}: refused (a changed "
+                               "or corrupted download)")
+        _unpack(local, tree)
+    command = (tree / p.cmd).resolve() if p.cmd else None
+    if command is None or not command.is_file() or tree.resolve() not in command.parents:
+        raise InstallError(f"the archive has no file {p.cmd!r} to run")
+    command.chmod(command.stat().st_mode | 0o111)
+    return [command.relative_to(tree.resolve()).as_posix()], digest, trust or "first-use"
+
+
+def _profile_toml(record: installs.InstallRecord, directory: Path, args: list[str]) -> str:
+    """The profile that launches exactly this install: its command a file of the tree, its version and install
+    recorded, and what the gateway's own profile of the same agent knows of restoring it."""
+    known: dict[str, Any] = {}
+    shipped = KNOWN_PROFILES.get(record.id)
+    if shipped is not None and (SHIPPED_DIR / f"{shipped}.toml").is_file():
+        base = load_profile(SHIPPED_DIR / f"{shipped}.toml")
+        known = {k: getattr(base, k) for k in KNOWLEDGE}
+    tree = directory / "tree"
+    lines = [
+        "# Written by `acp-gateway agents add`: launches exactly this install. Reinstall rather than edit it.",
+        f"id = {_toml(record.id)}",
+        f"name = {_toml(record.name or record.id)}",
+        f"version = {_toml(record.version)}",
+        f"install = {_toml(str(directory))}",
+        f"command = {_toml([str(tree / record.command[0]), *record.command[1:], *args])}",
+        f"native_session_resume = {_toml(known.get('native_session_resume', True))}",
+        f"history_context_injection = {_toml(known.get('history_context_injection', False))}",
+        f"sandbox_read = {_toml([str(tree)])}",
+    ]
+    for key in ("resume_args", "sign_in_vars"):
+        if known.get(key):
+            lines.append(f"{key} = {_toml(known[key])}")
+    if known.get("auto_resume") is False:
+        lines.append("auto_resume = false")
+    if record.env:
+        lines.append("[env]")
+        lines += [f"{_toml(k)} = {_toml(v)}" for k, v in sorted(record.env.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    """A TOML value of a string, boolean or list of strings (JSON's string escapes are TOML's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return orjson.dumps(str(value)).decode()
+
+
+def install(state_dir: Path, p: Plan, *, force: bool = False, archive: Path | None = None,
+            sha256: str | None = None, trust_first_use: bool = False,
+            say: Callable[[str], None] = lambda _: None) -> installs.InstallRecord:
+    """Install the plan into the state directory (beside any other version of the agent) and make it the agent's
+    current version. An install already there is kept unless `force`; a failed one leaves nothing behind."""
+    directory = installs.install_dir(state_dir, p.entry.id, p.version)
+    if (directory / "profile.toml").is_file() and not force:
+        installs.set_current(state_dir, p.entry.id, p.version)
+        return installs.read_record(directory)
+    previous = installs.read_record(directory) if (directory / "install.json").is_file() else None
+    with tempfile.TemporaryDirectory() as scratch:
+        # A reinstall of the same version installs what was recorded: npm ci from the lockfile, pip from the hashes.
+        reuse = None
+        if previous is not None and previous.lock and (directory / previous.lock).is_file():
+            reuse = Path(scratch) / previous.lock
+            shutil.copyfile(directory / previous.lock, reuse)
+        # Built where it stays (a venv's scripts name their own path), and listed only once profile.toml is written;
+        # the install it replaces waits aside, and comes back if the new one fails.
+        aside = directory.with_name(f".{p.version}.replaced")
+        if aside.exists():
+            installs.remove_tree(aside)
+        if directory.exists():
+            directory.rename(aside)
+        directory.mkdir(parents=True)
+        try:
+            record = _build(directory, p, reuse, archive, sha256, trust_first_use,
+                            previous.archive_sha256 if previous else None, say)
+        except BaseException:
+            installs.remove_tree(directory)
+            if aside.exists():
+                aside.rename(directory)
+            raise
+        if aside.exists():
+            installs.remove_tree(aside)
+    installs.set_current(state_dir, p.entry.id, p.version)
+    return record
+
+
+def _build(directory: Path, p: Plan, reuse: Path | None, archive: Path | None, sha256: str | None,
+           trust_first_use: bool, recorded: str | None, say: Callable[[str], None]) -> installs.InstallRecord:
+    tree = directory / "tree"
+    digest, trust, lock = None, None, None
+    say(f"installing {p.entry.id} {p.version} ({p.kind}: {p.package}) into {directory}")
+    if p.kind == "npx":
+        command, lock = _install_npm(p, tree, directory, reuse)
+    elif p.kind == "uvx":
+        command, lock = _install_pypi(p, tree, directory, reuse)
+    else:
+        command, digest, trust = _install_binary(p, tree, directory, archive, sha256, trust_first_use, recorded)
+    record = installs.InstallRecord(
+        id=p.entry.id, name=p.entry.name, version=p.version, kind=p.kind,  # type: ignore[arg-type]
+        package=p.package, registry_version=p.entry.version, command=command, env=p.env, lock=lock,
+        lock_sha256=manifest.sha256_file(directory / lock) if lock else None, archive_sha256=digest,
+        archive_trust=trust, installed_at=time.time())  # type: ignore[arg-type]
+    installs.write_json(directory / "install.json", record.model_dump())
+    installs.write_json(directory / "manifest.json", manifest.take(tree))
+    manifest.make_read_only(tree)
+    (directory / "profile.toml").write_text(_profile_toml(record, directory, p.args))
+    return record
+
+
+def remove(state_dir: Path, agent_id: str, version: str | None = None) -> list[str]:
+    """Remove one installed version (default: every version) of an agent; the versions removed. The current
+    version moves to the newest one left."""
+    removed = []
+    for installed in installs.versions(state_dir, agent_id):
+        if version is None or installed == version:
+            installs.remove_tree(installs.install_dir(state_dir, agent_id, installed))
+            removed.append(installed)
+    left = installs.versions(state_dir, agent_id)
+    if installs.current_version(state_dir, agent_id) not in left:
+        installs.set_current(state_dir, agent_id, left[-1] if left else None)
+    if not left:
+        root = installs.installs_root(state_dir) / agent_id
+        if root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+    return removed
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,372 @@
+"""`acp-gateway agents`: the agent profiles, and agents from the ACP registry — search, add (pinned and verified),
+update, remove, doctor, the protocol matrix, and refreshing the registry index."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agents.profiles import AgentProfile, default_state_dir, load_profiles
+from agents.registry import installer, installs
+from agents.registry.index import MAX_INDEX_BYTES, SNAPSHOT, RegistryError, RegistryIndex, parse_index
+
+REGISTRY_URL = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json"
+
+
+def add_parser(sub: Any) -> None:
+    agents = sub.add_parser("agents", help="agent profiles, and agents from the ACP registry: search, add (pinned), "
+                            "update, remove, doctor, matrix", description="Without a subcommand: list the agents.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
+                        help="where installs live (default: the per-user state directory, as serve's)")
+    common.add_argument("--agents-dir", action="append", type=Path, default=argparse.SUPPRESS,
+                        help="extra profile directory (repeatable)")
+    agents.add_argument("--state-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    agents.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
+    agents.add_argument("--json", action="store_true", default=False, help=argparse.SUPPRESS)
+    verbs = agents.add_subparsers(dest="agents_command")
+    listing = verbs.add_parser("list", parents=[common], help="the agents there are: profiles and installs "
+                               "(version, sign-in, last check)")
+    listing.add_argument("--available", action="store_true", help="the registry's agents instead")
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    search = verbs.add_parser("search", parents=[common], help="the registry's agents whose id, name or description "
+                              "hold every word")
+    search.add_argument("words", nargs="*")
+    search.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    add = verbs.add_parser("add", parents=[common], help="install an agent from the registry, pinned, and probe it")
+    add.add_argument("agent", metavar="ID[@VERSION]")
+    add.add_argument("--kind", choices=["npx", "uvx", "binary"], help="which distribution (default: the first of "
+                     "npx, uvx, binary the entry has)")
+    add.add_argument("--force", action="store_true", help="install again, from the recorded lockfile or hashes")
+    add.add_argument("--sha256", metavar="HEX", help="a binary archive's SHA-256, from its publisher")
+    add.add_argument("--trust-on-first-use", action="store_true", help="a binary archive with no known SHA-256: "
+                     "record the one of what is downloaded now")
+    add.add_argument("--archive", type=Path, help="a binary distribution's archive, downloaded already")
+    add.add_argument("--no-probe", action="store_true", help="do not start the agent after installing it")
+    add.add_argument("--check", action="store_true", help="also run the quick conformance checks")
+    update = verbs.add_parser("update", parents=[common], help="install the registry's version of installed agents "
+                              "beside the old one (sessions keep theirs until restarted fresh)")
+    update.add_argument("agents", nargs="*", metavar="ID", help="default: every installed agent")
+    remove = verbs.add_parser("remove", parents=[common], help="remove an installed agent (one version, or all)")
+    remove.add_argument("agent", metavar="ID[@VERSION]")
+    doctor = verbs.add_parser("doctor", parents=[common], help="verify an install file by file, start it, show its "
+                              "sign-in, run the quick checks")
+    doctor.add_argument("agent", metavar="ID")
+    doctor.add_argument("--no-check", action="store_true", help="skip the conformance checks")
+    matrix = verbs.add_parser("matrix", parents=[common], help="the conformance checks over every installed agent: "
+                              "one table, as text, JSON and JUnit")
+    matrix.add_argument("--json", dest="json_out", type=Path, metavar="FILE", help="also write it as JSON")
+    matrix.add_argument("--junit", type=Path, metavar="FILE", help="also write it as JUnit XML")
+    matrix.add_argument("--only", nargs="+", default=[], metavar="CHECK", help="run only these checks")
+    matrix.add_argument("--turn-timeout", type=float, default=60.0, metavar="S", help="per turn (default 60)")
+    refresh = verbs.add_parser("refresh", parents=[common], help="replace the registry index with a newer one, "
+                               "validated first")
+    refresh.add_argument("--from", dest="source", default=REGISTRY_URL, metavar="FILE|URL",
+                         help=f"a registry.json file or an https URL (default {REGISTRY_URL})")
+
+
+QUICK_CHECKS = ("ACP-INIT-001", "ACP-SESSION-001")
+
+
+def run(args: argparse.Namespace) -> int:
+    state_dir = Path(args.state_dir).expanduser() if getattr(args, "state_dir", None) else default_state_dir()
+    command = args.agents_command or "list"
+    try:
+        if command == "list":
+            return _list(args, state_dir)
+        if command == "search":
+            return _search(args, state_dir)
+        if command == "add":
+            return _add(args, state_dir)
+        if command == "update":
+            return _update(args, state_dir)
+        if command == "remove":
+            return _remove(args, state_dir)
+        if command == "doctor":
+            return _doctor(args, state_dir)
+        if command == "matrix":
+            return _matrix(args, state_dir)
+        if command == "refresh":
+            return _refresh(args, state_dir)
+    except (RegistryError, installer.InstallError) as exc:
+        print(f"acp-gateway agents {command}: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+def load_index(state_dir: Path) -> tuple[RegistryIndex, str]:
+    """The refreshed index in the state directory, else the snapshot shipped with the gateway; and which."""
+    refreshed = installs.agents_root(state_dir) / "registry.json"
+    source = refreshed if refreshed.is_file() else SNAPSHOT
+    return parse_index(source.read_bytes(), str(source)), str(source)
+
+
+def _split(spec: str) -> tuple[str, str | None]:
+    agent_id, _, version = spec.partition("@")
+    return agent_id, version or None
+
+
+def _list(args: argparse.Namespace, state_dir: Path) -> int:
+    as_json = bool(getattr(args, "json", False))
+    if getattr(args, "available", False):
+        index, _ = load_index(state_dir)
+        return _show_entries(index.agents, state_dir, as_json)
+    profiles = load_profiles(args.agents_dir, state_dir)
+    rows = [_row(p, state_dir) for p in profiles.values()]
+    if as_json:
+        print(orjson.dumps(rows).decode())
+        return 0
+    for row in rows:
+        if row["version"]:
+            print(f"{row['id']:14} {row['version']:10} {row['auth']:15} {row['last_check']:28} {row['command']}")
+        else:
+            print(f"{row['id']:14} {row['availability']:30} {row['command']}")
+    return 0
+
+
+def _row(profile: AgentProfile, state_dir: Path) -> dict[str, Any]:
+    """An agent as `agents list` and the web UI's agents page show it."""
+    row: dict[str, Any] = {"id": profile.id, "name": profile.name, "version": profile.version,
+                           "availability": profile.availability_words(), "command": " ".join(profile.command)}
+    row.update(install_facts(profile))
+    return row
+
+
+def install_facts(profile: AgentProfile) -> dict[str, Any]:
+    """An installed agent's sign-in state and last check, in words ({"auth": "", "last_check": ""} for others)."""
+    found = installs.facts(profile)
+    if not found:
+        return {"auth": "", "last_check": ""}
+    check = found.get("last_check") or {}
+    checked = "never checked"
+    if check:
+        counts = check.get("counts", {})
+        checked = (f"{check.get('verdict', '?').replace('_', ' ')} ({counts.get('pass', 0)} pass, "
+                   f"{counts.get('fail', 0)} fail) {time.strftime('%Y-%m-%d', time.localtime(check.get('at', 0)))}")
+    return {**found, "auth": found["auth_state"].replace("_", " "), "last_check_words": checked,
+            "last_check": checked}
+
+
+def _show_entries(entries: Sequence[Any], state_dir: Path, as_json: bool) -> int:
+    rows = [{"id": e.id, "name": e.name, "version": e.version, "kinds": e.kinds(), "license": e.license,
+             "description": e.description, "installed": installs.versions(state_dir, e.id)} for e in entries]
+    if as_json:
+        print(orjson.dumps(rows).decode())
+        return 0
+    for r in rows:
+        installed = f"  [installed: {', '.join(r['installed'])}]" if r["installed"] else ""
+        print(f"{r['id']:16} {r['version']:10} {','.join(r['kinds']) or '-':8} {r['description'][:70]}{installed}")
+    return 0
+
+
+def _search(args: argparse.Namespace, state_dir: Path) -> int:
+    index, _ = load_index(state_dir)
+    found = index.search(" ".join(args.words))
+    if not found:
+        print(f"no registry agent matches {' '.join(args.words)!r}", file=sys.stderr)
+        return 1
+    return _show_entries(found, state_dir, bool(getattr(args, "json", False)))
+
+
+def _add(args: argparse.Namespace, state_dir: Path) -> int:
+    agent_id, version = _split(args.agent)
+    index, source = load_index(state_dir)
+    entry = index.get(agent_id)
+    if entry is None:
+        near = [e.id for e in index.search(agent_id.replace("-", " "))][:5]
+        print(f"acp-gateway agents add: no agent {agent_id!r} in the registry index ({source})"
+              + (f"; did you mean {', '.join(near)}?" if near else "; `acp-gateway agents search WORDS` finds one"),
+              file=sys.stderr)
+        return 2
+    plan = installer.plan(entry, version, args.kind)
+    record = installer.install(state_dir, plan, force=args.force, archive=args.archive, sha256=args.sha256,
+                               trust_first_use=args.trust_on_first_use, say=print)
+    print(f"installed {record.id} {record.version} ({record.kind} {record.package}"
+          + (f", archive sha256 {record.archive_sha256} ({record.archive_trust})" if record.archive_sha256 else "")
+          + f"); new sessions of {record.id} start with it")
+    if args.no_probe:
+        return 0
+    return _probe_and_check(state_dir, record.id, record.version, run_checks=args.check)
+
+
+def _profile(state_dir: Path, agent_id: str, version: str | None = None) -> AgentProfile | None:
+    version = version or installs.current_version(state_dir, agent_id)
+    return installs.profile_at(state_dir, agent_id, version) if version else None
+
+
+def _probe_and_check(state_dir: Path, agent_id: str, version: str, *, run_checks: bool,
+                     say_checks: bool = True) -> int:
+    from agents.registry.probe import probe
+
+    profile = _profile(state_dir, agent_id, version)
+    assert profile is not None and profile.install
+    found = asyncio.run(probe(profile, profile.launch_env(os.environ)))
+    installs.write_json(Path(profile.install) / "probe.json", found)
+    _say_probe(found)
+    if found["initialize"]["status"] != "ok":
+        return 1
+    if run_checks:
+        results = asyncio.run(_checks(profile, list(QUICK_CHECKS), 60.0))
+        _record_check(profile, results)
+        from acp.conformance_report import render_table
+
+        print(render_table(results))
+    elif say_checks:
+        print(f"quick checks: acp-gateway agents doctor {agent_id}; all checks: acp-gateway check --agent {agent_id}")
+    return 0
+
+
+def _say_probe(found: dict[str, Any]) -> None:
+    init = found["initialize"]
+    if init["status"] == "ok":
+        info = found.get("agent_info") or {}
+        methods = ", ".join(f"{m.get('name') or m.get('id')} ({m.get('kind')})" for m in found.get("auth_methods", []))
+        print(f"initialize: ok (ACP {found.get('protocol_version')}"
+              + (f", {info.get('name')} {info.get('version')}" if info else "") + ")")
+        print(f"sign-in methods: {methods or 'none'}")
+        print(f"session/new: {found['session_new']['status'].replace('_', ' ')}")
+    else:
+        print(f"initialize: FAILED: {init.get('message')}")
+    for step in found.get("next", []):
+        print(f"next: {step}")
+
+
+async def _checks(profile: AgentProfile, only: list[str], turn_timeout: float) -> list[Any]:
+    from acp.conformance_options import CheckOptions
+    from acp.conformance_run import run_checks
+
+    options = CheckOptions(prompts=profile.check, turn_timeout=turn_timeout, auth_method=profile.auth_method)
+    return await run_checks(profile.argv(), only=only, env=profile.launch_env(os.environ), options=options)
+
+
+def _record_check(profile: AgentProfile, results: Sequence[Any]) -> None:
+    from agents.registry.matrix import summary_of
+
+    if profile.install:
+        installs.write_json(Path(profile.install) / "check.json", {"at": time.time(), **summary_of(results)})
+
+
+def _update(args: argparse.Namespace, state_dir: Path) -> int:
+    index, source = load_index(state_dir)
+    wanted = args.agents or installs.agent_ids(state_dir)
+    status = 0
+    for agent_id in wanted:
+        entry = index.get(agent_id)
+        current = installs.current_version(state_dir, agent_id)
+        if current is None:
+            print(f"{agent_id}: not installed (acp-gateway agents add {agent_id})", file=sys.stderr)
+            status = 2
+            continue
+        if entry is None:
+            print(f"{agent_id}: no longer in the registry index ({source}); kept at {current}")
+            continue
+        record = installs.read_record(installs.install_dir(state_dir, agent_id, current))
+        plan = installer.plan(entry, None, record.kind)
+        if plan.version == current:
+            print(f"{agent_id}: {current} is the registry's version")
+            continue
+        installer.install(state_dir, plan, say=print)
+        print(f"{agent_id}: {current} -> {plan.version} (installed beside it; sessions started with {current} keep "
+              f"it until restarted fresh; `acp-gateway agents remove {agent_id}@{current}` when none needs it)")
+    return status
+
+
+def _remove(args: argparse.Namespace, state_dir: Path) -> int:
+    agent_id, version = _split(args.agent)
+    removed = installer.remove(state_dir, agent_id, version)
+    if not removed:
+        have = installs.versions(state_dir, agent_id)
+        print(f"acp-gateway agents remove: {args.agent} is not installed"
+              + (f" (installed: {', '.join(have)})" if have else ""), file=sys.stderr)
+        return 2
+    print(f"removed {agent_id} {', '.join(removed)}; sessions that ran it can be restarted fresh with another")
+    return 0
+
+
+def _doctor(args: argparse.Namespace, state_dir: Path) -> int:
+    agent_id, version = _split(args.agent)
+    profile = _profile(state_dir, agent_id, version)
+    if profile is None:
+        print(f"acp-gateway agents doctor: {args.agent} is not installed from the registry "
+              f"(installed: {', '.join(installs.agent_ids(state_dir)) or 'none'})", file=sys.stderr)
+        return 2
+    record = installs.read_record(Path(profile.install or ""))
+    print(f"{profile.id} {profile.version}: {record.kind} {record.package}, installed "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(record.installed_at))} in {profile.install}")
+    changes = installs.changes(profile, full=True)
+    if changes:
+        print(f"install: CHANGED since it was installed: {', '.join(str(c) for c in changes[:10])}"
+              + (" …" if len(changes) > 10 else ""))
+        print(f"next: acp-gateway agents add {profile.id}@{profile.version} --force installs it again; it is not "
+              "started until then")
+        return 1
+    print("install: every file as installed (SHA-256 of each checked)")
+    return _probe_and_check(state_dir, profile.id, profile.version or "", run_checks=not args.no_check,
+                            say_checks=False)
+
+
+def _matrix(args: argparse.Namespace, state_dir: Path) -> int:
+    from agents.registry.matrix import AgentRow, render_json, render_junit, render_text
+    from agents.registry.probe import probe
+
+    rows = []
+    for agent_id in installs.agent_ids(state_dir):
+        profile = _profile(state_dir, agent_id)
+        if profile is None:
+            continue
+        record = installs.read_record(Path(profile.install or ""))
+        print(f"checking {agent_id} {profile.version}…", file=sys.stderr)
+        refusal = installs.launch_refusal(profile)
+        started = time.monotonic()
+        if refusal is not None:
+            found: dict[str, Any] = {"initialize": {"status": "error", "message": refusal}, "auth_state": "unknown"}
+            results: list[Any] = []
+        else:
+            found = asyncio.run(probe(profile, profile.launch_env(os.environ)))
+            results = asyncio.run(_checks(profile, args.only, args.turn_timeout)) \
+                if found["initialize"]["status"] == "ok" else []
+            installs.write_json(Path(profile.install or "") / "probe.json", found)
+            if results:
+                _record_check(profile, results)
+        rows.append(AgentRow(agent_id, profile.version or "", record.kind, profile.argv(), found, results,
+                             time.monotonic() - started))
+    print(render_text(rows), end="")
+    if args.json_out is not None:
+        args.json_out.write_bytes(orjson.dumps(render_json(rows), option=orjson.OPT_INDENT_2))
+    if args.junit is not None:
+        args.junit.write_bytes(render_junit(rows))
+    return 0
+
+
+def _refresh(args: argparse.Namespace, state_dir: Path) -> int:
+    source: str = args.source
+    if source.startswith("https://"):
+        with urllib.request.urlopen(source, timeout=60) as answer:  # https only (checked above)
+            raw = answer.read(MAX_INDEX_BYTES + 1)
+    elif "://" in source:
+        print(f"acp-gateway agents refresh: {source}: only a file or an https URL", file=sys.stderr)
+        return 2
+    else:
+        path = Path(source)
+        if not path.is_file():
+            print(f"acp-gateway agents refresh: {source}: no such file", file=sys.stderr)
+            return 2
+        with path.open("rb") as f:
+            raw = f.read(MAX_INDEX_BYTES + 1)
+    index = parse_index(raw, source)  # refused whole, before anything is written
+    root = installs.agents_root(state_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    temporary = root / f".registry.json.{os.getpid()}"
+    temporary.write_bytes(raw)
+    temporary.replace(root / "registry.json")
+    print(f"registry index: {len(index.agents)} agents from {source}")
+    return 0
