@@ -143,7 +143,8 @@ class Gateway:
 
     async def run(self) -> None:
         config = self.config
-        profiles = load_profiles([Path(d) for d in config.agents_dir])
+        profiles = load_profiles([Path(d) for d in config.agents_dir],
+                                 Path(config.state_dir).expanduser() if config.state_dir else default_state_dir())
         if config.default_agent not in profiles:
             raise StartupError(f"default_agent {config.default_agent!r} has no profile; known: "
                                f"{', '.join(sorted(profiles))}")

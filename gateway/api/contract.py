@@ -175,6 +175,9 @@ class SessionSummary(Result):
                                     "(task.session.fork)")
     task_id: str
     agent: str
+    agent_version: str | None = Field(default=None, description="the installed version of the agent this session "
+                                      "runs (an agent added from the ACP registry; null for others): kept across "
+                                      "restores, changed only by a fresh restart")
     cwd: str
     title: str | None
     state: SessionStateName
@@ -247,6 +250,8 @@ class ConfigView(Result):
                                     "with task.session.authenticate")
     can_fork: bool = Field(default=False, description="the agent's last initialize advertised session/fork: "
                            "task.session.fork makes a new session with this one's conversation")
+    agent_info: dict[str, Any] | None = Field(default=None, description="what the agent said of itself in its "
+                                              "last initialize (ACP agentInfo: name, title, version), as it said it")
 
 
 class SessionView(SessionSummary):
@@ -306,6 +311,12 @@ class ElicitationAnswer(Result):
     action: Literal["accept", "decline", "cancel"] = Field(description="what the agent was told (never the content)")
 
 
+class LastCheck(Result):
+    at: float = Field(description="when (Unix seconds)")
+    verdict: Literal["conformant", "not_conformant", "not_shown"]
+    counts: dict[str, int] = Field(description="checks by result: pass, fail, blocked, inconclusive, skip, info")
+
+
 class AgentInfo(Result):
     id: str
     name: str
@@ -316,6 +327,14 @@ class AgentInfo(Result):
         description="installed; or a package runner (npx, uvx…) fetches it at its first start, which needs the "
                     "network; or neither is there")
     auto_resume: bool = Field(description="frontends may resume its sessions on their own (off for paid agents)")
+    version: str | None = Field(default=None, description="the installed version new sessions start with (an agent "
+                                "added from the ACP registry; null for others)")
+    installed_versions: list[str] = Field(default_factory=list, description="every version of it installed "
+                                          "(sessions keep the one they started with)")
+    auth_state: Literal["signed_in", "needs_sign_in", "unknown", "not_probed"] | None = Field(
+        default=None, description="what its last probe (`acp-gateway agents add` or `doctor`) found: a session was "
+        "given, or it asked to be signed in")
+    last_check: LastCheck | None = Field(default=None, description="its last conformance checks")
 
 
 class GatewayInfo(Result):

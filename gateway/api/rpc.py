@@ -153,10 +153,12 @@ class RpcAdapter:
         owner, as often as they like (a batch of them held the loop for seconds)."""
         now = time.monotonic()
         if self._agents_cache is None or now - self._agents_cache[0] > self.AGENTS_FRESH_SECONDS:
+            self.sessions.refresh_installed()
             self._agents_cache = (now, [
                 {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
                  "history_context_injection": pr.history_context_injection, "command_found": pr.command_found(),
-                 "availability": pr.availability(), "auto_resume": pr.auto_resume}
+                 "availability": pr.availability(), "auto_resume": pr.auto_resume, "version": pr.version,
+                 **self.sessions.installed_facts(pr)}
                 for pr in self.sessions.profiles.values()])
         return self._agents_cache[1]
 
@@ -316,3 +318,4 @@ def _validate_request(message: Any) -> Any:
 
 def _error(code: int, message: str) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})
+

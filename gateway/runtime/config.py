@@ -67,6 +67,7 @@ class SessionConfig:
     # capabilities (no column of their own); the values given for an `env_var` method are in `sign_in.SignInSecrets`.
     auth: dict[str, Any] | None = None
     auth_method: str | None = None
+    agent_info: dict[str, Any] | None = None  # the agent's own name and version (its last initialize's agentInfo)
     sign_in_values: list[str] = field(default_factory=list)  # this launch's: scrubbed from what the agent says
     applying: bool = False  # a set call of the gateway's is out: what changes meanwhile is its doing (O2)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -80,11 +81,13 @@ class SessionConfig:
         capabilities = dict(row.capabilities) if isinstance(row.capabilities, dict) else None
         auth = capabilities.pop("auth", None) if capabilities is not None else None
         auth_method = capabilities.pop("auth_method", None) if capabilities is not None else None
+        agent_info = capabilities.pop("agent_info", None) if capabilities is not None else None
         return cls(Offer.from_json(row.offer), chosen, [u for u in row.unapplied if isinstance(u, dict)],
                    row.commands, row.usage, capabilities, mcp.from_wire(row.mcp_servers),
                    [d for d in row.additional_directories if isinstance(d, str)],
                    auth=auth if isinstance(auth, dict) else None,
-                   auth_method=auth_method if isinstance(auth_method, str) else None)
+                   auth_method=auth_method if isinstance(auth_method, str) else None,
+                   agent_info=agent_info if isinstance(agent_info, dict) else None)
 
     def columns(self, *names: str) -> dict[str, Any]:
         """Store columns of this configuration (all of them without `names`)."""
@@ -96,7 +99,8 @@ class SessionConfig:
         return {k: every[k] for k in names} if names else every
 
     def _capabilities_column(self) -> dict[str, Any] | None:
-        extra = {k: v for k, v in (("auth", self.auth), ("auth_method", self.auth_method)) if v is not None}
+        extra = {k: v for k, v in (("auth", self.auth), ("auth_method", self.auth_method),
+                                   ("agent_info", self.agent_info)) if v is not None}
         if self.capabilities is None and not extra:
             return None
         return {**(self.capabilities or {}), **extra}
@@ -109,7 +113,7 @@ class SessionConfig:
         return {"options": self.offer.view(), "modes": self.offer.modes, "models": self.offer.models,
                 "chosen": {k: {"value": c.value, "by": c.by} for k, c in self.chosen.items()},
                 "unapplied": self.unapplied, "auth": self.auth,
-                "can_fork": bool((self.capabilities or {}).get("fork"))}
+                "can_fork": bool((self.capabilities or {}).get("fork")), "agent_info": self.agent_info}
 
     def view(self) -> dict[str, Any]:
         """The `config` of a session view (made once per change: a live session's status is answered from it)."""

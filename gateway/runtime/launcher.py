@@ -27,12 +27,13 @@ from acp import mcp
 from acp.auth import describe_methods
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
-from acp.models import AgentCapabilities, AuthMethod
+from acp.models import AgentCapabilities, AuthMethod, Implementation
 from acp.restore import FailureClass, Method, Outcome
 from acp.session_config import Offer
 from acp.session_setup import RestoreResult, establish_session
 from acp.terminals import Terminal, TerminalSpec
 from agents.profiles import AgentProfile
+from agents.registry.installs import current_version, launch_refusal, profile_at
 
 from .. import metrics
 from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
@@ -206,6 +207,12 @@ class Launcher:
             await self.writer.apply(row, SessionEvent.FAIL,
                                     error_message=f"agent profile {row.agent!r} is no longer configured")
             return LaunchResult(False, error="unknown agent")
+        profile, refusal = await self._pinned(row, profile, fresh_start)
+        if refusal is not None:
+            await self.store.executors.set_stopped(row.id, "failed")
+            await self.writer.apply(row, SessionEvent.FAIL, error_message=refusal)
+            await self.writer.message(row, "error", refusal)
+            return LaunchResult(False, error=refusal)
         executor = await self.store.executors.get(row.id)
         token = None if fresh_start or executor is None else executor.resume_token
         first_launch = not row.launched
@@ -267,6 +274,7 @@ class Launcher:
             caps = init.agentCapabilities
             self.capabilities[profile.id] = caps
             config.capabilities = capabilities_json(caps)
+            config.agent_info = _agent_info(init.agentInfo)
             servers, directories, found = setup_plan(
                 config, caps, lambda d: directory_refusal(self.settings, row.owner, d))
             client.extra_roots = tuple(directories)  # its file methods may reach them too
@@ -428,7 +436,7 @@ class Launcher:
         session's agent runs (its sandbox, its owner's home) in a terminal whose output every frontend of the
         session watches (`terminal_*` events); its exit status. It has no input: a login that needs one waits for
         `login_timeout` and is killed."""
-        profile = self.profiles[row.agent]
+        profile, _ = await self._pinned(row, self.profiles[row.agent], False)  # the version the session runs
         config = await stored(self.store, row.id)
         home = ensure_home(self.settings.state_dir, row.owner, profile)
         signed_in = self.sign_in.get(row.owner, profile.id)
@@ -491,6 +499,33 @@ class Launcher:
         if SessionState(current.state) not in TERMINAL_SESSION_STATES:
             await self.writer.apply(current, SessionEvent.FAIL, error_message=reason, recovery_pending=False)
         await self.writer.message(current, "error", reason)
+
+    async def _pinned(self, row: SessionRow, profile: AgentProfile,
+                      fresh_start: bool) -> tuple[AgentProfile, str | None]:
+        """The profile of the agent version the session runs, and why it must not be launched (None: it may).
+
+        A session keeps the version it was started with across restores, whatever `agents update` made current
+        since; a fresh restart (nothing of the old agent session kept) takes the current one. An install changed
+        after it was made is never launched."""
+        if fresh_start and profile.install is not None:  # the current version, as `agents update` left it
+            version = await asyncio.to_thread(current_version, self.settings.state_dir, row.agent)
+            current = await asyncio.to_thread(profile_at, self.settings.state_dir, row.agent, version) \
+                if version else None
+            profile = current or profile
+        if fresh_start and row.agent_version != profile.version:
+            await self.store.sessions.set_agent_version(row.id, profile.version)
+        elif row.agent_version is not None and row.agent_version != profile.version:
+            pinned = await asyncio.to_thread(profile_at, self.settings.state_dir, row.agent, row.agent_version)
+            if pinned is None:
+                return profile, (f"session {row.id} runs {row.agent} {row.agent_version}, which is no longer "
+                                 f"installed (the current version is {profile.version}): `acp-gateway agents add "
+                                 f"{row.agent}@{row.agent_version}` installs it again, or restart the session fresh "
+                                 f"to run {profile.version}")
+            profile = pinned
+        if profile.install is None:
+            return profile, None
+        why = await asyncio.to_thread(launch_refusal, profile)
+        return profile, (f"session {row.id}: {why}" if why is not None else None)
 
     async def preserve(self, row: SessionRow, reason: str) -> None:
         """A failure that keeps the saved identity: resumable later, but not automatically."""
@@ -614,3 +649,10 @@ def _count_restore(owner: str, agent: str, result: RestoreResult | None) -> None
         return
     failure = result.failure_class.value if result.failure_class is not None else ""
     metrics.RESTORES.labels(owner, agent, result.settled_by, result.outcome.value, failure).inc()
+
+
+def _agent_info(info: Implementation | None) -> dict[str, str] | None:
+    """The agent's own name, title and version, as short strings (it is kept with every session of it)."""
+    if info is None:
+        return None
+    return {k: str(v)[:200] for k in ("name", "title", "version") if (v := getattr(info, k)) is not None}

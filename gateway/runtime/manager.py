@@ -14,13 +14,16 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from acp import mcp
 from acp.auth import sign_in_refusal
 from acp.models import AgentCapabilities
 from acp.session_config import MODE, MODEL
-from agents.profiles import AgentProfile
+from agents.profiles import SHIPPED_DIR, AgentProfile
+from agents.registry import installs
+from agents.registry.installs import installed_profiles
 
 from ..confinement import bwrap_trial
 from ..errors import (
@@ -72,6 +75,7 @@ class SessionManager:
         self.store = store
         self.bus = bus
         self.profiles = profiles
+        self._installed_seen: tuple[tuple[str, int], ...] | None = None  # what refresh_installed last read
         self.settings = settings
         self.instance_id = instance_id
         self.live: dict[str, LiveSession] = {}
@@ -261,6 +265,7 @@ class SessionManager:
                     title: str | None = None, task_id: str | None = None, wait_ready: bool = False,
                     config: Mapping[str, Any] | None = None, mcp_servers: Sequence[Any] | None = None,
                     additional_directories: Sequence[str] | None = None, name: str | None = None) -> dict[str, Any]:
+        self.refresh_installed()  # an `agents add` or `update` since the gateway started counts
         if agent not in self.profiles:
             raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
         if not os.path.isabs(cwd):
@@ -332,7 +337,8 @@ class SessionManager:
                      name: str | None = None) -> dict[str, Any]:
         row = await self._register(owner, name, lambda: self.store.sessions.create(
             owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
-            task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name))
+            task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name,
+            agent_version=self.profiles[agent].version))
         future = self.launcher.launch_once(row, fresh_start=False)  # no await since: the launch takes the slot
         if wait_ready:
             await asyncio.shield(future)
@@ -505,6 +511,31 @@ class SessionManager:
         await self._owned(self.keeper.apply(live.row, live.config, live.client, live.acp_session_id, live.profile.id,
                                             option_id, value, category=category))
         return await self.views.get(owner, row.id)
+
+    def refresh_installed(self) -> None:
+        """Agents added or updated with `acp-gateway agents add` while serving: their current versions, without a
+        restart (their profiles read again only when an agent's current version changed: one stat per agent). A
+        profile of `--agents-dir` with the same id keeps winning over an install, as at start; an install wins over
+        the shipped profile."""
+        seen = installs.currents_signature(self.settings.state_dir)
+        if seen == self._installed_seen:
+            return
+        self._installed_seen = seen
+        for agent_id, profile in installed_profiles(self.settings.state_dir).items():
+            current = self.profiles.get(agent_id)
+            if current is None or current.install is not None or Path(current.source).parent == SHIPPED_DIR:
+                self.profiles[agent_id] = profile  # type: ignore[index]
+
+    @staticmethod
+    def installed_facts(profile: AgentProfile) -> dict[str, Any]:
+        """An agent installed from the registry as `gateway.info` shows it: its versions, sign-in state, last check."""
+        found = installs.facts(profile)
+        if not found:
+            return {}
+        check = found.get("last_check")
+        valid = isinstance(check, dict) and {"at", "verdict", "counts"} <= check.keys()
+        return {"installed_versions": found["installed_versions"], "auth_state": found["auth_state"],
+                "last_check": {k: check[k] for k in ("at", "verdict", "counts")} if valid and check else None}
 
     async def agent_capabilities(self, agent: str, owner: str) -> AgentCapabilities | None:
         """What an agent profile's agent supports (its last `initialize` here, or asked now in one of the owner's

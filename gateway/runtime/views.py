@@ -26,6 +26,7 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
         "forked_from": row.forked_from,
         "task_id": row.task_id,
         "agent": row.agent,
+        "agent_version": row.agent_version,
         "cwd": row.cwd,
         "title": row.title,
         "state": row.state,

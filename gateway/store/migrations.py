@@ -242,4 +242,9 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN forked_from TEXT
     """,
+    # 14: the version of the agent a session runs (an agent installed from the ACP registry): kept across restores,
+    # changed only by a fresh restart, so an `agents update` never changes the agent under a saved session
+    """
+    ALTER TABLE sessions ADD COLUMN agent_version TEXT
+    """,
 ]

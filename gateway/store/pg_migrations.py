@@ -223,4 +223,8 @@ PG_MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN forked_from TEXT
     """,
+    # 11: the schema of SQLite migration 14 (the version of the agent a session runs)
+    """
+    ALTER TABLE sessions ADD COLUMN agent_version TEXT
+    """,
 ]

@@ -55,7 +55,7 @@ class SessionRepo(_Repo):
     async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
                      task_id: str | None, task_state: str, session_state: str,
                      config: Mapping[str, Any] | None = None, name: str | None = None,
-                     fork: tuple[str, str, int] | None = None) -> SessionRow:
+                     fork: tuple[str, str, int] | None = None, agent_version: str | None = None) -> SessionRow:
         """A new session and its task (unless the owner's `task_id` exists), with its configuration's columns
         (`config`: what it is started with), in one transaction. A fork (`fork`: the session it comes from, the ACP
         session its agent forked, and the last history entry of the conversation forked) starts with a copy of that
@@ -72,9 +72,9 @@ class SessionRepo(_Repo):
                                  (task_id, owner, title, description, task_state, now, now))
             await db.execute(
                 "INSERT INTO sessions (id, task_id, owner, agent, cwd, title, state, created_at, updated_at, name, "
-                "forked_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "forked_from, agent_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, task_id, owner, agent, cwd, title, session_state, now, now, name,
-                 fork[0] if fork else None),
+                 fork[0] if fork else None, agent_version),
             )
             await db.execute("INSERT INTO executors (session_id, cwd, status, last_seen, resume_token) "
                              "VALUES (?, ?, 'created', ?, ?)", (session_id, cwd, now, fork[1] if fork else None))
@@ -88,6 +88,10 @@ class SessionRepo(_Repo):
         row = await self.get(session_id)
         assert row is not None
         return row
+
+    async def set_agent_version(self, session_id: str, version: str | None) -> None:
+        """A fresh restart's agent version (its saved agent session is not kept, so nothing depends on the old)."""
+        await self.store.write("UPDATE sessions SET agent_version = ? WHERE id = ?", (version, session_id))
 
     async def get(self, session_id: str, owner: str | None = None) -> SessionRow | None:
         sql = f"SELECT {SESSION_COLUMNS} {SESSIONS_WITH_TASKS} WHERE s.id = ?"

@@ -7,6 +7,10 @@
  */
 export interface AgentInfo {
   /**
+   * what its last probe (`acp-gateway agents add` or `doctor`) found: a session was given, or it asked to be signed in
+   */
+  auth_state?: ("signed_in" | "needs_sign_in" | "unknown" | "not_probed") | null;
+  /**
    * frontends may resume its sessions on their own (off for paid agents)
    */
   auto_resume: boolean;
@@ -20,8 +24,37 @@ export interface AgentInfo {
   command_found: boolean;
   history_context_injection: boolean;
   id: string;
+  /**
+   * every version of it installed (sessions keep the one they started with)
+   */
+  installed_versions?: string[];
+  /**
+   * its last conformance checks
+   */
+  last_check?: LastCheck | null;
   name: string;
   native_session_resume: boolean;
+  /**
+   * the installed version new sessions start with (an agent added from the ACP registry; null for others)
+   */
+  version?: string | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "LastCheck".
+ */
+export interface LastCheck {
+  /**
+   * when (Unix seconds)
+   */
+  at: number;
+  /**
+   * checks by result: pass, fail, blocked, inconclusive, skip, info
+   */
+  counts: {
+    [k: string]: number;
+  };
+  verdict: "conformant" | "not_conformant" | "not_shown";
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -320,6 +353,10 @@ export interface ResumeView {
    */
   acp_session_id: string | null;
   agent: string;
+  /**
+   * the installed version of the agent this session runs (an agent added from the ACP registry; null for others): kept across restores, changed only by a fresh restart
+   */
+  agent_version?: string | null;
   already_running: boolean;
   config: ConfigView;
   created_at: number;
@@ -370,6 +407,10 @@ export interface SessionSummary {
    */
   acp_session_id: string | null;
   agent: string;
+  /**
+   * the installed version of the agent this session runs (an agent added from the ACP registry; null for others): kept across restores, changed only by a fresh restart
+   */
+  agent_version?: string | null;
   created_at: number;
   cwd: string;
   error_message: string | null;
@@ -400,6 +441,10 @@ export interface SessionView {
    */
   acp_session_id: string | null;
   agent: string;
+  /**
+   * the installed version of the agent this session runs (an agent added from the ACP registry; null for others): kept across restores, changed only by a fresh restart
+   */
+  agent_version?: string | null;
   config: ConfigView;
   created_at: number;
   cwd: string;
@@ -431,6 +476,10 @@ export interface StatusView {
    */
   acp_session_id: string | null;
   agent: string;
+  /**
+   * the installed version of the agent this session runs (an agent added from the ACP registry; null for others): kept across restores, changed only by a fresh restart
+   */
+  agent_version?: string | null;
   config: ConfigView;
   created_at: number;
   cwd: string;
