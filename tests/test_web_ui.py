@@ -4,14 +4,21 @@ it reaches saved as a screenshot in `.screenshots/` (look at them: a green test 
 from __future__ import annotations
 
 import asyncio
+import io
+import os
 import shutil
+import subprocess
+import sys
+import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import playwright.async_api as playwright_api
 import pytest
 
 from agents.reference.options import COMMANDS as REFERENCE_COMMANDS
+from agents.registry.installer import platform_key
 from tests.acp_wire import AcpWire, is_update
 from tests.gateway_harness import GatewayProcess, free_port, reference_profile
 
@@ -511,6 +518,57 @@ async def test_a_refused_start_says_why_by_the_form(gateway: GatewayProcess, bro
     await expect(page.locator(".msg.notice.level-error")).to_contain_text("could not create a session")
     await shot(page, "ui-start-failed")
     assert errors == [], errors
+
+
+async def test_the_agents_page_shows_installs_and_starts_a_session_with_one(browser: playwright_api.Browser,
+                                                                           tmp_path: Path) -> None:
+    """An agent added from a registry index (a binary distribution: an archive whose command runs the reference
+    agent), probed and checked by `agents doctor`: the page lists it with its version, sign-in and last check, and
+    starts a session with it, whose head names the version."""
+    state, agents, work = tmp_path / "state", tmp_path / "agents", tmp_path / "work"
+    agents.mkdir()
+    work.mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    script = f'#!/bin/sh\nexec {sys.executable} -m agents.reference --state-dir {tmp_path / "agent-state"} "$@"\n'
+    archive = tmp_path / "ref-bin-1.2.3.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("ref-bin")
+        info.size, info.mode = len(script), 0o755
+        tar.addfile(info, io.BytesIO(script.encode()))
+    index = tmp_path / "index.json"
+    index.write_bytes(orjson.dumps({"agents": [{
+        "id": "ref-bin", "name": "Reference (from a registry)", "version": "1.2.3", "description": "reference",
+        "distribution": {"binary": {platform_key(): {"archive": "https://downloads.example/ref-bin-1.2.3.tar.gz",
+                                                       "cmd": "./ref-bin"}}}}]}))
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for args in (["refresh", "--from", str(index)], ["add", "ref-bin", "--archive", str(archive),
+                                                     "--trust-on-first-use"], ["doctor", "ref-bin"]):
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "gateway", "agents", *args,
+                                                        "--state-dir", str(state)],
+                                       capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    gw = GatewayProcess(state, agents, "--default-agent", "ref", port=free_port())
+    await gw.start()
+    try:
+        page, errors = await new_page(browser)
+        await page.goto(ui_url(gw))
+        await expect(page.locator("#stream")).to_have_text("live")
+        await page.fill("#cwd", str(work))
+        await page.click("#agents-open")
+        row = page.locator('#agents-table tr[data-agent="ref-bin"]')
+        await expect(row.locator(".agent-version")).to_have_text("1.2.3")
+        await expect(row.locator(".agent-auth")).to_have_text("signed in")
+        await expect(row.locator(".agent-check")).to_contain_text("pass")
+        await expect(page.locator('#agents-table tr[data-agent="ref"] .agent-version')).to_have_text("—")
+        await shot(page, "ui-agents-page")
+        await row.get_by_role("button", name="Start session").click()
+        await expect(page.locator("#agents-page")).to_be_hidden()
+        await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+        await expect(page.locator("#detail-head")).to_contain_text("ref-bin 1.2.3")
+        await shot(page, "ui-agents-started")
+        assert errors == [], errors
+    finally:
+        await gw.stop()
 
 
 async def test_usable_at_400_pixels(gateway: GatewayProcess, browser: playwright_api.Browser, tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ async function loadInfo() {
   $("agent").replaceChildren();
   for (const a of info.agents) {
     state.agents.set(a.id, a);
-    const o = el("option", "", `${a.name || a.id}${AVAILABILITY[a.availability] ?? ""}`); o.value = a.id;
+    const o = el("option", "", `${a.name || a.id}${a.version ? ` ${a.version}` : ""}${AVAILABILITY[a.availability] ?? ""}`); o.value = a.id;
     if (a.availability === "downloads_on_first_start") o.title = "started through a package runner (npx, uvx…): its first start downloads it, which needs the network";
     $("agent").append(o);
   }
@@ -544,7 +544,7 @@ function renderHead() {
   const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
   running.id = "agent-running";
   head.append(el("strong", "", s.title || s.name || s.session_id), badge, running,
-              el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent} · ${s.cwd}`));
+              el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
   if (s.forked_from) {
     const from = el("a", "muted forked-from", `forked from ${(state.sessions.get(s.forked_from) || {}).title || s.forked_from}`);
     from.href = "#"; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };
@@ -832,6 +832,7 @@ window.addEventListener("popstate", () => {
 });
 
 async function openView(sid, again = false) {
+  if (document.body.classList.contains("agents-open")) agentsOpen(false);
   if (state.viewed !== sid) {
     select(sid); state.resumedViews.delete(sid);
     for (const box of ["head-error", "config-error", "prompt-error"]) showErrorAt(box, null);  // another session's
@@ -912,6 +913,51 @@ function showErrorAt(id, e) {
   const box = $(id); if (!box) return;
   box.textContent = e ? (e.message || String(e)) : ""; box.hidden = !e;
 }
+
+// ---- the agents page: what each agent is, which version, whether it is signed in, how its last check went ----
+const AUTH_WORDS = { signed_in: "signed in", needs_sign_in: "needs sign-in", unknown: "unknown", not_probed: "not probed" };
+
+function agentsOpen(open) {
+  document.body.classList.toggle("agents-open", open); $("agents-page").hidden = !open;
+  if (open) loadInfo().then(renderAgents, (e) => showErrorAt("agents-error", e));
+}
+
+function checkWords(check) {
+  if (!check) return "never checked";
+  const counts = check.counts || {};
+  const when = new Date(check.at * 1000).toISOString().slice(0, 10);
+  return `${check.verdict.replace(/_/g, " ")} · ${counts.pass || 0} pass, ${counts.fail || 0} fail · ${when}`;
+}
+
+function renderAgents() {
+  const body = $("agents-table").querySelector("tbody"); body.replaceChildren();
+  // installed from the registry first (they say the most), then the profiles, each by name
+  const agents = [...state.agents.values()].sort((x, y) => (!!y.version - !!x.version) || (x.name || x.id).localeCompare(y.name || y.id));
+  for (const a of agents) {
+    const row = el("tr"); row.dataset.agent = a.id;
+    const name = el("td"); name.append(el("strong", "", a.name || a.id), el("div", "muted", a.id));
+    const versions = (a.installed_versions || []).filter((v) => v !== a.version);
+    const version = el("td", "agent-version", a.version || (AVAILABILITY[a.availability] || "").trim().replace(/^\((.*)\)$/, "$1") || "—");
+    if (versions.length) version.append(el("div", "muted", `also installed: ${versions.join(", ")}`));
+    const auth = el("td", `agent-auth auth-${a.auth_state || "none"}`, a.auth_state ? AUTH_WORDS[a.auth_state] || a.auth_state : "—");
+    const check = el("td", "agent-check", a.version ? checkWords(a.last_check) : "—");
+    const start = el("button", "primary", "Start session"); start.type = "button";
+    start.disabled = a.availability === "not_found";
+    start.onclick = () => startWith(a.id);
+    const action = el("td"); action.append(start);
+    row.append(name, version, auth, check, action); body.append(row);
+  }
+}
+
+function startWith(agentId) {
+  $("agent").value = agentId;
+  agentsOpen(false);
+  if (!$("cwd").value.trim()) { $("cwd").focus(); showErrorAt("start-error", { message: "Give the working directory, then Start session." }); return; }
+  $("start-form").requestSubmit();
+}
+
+$("agents-open").onclick = () => agentsOpen(true);
+$("agents-close").onclick = () => agentsOpen(false);
 
 $("start-form").onsubmit = async (ev) => {
   ev.preventDefault();
