@@ -19,6 +19,7 @@ from __future__ import annotations
 import configparser
 import hashlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -108,7 +109,14 @@ def _run(argv: list[str], what: str, cwd: Path | None = None, timeout: float = I
     except subprocess.TimeoutExpired:
         raise InstallError(f"{what}: gave up after {timeout:.0f} s") from None
     if done.returncode != 0:
-        said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        output = done.stderr or done.stdout
+        wanted = re.search(r"Requires-Python ([^;]+);[^\n]*\n[^\n]*Could not find a version", output)
+        if wanted:
+            raise InstallError(f"{what} failed: it needs Python {wanted.group(1).strip()}, and this gateway runs "
+                               f"Python {platform.python_version()} (a uvx agent is installed with the gateway's "
+                               "own Python)")
+        said = [line.strip()[:300] for line in output.splitlines()
+                if line.strip() and not line.lstrip().startswith("WARNING:")]
         tail = "\n  ".join(said[-6:]) or f"exit status {done.returncode}"
         raise InstallError(f"{what} failed:\n  {tail}")
     return done.stdout
@@ -286,9 +294,12 @@ def _profile_toml(record: installs.InstallRecord, directory: Path, args: list[st
             lines.append(f"{key} = {_toml(known[key])}")
     if known.get("auto_resume") is False:
         lines.append("auto_resume = false")
-    if record.env:
+    env = dict(record.env)
+    if record.kind == "uvx":  # its .pyc files were compiled at install: none is written into the tree later
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if env:
         lines.append("[env]")
-        lines += [f"{_toml(k)} = {_toml(v)}" for k, v in sorted(record.env.items())]
+        lines += [f"{_toml(k)} = {_toml(v)}" for k, v in sorted(env.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -332,6 +343,8 @@ def install(state_dir: Path, p: Plan, *, force: bool = False, archive: Path | No
             installs.remove_tree(directory)
             if aside.exists():
                 aside.rename(directory)
+            elif not any(directory.parent.iterdir()):  # the agent's first install failed: nothing of it stays
+                directory.parent.rmdir()
             raise
         if aside.exists():
             installs.remove_tree(aside)

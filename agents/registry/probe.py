@@ -47,7 +47,8 @@ async def probe(profile: AgentProfile, env: Mapping[str, str], timeout: float = 
             result[step] = {"status": "error", "message": str(exc)[:300] or type(exc).__name__}
         finally:
             if client is not None:
-                result["stderr_tail"] = client.process.stderr.tail_lines(6)
+                hidden = [v for k, v in env.items() if k in profile.env and len(v) >= 8]  # its keys, by value
+                result["stderr_tail"] = [_scrub(line, hidden) for line in client.process.stderr.tail_lines(6)]
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(client.stop(), 10)
     result["auth_state"] = auth_state(result)
@@ -83,3 +84,9 @@ def next_steps(agent_id: str, found: Mapping[str, Any]) -> list[str]:
         else:
             steps.append(f"sign in with {label}: start a session and choose it in the web UI's sign-in")
     return steps or ["it asks to be signed in but offers no method: see its documentation"]
+
+
+def _scrub(line: str, hidden: list[str]) -> str:
+    for value in hidden:
+        line = line.replace(value, "[secret]")
+    return line
