@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,22 +55,27 @@ def processes_running(path_part: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One state directory for the module: its installs (a 700 MB venv among them) are made once."""
-    directory = tmp_path_factory.mktemp("registry-state")
-    yield directory
-    from agents.registry.manifest import make_writable
+def state() -> Path:
+    """One state directory for the module, its first installs made in the background from the start of the run
+    (tests/registry_prefetch.py: a 700 MB venv among them)."""
+    from tests import registry_prefetch
 
-    make_writable(directory)
+    registry_prefetch.start_if_needed([registry_prefetch.TEST_FILE])
+    assert registry_prefetch.started is not None
+    return registry_prefetch.started.state
 
 
 @pytest.fixture(scope="module")
 def installed(state: Path) -> dict[str, Any]:
-    """claude-acp (npx) and minion-code (uvx) added from the shipped snapshot, at versions this machine's registries
-    carry (the snapshot's own may be missing from a mirror), without the post-install probe (tested separately)."""
+    """claude-acp (npx) and minion-code (uvx) added from the shipped snapshot (`agents add ID@VERSION --no-probe`),
+    at versions this machine's registries carry (the snapshot's own may be missing from a mirror)."""
+    from tests import registry_prefetch
+
+    assert registry_prefetch.started is not None
+    results = registry_prefetch.started.wait()
     records = {}
-    for spec in ("claude-acp@0.101.0", "minion-code@0.1.45"):
-        added = agents_cli(state, "add", spec, "--no-probe")
+    for spec in registry_prefetch.SPECS:
+        added = results[spec]
         assert added.returncode == 0, added.stderr + added.stdout
         agent_id, version = spec.split("@")
         records[agent_id] = orjson.loads((state / "agents" / "installs" / agent_id / version / "install.json")

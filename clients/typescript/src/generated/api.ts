@@ -107,6 +107,12 @@ export interface Chosen {
 export interface ConfigView {
   additional_directories: string[];
   /**
+   * what the agent said of itself in its last initialize (ACP agentInfo: name, title, version), as it said it
+   */
+  agent_info?: {
+    [k: string]: unknown;
+  } | null;
+  /**
    * set while the agent asks to be signed in: answer with task.session.authenticate
    */
   auth?: AuthNeeded | null;
