@@ -45,18 +45,17 @@ def gateway_logs_have_no_traceback() -> Iterator[None]:
         assert at < 0, f"the gateway logged a traceback:\n{log[max(0, at - 1500):at + 4000]}"
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """The registry agents the install tests need start installing now, in the background (tests/registry_prefetch)."""
     from tests import registry_prefetch
 
-    registry_prefetch.start_if_needed([item.nodeid for item in session.items])
+    registry_prefetch.start(config)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     from tests import registry_prefetch
 
-    if registry_prefetch.started is not None:
-        registry_prefetch.started.remove()
+    registry_prefetch.finish(config)
 
 
 _CONTRACT = ContractCheck()

@@ -1,58 +1,94 @@
 """The registry agents the install tests need, installed in the background from the start of the test run.
 
 Installing minion-code (a 700 MB venv) takes over a minute, mostly pip unpacking wheels while the rest of the
-suite waits on its own subprocesses: started when collection ends, it is done by the time
-tests/test_registry_installs.py asks for it, which then waits for it (with a timeout) like for any event. The
-install is the same `acp-gateway agents add` a user runs; the tests assert on its outcome."""
+suite waits on its own subprocesses. The run's first process (pytest itself, or the controller of pytest-xdist's
+workers) starts the installs when it is configured, where the run includes tests/test_registry_installs.py, and
+says where in the environment its workers inherit; the install tests wait for the result file (with a timeout).
+The installs are the same `acp-gateway agents add` a user runs; the tests assert on their outcome."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("claude-acp@0.101.0", "minion-code@0.1.45")
 TEST_FILE = "tests/test_registry_installs.py"
+STATE_ENV = "ACP_TEST_REGISTRY_STATE"
+RESULT = "prefetch.json"  # written last, in the state directory: the installs are done
+
+_thread: threading.Thread | None = None
 
 
-class Prefetch:
-    def __init__(self) -> None:
-        self.state = Path(tempfile.mkdtemp(prefix="acp-registry-state-"))
-        self.results: dict[str, subprocess.CompletedProcess[str]] = {}
-        self._thread = threading.Thread(target=self._run, name="registry-prefetch", daemon=True)
+def _wanted(args: list[str]) -> bool:
+    """The run includes the install tests: no path given (testpaths), or one that holds the file."""
+    paths = [a.split("::", 1)[0] for a in args if not a.startswith("-")]
+    if not paths:
+        return True
+    target = (ROOT / TEST_FILE).resolve()
+    return any(target == Path(p).resolve() or Path(p).resolve() in target.parents for p in paths)
 
-    def start(self) -> Prefetch:
-        self._thread.start()
-        return self
 
-    def _run(self) -> None:
-        for spec in SPECS:
-            self.results[spec] = subprocess.run(
-                [sys.executable, "-m", "gateway", "agents", "add", spec, "--no-probe", "--state-dir", str(self.state)],
-                capture_output=True, text=True, timeout=900, cwd=ROOT)
+def start(config: Any) -> None:
+    """At configure time of the run's first process (never of an xdist worker)."""
+    global _thread
+    if hasattr(config, "workerinput") or STATE_ENV in os.environ or not _wanted(list(config.args)):
+        return
+    state = Path(tempfile.mkdtemp(prefix="acp-registry-state-"))
+    os.environ[STATE_ENV] = str(state)
+    _thread = threading.Thread(target=_install, args=(state,), name="registry-prefetch", daemon=True)
+    _thread.start()
 
-    def wait(self, timeout: float = 900) -> dict[str, subprocess.CompletedProcess[str]]:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+
+def _install(state: Path) -> None:
+    results = {}
+    for spec in SPECS:
+        done = subprocess.run([sys.executable, "-m", "gateway", "agents", "add", spec, "--no-probe", "--state-dir",
+                               str(state)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+        results[spec] = {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-4000:]}
+    temporary = state / f".{RESULT}"
+    temporary.write_bytes(orjson.dumps(results))
+    temporary.replace(state / RESULT)
+
+
+def state_dir() -> Path:
+    """The state directory of the installs; started here and now when the run did not (a worker of another run)."""
+    if STATE_ENV not in os.environ:
+        state = Path(tempfile.mkdtemp(prefix="acp-registry-state-"))
+        os.environ[STATE_ENV] = str(state)
+        _install(state)
+    return Path(os.environ[STATE_ENV])
+
+
+def wait(timeout: float = 900) -> dict[str, Any]:
+    """What each install did, once all are done (polled: another process may be installing)."""
+    result = state_dir() / RESULT
+    deadline = time.monotonic() + timeout
+    while not result.exists():
+        if time.monotonic() > deadline:
             raise TimeoutError(f"the registry installs were not done after {timeout:.0f} s")
-        return self.results
-
-    def remove(self) -> None:
-        from agents.registry.manifest import make_writable
-
-        self._thread.join(900)
-        make_writable(self.state)
-        shutil.rmtree(self.state, ignore_errors=True)
+        time.sleep(0.5)
+    data: dict[str, Any] = orjson.loads(result.read_bytes())
+    return data
 
 
-started: Prefetch | None = None
+def finish(config: Any) -> None:
+    """At the end of the run's first process: the installs removed (their trees are read-only)."""
+    if hasattr(config, "workerinput") or STATE_ENV not in os.environ:
+        return
+    if _thread is not None:
+        _thread.join(900)
+    from agents.registry.manifest import make_writable
 
-
-def start_if_needed(nodeids: list[str]) -> None:
-    global started
-    if started is None and any(n.startswith(TEST_FILE) for n in nodeids):
-        started = Prefetch().start()
+    state = Path(os.environ.pop(STATE_ENV))
+    make_writable(state)
+    shutil.rmtree(state, ignore_errors=True)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from gateway.clients.client import GatewayClient
-from tests.conftest import process_alive
+from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import EventLog, GatewayProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,11 @@ async def test_auggie_turns_belong_to_the_session(gateway: GatewayProcess, tmp_p
     await watcher.call("task.session.cancel_turn", {"session_id": sid})
     assert await asyncio.wait_for(turn, 30) == {"stop_reason": "cancelled"}
 
-    # kill -9 mid-turn: no Auggie is left, and the turn is closed as interrupted by the next start.
+    # kill -9 mid-turn: no Auggie is left, and the turn is closed as interrupted by the next start. Auggie writes
+    # its session to its home on its own time: a kill before that (a loaded machine) leaves it nothing to load,
+    # and the restore would rightly be a fresh start (R3) — so the kill waits for the file.
+    saved = home / ".augment" / "sessions" / f"{view['acp_session_id']}.json"
+    await wait_until(saved.exists, 90, "Auggie saved its session")
     turn = asyncio.ensure_future(prompter.call("task.session.prompt", {"session_id": sid, "prompt": "again"}))
     started = await log.wait(lambda e: e["session_id"] == sid and e["type"] == "turn_started"
                              and e["data"]["prompt"][0]["text"] == "again", 30)
@@ -89,6 +93,6 @@ async def test_auggie_turns_belong_to_the_session(gateway: GatewayProcess, tmp_p
     assert ended["data"]["stop_reason"] == "interrupted"
     resumed = await asyncio.gather(*(client.call("task.session.resume", {"session_id": sid}) for _ in range(3)))
     assert all(r["is_agent_running"] for r in resumed) and len(auggies(home)) == 1
-    assert resumed[0]["acp_session_id"] == view["acp_session_id"]  # restored by session/load
+    assert resumed[0]["acp_session_id"] == view["acp_session_id"], resumed[0]["how"]  # restored by session/load
     for c in (watcher, prompter, client):
         await c.close()

@@ -54,15 +54,21 @@ def processes_running(path_part: str) -> list[str]:
     return found
 
 
+def gateway_in(state: Path, tmp_path: Path) -> tuple[GatewayProcess, Path]:
+    """A gateway (not started) on the registry installs' state directory, and a working directory for sessions."""
+    agents_dir, work = tmp_path / "agents", tmp_path / "work"
+    agents_dir.mkdir()
+    work.mkdir()
+    return GatewayProcess(state, agents_dir, "--workspace-root", str(tmp_path)), work
+
+
 @pytest.fixture(scope="module")
 def state() -> Path:
     """One state directory for the module, its first installs made in the background from the start of the run
     (tests/registry_prefetch.py: a 700 MB venv among them)."""
     from tests import registry_prefetch
 
-    registry_prefetch.start_if_needed([registry_prefetch.TEST_FILE])
-    assert registry_prefetch.started is not None
-    return registry_prefetch.started.state
+    return registry_prefetch.state_dir()
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +77,11 @@ def installed(state: Path) -> dict[str, Any]:
     at versions this machine's registries carry (the snapshot's own may be missing from a mirror)."""
     from tests import registry_prefetch
 
-    assert registry_prefetch.started is not None
-    results = registry_prefetch.started.wait()
+    results = registry_prefetch.wait()
     records = {}
     for spec in registry_prefetch.SPECS:
         added = results[spec]
-        assert added.returncode == 0, added.stderr + added.stdout
+        assert added["returncode"] == 0, added["output"]
         agent_id, version = spec.split("@")
         records[agent_id] = orjson.loads((state / "agents" / "installs" / agent_id / version / "install.json")
                                          .read_bytes())
@@ -107,10 +112,7 @@ def test_adds_are_pinned_by_version_and_hashes_and_never_run_a_package_runner(st
 
 async def test_sessions_of_registry_agents_survive_kill9_on_the_same_install(state: Path, installed: dict[str, Any],
                                                                             tmp_path: Path) -> None:
-    agents_dir, work = tmp_path / "agents", tmp_path / "work"
-    agents_dir.mkdir()
-    work.mkdir()
-    gw = GatewayProcess(state, agents_dir, "--workspace-root", str(tmp_path))
+    gw, work = gateway_in(state, tmp_path)
     sessions = {}
     async with running(gw):
         client = await gw.client()
@@ -158,10 +160,7 @@ async def test_update_installs_beside_and_a_session_keeps_its_version_until_a_fr
     assert added.returncode == 0, added.stderr
     assert "initialize: ok" in added.stdout and "session/new: auth required" in added.stdout
     assert "next: sign in with" in added.stdout  # pi-acp asks for a sign-in (a terminal login): said, with the way
-    agents_dir, work = tmp_path / "agents", tmp_path / "work"
-    agents_dir.mkdir()
-    work.mkdir()
-    gw = GatewayProcess(state, agents_dir, "--workspace-root", str(tmp_path))
+    gw, work = gateway_in(state, tmp_path)
     async with running(gw):
         client = await gw.client()
         view = await client.call("task.session.start", {"agent": "pi-acp", "cwd": str(work), "wait_ready": True},
@@ -201,10 +200,7 @@ async def test_a_changed_install_is_found_by_doctor_and_refused_at_launch(state:
     assert doctor.returncode == 1
     assert "CHANGED since it was installed" in doctor.stdout and "node_modules/pi-acp/package.json" in doctor.stdout
     assert "agents add pi-acp@0.0.24 --force" in doctor.stdout
-    agents_dir, work = tmp_path / "agents", tmp_path / "work"
-    agents_dir.mkdir()
-    work.mkdir()
-    gw = GatewayProcess(state, agents_dir, "--workspace-root", str(tmp_path))
+    gw, work = gateway_in(state, tmp_path)
     async with running(gw):
         client = await gw.client()
         view = await client.call("task.session.start", {"agent": "pi-acp", "cwd": str(work), "wait_ready": True},

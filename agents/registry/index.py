@@ -105,14 +105,11 @@ def pypi_spec(package: str) -> tuple[str, str | None]:
     return name, version
 
 
-class _Strict(BaseModel):
+class _Launched(BaseModel):
+    """What every distribution gives the agent's command: its arguments and environment, both checked."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-
-class PackageDistribution(_Strict):
-    """`npx` or `uvx`: a package, the arguments the agent takes, the environment it wants."""
-
-    package: str = Field(min_length=1, max_length=MAX_WORD)
     args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -127,11 +124,17 @@ class PackageDistribution(_Strict):
         return _env(value)
 
 
-class BinaryTarget(_Strict):
+class PackageDistribution(_Launched):
+    """`npx` or `uvx`: a package, the arguments the agent takes, the environment it wants."""
+
+    package: str = Field(min_length=1, max_length=MAX_WORD)
+
+
+class BinaryTarget(_Launched):
+    """One platform's archive and the command in it."""
+
     archive: str = Field(max_length=2048)
     cmd: str = Field(max_length=MAX_WORD)
-    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
-    env: dict[str, str] = Field(default_factory=dict)
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # not in the format yet; used when given
 
     @field_validator("archive")
@@ -147,16 +150,6 @@ class BinaryTarget(_Strict):
         if not CMD_FORM.match(value) or ".." in value.split("/"):
             raise ValueError(f"cmd {value[:60]!r} must be a relative path inside the archive (no '..', no '/'-start)")
         return value
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, value: list[str]) -> list[str]:
-        return [_word(a, "argument") for a in value]
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return _env(value)
 
 
 class Distribution(BaseModel):
