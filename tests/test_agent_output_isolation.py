@@ -11,10 +11,13 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from acp.framing import DEFAULT_MAX_LINE
 from gateway.clients.client import GatewayClient
 from tests.gateway_harness import ALICE, BOB, running, two_owner_gateway
+
+pytestmark = pytest.mark.serial  # a latency ratio: another test running beside it would be measured too
 
 CONSTANT = 48 * 1024 * 1024  # what the gateway may hold besides the one line at most (buffers, allocator slack)
 
