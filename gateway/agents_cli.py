@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,27 +80,14 @@ QUICK_CHECKS = ("ACP-INIT-001", "ACP-SESSION-001")
 def run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).expanduser() if getattr(args, "state_dir", None) else default_state_dir()
     command = args.agents_command or "list"
+    verbs: dict[str, Callable[[argparse.Namespace, Path], int]] = {
+        "list": _list, "search": _search, "add": _add, "update": _update, "remove": _remove, "doctor": _doctor,
+        "matrix": _matrix, "refresh": _refresh}
     try:
-        if command == "list":
-            return _list(args, state_dir)
-        if command == "search":
-            return _search(args, state_dir)
-        if command == "add":
-            return _add(args, state_dir)
-        if command == "update":
-            return _update(args, state_dir)
-        if command == "remove":
-            return _remove(args, state_dir)
-        if command == "doctor":
-            return _doctor(args, state_dir)
-        if command == "matrix":
-            return _matrix(args, state_dir)
-        if command == "refresh":
-            return _refresh(args, state_dir)
+        return verbs[command](args, state_dir)
     except (RegistryError, installer.InstallError) as exc:
         print(f"acp-gateway agents {command}: {exc}", file=sys.stderr)
         return 2
-    return 2
 
 
 def load_index(state_dir: Path) -> tuple[RegistryIndex, str]:
@@ -152,8 +139,7 @@ def install_facts(profile: AgentProfile) -> dict[str, Any]:
         counts = check.get("counts", {})
         checked = (f"{check.get('verdict', '?').replace('_', ' ')} ({counts.get('pass', 0)} pass, "
                    f"{counts.get('fail', 0)} fail) {time.strftime('%Y-%m-%d', time.localtime(check.get('at', 0)))}")
-    return {**found, "auth": found["auth_state"].replace("_", " "), "last_check_words": checked,
-            "last_check": checked}
+    return {**found, "auth": found["auth_state"].replace("_", " "), "last_check": checked}
 
 
 def _show_entries(entries: Sequence[Any], state_dir: Path, as_json: bool) -> int:
@@ -203,20 +189,33 @@ def _profile(state_dir: Path, agent_id: str, version: str | None = None) -> Agen
     return installs.profile_at(state_dir, agent_id, version) if version else None
 
 
-def _probe_and_check(state_dir: Path, agent_id: str, version: str, *, run_checks: bool,
-                     say_checks: bool = True) -> int:
+def _probe_saved(profile: AgentProfile) -> dict[str, Any]:
+    """What the agent answers when started (agents.registry.probe), kept in its install's probe.json."""
     from agents.registry.probe import probe
 
+    found = asyncio.run(probe(profile, profile.launch_env(os.environ)))
+    installs.write_json(Path(profile.install or "") / "probe.json", found)
+    return found
+
+
+def _checks_saved(profile: AgentProfile, only: list[str], turn_timeout: float) -> list[Any]:
+    """The conformance checks `only` (all when empty) run on the agent, their summary kept in check.json."""
+    results = asyncio.run(_checks(profile, only, turn_timeout))
+    if results:
+        _record_check(profile, results)
+    return results
+
+
+def _probe_and_check(state_dir: Path, agent_id: str, version: str, *, run_checks: bool,
+                     say_checks: bool = True) -> int:
     profile = _profile(state_dir, agent_id, version)
     assert profile is not None and profile.install
-    found = asyncio.run(probe(profile, profile.launch_env(os.environ)))
-    installs.write_json(Path(profile.install) / "probe.json", found)
+    found = _probe_saved(profile)
     _say_probe(found)
     if found["initialize"]["status"] != "ok":
         return 1
     if run_checks:
-        results = asyncio.run(_checks(profile, list(QUICK_CHECKS), 60.0))
-        _record_check(profile, results)
+        results = _checks_saved(profile, list(QUICK_CHECKS), 60.0)
         from acp.conformance_report import render_table
 
         print(render_table(results))
@@ -316,7 +315,6 @@ def _doctor(args: argparse.Namespace, state_dir: Path) -> int:
 
 def _matrix(args: argparse.Namespace, state_dir: Path) -> int:
     from agents.registry.matrix import AgentRow, render_json, render_junit, render_text
-    from agents.registry.probe import probe
 
     rows = []
     for agent_id in installs.agent_ids(state_dir):
@@ -331,12 +329,9 @@ def _matrix(args: argparse.Namespace, state_dir: Path) -> int:
             found: dict[str, Any] = {"initialize": {"status": "error", "message": refusal}, "auth_state": "unknown"}
             results: list[Any] = []
         else:
-            found = asyncio.run(probe(profile, profile.launch_env(os.environ)))
-            results = asyncio.run(_checks(profile, args.only, args.turn_timeout)) \
+            found = _probe_saved(profile)
+            results = _checks_saved(profile, args.only, args.turn_timeout) \
                 if found["initialize"]["status"] == "ok" else []
-            installs.write_json(Path(profile.install or "") / "probe.json", found)
-            if results:
-                _record_check(profile, results)
         rows.append(AgentRow(agent_id, profile.version or "", record.kind, profile.argv(), found, results,
                              time.monotonic() - started))
     print(render_text(rows), end="")
@@ -365,8 +360,6 @@ def _refresh(args: argparse.Namespace, state_dir: Path) -> int:
     index = parse_index(raw, source)  # refused whole, before anything is written
     root = installs.agents_root(state_dir)
     root.mkdir(parents=True, exist_ok=True)
-    temporary = root / f".registry.json.{os.getpid()}"
-    temporary.write_bytes(raw)
-    temporary.replace(root / "registry.json")
+    installs.write_atomic(root / "registry.json", raw)
     print(f"registry index: {len(index.agents)} agents from {source}")
     return 0

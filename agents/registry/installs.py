@@ -86,15 +86,19 @@ def set_current(state_dir: Path, agent_id: str, version: str | None) -> None:
     if version is None:
         pointer.unlink(missing_ok=True)
         return
-    temporary = pointer.with_name(f".current.{os.getpid()}")
-    temporary.write_text(version + "\n")
-    temporary.replace(pointer)
+    write_atomic(pointer, f"{version}\n".encode())
 
 
 def versions(state_dir: Path, agent_id: str) -> list[str]:
     """The installed versions of an agent (complete installs only), oldest install first."""
-    root = installs_root(state_dir) / agent_id
-    if not ID_FORM.match(agent_id) or not root.is_dir():
+    if not ID_FORM.match(agent_id):
+        return []
+    return _versions_in(installs_root(state_dir) / agent_id)
+
+
+def _versions_in(root: Path) -> list[str]:
+    """The complete installs in one agent's directory (a profile.toml is written last), oldest first."""
+    if not root.is_dir():
         return []
     found = [d for d in root.iterdir() if d.is_dir() and VERSION_FORM.match(d.name) and (d / "profile.toml").is_file()]
     return [d.name for d in sorted(found, key=lambda d: (d / "install.json").stat().st_mtime)]
@@ -107,6 +111,7 @@ def agent_ids(state_dir: Path) -> list[str]:
     return sorted(d.name for d in root.iterdir() if d.is_dir() and ID_FORM.match(d.name))
 
 
+CHECK_KEYS = frozenset({"at", "verdict", "counts"})  # what check.json holds (agents.registry.matrix.summary_of)
 SETTINGS_FILE = "settings.toml"  # installs/ID/settings.toml: the person's own keys, kept across versions
 SETTINGS_REFUSED = frozenset({"id", "version", "install", "command"})
 
@@ -181,8 +186,13 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole, or what it held before: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    temporary.write_bytes(data)
     temporary.replace(path)
 
 
@@ -210,16 +220,17 @@ def launch_refusal(profile: AgentProfile) -> str | None:
 
 def facts(profile: AgentProfile) -> dict[str, Any]:
     """What `agents list` and the web UI's agents page show of an installed agent: its sign-in state and last check
-    (as its probe.json and check.json say) and the versions installed; {} for a profile of no install."""
+    (as its probe.json and check.json say; a check.json of another shape counts as none) and the versions
+    installed; {} for a profile of no install."""
     if not profile.install:
         return {}
     directory = Path(profile.install)
     probe = read_json(directory / "probe.json") or {}
+    check = read_json(directory / "check.json")
     return {"auth_state": str(probe.get("auth_state") or "not_probed"),
             "auth_methods": probe.get("auth_methods") or [],
-            "last_check": read_json(directory / "check.json"),
-            "installed_versions": sorted(d.name for d in directory.parent.iterdir()
-                                         if (d / "profile.toml").is_file())}
+            "last_check": {k: check[k] for k in CHECK_KEYS} if check and CHECK_KEYS <= check.keys() else None,
+            "installed_versions": _versions_in(directory.parent)}
 
 
 def remove_tree(directory: Path) -> None:

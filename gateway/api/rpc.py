@@ -318,4 +318,3 @@ def _validate_request(message: Any) -> Any:
 
 def _error(code: int, message: str) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})
-

@@ -209,10 +209,7 @@ class Launcher:
             return LaunchResult(False, error="unknown agent")
         profile, refusal = await self._pinned(row, profile, fresh_start)
         if refusal is not None:
-            await self.store.executors.set_stopped(row.id, "failed")
-            await self.writer.apply(row, SessionEvent.FAIL, error_message=refusal)
-            await self.writer.message(row, "error", refusal)
-            return LaunchResult(False, error=refusal)
+            return await self._launch_failed(row, refusal)
         executor = await self.store.executors.get(row.id)
         token = None if fresh_start or executor is None else executor.resume_token
         first_launch = not row.launched
@@ -251,11 +248,7 @@ class Launcher:
                     lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row),
             )
         except AcpError as exc:
-            await self.store.executors.set_stopped(row.id, "failed")
-            reason = f"could not launch agent {profile.id!r} for session {row.id}: {exc}"
-            await self.writer.apply(row, SessionEvent.FAIL, error_message=reason)
-            await self.writer.message(row, "error", reason)
-            return LaunchResult(False, error=reason)
+            return await self._launch_failed(row, f"could not launch agent {profile.id!r} for session {row.id}: {exc}")
         metrics.LAUNCHES.labels(row.owner, profile.id).inc()
         if self.settings.record_dir is not None:
             record_process(self.settings.record_dir, row.id, client, hidden_values(profile, config.secrets()),
@@ -499,6 +492,13 @@ class Launcher:
         if SessionState(current.state) not in TERMINAL_SESSION_STATES:
             await self.writer.apply(current, SessionEvent.FAIL, error_message=reason, recovery_pending=False)
         await self.writer.message(current, "error", reason)
+
+    async def _launch_failed(self, row: SessionRow, reason: str) -> LaunchResult:
+        """No agent process came of the launch: the session is FAILED with the reason, said in its transcript too."""
+        await self.store.executors.set_stopped(row.id, "failed")
+        await self.writer.apply(row, SessionEvent.FAIL, error_message=reason)
+        await self.writer.message(row, "error", reason)
+        return LaunchResult(False, error=reason)
 
     async def _pinned(self, row: SessionRow, profile: AgentProfile,
                       fresh_start: bool) -> tuple[AgentProfile, str | None]:

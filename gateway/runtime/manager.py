@@ -529,13 +529,7 @@ class SessionManager:
     @staticmethod
     def installed_facts(profile: AgentProfile) -> dict[str, Any]:
         """An agent installed from the registry as `gateway.info` shows it: its versions, sign-in state, last check."""
-        found = installs.facts(profile)
-        if not found:
-            return {}
-        check = found.get("last_check")
-        valid = isinstance(check, dict) and {"at", "verdict", "counts"} <= check.keys()
-        return {"installed_versions": found["installed_versions"], "auth_state": found["auth_state"],
-                "last_check": {k: check[k] for k in ("at", "verdict", "counts")} if valid and check else None}
+        return {k: v for k, v in installs.facts(profile).items() if k != "auth_methods"}  # named per session
 
     async def agent_capabilities(self, agent: str, owner: str) -> AgentCapabilities | None:
         """What an agent profile's agent supports (its last `initialize` here, or asked now in one of the owner's
