@@ -103,7 +103,9 @@ var AcpGateway = (() => {
         }, timeoutMs);
         const fail = (error) => {
           clearTimeout(timer);
-          ws.onopen = ws.onclose = ws.onerror = null;
+          ws.onopen = ws.onclose = null;
+          ws.onerror = () => {
+          };
           try {
             ws.terminate ? ws.terminate() : ws.close();
           } catch {

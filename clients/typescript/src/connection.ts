@@ -79,7 +79,10 @@ export class GatewayConnection {
       const timer = setTimeout(() => { fail(new Error(`connecting to ${url} timed out`)); }, timeoutMs);
       const fail = (error: Error) => {
         clearTimeout(timer);
-        ws.onopen = ws.onclose = ws.onerror = null;
+        // onerror stays a no-op: the `ws` package reports terminating a socket that is still connecting as an
+        // 'error' event, which with no listener is an uncaught exception that ends the process.
+        ws.onopen = ws.onclose = null;
+        ws.onerror = () => {};
         try { ws.terminate ? ws.terminate() : ws.close(); } catch { /* already gone */ }
         reject(error);
       };

@@ -113,6 +113,23 @@ describe("a link that silently stops delivering", () => {
   });
 });
 
+describe("a handshake into a link that delivers nothing", () => {
+  let gateway, proxy;
+  before(async () => { gateway = await new Gateway().start(); proxy = await new BlackholeProxy(gateway.port).listen(); });
+  after(async () => { await proxy.close(); await gateway.stop(); });
+
+  test("times out with a clear error, and the process goes on", async () => {
+    proxy.blackhole();
+    // the `ws` package reports a socket ended while connecting as an 'error' event; unheard, it ends the process
+    await assert.rejects(GatewayConnection.open(proxy.url(), TOKEN, WebSocket, 200), /timed out/);
+    await new Promise((resolve) => setImmediate(resolve));
+    proxy.restore();
+    const conn = await GatewayConnection.open(proxy.url(), TOKEN, WebSocket);
+    assert.equal(typeof (await conn.call("gateway.ping")).cursor, "number");
+    conn.close();
+  });
+});
+
 describe("a cursor past the journal's retention", () => {
   let gateway, proxy;
   before(async () => {
