@@ -139,7 +139,11 @@ async def test_refusals_are_typed_name_what_is_offered_and_change_nothing(gw: Ga
     client, log = await subscribed(gw)
     sid = (await client.call("task.session.start", {"agent": "ref", "cwd": str(paths["work"]),
                                                     "wait_ready": True}))["session_id"]
+    # The agent announces its slash commands just after its answer: "before" is read once they are in.
+    await log.wait(lambda e: e["session_id"] == sid and e["type"] == "session_update"
+                   and e["data"]["update"]["sessionUpdate"] == "available_commands_update")
     before = await client.call("task.session.get", {"session_id": sid})
+    assert before["config"]["commands"]
     cases = [
         ({"config_id": "temperature", "value": "hot"}, "option_not_offered", ["mode", "model", "effort", "verbose"]),
         ({"config_id": "model", "value": "ref-huge"}, "value_not_offered", ["ref-small", "ref-large"]),

@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.clients.client import GatewayClient, RpcCallError
+from gateway.store import journal_frames
 from tests.conftest import process_alive, wait_until
 from tests.gateway_harness import TOKEN, EventLog, GatewayProcess, journal_events, reference_profile
 
@@ -195,6 +197,32 @@ async def test_kill9_mid_turn_is_closed_as_interrupted_after_restart(gateway: Ga
         assert len([e for e in journal_events(db) if e["session_id"] == sid and e["type"] == "turn_ended"]) == 1
     assert await (await gateway.client()).call("task.session.prompt", {"session_id": sid, "prompt": "next"}) == \
         {"stop_reason": "end_turn"}
+    await client.close()
+
+
+async def test_a_turn_seen_running_before_a_crash_ends_interrupted_after_it(gateway: GatewayProcess,
+                                                                            paths: dict[str, Path]) -> None:
+    watcher, log = await subscribed(gateway)
+    sid = await start(watcher, paths["work"])
+    turn = asyncio.ensure_future(watcher.call("task.session.prompt", {"session_id": sid, "prompt": "/hang"}))
+    await log.wait(lambda e: e["session_id"] == sid and e["type"] == "session_status"
+                   and e["data"]["state"] == "RUNNING")
+    await gateway.kill9()  # as soon as a frontend shows RUNNING: its turn_started may not have been seen yet
+    with pytest.raises(Exception):  # noqa: B017 - the gateway is gone
+        await turn
+    await gateway.start()
+    with sqlite3.connect(paths["state"] / "gateway.db") as db:
+        # RUNNING and the turn it announces are one commit: no crash can come between them.
+        rows = [[orjson.loads(f)["params"] for f in journal_frames(spans, frames, 0, 1 << 62, None)]
+                for spans, frames in db.execute("SELECT spans, frames FROM journal ORDER BY rowid")]
+    running = [row for row in rows if any(e["session_id"] == sid and e["type"] == "session_status"
+                                          and e["data"]["state"] == "RUNNING" for e in row)]
+    assert len(running) == 1 and any(e["type"] == "turn_started" for e in running[0])
+    ended = [e for row in rows for e in row if e["session_id"] == sid and e["type"] == "turn_ended"]
+    assert [e["data"]["stop_reason"] for e in ended] == ["interrupted"]
+    client = await gateway.client()
+    history = await client.call("task.session.history", {"session_id": sid})
+    assert [e["kind"] for e in history["entries"]][-2:] == ["user_message", "turn_interrupted"]
     await client.close()
 
 

@@ -134,8 +134,17 @@ class TurnRunner:
             # RUNNING is stored before `turn_started` can be seen, with a floor of its id: a restart then knows
             # whether this turn's `turn_started` was committed (and so owes a `turn_ended`) by reading from there.
             await self.bus.refresh(row.owner)  # on a shared journal, other nodes' events of this owner come first
-            row = await self.writer.apply(row, SessionEvent.PROMPT, turn_event_id=self.bus.next_id(row.owner))
-            await self.writer.publish(row, "turn_started", {"prompt": blocks})
+            updated, agent_live = await self.writer.commit(row, SessionEvent.PROMPT,
+                                                           turn_event_id=self.bus.next_id(row.owner))
+            # `session_status` (RUNNING) and `turn_started` are queued in one step, so one group commit holds
+            # both: a frontend that saw RUNNING before a crash sees the turn end `interrupted` after it. Published
+            # one after the other, a crash between the two commits left RUNNING seen, and no turn to close.
+            started: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            if updated is not row:
+                self.writer.enqueue(updated, "session_status", status_data(updated, agent_live))
+            self.writer.enqueue(updated, "turn_started", {"prompt": blocks}, started)
+            row = updated
+            await started
             await self.writer.stage(row, "prompting")
         except Exception as exc:
             # Nothing was sent to the agent; if the row says RUNNING, it must not stay so.
