@@ -197,6 +197,7 @@ class Gateway:
                                    ui=ui_pages(ui_files()), outbox_limit=config.outbox_limit,
                                    metrics=metrics.exposition, metrics_token=config.metrics_token,
                                    outbox_limit_bytes=config.outbox_limit_bytes,
+                                   slow_reader_timeout=config.slow_reader_timeout,
                                    health=lambda: node_fault(store, sessions),
                                 healthy=lambda: node_ok(store, sessions, self.unconfined),
                                    max_connections_per_owner=config.max_connections_per_owner,

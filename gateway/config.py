@@ -80,8 +80,11 @@ class ServeConfig(BaseModel):
     workspace_roots: list[str] = Field(default_factory=list)  # where sessions may run; empty: the user's home
     # A stdio MCP server is a command this host runs for the agent: frontends may give one only where allowed
     allow_stdio_mcp_servers: bool = False
-    outbox_limit: int = Field(default=100_000, ge=10)  # frames waiting for a slow reader, then close 4429
-    outbox_limit_bytes: int = Field(default=8 << 20, ge=64 * 1024)  # the same, in bytes
+    # Event frames (and bytes) queued for a connection before its subscriptions are fed from the journal instead
+    outbox_limit: int = Field(default=100_000, ge=10)
+    outbox_limit_bytes: int = Field(default=4 << 20, ge=64 * 1024)
+    # A client that takes nothing from its socket for this long is closed with 4429 (it reconnects from its cursor)
+    slow_reader_timeout: float = Field(default=60.0, gt=0, le=3600)
     max_batch: int = Field(default=100, ge=1, le=100_000)  # requests in one JSON-RPC batch
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"

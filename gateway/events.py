@@ -5,7 +5,10 @@ up while the loop was busy (a whole chunk of an agent's output, say) is committe
 (group commit) by a loop callback, and only then handed to subscribers, in id order. Each event is
 encoded to its `task.session.event` frame once, whoever receives it, and the journal keeps that frame.
 Subscriptions replay the journal after a cursor, say `caught_up`, then go live without losing or
-repeating an event. Nothing here knows about sockets: a subscription writes frames to a `Sink`.
+repeating an event. A subscriber whose sink is full (it reads slower than events come) is not dropped and
+nothing is queued for it: it is fed from the journal, a bounded page at a time as its sink drains, and rejoins
+the live stream once it reaches the head, with the same ids and order. Nothing here knows about sockets: a
+subscription writes frames to a `Sink`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ def _consume_exception(fut: asyncio.Future[EventRow]) -> None:
 class Sink(Protocol):
     def send(self, frame: bytes) -> None: ...
 
+    def full(self) -> bool:
+        """The sink holds as much as it may: live events are not given to it, the journal feeds it later."""
+
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
                   shared: dict[str, Any] | None = None) -> None:
         """Frames in order, each its own message; with `batch`, several may go as one JSON array (`message`, when
@@ -62,32 +68,60 @@ class Subscription:
     owner: str
     session_id: str | None
     sink: Sink
-    live: bool = False  # False while the journal is replayed: live events wait in `held`
-    held: list[EventRow] = field(default_factory=list)
-    last_id: int = 0
-    until: int = 0
+    # False while the journal feeds it (its replay, or after its sink was full): live events are not handed to
+    # it then; the feeder reads them from the journal.
+    live: bool = False
+    last_id: int = 0  # every event it wants up to this id has been handed to its sink
     heartbeat: asyncio.Task[None] | None = None
     batch: bool = False  # the subscriber accepts several notifications as one JSON array (subscribe {batch: true})
+    caught_up: bool = False  # `caught_up` was sent: the replay it asked for is over
+    feeder: asyncio.Task[None] | None = None
+    fell_behind: int = 0  # times its sink was full and the journal fed it
+    _waiting: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
     def wants(self, event: EventRow) -> bool:
         return event.owner == self.owner and (self.session_id is None or event.session_id == self.session_id)
 
-    def deliver(self, events: list[EventRow], group: EventGroup | None = None) -> None:
+    def deliver(self, events: list[EventRow], group: EventGroup | None = None) -> bool:
         """Hand over committed events (in id order) as one group, so a sink can write them as one message.
-        `group`, when given, is exactly these events: its frames and message are shared by every subscriber."""
-        if not self.live:
-            self.held.extend(events)
-            return
-        if events[0].id <= self.last_id:  # some were already sent (held during a replay that covered them)
+        `group`, when given, is exactly these events: its frames and message are shared by every subscriber.
+        False when the sink is full: nothing was handed over, and the journal is to feed it from `last_id`."""
+        if events[0].id <= self.last_id:  # already handed over (read from the journal meanwhile)
             events = [e for e in events if e.id > self.last_id]
             group = None
             if not events:
-                return
+                return True
+        if self.sink.full():
+            return False
         self.last_id = events[-1].id
         if group is not None:
             self.sink.send_many(group.frames, group.message() if self.batch else None, self.batch, group.shared)
         else:
             self.sink.send_many([e.frame() for e in events], None, self.batch)
+        self.advanced()
+        return True
+
+    async def reached(self, event_id: int) -> None:
+        """Return once every event it wants up to `event_id` has been handed to its sink."""
+        if self.last_id >= event_id:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((event_id, fut))
+        await fut
+
+    def advanced(self) -> None:
+        if self._waiting:
+            done = [fut for event_id, fut in self._waiting if event_id <= self.last_id]
+            self._waiting = [(event_id, fut) for event_id, fut in self._waiting if event_id > self.last_id]
+            for fut in done:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def ended(self) -> None:
+        for _, fut in self._waiting:
+            if not fut.done():
+                fut.set_result(None)  # nothing more will be handed over: whoever waits goes on
+        self._waiting = []
 
 
 # Called after the journal replay, before `caught_up`: re-offers what is still pending (permissions).
@@ -100,6 +134,10 @@ class EventBus:
     rows, oldest first)."""
 
     PRUNE_EVERY = 1000  # events between count-retention deletes (each rides along with a group commit)
+    # A subscription fed from the journal is sent a page at a time: at most this many ids are read, and sent up
+    # to this many bytes (or one event), then the next page waits for its sink to drain.
+    FEED_PAGE_IDS = 2000
+    FEED_PAGE_BYTES = 256 << 10
 
     def __init__(self, store: StoreBase, retention: int = 100_000, heartbeat: float = HEARTBEAT_SECONDS,
                  retention_bytes: int = 256 << 20) -> None:
@@ -389,14 +427,16 @@ class EventBus:
         """Hand committed events (in id order) to every subscription that wants them; move the heads after."""
         events = group.events
         for sub in list(self._subs.values()):
+            if not sub.live:
+                continue  # the journal feeds it: it reads these there, in order, at its own pace
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
-                    if sub.wants(events[0]):
-                        sub.deliver(events, group)
+                    handed = not sub.wants(events[0]) or sub.deliver(events, group)
                 else:
                     wanted = [event for event in events if sub.wants(event)]
-                    if wanted:
-                        sub.deliver(wanted)
+                    handed = not wanted or sub.deliver(wanted)
+                if not handed:
+                    self._fall_behind(sub)
             except Exception:
                 log.exception("subscription %s failed", sub.id)
         for event in events:
@@ -405,7 +445,8 @@ class EventBus:
     # -- subscriptions -----------------------------------------------------------------
     async def subscribe(self, owner: str, sink: Sink, since: int | None, session_id: str | None,
                         batch: bool = False) -> Subscription:
-        """Register now (live events are held), so nothing committed from here on can be missed."""
+        """Register now, not live (`start_replay` feeds it from the journal): nothing committed from here on can be
+        missed."""
         await self.refresh(owner)  # on a shared journal, a cursor another node handed out is not "ahead"
         head = self.head(owner)
         if since is not None:
@@ -417,47 +458,79 @@ class EventBus:
                 raise resync_required("too_far_behind", f"cursor {since} is older than the retained journal "
                                       f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
                                       head=head, oldest=floor)
-        # No await from here to the registration: every event committed after `until` is held.
-        until = self.head(owner)
+        # Registered not live: what is committed from here on is read from the journal until it is live.
         sub = Subscription(f"sub-{uuid.uuid4().hex[:12]}", owner, session_id, sink,
-                           last_id=until if since is None else since, until=until, batch=batch)
+                           last_id=self.head(owner) if since is None else since, batch=batch)
         self._subs[sub.id] = sub
         return sub
 
     async def start_replay(self, sub: Subscription) -> None:
-        """Send what came after the cursor up to `until`, re-offers, `caught_up`, then held live events."""
-        until = sub.until
+        """Send what came after the cursor, re-offers, `caught_up`, and go live (`_feed`)."""
+        await self._feed(sub)
+
+    def _fall_behind(self, sub: Subscription) -> None:
+        """Its sink is full: no more live events for it; the journal feeds it from its last id."""
+        sub.live = False
+        sub.fell_behind += 1
+        metrics.SUBSCRIBERS_BEHIND.inc()
+        sub.feeder = asyncio.ensure_future(self._feed(sub))
+
+    async def _feed(self, sub: Subscription) -> None:
+        """Feed a subscription that is not live from the journal, a page of at most FEED_PAGE_BYTES (or one event)
+        at a time, each once its sink has taken the last; live again once it reaches the head. The first time it
+        gets there its replay is over: re-offers, then `caught_up` (and what was committed meanwhile)."""
         try:
-            cursor: int | None = sub.last_id
-            while cursor is not None and cursor < until:
-                frames, cursor = await self.store.events.after(sub.owner, cursor, until, sub.session_id)
+            while sub.id in self._subs:
+                head = self.head(sub.owner)
+                if sub.last_id >= head:
+                    if not sub.caught_up:
+                        if self.reoffer is not None:
+                            await self.reoffer(sub, sub.last_id)
+                        sub.sink.send(synthetic_frame("caught_up", {"subscription_id": sub.id,
+                                                                    "cursor": sub.last_id}))
+                        sub.caught_up = True
+                        sub.heartbeat = asyncio.ensure_future(self._heartbeat(sub))
+                        continue  # what was committed during the re-offers
+                    # No await between reading the head and this: every event after it goes to it live.
+                    sub.live = True
+                    sub.advanced()
+                    return
+                entries, _ = await self.store.events.entries_after(sub.owner, sub.last_id, head, self.FEED_PAGE_IDS)
+                frames: list[bytes] = []
+                size = 0
+                through = min(head, sub.last_id + self.FEED_PAGE_IDS)
+                for event_id, session_id, frame in entries:
+                    if size >= self.FEED_PAGE_BYTES:
+                        through = event_id - 1
+                        break
+                    if sub.session_id is None or session_id == sub.session_id:
+                        frames.append(frame)
+                        size += len(frame)
                 if frames:
                     sub.sink.send_many(frames, None, sub.batch)
-                    await sub.sink.drain()  # a long replay must not pile up past a slow reader's limit
-            sub.last_id = max(sub.last_id, until)
-            if self.reoffer is not None:
-                await self.reoffer(sub, sub.last_id)
-            sub.sink.send(synthetic_frame("caught_up", {"subscription_id": sub.id, "cursor": sub.last_id}))
-            sub.live = True
-            held, sub.held = sub.held, []
-            if held:
-                sub.deliver(held)
-            sub.heartbeat = asyncio.ensure_future(self._heartbeat(sub))
+                sub.last_id = max(sub.last_id, through)
+                sub.advanced()
+                await sub.sink.drain()  # the next page once this one has left
+        except asyncio.CancelledError:
+            raise
         except Exception:
-            log.exception("replay for %s failed", sub.id)
+            log.exception("feeding subscription %s from the journal failed", sub.id)
             self.unsubscribe(sub.id)
 
     async def _heartbeat(self, sub: Subscription) -> None:
         while sub.id in self._subs:
             await asyncio.sleep(self.heartbeat)
-            sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id, "cursor": self.head(sub.owner)}))
+            if sub.live:  # one the journal feeds is not quiet
+                sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id,
+                                                            "cursor": self.head(sub.owner)}))
 
     def unsubscribe(self, sub_id: str) -> bool:
         sub = self._subs.pop(sub_id, None)
         if sub is None:
             return False
-        if sub.heartbeat is not None:
-            with contextlib.suppress(Exception):
-                sub.heartbeat.cancel()
+        for task in (sub.heartbeat, sub.feeder):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        sub.ended()
         return True
 

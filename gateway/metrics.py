@@ -35,6 +35,18 @@ RPC_SECONDS = Histogram("acp_gateway_rpc_seconds", "JSON-RPC call latency by met
 RELAY_LAG = Histogram("acp_gateway_relay_lag_seconds", "From an event being queued (an agent's update read) to its "
                       "commit and fan-out, per group commit", registry=REGISTRY,
                       buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1))
+SUBSCRIBERS_BEHIND = Counter("acp_gateway_subscribers_behind", "Times a subscriber read slower than its events came "
+                             "and was fed from the journal instead of live (not dropped)", registry=REGISTRY)
+OUTBOX_PEAK_BYTES = Gauge("acp_gateway_outbox_peak_bytes", "The most bytes any connection's outbox has held queued "
+                          "since the gateway started (bounded by outbox_limit_bytes plus a page)", registry=REGISTRY)
+_outbox_peak = [0]
+
+
+def outbox_queued(size: int) -> None:
+    """A connection's outbox holds `size` bytes queued: the peak gauge follows."""
+    if size > _outbox_peak[0]:
+        _outbox_peak[0] = size
+        OUTBOX_PEAK_BYTES.set(size)
 ACP_CALLS = Counter("acp_gateway_acp_calls", "ACP calls of remote clients on /acp by method and outcome (ok, or the "
                     "error code)", ["owner", "method", "outcome"], registry=REGISTRY)
 ACP_SECONDS = Histogram("acp_gateway_acp_seconds", "ACP call latency on /acp by method (session/prompt: the whole "

@@ -37,6 +37,9 @@ class Frames:
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False) -> None:
         self.frames += frames
 
+    def full(self) -> bool:
+        return False
+
     async def drain(self) -> None:
         return None
 

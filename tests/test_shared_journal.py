@@ -23,6 +23,9 @@ class Frames:
     def send(self, frame: bytes) -> None:
         self.send_many([frame])
 
+    def full(self) -> bool:
+        return False
+
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
                   shared: dict[str, Any] | None = None) -> None:
         for frame in frames:

@@ -14,6 +14,7 @@ import functools
 import hmac
 import ipaddress
 import logging
+import socket
 import time
 import uuid
 from collections import deque
@@ -32,6 +33,7 @@ from websockets.protocol import State
 
 from .. import __version__
 from ..eager import start_eagerly
+from ..metrics import outbox_queued
 from . import openrpc
 from .liveness import CLOSE_CODE as HEARTBEAT_CLOSE_CODE
 from .liveness import Liveness
@@ -132,7 +134,8 @@ class GatewayServer:
     def __init__(self, adapter: RpcAdapter, tokens: Mapping[str, str], *, host: str, port: int,
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
                  outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
-                 outbox_limit_bytes: int = 8 << 20, health: Callable[[], str | None] | None = None,
+                 outbox_limit_bytes: int = 4 << 20, slow_reader_timeout: float = 60.0,
+                 health: Callable[[], str | None] | None = None,
                  healthy: Callable[[], str] | None = None, acp: AcpFactory | None = None,
                  metrics: Callable[[str | None], tuple[bytes, str]] | None = None,
                  metrics_token: str | None = None) -> None:
@@ -142,6 +145,7 @@ class GatewayServer:
         self.healthy = healthy  # what /healthz says when all is well
         self.outbox_limit = outbox_limit
         self.outbox_limit_bytes = outbox_limit_bytes
+        self.slow_reader_timeout = slow_reader_timeout
         self.max_connections_per_owner = max_connections_per_owner
         self.per_owner: dict[str, int] = {}
         self.adapter = adapter
@@ -162,7 +166,9 @@ class GatewayServer:
     async def start(self) -> None:
         self.server = await serve(self._connection, self.host, self.port, process_request=self._http,
                                   process_response=self._upgraded,
-                                  max_size=self.max_frame_bytes, ping_interval=20, ping_timeout=20,
+                                  # Our own keepalive (`_keepalive`): a slow reader's pong waits behind its
+                                  # backlog, and websockets' ping timeout would close a reader that is there.
+                                  max_size=self.max_frame_bytes, ping_interval=None,
                                   # Deflate cost ~11% of a relayed update's CPU; events are small and the
                                   # gateway is on loopback or a LAN. Throughput wins.
                                   compression=None,
@@ -261,22 +267,49 @@ class GatewayServer:
     async def _serve_acp(self, connection: ServerConnection, owner: str, acp_id: str) -> None:
         """A remote ACP client: each frame answered by its `AcpPeer` (gateway.api.acp_server)."""
         assert self.acp is not None
-        outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
+        cap_in_flight(connection)
+        outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes, self.slow_reader_timeout)
         peer = self.acp(owner, outbox, acp_id)
-        await self._serve_frames(connection, outbox, peer.handle, peer.closed)
+        keepalive = asyncio.ensure_future(self._keepalive(connection, outbox))
+        try:
+            await self._serve_frames(connection, outbox, peer.handle, peer.closed)
+        finally:
+            keepalive.cancel()
 
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
         """A frontend of the API: each frame answered by the JSON-RPC adapter."""
-        outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes)
+        cap_in_flight(connection)
+        outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes, self.slow_reader_timeout)
         liveness = Liveness(time.monotonic())
         promised = asyncio.Event()
         ctx = RpcContext(owner=owner, sink=outbox, liveness=liveness, liveness_changed=promised.set)
         watchdog = asyncio.ensure_future(self._watch_heartbeats(ctx, liveness, promised, outbox))
+        keepalive = asyncio.ensure_future(self._keepalive(connection, outbox))
         try:
             await self._serve_frames(connection, outbox, functools.partial(self._answer, outbox, ctx),
                                      lambda: self.adapter.connection_closed(ctx), liveness)
         finally:
             watchdog.cancel()
+            keepalive.cancel()
+
+    async def _keepalive(self, connection: ServerConnection, outbox: Outbox) -> None:
+        """A WebSocket ping every KEEPALIVE_INTERVAL: a link whose pong does not come within KEEPALIVE_TIMEOUT is
+        dead and closed (1011) — unless its socket took bytes meanwhile: then a reader is there, slowly working
+        through a backlog the pong waits behind (it is closed only if it stops reading: `slow_reader_timeout`)."""
+        while not outbox.closed:
+            await asyncio.sleep(KEEPALIVE_INTERVAL)
+            taken = outbox.taken()
+            try:
+                pong = await connection.ping()
+                await asyncio.wait_for(asyncio.shield(pong), KEEPALIVE_TIMEOUT)
+            except TimeoutError:
+                if outbox.taken() > taken:
+                    continue
+                log.info("closing a connection whose keepalive ping went unanswered for %gs", KEEPALIVE_TIMEOUT)
+                outbox.cut("keepalive ping timeout", 1011)
+                return
+            except Exception:  # closed meanwhile
+                return
 
     async def _watch_heartbeats(self, ctx: RpcContext, liveness: Liveness, promised: asyncio.Event,
                                 outbox: Outbox) -> None:
@@ -324,10 +357,27 @@ class GatewayServer:
             log.exception("answering a frame failed")
             return
         if answer is not None:
-            outbox.send(answer, batchable=False)
+            outbox.send(answer, batchable=False, answer=True)
         hooks, ctx.after_response = ctx.after_response, []
         for hook in hooks:
             hook()
+
+
+# What the OS may hold of a connection's outgoing bytes. Left to autotuning it grew to megabytes on loopback, and a
+# reader working through a backlog met its own keepalive's pong (and any answer) only after all of them: tens of
+# seconds at 200 messages a second, when its WebSocket client gave up (20 s). The backlog waits in the journal.
+SOCKET_SEND_BUFFER = 128 << 10
+
+
+def cap_in_flight(connection: ServerConnection) -> None:
+    sock = connection.transport.get_extra_info("socket") if connection.transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER)
+
+
+KEEPALIVE_INTERVAL = 20.0
+KEEPALIVE_TIMEOUT = 20.0
 
 
 class Outbox:
@@ -336,21 +386,33 @@ class Outbox:
     While nothing waits and the socket's write buffer is under its high-water mark, a frame (or a group of
     event frames, as one message) is written straight to the socket: no task wakes for it, which is most
     of the latency a relay adds. Otherwise frames queue and one writer task sends them with flow control.
-    A consumer that stops reading is cut off (close code 4429) once `limit` frames or `limit_bytes` bytes wait:
-    memory stays bounded in bytes whatever the frames' sizes, and the client knows to reconnect and
-    resubscribe from its cursor.
+    Answers to calls go ahead of queued events, on a budget of their own: a slow reader's backlog never holds
+    up its calls. Once `limit` event frames or `limit_bytes` bytes wait, the outbox is `full()`: subscriptions
+    stop handing it live events and feed it from the journal as it drains (`gateway.events`), so memory stays
+    bounded in bytes whatever the reader's pace. A reader that takes nothing for `stall_timeout` seconds, or
+    lets answers pile past `limit_bytes`, is cut off (close code 4429): it reconnects and resubscribes from its
+    cursor.
     """
 
     CLOSE_CODE = 4429
     MAX_BATCH = 1000
     MAX_BATCH_BYTES = 1 << 20
 
-    def __init__(self, connection: ServerConnection, limit: int, limit_bytes: int = 8 << 20) -> None:
+    # Events queued past `limit_bytes` by this much mean a sender ignored `full()`: a bug, not a slow reader; the
+    # connection is cut rather than grow without bound.
+    OVERSHOOT_BYTES = 16 << 20
+
+    def __init__(self, connection: ServerConnection, limit: int, limit_bytes: int = 4 << 20,
+                 stall_timeout: float = 60.0) -> None:
         self.connection = connection
         self.limit = limit
         self.limit_bytes = limit_bytes
-        self.queued_bytes = 0
+        self.stall_timeout = stall_timeout
+        self.queued_bytes = 0  # events (and other notifications) waiting in `queue`
         self.queue: deque[tuple[bytes, bool]] = deque()
+        self.answers: deque[bytes] = deque()  # answers to calls waiting: they go first
+        self.answer_bytes = 0
+        self.written = 0  # bytes handed to the socket's transport
         self.closed = False
         self._busy = False  # the writer task holds frames it has not finished sending
         self._ready = asyncio.Event()
@@ -359,14 +421,26 @@ class Outbox:
         self._closer: asyncio.Future[None] | None = None
         self._task = asyncio.ensure_future(self._run())
 
-    def send(self, frame: bytes, batchable: bool = True) -> None:
-        """One frame. Answers to requests are not batchable: they always go out as their own message."""
+    def send(self, frame: bytes, batchable: bool = True, answer: bool = False) -> None:
+        """One frame. Answers to requests are not batchable: they always go out as their own message; with `answer`,
+        ahead of the events that wait (on /rpc; ACP orders a prompt's answer after its updates, so /acp does not)."""
         if self.closed:
             return
         if self._can_write_now():
             self._write_messages([frame])
+        elif answer:
+            self._enqueue_answer(frame)
         else:
             self._enqueue(frame, batchable)
+
+    def taken(self) -> int:
+        """Bytes the OS has taken from this connection's transport: it grows only while the reader reads."""
+        transport = self.connection.transport
+        return self.written - (transport.get_write_buffer_size() if transport is not None else 0)
+
+    def full(self) -> bool:
+        """As many events wait as may: a subscription gives it no more live events, the journal feeds it later."""
+        return self.closed or len(self.queue) >= self.limit or self.queued_bytes >= self.limit_bytes
 
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
                   shared: dict[str, Any] | None = None) -> None:
@@ -410,7 +484,7 @@ class Outbox:
         return end
 
     def _can_write_now(self) -> bool:
-        if self.queue or self._busy:
+        if self.queue or self.answers or self._busy:
             return False  # order: whatever waits goes first
         transport = self.connection.transport
         return transport is not None and transport.get_write_buffer_size() < transport.get_write_buffer_limits()[1]
@@ -433,11 +507,13 @@ class Outbox:
                     wire = shared[key] = b"".join(
                         Frame(Opcode.TEXT, frame).serialize(mask=False) for frame in frames)
                 connection.transport.write(wire)
+                self.written += len(wire)
                 return
             for frame in frames:
                 protocol.send_text(frame)
             data = protocol.data_to_send()
             connection.transport.writelines([chunk for chunk in data if chunk])
+            self.written += sum(map(len, data))
         except Exception as exc:
             log.debug("write failed, closing the connection: %s", exc)
             self.cut("write failed")
@@ -445,13 +521,24 @@ class Outbox:
     def _enqueue(self, frame: bytes, batchable: bool) -> None:
         if self.closed:
             return
-        if len(self.queue) >= self.limit or self.queued_bytes + len(frame) > self.limit_bytes:
-            log.warning("closing a connection whose consumer fell %d frames (%d bytes) behind", len(self.queue),
-                        self.queued_bytes)
+        if self.queued_bytes + len(frame) > self.limit_bytes + self.OVERSHOOT_BYTES:
+            log.error("closing a connection: %d bytes of events queued for it, past its limit (%d) and a group",
+                      self.queued_bytes, self.limit_bytes)
             self.cut("too slow: reconnect and resubscribe")
             return
         self.queue.append((frame, batchable))
         self.queued_bytes += len(frame)
+        outbox_queued(self.queued_bytes)
+        self._idle.clear()
+        self._ready.set()
+
+    def _enqueue_answer(self, frame: bytes) -> None:
+        if self.answer_bytes + len(frame) > self.limit_bytes:
+            log.warning("closing a connection that reads none of its %d bytes of answers", self.answer_bytes)
+            self.cut("too slow: answers are not read; reconnect")
+            return
+        self.answers.append(frame)
+        self.answer_bytes += len(frame)
         self._idle.clear()
         self._ready.set()
 
@@ -461,7 +548,8 @@ class Outbox:
             return
         self.closed = True
         self.queue.clear()
-        self.queued_bytes = 0
+        self.answers.clear()
+        self.queued_bytes = self.answer_bytes = 0
         self._idle.set()
         self._closer = asyncio.ensure_future(self.connection.close(code, reason))
 
@@ -480,8 +568,15 @@ class Outbox:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            while self.queue and not self.closed:
+            while (self.queue or self.answers) and not self.closed:
                 self._busy = True
+                if self.answers:
+                    answers = list(self.answers)
+                    self.answers.clear()
+                    self.answer_bytes = 0
+                    self._write_messages(answers)
+                    await self._drained()
+                    continue
                 # A run of frames of one kind: joinable ones go as one array, the others as messages of their
                 # own written at once; then wait until the socket takes more.
                 joinable = self.queue[0][1]
@@ -497,9 +592,17 @@ class Outbox:
                     self._write_messages([b"[" + b",".join(chunk) + b"]"])
                 else:
                     self._write_messages(chunk)
-                await self.connection.drain()
+                await self._drained()
             self._busy = False
             self._idle.set()
+
+    async def _drained(self) -> None:
+        """Wait until the socket takes more; a reader that takes nothing for `stall_timeout` is cut off (4429)."""
+        try:
+            await asyncio.wait_for(self.connection.drain(), self.stall_timeout)
+        except TimeoutError:
+            log.warning("closing a connection that read nothing for %gs", self.stall_timeout)
+            self.cut(f"stopped reading for {self.stall_timeout:g}s: reconnect and resubscribe")
 
     async def drain(self) -> None:
         """Wait until nothing is queued for this connection (or it is closed)."""

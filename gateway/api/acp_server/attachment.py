@@ -41,6 +41,8 @@ class Wire(Protocol):
 
     def send_many(self, frames: list[bytes], shared: dict[str, Any] | None = None) -> None: ...
 
+    def full(self) -> bool: ...
+
     async def drain(self) -> None: ...
 
     @property
@@ -114,6 +116,9 @@ class Attachment:
                 self._control(out)
         if updates:
             self.wire.send_many(updates)
+
+    def full(self) -> bool:
+        return self.wire.full()
 
     async def drain(self) -> None:
         await self.wire.drain()

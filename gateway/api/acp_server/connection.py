@@ -89,6 +89,8 @@ class Outbox(Protocol):
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
                   shared: dict[str, Any] | None = None) -> None: ...
 
+    def full(self) -> bool: ...
+
     async def drain(self) -> None: ...
 
 
@@ -274,6 +276,9 @@ class AcpConnection:
 
     def send_many(self, frames: list[bytes], shared: dict[str, Any] | None = None) -> None:
         self.outbox.send_many(frames, None, False, shared)
+
+    def full(self) -> bool:
+        return self.outbox.full()
 
     async def drain(self) -> None:
         await self.outbox.drain()
@@ -486,8 +491,12 @@ class AcpConnection:
         try:
             result = await self.sessions.prompt(self.owner, p.sessionId, list(blocks), meta=p.meta)
             # On a journal other nodes write too (a turn run by another node), the turn's events reach this node's
-            # subscribers by catching up: all of them go out before this answer, as ACP orders them.
+            # subscribers by catching up: all of them go out before this answer, as ACP orders them. So do those
+            # of a client that reads slower than they came (the journal feeds it: they may not be handed over yet).
             await self.bus.refresh(self.owner)
+            attachment = self.attachments.get(p.sessionId)
+            if attachment is not None and attachment.subscription is not None:
+                await attachment.subscription.reached(self.bus.head(self.owner))
         finally:
             self.prompts.pop(msg_id, None)
             if blocks in self.own_prompts.get(p.sessionId, []):  # refused, or its turn never started: no echo comes
