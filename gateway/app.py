@@ -198,6 +198,7 @@ class Gateway:
                                    metrics=metrics.exposition, metrics_token=config.metrics_token,
                                    outbox_limit_bytes=config.outbox_limit_bytes,
                                    slow_reader_timeout=config.slow_reader_timeout,
+                                   socket_send_buffer=config.socket_send_buffer,
                                    health=lambda: node_fault(store, sessions),
                                 healthy=lambda: node_ok(store, sessions, self.unconfined),
                                    max_connections_per_owner=config.max_connections_per_owner,

@@ -85,6 +85,9 @@ class ServeConfig(BaseModel):
     outbox_limit_bytes: int = Field(default=4 << 20, ge=64 * 1024)
     # A client that takes nothing from its socket for this long is closed with 4429 (it reconnects from its cursor)
     slow_reader_timeout: float = Field(default=60.0, gt=0, le=3600)
+    # What the OS may hold of a connection's outgoing bytes (0: its own autotuning, up to megabytes): small keeps a
+    # slow reader's answers and pongs close behind its backlog; a frontend far away (high RTT) may want more
+    socket_send_buffer: int = Field(default=128 << 10, ge=0, le=64 << 20)
     max_batch: int = Field(default=100, ge=1, le=100_000)  # requests in one JSON-RPC batch
     allowed_origins: list[str] = Field(default_factory=list)
     log_level: str = "INFO"

@@ -135,6 +135,7 @@ class GatewayServer:
                  max_frame_bytes: int, allowed_origins: list[str], ui: Any = None,
                  outbox_limit: int = 100_000, max_connections_per_owner: int = 64,
                  outbox_limit_bytes: int = 4 << 20, slow_reader_timeout: float = 60.0,
+                 socket_send_buffer: int = 128 << 10,
                  health: Callable[[], str | None] | None = None,
                  healthy: Callable[[], str] | None = None, acp: AcpFactory | None = None,
                  metrics: Callable[[str | None], tuple[bytes, str]] | None = None,
@@ -146,6 +147,7 @@ class GatewayServer:
         self.outbox_limit = outbox_limit
         self.outbox_limit_bytes = outbox_limit_bytes
         self.slow_reader_timeout = slow_reader_timeout
+        self.socket_send_buffer = socket_send_buffer
         self.max_connections_per_owner = max_connections_per_owner
         self.per_owner: dict[str, int] = {}
         self.adapter = adapter
@@ -267,7 +269,7 @@ class GatewayServer:
     async def _serve_acp(self, connection: ServerConnection, owner: str, acp_id: str) -> None:
         """A remote ACP client: each frame answered by its `AcpPeer` (gateway.api.acp_server)."""
         assert self.acp is not None
-        cap_in_flight(connection)
+        cap_in_flight(connection, self.socket_send_buffer)
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes, self.slow_reader_timeout)
         peer = self.acp(owner, outbox, acp_id)
         keepalive = asyncio.ensure_future(self._keepalive(connection, outbox))
@@ -278,7 +280,7 @@ class GatewayServer:
 
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
         """A frontend of the API: each frame answered by the JSON-RPC adapter."""
-        cap_in_flight(connection)
+        cap_in_flight(connection, self.socket_send_buffer)
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes, self.slow_reader_timeout)
         liveness = Liveness(time.monotonic())
         promised = asyncio.Event()
@@ -363,17 +365,15 @@ class GatewayServer:
             hook()
 
 
-# What the OS may hold of a connection's outgoing bytes. Left to autotuning it grew to megabytes on loopback, and a
-# reader working through a backlog met its own keepalive's pong (and any answer) only after all of them: tens of
-# seconds at 200 messages a second, when its WebSocket client gave up (20 s). The backlog waits in the journal.
-SOCKET_SEND_BUFFER = 128 << 10
-
-
-def cap_in_flight(connection: ServerConnection) -> None:
+def cap_in_flight(connection: ServerConnection, send_buffer: int) -> None:
+    """Cap what the OS may hold of a connection's outgoing bytes (`socket_send_buffer`; 0 leaves it to the OS).
+    Left to autotuning it grew to megabytes on loopback, and a reader working through a backlog met its own
+    keepalive's pong (and any answer) only after all of them: tens of seconds at 200 messages a second, when its
+    WebSocket client gave up (20 s). The backlog waits in the journal instead."""
     sock = connection.transport.get_extra_info("socket") if connection.transport is not None else None
-    if sock is not None:
+    if sock is not None and send_buffer > 0:
         with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
 
 
 KEEPALIVE_INTERVAL = 20.0

@@ -73,6 +73,11 @@ class StoreBase(abc.ABC):
     @abc.abstractmethod
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
+    async def read_journal(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """A read of the event journal (a replay, a slow subscriber's next page): a backend may run it beside the
+        other statements rather than among them."""
+        return await self.fetchall(sql, params)
+
     @abc.abstractmethod
     async def write(self, sql: str, params: Sequence[Any] = ()) -> int:
         """One statement in a transaction of its own; the rows it changed."""

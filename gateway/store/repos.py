@@ -361,7 +361,7 @@ class EventRepo(_Repo):
         """The owner's notifications with since < id <= until, in id order, a window of ids at a time (so
         a page holds at most `window` frames): (frames, the cursor to ask from next, or None when done)."""
         end = min(until, since + window)
-        rows = await self.store.fetchall(REPLAY_PAGE, (owner, since, end, owner, end, end))
+        rows = await self.store.read_journal(REPLAY_PAGE, (owner, since, end, owner, end, end))
         frames: list[bytes] = []
         for _last, spans, blob in rows:
             frames.extend(journal_frames(spans, blob, since, end, session_id))
@@ -372,7 +372,7 @@ class EventRepo(_Repo):
         """(id, session id, frame) of the owner's events with since < id <= until, a window of ids at a time (as
         `after`): what another node committed, for this node's subscribers."""
         end = min(until, since + window)
-        rows = await self.store.fetchall(REPLAY_PAGE, (owner, since, end, owner, end, end))
+        rows = await self.store.read_journal(REPLAY_PAGE, (owner, since, end, owner, end, end))
         entries: list[tuple[int, str | None, bytes]] = []
         for _last, spans, blob in rows:
             entries.extend(journal_entries(spans, blob, since, end))

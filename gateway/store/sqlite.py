@@ -82,6 +82,7 @@ class SqliteStore(StoreBase):
         self._reclaim: asyncio.Task[None] | None = None
         self.max_pages = 0  # the file's cap in pages (0: none)
         self._claim: IO[bytes] | None = None
+        self._reader: aiosqlite.Connection | None = None  # journal reads (see read_journal)
 
     @classmethod
     async def open(cls, path: Path, max_bytes: int = 0) -> SqliteStore:
@@ -100,6 +101,8 @@ class SqliteStore(StoreBase):
         await store._migrate()
         await db.execute("PRAGMA foreign_keys=ON")
         store.journal = JournalWriter(path)
+        store._reader = await aiosqlite.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        await store._reader.execute("PRAGMA busy_timeout=5000")
         if max_bytes > 0:
             pages = max(1, max_bytes // store.journal.page_counts()[2])
             await db.execute(f"PRAGMA max_page_count = {pages}")
@@ -150,6 +153,9 @@ class SqliteStore(StoreBase):
             with contextlib.suppress(BaseException):
                 await self._reclaim
         await self.checkpoint_done()
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
         if self.journal is not None:
             self.journal.close()
             self.journal = None
@@ -270,6 +276,16 @@ class SqliteStore(StoreBase):
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         async with self._lock, self.db.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def read_journal(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """On a read-only connection of its own: in WAL mode a reader never blocks the journal's writer, so these
+        reads need not hold the store (which sends every group commit meanwhile down its slow path), and they no
+        longer share aiosqlite's connection with the WAL checkpoint (which then failed: "table is locked"). A
+        slow subscriber fed from the journal during a flood reads here all the time."""
+        if self._reader is None:
+            return await self.fetchall(sql, params)
+        async with self._reader.execute(sql, params) as cur:
             return list(await cur.fetchall())
 
     # -- the event journal: written on its own connection (see JournalWriter) ---------------------------------
