@@ -538,14 +538,22 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": args.session_id,
                                                                       "prompt": args.text}))
     asking: asyncio.Future[None] | None = None
+    ended = False  # the turn's `turn_ended` came
+    closed = asyncio.ensure_future(client.ws.wait_closed())
     try:
         while True:
+            if turn.done() and (ended or turn.exception() is not None or closed.done()):
+                break  # refused, or answered and every event of the turn printed (or no more can come)
             note = asyncio.ensure_future(client.notifications.get())
-            await asyncio.wait({note, turn}, return_when=asyncio.FIRST_COMPLETED)
+            # The answer may come before the turn's last events (the gateway answers calls ahead of a backlog):
+            # once it is in, the events are read on to the turn's end.
+            await asyncio.wait({note, closed} if turn.done() else {note, turn}, return_when=asyncio.FIRST_COMPLETED)
             if not note.done():
                 note.cancel()
-                break  # the answer came; every event of the turn was sent before it
+                continue
             event = note.result().get("params") or {}
+            if event.get("type") == "turn_ended":  # the subscription is this session's (named or not)
+                ended = True
             if args.json:
                 if event.get("type") not in ("heartbeat", "caught_up"):
                     print(orjson.dumps(event).decode(), flush=True)
@@ -576,6 +584,7 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
                           f"{orjson.dumps(event['data']['outcome']).decode()} (by {event['data'].get('by')})")
         result = turn.result()
     finally:
+        closed.cancel()
         if asking is not None:
             asking.cancel()
         chat.end()
