@@ -72,6 +72,7 @@ class Subscription:
     # it then; the feeder reads them from the journal.
     live: bool = False
     last_id: int = 0  # every event it wants up to this id has been handed to its sink
+    until: int = 0  # the head when it subscribed: its replay ends there, and `caught_up` says so
     heartbeat: asyncio.Task[None] | None = None
     batch: bool = False  # the subscriber accepts several notifications as one JSON array (subscribe {batch: true})
     caught_up: bool = False  # `caught_up` was sent: the replay it asked for is over
@@ -459,8 +460,9 @@ class EventBus:
                                       f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
                                       head=head, oldest=floor)
         # Registered not live: what is committed from here on is read from the journal until it is live.
+        head = self.head(owner)
         sub = Subscription(f"sub-{uuid.uuid4().hex[:12]}", owner, session_id, sink,
-                           last_id=self.head(owner) if since is None else since, batch=batch)
+                           last_id=head if since is None else since, until=head, batch=batch)
         self._subs[sub.id] = sub
         return sub
 
@@ -481,7 +483,9 @@ class EventBus:
         gets there its replay is over: re-offers, then `caught_up` (and what was committed meanwhile)."""
         try:
             while sub.id in self._subs:
-                head = self.head(sub.owner)
+                # Its replay ends at the head it subscribed at: what came after follows `caught_up`, as live
+                # events do (an ACP client takes what comes before it as the session's history).
+                head = self.head(sub.owner) if sub.caught_up else sub.until
                 if sub.last_id >= head:
                     if not sub.caught_up:
                         if self.reoffer is not None:

@@ -186,7 +186,7 @@ class RpcAdapter:
         ctx.subscriptions[sub.id] = sub
         # The answer goes out first; the replay follows it on the same connection.
         ctx.after_response.append(lambda: self._start_replay(sub))
-        return {"subscription_id": sub.id, "cursor": self.bus.head(ctx.owner)}  # the head it was registered at
+        return {"subscription_id": sub.id, "cursor": sub.until}
 
     def _start_replay(self, sub: Subscription) -> None:
         task = asyncio.ensure_future(self.bus.start_replay(sub))
