@@ -499,10 +499,11 @@ class EventBus:
                     sub.live = True
                     sub.advanced()
                     return
-                entries, _ = await self.store.events.entries_after(sub.owner, sub.last_id, head, self.FEED_PAGE_IDS)
+                entries, next_cursor = await self.store.events.entries_after(sub.owner, sub.last_id, head,
+                                                                             self.FEED_PAGE_IDS)
                 frames: list[bytes] = []
                 size = 0
-                through = min(head, sub.last_id + self.FEED_PAGE_IDS)
+                through = head if next_cursor is None else next_cursor  # what the page's window covered
                 for event_id, session_id, frame in entries:
                     if size >= self.FEED_PAGE_BYTES:
                         through = event_id - 1

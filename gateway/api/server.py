@@ -269,30 +269,22 @@ class GatewayServer:
     async def _serve_acp(self, connection: ServerConnection, owner: str, acp_id: str) -> None:
         """A remote ACP client: each frame answered by its `AcpPeer` (gateway.api.acp_server)."""
         assert self.acp is not None
-        cap_in_flight(connection, self.socket_send_buffer)
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes, self.slow_reader_timeout)
         peer = self.acp(owner, outbox, acp_id)
-        keepalive = asyncio.ensure_future(self._keepalive(connection, outbox))
-        try:
-            await self._serve_frames(connection, outbox, peer.handle, peer.closed)
-        finally:
-            keepalive.cancel()
+        await self._serve_frames(connection, outbox, peer.handle, peer.closed)
 
     async def _serve_connection(self, connection: ServerConnection, owner: str) -> None:
         """A frontend of the API: each frame answered by the JSON-RPC adapter."""
-        cap_in_flight(connection, self.socket_send_buffer)
         outbox = Outbox(connection, self.outbox_limit, self.outbox_limit_bytes, self.slow_reader_timeout)
         liveness = Liveness(time.monotonic())
         promised = asyncio.Event()
         ctx = RpcContext(owner=owner, sink=outbox, liveness=liveness, liveness_changed=promised.set)
         watchdog = asyncio.ensure_future(self._watch_heartbeats(ctx, liveness, promised, outbox))
-        keepalive = asyncio.ensure_future(self._keepalive(connection, outbox))
         try:
             await self._serve_frames(connection, outbox, functools.partial(self._answer, outbox, ctx),
                                      lambda: self.adapter.connection_closed(ctx), liveness)
         finally:
             watchdog.cancel()
-            keepalive.cancel()
 
     async def _keepalive(self, connection: ServerConnection, outbox: Outbox) -> None:
         """A WebSocket ping every KEEPALIVE_INTERVAL: a link whose pong does not come within KEEPALIVE_TIMEOUT is
@@ -331,8 +323,11 @@ class GatewayServer:
     async def _serve_frames(self, connection: ServerConnection, outbox: Outbox,
                             handle: Callable[[str | bytes], Coroutine[Any, Any, None]],
                             closed: Callable[[], None], liveness: Liveness | None = None) -> None:
-        """Every frame of a connection, in arrival order, handed to `handle`; `closed` once the connection is gone."""
+        """Every frame of a connection, in arrival order, handed to `handle`; `closed` once the connection is gone.
+        Meanwhile the connection's outgoing bytes in the OS are capped and its keepalive runs."""
         self.connections.add(connection)
+        cap_in_flight(connection, self.socket_send_buffer)
+        keepalive = asyncio.ensure_future(self._keepalive(connection, outbox))
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for frame in connection:
@@ -347,6 +342,7 @@ class GatewayServer:
             log.debug("connection closed: %s", exc)
         finally:
             self.connections.discard(connection)
+            keepalive.cancel()
             closed()
             outbox.close()
             for task in tasks:
