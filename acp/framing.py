@@ -140,7 +140,8 @@ def parse_frame(line: bytes, stats: FrameStats) -> dict[str, Any] | None:
     try:
         # A JSON-RPC message is an object: anything else is noise, told without parsing it (orjson sets aside a
         # buffer the size of its input, so a 64 MiB line of junk would cost 64 MiB more just to be refused).
-        if not bytes(line[:SAMPLE_BYTES]).lstrip().startswith(b"{") and len(line) > SAMPLE_BYTES:
+        # The length first: the head's copy is only made for a long line (a flood's short lines skip it).
+        if len(line) > SAMPLE_BYTES and not bytes(line[:SAMPLE_BYTES]).lstrip().startswith(b"{"):
             raise orjson.JSONDecodeError("not an object", "", 0)
         msg = orjson.loads(line)  # JSON allows the whitespace around it (a CR before the LF, say)
     except orjson.JSONDecodeError as exc:

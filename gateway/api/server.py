@@ -27,7 +27,6 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers, MultipleValuesError
-from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
@@ -38,6 +37,7 @@ from . import openrpc
 from .liveness import CLOSE_CODE as HEARTBEAT_CLOSE_CODE
 from .liveness import Liveness
 from .rpc import RpcAdapter, RpcContext
+from .wire import text_messages
 
 log = logging.getLogger(__name__)
 
@@ -489,27 +489,28 @@ class Outbox:
                         key: str = "websocket") -> None:
         """Frames as messages of their own, written to the socket at once (the only way the outbox writes): what
         websockets' `broadcast` does for one message, with one write for all of them (a write per message cost
-        half the relay rate of an array, measured). Without an extension (deflate) on the connection a server's
-        frames are the same bytes for every client, so with `shared` they are encoded once for all subscribers
-        (ten subscribers each encoding every frame relayed at a sixth of one subscriber's rate)."""
+        half the relay rate of an array, measured). A server's frames carry no mask and this gateway negotiates
+        no extension, so they are the same bytes for every client: with `shared` they are encoded once for all
+        subscribers (ten subscribers each encoding every frame relayed at a sixth of one subscriber's rate)."""
         connection = self.connection
         protocol = connection.protocol
         if protocol.state is not State.OPEN or connection.send_in_progress is not None:
             return  # closing, as `broadcast` skips it
         try:
-            if shared is not None and not protocol.extensions:
-                wire = shared.get(key)
-                if wire is None:
-                    wire = shared[key] = b"".join(
-                        Frame(Opcode.TEXT, frame).serialize(mask=False) for frame in frames)
-                connection.transport.write(wire)
-                self.written += len(wire)
+            if protocol.extensions:  # never negotiated here (`compression=None`); kept correct if it ever is
+                for frame in frames:
+                    protocol.send_text(frame)
+                data = protocol.data_to_send()
+                connection.transport.writelines([chunk for chunk in data if chunk])
+                self.written += sum(map(len, data))
                 return
-            for frame in frames:
-                protocol.send_text(frame)
-            data = protocol.data_to_send()
-            connection.transport.writelines([chunk for chunk in data if chunk])
-            self.written += sum(map(len, data))
+            wire = shared.get(key) if shared is not None else None
+            if wire is None:
+                wire = text_messages(frames)
+                if shared is not None:
+                    shared[key] = wire
+            connection.transport.write(wire)
+            self.written += len(wire)
         except Exception as exc:
             log.debug("write failed, closing the connection: %s", exc)
             self.cut("write failed")
