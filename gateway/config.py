@@ -40,6 +40,11 @@ class ServeConfig(BaseModel):
     # Seals the commands cluster nodes forward to each other (the same on every node; required with a PostgreSQL
     # store). Only here, in the configuration: never in the environment, which an unconfined agent can read.
     cluster_secret: str | None = Field(default=None, min_length=32, repr=False)
+    # On a PostgreSQL store: whether a journal group commit waits for the server's WAL flush before its events are
+    # published (true, PostgreSQL's default). false: it does not (`synchronous_commit = off` for journal rows
+    # only): events survive kill -9 of any node, as on SQLite, but a crash of the PostgreSQL server itself may lose
+    # its last ~0.6 s of them (docs/deployment.md).
+    journal_synchronous_commit: bool = True
     agents_dir: list[str] = Field(default_factory=list)
     # Record each agent process's ACP traffic, one directory per session (`<record_dir>/<session id>/NNN.jsonl`),
     # secrets and the session's paths written out: a session that went wrong becomes a fixture and a bug report.

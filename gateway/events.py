@@ -26,7 +26,7 @@ import orjson
 
 from . import metrics
 from .errors import log_fault, resync_required
-from .store import EventGroup, EventRow, PruneGoal, StoreBase
+from .store import EventGroup, EventRow, JournalEntry, PruneGoal, StoreBase
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,7 @@ class EventBus:
         # order however they arrive.
         self._delivery = asyncio.Lock()
         self._waking: dict[str, asyncio.Task[None]] = {}
+        self._wanted: dict[str, int] = {}  # owner -> the newest id another writer said it committed, not handed out
         self._poller: asyncio.Task[None] | None = None
         self.poll_interval = 1.0
 
@@ -364,19 +365,32 @@ class EventBus:
             self._committed(group, waiters, pruned)
 
     # -- other nodes' events (a shared journal) --------------------------------------------------------------
-    def _heard(self, owner: str, last_id: int) -> None:
-        """The store says another writer committed the owner's events up to `last_id`."""
-        if last_id > self.head(owner) and self._watched(owner):
-            self._wake(owner, last_id)
+    def _heard(self, owner: str, last_id: int, entries: list[JournalEntry] | None = None) -> None:
+        """The store says another writer committed the owner's events up to `last_id`; `entries` are those events
+        when they fitted in its notification."""
+        if last_id <= self.head(owner) or not self._watched(owner):
+            return
+        if entries and entries[0][0] == self.head(owner) + 1 and not self._delivery.locked():
+            # The very next events, in hand: handed out now, as a catch-up would hand them out after reading the
+            # journal (a round trip more); nothing else hands out meanwhile (no await here, no delivery running).
+            self._hand_out(owner, entries)
+            return
+        self._wake(owner, last_id)
 
     def _wake(self, owner: str, last_id: int) -> None:
+        self._wanted[owner] = max(self._wanted.get(owner, 0), last_id)
         if owner in self._waking and not self._waking[owner].done():
-            return  # the running catch-up reads to the journal's end as it is then, or the next wake-up does
+            return  # the running catch-up reads on to what is wanted now
 
         async def catch_up() -> None:
             try:
                 async with self._delivery:
-                    await self._catch_up(owner, last_id)
+                    while self.head(owner) < self._wanted.get(owner, 0):
+                        before = self.head(owner)
+                        await self._catch_up(owner, self._wanted[owner])
+                        if self.head(owner) == before:
+                            break  # not in the journal (yet): the poll comes back for it
+                    self._wanted.pop(owner, None)
             except Exception as exc:  # the poll tries again
                 log_fault(log, f"catching up on {owner}'s events from the journal failed", exc)
 
@@ -419,10 +433,14 @@ class EventBus:
         while cursor is not None and cursor < until:
             entries, cursor = await self.store.events.entries_after(owner, cursor, until)
             if entries:
-                events = [EventRow(event_id, "", owner, session_id, None, 0.0, {}, frame)
-                          for event_id, session_id, frame in entries]
-                self._fan_out(EventGroup(events, [e.frame() for e in events], None))
-                self._past(owner, events[-1].id)
+                self._hand_out(owner, entries)
+
+    def _hand_out(self, owner: str, entries: list[JournalEntry]) -> None:
+        """Hand out another writer's events of the owner (the next ones after this node's head, in id order)."""
+        events = [EventRow(event_id, "", owner, session_id, None, 0.0, {}, frame)
+                  for event_id, session_id, frame in entries]
+        self._fan_out(EventGroup(events, [e.frame() for e in events], None))
+        self._past(owner, events[-1].id)
 
     def _fan_out(self, group: EventGroup) -> None:
         """Hand committed events (in id order) to every subscription that wants them; move the heads after."""

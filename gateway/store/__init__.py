@@ -6,7 +6,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from .base import StoreBase, StoreInUse, Tx
-from .journal import JournalWriter, PruneGoal, journal_frames, journal_rows
+from .journal import JournalEntry, JournalWriter, PruneGoal, journal_entries, journal_frames, journal_rows
 from .migrations import MIGRATIONS
 from .repos import REPLAY_PAGE
 from .rows import (
@@ -32,6 +32,7 @@ __all__ = [
     "EventRow",
     "ExecutorRow",
     "HistoryEntry",
+    "JournalEntry",
     "JournalHead",
     "JournalWriter",
     "PruneGoal",
@@ -43,6 +44,7 @@ __all__ = [
     "StoredHistory",
     "TaskRow",
     "Tx",
+    "journal_entries",
     "journal_frames",
     "journal_rows",
     "open_store",
@@ -71,10 +73,13 @@ def sqlite_path(url: str) -> Path:
     return Path(url[len("sqlite://"):]) if url.startswith("sqlite://") else Path(url)
 
 
-async def open_store(url: str, max_bytes: int = 0, node: str | None = None) -> StoreBase:
-    """Open (creating and migrating) the store `url` names; on PostgreSQL, writing as `node` (fenced by leases)."""
+async def open_store(url: str, max_bytes: int = 0, node: str | None = None,
+                     journal_synchronous_commit: bool = True) -> StoreBase:
+    """Open (creating and migrating) the store `url` names; on PostgreSQL, writing as `node` (fenced by leases), its
+    journal commits waiting for the WAL flush unless `journal_synchronous_commit` is false."""
     if store_kind(url) == "postgresql":
         from .postgres import PostgresStore
 
-        return await PostgresStore.open(url, max_bytes=max_bytes, node=node)
+        return await PostgresStore.open(url, max_bytes=max_bytes, node=node,
+                                        journal_synchronous_commit=journal_synchronous_commit)
     return await SqliteStore.open(sqlite_path(url), max_bytes=max_bytes)

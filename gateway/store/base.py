@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .journal import PruneGoal
+from .journal import JournalEntry, PruneGoal
 from .repos import (
     CancelRepo,
     ConfigRepo,
@@ -102,9 +102,11 @@ class StoreBase(abc.ABC):
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]: ...
 
     @abc.abstractmethod
-    async def listen(self, on_commit: Callable[[str, int], None]) -> None:
-        """Call `on_commit(owner, last_id)` when another process commits events (a wake-up only: it may come late,
-        twice, or not at all). A store only this process writes has nothing to say."""
+    async def listen(self, on_commit: Callable[[str, int, list[JournalEntry] | None], None]) -> None:
+        """Call `on_commit(owner, last_id, entries)` when another process commits events (a wake-up only: it may
+        come late, twice, or not at all). `entries` are the committed events themselves, (id, session id, frame) in id
+        order, when they fitted in the notification; else None, and the journal has them. A store only this process
+        writes has nothing to say."""
 
     # -- upkeep ----------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -13,6 +13,9 @@ import orjson
 
 from .rows import EventGroup, EventRow
 
+# One event as the journal keeps it: (id, session id, its `task.session.event` frame).
+JournalEntry = tuple[int, str | None, bytes]
+
 
 @dataclass(frozen=True)
 class PruneGoal:
@@ -105,11 +108,10 @@ def journal_frames(spans: str | bytes, frames: bytes, since: int, until: int,
     return out
 
 
-def journal_entries(spans: str | bytes, frames: bytes, since: int,
-                    until: int) -> list[tuple[int, str | None, bytes]]:
+def journal_entries(spans: str | bytes, frames: bytes, since: int, until: int) -> list[JournalEntry]:
     """(id, session id, frame) of each event of one journal row with since < id <= until, in id order."""
     parts = bytes(frames).split(b"\n")
-    out: list[tuple[int, str | None, bytes]] = []
+    out: list[JournalEntry] = []
     index = 0
     for first, count, sid in orjson.loads(spans):
         lo, hi = max(first, since + 1), min(first + count - 1, until)

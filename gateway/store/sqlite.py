@@ -23,7 +23,7 @@ import aiosqlite
 
 from ..errors import is_storage_error
 from .base import StoreBase, StoreInUse, Tx
-from .journal import JournalWriter, PruneGoal
+from .journal import JournalEntry, JournalWriter, PruneGoal
 from .migrations import MIGRATIONS
 from .rows import EventGroup
 
@@ -320,7 +320,7 @@ class SqliteStore(StoreBase):
         # a third of a flood's time, measured).
         return pruned
 
-    async def listen(self, on_commit: Callable[[str, int], None]) -> None:
+    async def listen(self, on_commit: Callable[[str, int, list[JournalEntry] | None], None]) -> None:
         """Only this gateway writes its SQLite file: there is nobody else to hear of."""
 
     async def prune(self, prune: Mapping[str, PruneGoal]) -> dict[str, int]:
