@@ -234,7 +234,8 @@ class Gateway:
         shown = redacted(url)
         try:
             store = await open_store(url, max_bytes=self.config.store_max_bytes, node=node,
-                                     journal_synchronous_commit=self.config.journal_synchronous_commit)
+                                     journal_synchronous_commit=self.config.journal_synchronous_commit,
+                                     cluster_secret=(self.config.cluster_secret or "").encode())
         except Exception as exc:
             if is_storage_error(exc) or type(exc).__module__.startswith("asyncpg"):
                 raise StartupError(f"cannot open the store {shown}: {exc}") from None

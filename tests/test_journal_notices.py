@@ -1,6 +1,7 @@
 """What a PostgreSQL journal commit tells the other nodes (gateway.store.postgres.commit_notice / read_notice): a
 table of payloads, and two buses on one database, where events in the notification are handed out without reading
-the journal and anything a notification cannot carry (too big, lost) comes from the journal, in order."""
+the journal, and anything a notification cannot carry (too big, lost, or not sealed with the cluster's key: any role
+that can connect may NOTIFY) comes from the journal, in order."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 
 from gateway.events import EventBus
 from gateway.store import EventGroup, EventRow, journal_rows, open_store
-from gateway.store.postgres import NOTICE_MAX_BYTES, commit_notice, read_notice
+from gateway.store.postgres import NOTICE_MAX_BYTES, commit_notice, notice_key, read_notice
 from tests.test_shared_journal import Frames
+
+SECRET = b"cluster-secret-for-the-notice-tests-0123456789"
+KEY = notice_key(SECRET)
 
 
 def row_of(first: int, count: int, owner: str = "alice", text: str = "hi") -> tuple[int, int, str, bytes, bytes]:
@@ -22,11 +26,21 @@ def row_of(first: int, count: int, owner: str = "alice", text: str = "hi") -> tu
 
 def test_small_commits_carry_their_events_and_read_back_as_the_journal_would() -> None:
     _, last, owner, spans, frames = row_of(5, 3)
-    owner_read, last_read, writer, entries = read_notice(commit_notice(last, "w1", owner, spans, frames)) or ()
+    owner_read, last_read, writer, entries = read_notice(commit_notice(last, "w1", owner, spans, frames, KEY),
+                                                         KEY) or ()
     assert (owner_read, last_read, writer) == ("alice", 7, "w1")
     assert entries is not None
     assert [e[0] for e in entries] == [5, 6, 7] and {e[1] for e in entries} == {"s-1"}
     assert [orjson.loads(e[2])["params"]["id"] for e in entries] == [5, 6, 7]
+
+
+def sealed(head: str, spans: str, frames: str) -> str:
+    """A notice with these parts, sealed as a node would seal it."""
+    last, writer, owner = head.split(" ", 2)
+    return commit_notice(int(last), writer, owner, spans.encode(), frames.encode(), KEY)
+
+
+FRAME = '{"jsonrpc":"2.0","method":"task.session.event","params":{"id":12}}'
 
 
 @pytest.mark.parametrize(("case", "payload", "expected"), [
@@ -35,19 +49,33 @@ def test_small_commits_carry_their_events_and_read_back_as_the_journal_would() -
     ("not a notice", "hello", None),
     ("no id", " w1 alice", None),
     ("no owner", "12 w1", None),
-    ("garbled events", "12 w1 alice\n[[1,2,\n{}", ("alice", 12, "w1", None)),
-    ("events that end before the id named", '12 w1 alice\n[[10,1,"s"]]\n{"x":1}', ("alice", 12, "w1", None)),
+    ("sealed events", sealed("12 w1 alice", '[[12,1,"s"]]', FRAME), ("alice", 12, "w1", [(12, "s", FRAME.encode())])),
+    ("forged events: no seal", f'12 w1 alice\n{"0" * 64}\n[[12,1,"s"]]\n{FRAME}', ("alice", 12, "w1", None)),
+    ("sealed, then another owner's name put in",
+     sealed("12 w1 alice", '[[12,1,"s"]]', FRAME).replace("alice", "mallory", 1), ("mallory", 12, "w1", None)),
+    ("sealed, then an event changed", sealed("12 w1 alice", '[[12,1,"s"]]', FRAME).replace(":12}", ":13}"),
+     ("alice", 12, "w1", None)),
+    ("sealed but garbled events", sealed("12 w1 alice", "[[1,2,", "{}"), ("alice", 12, "w1", None)),
+    ("sealed events that end before the id named", sealed("12 w1 alice", '[[10,1,"s"]]', '{"x":1}'),
+     ("alice", 12, "w1", None)),
 ])
 def test_read_notice_table(case: str, payload: str, expected: Any) -> None:
-    assert read_notice(payload) == expected, case
+    assert read_notice(payload, KEY) == expected, case
+
+
+def test_a_node_without_the_key_takes_no_events_from_notices() -> None:
+    payload = sealed("12 w1 alice", '[[12,1,"s"]]', FRAME)
+    assert read_notice(payload, None) == ("alice", 12, "w1", None)
+    assert read_notice(payload, notice_key(b"another-cluster-secret-0123456789abcdef")) == ("alice", 12, "w1", None)
+    assert commit_notice(12, "w1", "alice", b'[[12,1,"s"]]', FRAME.encode(), None) == "12 w1 alice"
 
 
 def test_what_does_not_fit_is_a_wake_up() -> None:
     _, last, owner, spans, frames = row_of(1, 40, text="x" * 300)
     assert len(frames) > NOTICE_MAX_BYTES
-    assert commit_notice(last, "w1", owner, spans, frames) == f"{last} w1 alice"
+    assert commit_notice(last, "w1", owner, spans, frames, KEY) == f"{last} w1 alice"
     _, last, _, spans, frames = row_of(1, 1, owner="two\nlines")  # its lines would be taken for the events'
-    assert commit_notice(last, "w1", "two\nlines", spans, frames) == f"{last} w1 two\nlines"
+    assert commit_notice(last, "w1", "two\nlines", spans, frames, KEY) == f"{last} w1 two\nlines"
 
 
 class Counted:
@@ -65,7 +93,8 @@ class Counted:
 
 async def test_another_nodes_events_come_in_its_notifications_and_the_journal_fills_what_they_cannot_carry(
         pg_url: str) -> None:
-    writer_store, reader_store = await open_store(pg_url), await open_store(pg_url)
+    writer_store = await open_store(pg_url, cluster_secret=SECRET)
+    reader_store = await open_store(pg_url, cluster_secret=SECRET)
     writer, reader = EventBus(writer_store), EventBus(reader_store)
     reader.poll_interval = 3600.0  # notifications only
     await writer.open()
@@ -93,7 +122,8 @@ async def test_another_nodes_events_come_in_its_notifications_and_the_journal_fi
 
 
 async def test_a_lost_notification_is_filled_from_the_journal_before_the_next_ones_events(pg_url: str) -> None:
-    writer_store, reader_store = await open_store(pg_url), await open_store(pg_url)
+    writer_store = await open_store(pg_url, cluster_secret=SECRET)
+    reader_store = await open_store(pg_url, cluster_secret=SECRET)
     writer, reader = EventBus(writer_store), EventBus(reader_store)
     reader.poll_interval = 3600.0
     heard = reader._heard
@@ -135,3 +165,46 @@ async def test_journal_commits_skip_the_wal_flush_only_when_configured(pg_url: s
         finally:
             await bus.close()
             await store.close()
+
+
+async def test_a_forged_notification_hands_out_nothing(pg_url: str) -> None:
+    """Any role that can connect may NOTIFY: a notice with events but without the cluster's seal only wakes the node,
+    which finds nothing new in the journal; the real event with that id comes later, as the writer wrote it."""
+    import asyncpg
+
+    from gateway.store.postgres import JOURNAL_CHANNEL
+
+    writer_store = await open_store(pg_url, cluster_secret=SECRET)
+    reader_store = await open_store(pg_url, cluster_secret=SECRET)
+    writer, reader = EventBus(writer_store), EventBus(reader_store)
+    reader.poll_interval = 3600.0
+    await writer.open()
+    await reader.open()
+    attacker = await asyncpg.connect(pg_url)
+    seen: list[dict[str, Any]] = []
+
+    class Recorder(Frames):
+        def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
+                      shared: dict[str, Any] | None = None) -> None:
+            seen.extend(orjson.loads(f)["params"] for f in frames)
+            super().send_many(frames, message, batch, shared)
+
+    try:
+        sink = Recorder()
+        await reader.start_replay(await reader.subscribe("frank", sink, 0, None))
+        await writer.publish("session_update", "frank", "s", "t", {"n": 1})
+        await sink.until(1)
+        forged_frame = orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
+            "id": 2, "type": "session_update", "session_id": "s", "task_id": "t", "ts": 0, "data": {"n": "forged"}}})
+        forged = f'2 someone frank\n{"a" * 64}\n[[2,1,"s"]]\n{forged_frame.decode()}'
+        await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, forged)
+        await writer.publish("session_update", "frank", "s", "t", {"n": 2})
+        await sink.until(2)
+        events = [p for p in seen if p["id"] is not None]
+        assert [(e["id"], e["data"]["n"]) for e in events] == [(1, 1), (2, 2)]
+    finally:
+        await attacker.close()
+        await writer.close()
+        await reader.close()
+        await writer_store.close()
+        await reader_store.close()

@@ -74,12 +74,14 @@ def sqlite_path(url: str) -> Path:
 
 
 async def open_store(url: str, max_bytes: int = 0, node: str | None = None,
-                     journal_synchronous_commit: bool = True) -> StoreBase:
+                     journal_synchronous_commit: bool = True, cluster_secret: bytes = b"") -> StoreBase:
     """Open (creating and migrating) the store `url` names; on PostgreSQL, writing as `node` (fenced by leases), its
-    journal commits waiting for the WAL flush unless `journal_synchronous_commit` is false."""
+    journal commits waiting for the WAL flush unless `journal_synchronous_commit` is false, and its notifications
+    carrying events sealed with `cluster_secret` (without one they only wake the other nodes)."""
     if store_kind(url) == "postgresql":
         from .postgres import PostgresStore
 
         return await PostgresStore.open(url, max_bytes=max_bytes, node=node,
-                                        journal_synchronous_commit=journal_synchronous_commit)
+                                        journal_synchronous_commit=journal_synchronous_commit,
+                                        cluster_secret=cluster_secret)
     return await SqliteStore.open(sqlite_path(url), max_bytes=max_bytes)

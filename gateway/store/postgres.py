@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
+import hmac
 import logging
 import re
 import uuid
@@ -25,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
+import orjson
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import is_storage_error
@@ -70,28 +73,43 @@ def numbered(sql: str) -> str:
     return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
 
 
-def commit_notice(last_id: int, writer: str, owner: str, spans: bytes, frames: bytes) -> str:
-    """What a journal commit tells the other nodes: "<last id> <writer id> <owner>", then, when they fit, a line of
-    the row's spans and its frames (newline-joined, as the journal keeps them) so a listener hands them out without
-    reading the journal. Nodes of an older version read the first line's owner to the end of the payload, find no
-    subscriber of it, and catch up by their poll."""
+def notice_key(cluster_secret: bytes) -> bytes:
+    """The key that seals the events a commit's notification carries, derived from the cluster secret (so a sealed
+    notice and a sealed command can never stand for each other)."""
+    return hmac.new(cluster_secret, b"acp-gateway journal notice v1", hashlib.sha256).digest()
+
+
+def _notice_mac(key: bytes, head: str, spans: str, frames: str) -> str:
+    return hmac.new(key, orjson.dumps([head, spans, frames]), hashlib.sha256).hexdigest()
+
+
+def commit_notice(last_id: int, writer: str, owner: str, spans: bytes, frames: bytes, key: bytes | None) -> str:
+    """What a journal commit tells the other nodes: "<last id> <writer id> <owner>", then, when they fit and there is a
+    `key`, the events themselves: a line with their MAC, a line of the row's spans, and its frames (newline-joined, as
+    the journal keeps them), so a listener hands them out without reading the journal. The MAC is needed because any
+    role that can connect to the database can NOTIFY on any channel: forged events must never reach a subscriber.
+    Nodes of an older version read the first line's owner to the end of the payload, find no subscriber of it, and
+    catch up by their poll."""
     head = f"{last_id} {writer} {owner}"
-    if "\n" in owner or len(head) + len(spans) + len(frames) + 2 >= NOTICE_MAX_BYTES:
+    if key is None or "\n" in owner or len(head) + len(spans) + len(frames) + 67 >= NOTICE_MAX_BYTES:
         return head
-    return f"{head}\n{spans.decode()}\n{frames.decode()}"
+    text_spans, text_frames = spans.decode(), frames.decode()
+    return f"{head}\n{_notice_mac(key, head, text_spans, text_frames)}\n{text_spans}\n{text_frames}"
 
 
-def read_notice(payload: str) -> tuple[str, int, str, list[JournalEntry] | None] | None:
+def read_notice(payload: str, key: bytes | None) -> tuple[str, int, str, list[JournalEntry] | None] | None:
     """(owner, last id, writer, the events when they came along) of a `commit_notice`; None when it is not one. Events
-    that do not end at the last id it names (a payload cut or garbled) are left to the journal."""
+    whose MAC does not verify with `key`, or that do not end at the last id named, are left to the journal (the
+    notification is then a wake-up only)."""
     head, _, body = payload.partition("\n")
     last, _, rest = head.partition(" ")
     writer, _, owner = rest.partition(" ")
     if not last.isdigit() or not writer or not owner:
         return None
     entries: list[JournalEntry] | None = None
-    if body:
-        spans, _, frames = body.partition("\n")
+    mac, _, rest = body.partition("\n")
+    spans, _, frames = rest.partition("\n")
+    if key is not None and body and hmac.compare_digest(mac, _notice_mac(key, head, spans, frames)):
         try:
             entries = journal_entries(spans, frames.encode(), 0, int(last)) or None
         except (ValueError, TypeError, IndexError):
@@ -138,12 +156,14 @@ class PostgresStore(StoreBase):
     shared_journal = True
 
     def __init__(self, pool: asyncpg.Pool, url: str, settings: dict[str, str] | None = None,
-                 journal_synchronous_commit: bool = True) -> None:
+                 journal_synchronous_commit: bool = True, cluster_secret: bytes = b"") -> None:
         super().__init__()
         self.pool = pool
         self.url = url
         self.settings = settings or {}  # each connection's server settings (the node it writes as)
         self.journal_synchronous_commit = journal_synchronous_commit
+        # Seals the events a commit's notification carries; without a cluster secret, notifications only wake.
+        self.notice_key = notice_key(cluster_secret) if cluster_secret else None
         self._journal: asyncpg.Connection | None = None  # journal group commits' own connection, made when needed
         self._journal_lock = asyncio.Lock()
         self.failure: str | None = None  # the last write's fault, until a write succeeds again
@@ -157,13 +177,13 @@ class PostgresStore(StoreBase):
 
     @classmethod
     async def open(cls, url: str, max_bytes: int = 0, pool_size: int = 10, node: str | None = None,
-                   journal_synchronous_commit: bool = True) -> PostgresStore:
+                   journal_synchronous_commit: bool = True, cluster_secret: bytes = b"") -> PostgresStore:
         """Connect and migrate. `max_bytes` is SQLite's file cap: on PostgreSQL, the server's own quotas apply.
         `node` (a gateway process: its node id and incarnation) is who its writes are fenced as (migration 4)."""
         settings = {"application_name": "acp-gateway", **({"acp.node": node} if node else {})}
         pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, command_timeout=60,
                                          server_settings=settings, reset=_session_kept)
-        store = cls(pool, url, settings, journal_synchronous_commit)
+        store = cls(pool, url, settings, journal_synchronous_commit, cluster_secret)
         try:
             await store._migrate()
         except BaseException:
@@ -263,7 +283,8 @@ class PostgresStore(StoreBase):
         first event): the caller renumbers."""
         first, last, owner, spans, frames = journal_rows(group)[0]
         done = await conn.fetch(JOURNAL_AS_PROVISIONAL, owner, first - 1, last, len(frames), spans.decode(), frames,
-                                JOURNAL_CHANNEL, commit_notice(last, self.writer_id, owner, spans, frames))
+                                JOURNAL_CHANNEL, commit_notice(last, self.writer_id, owner, spans, frames,
+                                                               self.notice_key))
         return bool(done)
 
     async def _append_renumbered(self, tx: Tx, group: EventGroup, prune: Mapping[str, PruneGoal] | None) -> dict[
@@ -284,8 +305,8 @@ class PostgresStore(StoreBase):
         await tx.executemany("INSERT INTO journal (owner, first_id, last_id, size, spans, frames) "
                              "VALUES (?, ?, ?, ?, ?, ?)", rows)
         for _, last, owner, spans, frames in written:
-            await tx.execute("SELECT pg_notify(?, ?)", (JOURNAL_CHANNEL,
-                                                        commit_notice(last, self.writer_id, owner, spans, frames)))
+            await tx.execute("SELECT pg_notify(?, ?)", (JOURNAL_CHANNEL, commit_notice(
+                last, self.writer_id, owner, spans, frames, self.notice_key)))
         return {owner: await _prune(tx, owner, goal) for owner, goal in (prune or {}).items()}
 
     async def _journal_connection(self) -> asyncpg.Connection:
@@ -304,7 +325,7 @@ class PostgresStore(StoreBase):
 
     async def listen(self, on_commit: Callable[[str, int, list[JournalEntry] | None], None]) -> None:
         def heard(payload: str) -> None:
-            notice = read_notice(payload)
+            notice = read_notice(payload, self.notice_key)
             if notice is not None and notice[2] != self.writer_id:  # not its own commits
                 on_commit(notice[0], notice[1], notice[3])
 
