@@ -166,6 +166,7 @@ class EventBus:
         self._delivery = asyncio.Lock()
         self._waking: dict[str, asyncio.Task[None]] = {}
         self._wanted: dict[str, int] = {}  # owner -> the newest id another writer said it committed, not handed out
+        self._rewoken: set[str] = set()  # owners woken again while their catch-up read the journal
         self._poller: asyncio.Task[None] | None = None
         self.poll_interval = 1.0
 
@@ -380,17 +381,20 @@ class EventBus:
     def _wake(self, owner: str, last_id: int) -> None:
         self._wanted[owner] = max(self._wanted.get(owner, 0), last_id)
         if owner in self._waking and not self._waking[owner].done():
-            return  # the running catch-up reads on to what is wanted now
+            self._rewoken.add(owner)  # the running catch-up reads the journal once more before it stops
+            return
 
         async def catch_up() -> None:
             try:
                 async with self._delivery:
                     while self.head(owner) < self._wanted.get(owner, 0):
+                        self._rewoken.discard(owner)
                         before = self.head(owner)
                         await self._catch_up(owner, self._wanted[owner])
-                        if self.head(owner) == before:
-                            break  # not in the journal (yet): the poll comes back for it
+                        if self.head(owner) == before and owner not in self._rewoken:
+                            break  # not in the journal (a forged wake-up, say): the poll comes back for it
                     self._wanted.pop(owner, None)
+                    self._rewoken.discard(owner)
             except Exception as exc:  # the poll tries again
                 log_fault(log, f"catching up on {owner}'s events from the journal failed", exc)
 
@@ -443,8 +447,16 @@ class EventBus:
         self._past(owner, events[-1].id)
 
     def _fan_out(self, group: EventGroup) -> None:
-        """Hand committed events (in id order) to every subscription that wants them; move the heads after."""
+        """Hand committed events (in id order) to every subscription that wants them; move the heads after. A group of
+        several sessions is split by owner and session once, not filtered by each subscription (with 96 sessions of
+        one owner flooding, each with a subscriber, that filtering cost more than the rest of the relay)."""
         events = group.events
+        by_session: dict[tuple[str, str | None], list[EventRow]] = {}
+        by_owner: dict[str, list[EventRow]] = {}
+        if group.stream is None:
+            for event in events:
+                by_session.setdefault((event.owner, event.session_id), []).append(event)
+                by_owner.setdefault(event.owner, []).append(event)
         for sub in list(self._subs.values()):
             if not sub.live:
                 continue  # the journal feeds it: it reads these there, in order, at its own pace
@@ -452,7 +464,8 @@ class EventBus:
                 if group.stream is not None:  # one owner, one session: all or nothing
                     handed = not sub.wants(events[0]) or sub.deliver(events, group)
                 else:
-                    wanted = [event for event in events if sub.wants(event)]
+                    wanted = (by_owner.get(sub.owner) if sub.session_id is None
+                              else by_session.get((sub.owner, sub.session_id)))
                     handed = not wanted or sub.deliver(wanted)
                 if not handed:
                     self._fall_behind(sub)

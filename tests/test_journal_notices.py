@@ -5,6 +5,7 @@ that can connect may NOTIFY) comes from the journal, in order."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -202,6 +203,58 @@ async def test_a_forged_notification_hands_out_nothing(pg_url: str) -> None:
         await sink.until(2)
         events = [p for p in seen if p["id"] is not None]
         assert [(e["id"], e["data"]["n"]) for e in events] == [(1, 1), (2, 2)]
+    finally:
+        await attacker.close()
+        await writer.close()
+        await reader.close()
+        await writer_store.close()
+        await reader_store.close()
+
+
+async def test_a_notice_heard_while_a_catch_up_reads_the_journal_is_not_left_to_the_poll(pg_url: str) -> None:
+    """A catch-up that finds nothing new stops; a notice heard while it was reading (its events committed after the read
+    began) must make it read once more, not wait for the poll (an hour here)."""
+    import asyncpg
+
+    from gateway.store.postgres import JOURNAL_CHANNEL
+
+    writer_store = await open_store(pg_url, cluster_secret=SECRET)
+    reader_store = await open_store(pg_url, cluster_secret=SECRET)
+    writer, reader = EventBus(writer_store), EventBus(reader_store)
+    reader.poll_interval = 3600.0
+    second_heard = asyncio.Event()
+    hear = reader._heard
+
+    def heard(owner: str, last_id: int, entries: Any = None) -> None:
+        hear(owner, last_id, entries)
+        if last_id == 2:
+            second_heard.set()
+
+    reader._heard = heard  # type: ignore[method-assign]
+    await writer.open()
+    await reader.open()
+    attacker = await asyncpg.connect(pg_url)
+    try:
+        sink = Frames()
+        await reader.start_replay(await reader.subscribe("gina", sink, 0, None))
+        await writer.publish("session_update", "gina", "s", "t", {"n": 1})
+        await sink.until(1)
+        read = reader_store.events.entries_after
+        reads = 0
+
+        async def read_then_commit(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            found = await read(*args, **kwargs)
+            if reads == 1:  # event 2 is committed, and its notice heard, after this read saw the journal
+                await writer.publish("session_update", "gina", "s", "t", {"n": 2})
+                await asyncio.wait_for(second_heard.wait(), 15)
+            return found
+
+        reader_store.events.entries_after = read_then_commit  # type: ignore[method-assign]
+        await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, "5 someone gina")  # a wake-up: a read
+        await sink.until(2)
+        assert sink.ids == [1, 2] and reads >= 2
     finally:
         await attacker.close()
         await writer.close()
