@@ -310,23 +310,37 @@ class OwnerSessionClient:
             await self.conn.call("task.session.subscribe", {"since": self.cursor, "batch": True})
 
     async def _consume(self) -> None:
+        """Handle the connection's notifications until it closes, reconciling when asked. What is queued already is
+        taken at once: a future per notification (three, with a wait over them) made this client the slowest in the
+        bench, and left tasks pending when it was cancelled."""
         assert self.conn is not None
         conn = self.conn
-        while True:
-            getter = asyncio.ensure_future(conn.notifications.get())
-            closed = asyncio.ensure_future(conn.ws.wait_closed())
-            reconcile = asyncio.ensure_future(self._reconcile_now.wait())
-            done, _ = await asyncio.wait({getter, closed, reconcile}, return_when=asyncio.FIRST_COMPLETED)
-            for fut in (getter, closed, reconcile):
-                if fut not in done:
-                    fut.cancel()
-            if getter in done:
-                self._handle(getter.result())
-            elif reconcile in done:
-                self._reconcile_now.clear()
-                await self._reconcile()
-            else:
-                raise ConnectionError("stream closed")
+        queue = conn.notifications
+        closed = asyncio.ensure_future(conn.ws.wait_closed())
+        reconcile = asyncio.ensure_future(self._reconcile_now.wait())
+        try:
+            while True:
+                while not queue.empty() and not self._reconcile_now.is_set():
+                    self._handle(queue.get_nowait())
+                if self._reconcile_now.is_set():
+                    self._reconcile_now.clear()
+                    reconcile.cancel()
+                    reconcile = asyncio.ensure_future(self._reconcile_now.wait())
+                    await self._reconcile()
+                    continue
+                if closed.done():
+                    raise ConnectionError("stream closed")
+                getter = asyncio.ensure_future(queue.get())
+                try:
+                    await asyncio.wait({getter, closed, reconcile}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not getter.done():
+                        getter.cancel()
+                if getter.done() and not getter.cancelled():
+                    self._handle(getter.result())
+        finally:
+            closed.cancel()
+            reconcile.cancel()
 
     def _handle(self, note: dict[str, Any]) -> None:
         params: dict[str, Any] = note.get("params")  # type: ignore[assignment]
