@@ -21,8 +21,11 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
     store = config.store or str(state_dir / "gateway.db")
     say(f"acp-gateway {__version__}")
     say(f"state directory: {state_dir}")
-    say(f"store: {'postgresql' if '://' in store else 'sqlite'}" + (" (cluster_secret set)" if config.cluster_secret
-                                                                     else ""))
+    postgres = "://" in store
+    say(f"store: {'postgresql' if postgres else 'sqlite'}" + (" (cluster_secret set)" if config.cluster_secret else "")
+        + ("" if not postgres else "; journal commits wait for the WAL flush" if config.journal_synchronous_commit
+           else "; journal commits do not wait for the WAL flush (journal_synchronous_commit = false: a crash of "
+                "the PostgreSQL server may lose the last ~0.6 s of events)"))
     say(f"owners: {len(owners) or 1} ({', '.join(sorted(owners)) or 'default, with a token generated at start'})")
     say(f"sandbox: {config.sandbox}; tools: " + ", ".join(
         f"{tool} {'found' if shutil.which(tool) else 'missing'}" for tool in ("bwrap", "slirp4netns", "prlimit")))
