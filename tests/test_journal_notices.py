@@ -6,14 +6,17 @@ that can connect may NOTIFY) comes from the journal, in order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import asyncpg
 import orjson
 import pytest
 
 from gateway.events import EventBus
 from gateway.store import EventGroup, EventRow, journal_rows, open_store
-from gateway.store.postgres import NOTICE_MAX_BYTES, commit_notice, notice_key, read_notice
+from gateway.store.postgres import JOURNAL_CHANNEL, NOTICE_MAX_BYTES, commit_notice, notice_key, read_notice
 from tests.test_shared_journal import Frames
 
 SECRET = b"cluster-secret-for-the-notice-tests-0123456789"
@@ -92,19 +95,40 @@ class Counted:
         return await self._entries_after(*args, **kwargs)
 
 
-async def test_another_nodes_events_come_in_its_notifications_and_the_journal_fills_what_they_cannot_carry(
-        pg_url: str) -> None:
-    writer_store = await open_store(pg_url, cluster_secret=SECRET)
-    reader_store = await open_store(pg_url, cluster_secret=SECRET)
-    writer, reader = EventBus(writer_store), EventBus(reader_store)
-    reader.poll_interval = 3600.0  # notifications only
+Heard = Callable[[str, int, Any], None]
+
+
+@contextlib.asynccontextmanager
+async def two_nodes(pg_url: str, hearing: Callable[[Heard], Heard] | None = None) -> AsyncIterator[
+        tuple[EventBus, EventBus]]:
+    """A writer's and a reader's event bus on one database, with the cluster's secret; the reader is woken by
+    notifications only (its poll an hour away). `hearing` wraps what the reader hears, before it listens."""
+    writer = EventBus(await open_store(pg_url, cluster_secret=SECRET))
+    reader = EventBus(await open_store(pg_url, cluster_secret=SECRET))
+    reader.poll_interval = 3600.0
+    if hearing is not None:
+        reader._heard = hearing(reader._heard)  # type: ignore[method-assign]
     await writer.open()
     await reader.open()
     try:
+        yield writer, reader
+    finally:
+        for bus in (writer, reader):
+            await bus.close()
+            await bus.store.close()
+
+
+async def subscribed(reader: EventBus, owner: str, sink: Frames) -> Frames:
+    await reader.start_replay(await reader.subscribe(owner, sink, 0, None))
+    return sink
+
+
+async def test_another_nodes_events_come_in_its_notifications_and_the_journal_fills_what_they_cannot_carry(
+        pg_url: str) -> None:
+    async with two_nodes(pg_url) as (writer, reader):
         await writer.publish("session_update", "carol", "s", "t", {"n": 0})
-        sink = Frames()
-        await reader.start_replay(await reader.subscribe("carol", sink, 0, None))
-        counted = Counted(reader_store.events)
+        sink = await subscribed(reader, "carol", Frames())
+        counted = Counted(reader.store.events)
         for n in range(1, 21):  # one small commit each: every one fits in its notification
             await writer.publish("session_update", "carol", "s", "t", {"n": n})
         await sink.until(21)
@@ -115,42 +139,25 @@ async def test_another_nodes_events_come_in_its_notifications_and_the_journal_fi
         await sink.until(61)
         assert counted.reads >= 1
         assert sink.ids == list(range(1, 62))
-    finally:
-        await writer.close()
-        await reader.close()
-        await writer_store.close()
-        await reader_store.close()
 
 
 async def test_a_lost_notification_is_filled_from_the_journal_before_the_next_ones_events(pg_url: str) -> None:
-    writer_store = await open_store(pg_url, cluster_secret=SECRET)
-    reader_store = await open_store(pg_url, cluster_secret=SECRET)
-    writer, reader = EventBus(writer_store), EventBus(reader_store)
-    reader.poll_interval = 3600.0
-    heard = reader._heard
     dropped: list[int] = []
 
-    def lossy(owner: str, last_id: int, entries: Any = None) -> None:
-        if last_id == 3 and not dropped:  # the notification of event 3 never arrives
-            dropped.append(last_id)
-            return
-        heard(owner, last_id, entries)
+    def lossy(heard: Heard) -> Heard:
+        def hear(owner: str, last_id: int, entries: Any = None) -> None:
+            if last_id == 3 and not dropped:  # the notification of event 3 never arrives
+                dropped.append(last_id)
+                return
+            heard(owner, last_id, entries)
+        return hear
 
-    reader._heard = lossy  # type: ignore[method-assign]
-    await writer.open()
-    await reader.open()
-    try:
-        sink = Frames()
-        await reader.start_replay(await reader.subscribe("dave", sink, 0, None))
+    async with two_nodes(pg_url, lossy) as (writer, reader):
+        sink = await subscribed(reader, "dave", Frames())
         for n in range(6):
             await writer.publish("session_update", "dave", "s", "t", {"n": n})
         await sink.until(6)
         assert dropped == [3] and sink.ids == [1, 2, 3, 4, 5, 6]  # 4's notification found the gap: read, in order
-    finally:
-        await writer.close()
-        await reader.close()
-        await writer_store.close()
-        await reader_store.close()
 
 
 async def test_journal_commits_skip_the_wal_flush_only_when_configured(pg_url: str) -> None:
@@ -168,96 +175,74 @@ async def test_journal_commits_skip_the_wal_flush_only_when_configured(pg_url: s
             await store.close()
 
 
+class Recorder(Frames):
+    """Frames that also keeps each event's params."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[dict[str, Any]] = []
+
+    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
+                  shared: dict[str, Any] | None = None) -> None:
+        self.seen.extend(orjson.loads(f)["params"] for f in frames)
+        super().send_many(frames, message, batch, shared)
+
+
 async def test_a_forged_notification_hands_out_nothing(pg_url: str) -> None:
     """Any role that can connect may NOTIFY: a notice with events but without the cluster's seal only wakes the node,
     which finds nothing new in the journal; the real event with that id comes later, as the writer wrote it."""
-    import asyncpg
-
-    from gateway.store.postgres import JOURNAL_CHANNEL
-
-    writer_store = await open_store(pg_url, cluster_secret=SECRET)
-    reader_store = await open_store(pg_url, cluster_secret=SECRET)
-    writer, reader = EventBus(writer_store), EventBus(reader_store)
-    reader.poll_interval = 3600.0
-    await writer.open()
-    await reader.open()
-    attacker = await asyncpg.connect(pg_url)
-    seen: list[dict[str, Any]] = []
-
-    class Recorder(Frames):
-        def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
-                      shared: dict[str, Any] | None = None) -> None:
-            seen.extend(orjson.loads(f)["params"] for f in frames)
-            super().send_many(frames, message, batch, shared)
-
-    try:
-        sink = Recorder()
-        await reader.start_replay(await reader.subscribe("frank", sink, 0, None))
-        await writer.publish("session_update", "frank", "s", "t", {"n": 1})
-        await sink.until(1)
-        forged_frame = orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
-            "id": 2, "type": "session_update", "session_id": "s", "task_id": "t", "ts": 0, "data": {"n": "forged"}}})
-        forged = f'2 someone frank\n{"a" * 64}\n[[2,1,"s"]]\n{forged_frame.decode()}'
-        await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, forged)
-        await writer.publish("session_update", "frank", "s", "t", {"n": 2})
-        await sink.until(2)
-        events = [p for p in seen if p["id"] is not None]
-        assert [(e["id"], e["data"]["n"]) for e in events] == [(1, 1), (2, 2)]
-    finally:
-        await attacker.close()
-        await writer.close()
-        await reader.close()
-        await writer_store.close()
-        await reader_store.close()
+    async with two_nodes(pg_url) as (writer, reader):
+        attacker = await asyncpg.connect(pg_url)
+        try:
+            sink = await subscribed(reader, "frank", Recorder())
+            await writer.publish("session_update", "frank", "s", "t", {"n": 1})
+            await sink.until(1)
+            forged_frame = orjson.dumps({"jsonrpc": "2.0", "method": "task.session.event", "params": {
+                "id": 2, "type": "session_update", "session_id": "s", "task_id": "t", "ts": 0,
+                "data": {"n": "forged"}}})
+            forged = f'2 someone frank\n{"a" * 64}\n[[2,1,"s"]]\n{forged_frame.decode()}'
+            await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, forged)
+            await writer.publish("session_update", "frank", "s", "t", {"n": 2})
+            await sink.until(2)
+            events = [p for p in sink.seen if p["id"] is not None]
+            assert [(e["id"], e["data"]["n"]) for e in events] == [(1, 1), (2, 2)]
+        finally:
+            await attacker.close()
 
 
 async def test_a_notice_heard_while_a_catch_up_reads_the_journal_is_not_left_to_the_poll(pg_url: str) -> None:
     """A catch-up that finds nothing new stops; a notice heard while it was reading (its events committed after the read
     began) must make it read once more, not wait for the poll (an hour here)."""
-    import asyncpg
-
-    from gateway.store.postgres import JOURNAL_CHANNEL
-
-    writer_store = await open_store(pg_url, cluster_secret=SECRET)
-    reader_store = await open_store(pg_url, cluster_secret=SECRET)
-    writer, reader = EventBus(writer_store), EventBus(reader_store)
-    reader.poll_interval = 3600.0
     second_heard = asyncio.Event()
-    hear = reader._heard
 
-    def heard(owner: str, last_id: int, entries: Any = None) -> None:
-        hear(owner, last_id, entries)
-        if last_id == 2:
-            second_heard.set()
+    def noting(heard: Heard) -> Heard:
+        def hear(owner: str, last_id: int, entries: Any = None) -> None:
+            heard(owner, last_id, entries)
+            if last_id == 2:
+                second_heard.set()
+        return hear
 
-    reader._heard = heard  # type: ignore[method-assign]
-    await writer.open()
-    await reader.open()
-    attacker = await asyncpg.connect(pg_url)
-    try:
-        sink = Frames()
-        await reader.start_replay(await reader.subscribe("gina", sink, 0, None))
-        await writer.publish("session_update", "gina", "s", "t", {"n": 1})
-        await sink.until(1)
-        read = reader_store.events.entries_after
-        reads = 0
+    async with two_nodes(pg_url, noting) as (writer, reader):
+        attacker = await asyncpg.connect(pg_url)
+        try:
+            sink = await subscribed(reader, "gina", Frames())
+            await writer.publish("session_update", "gina", "s", "t", {"n": 1})
+            await sink.until(1)
+            read = reader.store.events.entries_after
+            reads = 0
 
-        async def read_then_commit(*args: Any, **kwargs: Any) -> Any:
-            nonlocal reads
-            reads += 1
-            found = await read(*args, **kwargs)
-            if reads == 1:  # event 2 is committed, and its notice heard, after this read saw the journal
-                await writer.publish("session_update", "gina", "s", "t", {"n": 2})
-                await asyncio.wait_for(second_heard.wait(), 15)
-            return found
+            async def read_then_commit(*args: Any, **kwargs: Any) -> Any:
+                nonlocal reads
+                reads += 1
+                found = await read(*args, **kwargs)
+                if reads == 1:  # event 2 is committed, and its notice heard, after this read saw the journal
+                    await writer.publish("session_update", "gina", "s", "t", {"n": 2})
+                    await asyncio.wait_for(second_heard.wait(), 15)
+                return found
 
-        reader_store.events.entries_after = read_then_commit  # type: ignore[method-assign]
-        await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, "5 someone gina")  # a wake-up: a read
-        await sink.until(2)
-        assert sink.ids == [1, 2] and reads >= 2
-    finally:
-        await attacker.close()
-        await writer.close()
-        await reader.close()
-        await writer_store.close()
-        await reader_store.close()
+            reader.store.events.entries_after = read_then_commit  # type: ignore[method-assign]
+            await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, "5 someone gina")  # a wake-up: a read
+            await sink.until(2)
+            assert sink.ids == [1, 2] and reads >= 2
+        finally:
+            await attacker.close()
