@@ -64,16 +64,16 @@ async def test_kill9_then_resume_restores_the_same_acp_session_from_postgresql(
 
 async def test_a_lost_database_connection_costs_at_most_one_call_and_health_says_so(gateway: GatewayProcess,
                                                                             tmp_path: Path, pg_url: str) -> None:
-    """The server ends the gateway's connections (a restart, a failover of the database): the next call that needs
-    a write may answer -32016, with /healthz 503 meanwhile; the pool reconnects and the call after works, health back
-    to 200, with no traceback (the autouse check)."""
+    """The server ends the gateway's connections — the pool's, the journal writer's and the listener's (a restart, a
+    failover of the database): the next call that needs a write may answer -32016, with /healthz 503 meanwhile; they
+    reconnect and the call after works, health back to 200, with no traceback (the autouse check)."""
     client = await gateway.client()
     view = await client.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
                                                     "wait_ready": True})
     admin = await asyncpg.connect(pg_url)
     # this test's database only: other runs on the same server are none of its business
     ended = await admin.fetchval("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                 "WHERE application_name = 'acp-gateway' AND datname = current_database()")
+                                 "WHERE application_name LIKE 'acp-gateway%' AND datname = current_database()")
     await admin.close()
     assert ended >= 1
     codes = []
