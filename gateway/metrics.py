@@ -47,6 +47,8 @@ def outbox_queued(size: int) -> None:
     if size > _outbox_peak[0]:
         _outbox_peak[0] = size
         OUTBOX_PEAK_BYTES.set(size)
+
+
 ACP_CALLS = Counter("acp_gateway_acp_calls", "ACP calls of remote clients on /acp by method and outcome (ok, or the "
                     "error code)", ["owner", "method", "outcome"], registry=REGISTRY)
 ACP_SECONDS = Histogram("acp_gateway_acp_seconds", "ACP call latency on /acp by method (session/prompt: the whole "

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .journal import PruneGoal, journal_entries, journal_frames
+from .journal import JournalEntry, PruneGoal, journal_entries, journal_frames
 from .rows import (
     CONFIG_COLUMNS,
     CONFIG_JSON_COLUMNS,
@@ -368,12 +368,12 @@ class EventRepo(_Repo):
         return frames, (end if end < until else None)
 
     async def entries_after(self, owner: str, since: int, until: int,
-                            window: int = 5000) -> tuple[list[tuple[int, str | None, bytes]], int | None]:
+                            window: int = 5000) -> tuple[list[JournalEntry], int | None]:
         """(id, session id, frame) of the owner's events with since < id <= until, a window of ids at a time (as
         `after`): what another node committed, for this node's subscribers."""
         end = min(until, since + window)
         rows = await self.store.read_journal(REPLAY_PAGE, (owner, since, end, owner, end, end))
-        entries: list[tuple[int, str | None, bytes]] = []
+        entries: list[JournalEntry] = []
         for _last, spans, blob in rows:
             entries.extend(journal_entries(spans, blob, since, end))
         return entries, (end if end < until else None)
