@@ -78,6 +78,11 @@ class CpuMeter:
         return self.driver / self.items * 1e6 if self.items else float("nan")
 
 
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """p50 and p99 in µs of latencies given in ms."""
+    return statistics.median(samples) * 1000, statistics.quantiles(samples, n=100)[98] * 1000
+
+
 def stats(values: list[float]) -> tuple[float, float, float]:
     return min(values), statistics.median(values), max(values)
 
@@ -506,9 +511,6 @@ async def relay_section(tmp: Path, agents: Path, rows: list[str]) -> None:
 
 async def latency_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     """Time from an agent writing an update to a subscriber having it, through the gateway and the bare relay."""
-    def percentiles(samples: list[float]) -> tuple[float, float]:
-        return statistics.median(samples) * 1000, statistics.quantiles(samples, n=100)[98] * 1000
-
     gw = Gateway(tmp / "latency", agents).start()
     ours = [percentiles(await latency_gateway(gw, LATENCY_SAMPLES)) for _ in range(RUNS)]
     gw.stop()
@@ -740,9 +742,6 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
                     "the same on SQLite"))
     rows.append(row("task.session.status of a live session, PostgreSQL store", status_pg, status_lite, "calls/s",
                     "reported", True, "the same on SQLite"))
-
-    def percentiles(samples: list[float]) -> tuple[float, float]:
-        return statistics.median(samples) * 1000, statistics.quantiles(samples, n=100)[98] * 1000
 
     cross: list[tuple[float, float]] = []
     same: list[tuple[float, float]] = []
