@@ -282,11 +282,15 @@ class SqliteStore(StoreBase):
         """On a read-only connection of its own: in WAL mode a reader never blocks the journal's writer, so these
         reads need not hold the store (which sends every group commit meanwhile down its slow path), and they no
         longer share aiosqlite's connection with the WAL checkpoint (which then failed: "table is locked"). A
-        slow subscriber fed from the journal during a flood reads here all the time."""
+        slow subscriber fed from the journal during a flood reads here all the time.
+
+        The statement runs to its end in one job on the connection's thread (`execute_fetchall`): as a cursor opened
+        by one job and read by the next, it kept the connection's read transaction open in between, and another
+        subscriber's read on the same connection then saw that older snapshot — without the events committed
+        since, which its feeder took for a gap (found by tests/test_subscription_model.py)."""
         if self._reader is None:
             return await self.fetchall(sql, params)
-        async with self._reader.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return list(await self._reader.execute_fetchall(sql, params))
 
     # -- the event journal: written on its own connection (see JournalWriter) ---------------------------------
     def can_append_now(self) -> bool:
