@@ -27,6 +27,17 @@ import orjson
 from . import metrics
 from .errors import log_fault, resync_required
 from .store import EventGroup, EventRow, JournalEntry, PruneGoal, StoreBase
+from .subscription_states import (
+    FeedAction,
+    GapVerdict,
+    Move,
+    Phase,
+    cut_page,
+    explain_gap,
+    move,
+    next_feed_step,
+    prune_floor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +72,10 @@ class Sink(Protocol):
     async def drain(self) -> None:
         """Return once what was sent so far has left (or the sink is gone): replay paces itself by it."""
 
+    def end(self, reason: str) -> None:
+        """Nothing more can be handed to it in order (the journal no longer holds what it is owed, or reading it
+        failed): the subscriber is told to reconnect and resubscribe from its cursor, not left waiting."""
+
 
 @dataclass
 class Subscription:
@@ -68,17 +83,31 @@ class Subscription:
     owner: str
     session_id: str | None
     sink: Sink
-    # False while the journal feeds it (its replay, or after its sink was full): live events are not handed to
-    # it then; the feeder reads them from the journal.
-    live: bool = False
+    # Where it is on its way to the live stream (`subscription_states`): only LIVE is handed committed groups; the
+    # feeder brings REPLAY and FED forward from the journal.
+    phase: Phase = Phase.REPLAY
     last_id: int = 0  # every event it wants up to this id has been handed to its sink
     until: int = 0  # the head when it subscribed: its replay ends there, and `caught_up` says so
     heartbeat: asyncio.Task[None] | None = None
     batch: bool = False  # the subscriber accepts several notifications as one JSON array (subscribe {batch: true})
-    caught_up: bool = False  # `caught_up` was sent: the replay it asked for is over
     feeder: asyncio.Task[None] | None = None
     fell_behind: int = 0  # times its sink was full and the journal fed it
+    rule: str = ""  # the rule of its last move (SUB-5, a live group handed over, changes nothing and is not kept)
     _waiting: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return self.phase is Phase.LIVE
+
+    @property
+    def caught_up(self) -> bool:
+        """`caught_up` was sent: the replay it asked for is over."""
+        return self.phase in (Phase.FED, Phase.LIVE)
+
+    def take(self, what: Move) -> str:
+        """Apply a move of the table (raises on one it lacks); returns its rule id."""
+        self.rule, self.phase = move(self.phase, what)
+        return self.rule
 
     def wants(self, event: EventRow) -> bool:
         return event.owner == self.owner and (self.session_id is None or event.session_id == self.session_id)
@@ -86,7 +115,9 @@ class Subscription:
     def deliver(self, events: list[EventRow], group: EventGroup | None = None) -> bool:
         """Hand over committed events (in id order) as one group, so a sink can write them as one message.
         `group`, when given, is exactly these events: its frames and message are shared by every subscriber.
-        False when the sink is full: nothing was handed over, and the journal is to feed it from `last_id`."""
+        False when the sink is full: nothing was handed over, and the journal is to feed it from `last_id` (SUB-6).
+        Handing a group over is SUB-5, a move that changes nothing: applied here without a call to the table (it is
+        the relay's hot path)."""
         if events[0].id <= self.last_id:  # already handed over (read from the journal meanwhile)
             events = [e for e in events if e.id > self.last_id]
             group = None
@@ -297,8 +328,12 @@ class EventBus:
 
     def _goal(self, owner: str, count: bool) -> PruneGoal:
         excess = self._bytes.get(owner, 0) - self.retention_bytes
-        return PruneGoal(through=self._upcoming(owner) - 1 - self.retention if count else 0,
-                         drop_bytes=excess + self.retention_bytes // 10 if excess > 0 else 0)
+        through = 0
+        if count:  # PIN-1: never past a cursor the journal still feeds (a slow subscriber of a long flood)
+            through = prune_floor(self._upcoming(owner) - 1 - self.retention,
+                                  (sub.last_id for sub in self._subs.values()
+                                   if sub.owner == owner and sub.phase in (Phase.REPLAY, Phase.FED)))
+        return PruneGoal(through=through, drop_bytes=excess + self.retention_bytes // 10 if excess > 0 else 0)
 
     async def _commit_when_free(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
                                 prune: dict[str, PruneGoal] | None) -> None:
@@ -458,7 +493,7 @@ class EventBus:
                 by_session.setdefault((event.owner, event.session_id), []).append(event)
                 by_owner.setdefault(event.owner, []).append(event)
         for sub in list(self._subs.values()):
-            if not sub.live:
+            if sub.phase is not Phase.LIVE:
                 continue  # the journal feeds it: it reads these there, in order, at its own pace
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
@@ -502,8 +537,8 @@ class EventBus:
         await self._feed(sub)
 
     def _fall_behind(self, sub: Subscription) -> None:
-        """Its sink is full: no more live events for it; the journal feeds it from its last id."""
-        sub.live = False
+        """Its sink is full (SUB-6): no more live events for it; the journal feeds it from its last id."""
+        sub.take(Move.SINK_FULL)
         sub.fell_behind += 1
         metrics.SUBSCRIBERS_BEHIND.inc()
         sub.feeder = asyncio.ensure_future(self._feed(sub))
@@ -511,52 +546,73 @@ class EventBus:
     async def _feed(self, sub: Subscription) -> None:
         """Feed a subscription that is not live from the journal, a page of at most FEED_PAGE_BYTES (or one event)
         at a time, each once its sink has taken the last; live again once it reaches the head. The first time it
-        gets there its replay is over: re-offers, then `caught_up` (and what was committed meanwhile)."""
+        gets there its replay is over: re-offers, then `caught_up` (and what was committed meanwhile). What to do
+        at each step is `next_feed_step`'s: this loop only reads, sends and waits."""
+        read_again = False  # the window at the cursor was read once more after a gap (FEED-6)
         try:
             while sub.id in self._subs:
-                # Its replay ends at the head it subscribed at: what came after follows `caught_up`, as live
-                # events do (an ACP client takes what comes before it as the session's history).
-                head = self.head(sub.owner) if sub.caught_up else sub.until
-                if sub.last_id >= head:
-                    if not sub.caught_up:
-                        if self.reoffer is not None:
-                            await self.reoffer(sub, sub.last_id)
-                        sub.sink.send(synthetic_frame("caught_up", {"subscription_id": sub.id,
-                                                                    "cursor": sub.last_id}))
-                        sub.caught_up = True
+                step = next_feed_step(sub.phase, sub.last_id, sub.until, self.head(sub.owner))
+                if step.action is FeedAction.SEND_CAUGHT_UP:
+                    if self.reoffer is not None:
+                        await self.reoffer(sub, sub.last_id)
+                    sub.sink.send(synthetic_frame("caught_up", {"subscription_id": sub.id, "cursor": sub.last_id}))
+                    sub.take(Move.CAUGHT_UP)
+                    if sub.heartbeat is None:
                         sub.heartbeat = asyncio.ensure_future(self._heartbeat(sub))
-                        continue  # what was committed during the re-offers
-                    # No await between reading the head and this: every event after it goes to it live.
-                    sub.live = True
+                    continue  # FED: what was committed during the replay and the re-offers
+                if step.action is FeedAction.GO_LIVE:
+                    # No await between reading the head (above) and this: every event after it goes to it live.
+                    sub.take(Move.AT_HEAD)
                     sub.advanced()
                     return
-                entries, next_cursor = await self.store.events.entries_after(sub.owner, sub.last_id, head,
+                since = sub.last_id
+                entries, next_cursor = await self.store.events.entries_after(sub.owner, since, step.target,
                                                                              self.FEED_PAGE_IDS)
-                frames: list[bytes] = []
-                size = 0
-                through = head if next_cursor is None else next_cursor  # what the page's window covered
-                for event_id, session_id, frame in entries:
-                    if size >= self.FEED_PAGE_BYTES:
-                        through = event_id - 1
-                        break
-                    if sub.session_id is None or session_id == sub.session_id:
-                        frames.append(frame)
-                        size += len(frame)
-                if frames:
-                    sub.sink.send_many(frames, None, sub.batch)
-                sub.last_id = max(sub.last_id, through)
+                if sub.id not in self._subs or sub.last_id != since:
+                    continue  # unsubscribed meanwhile (or fed by another path): read again from where it is
+                page = cut_page(entries, since, step.target if next_cursor is None else next_cursor,
+                                sub.session_id, self.FEED_PAGE_BYTES)
+                if page.gap:
+                    rule, verdict = explain_gap(since, await self.store.events.horizon(sub.owner), read_again)
+                    if verdict is GapVerdict.OVERTAKEN:
+                        self._end(sub, Move.OVERTAKEN, f"too far behind: retention pruned event {since + 1}; "
+                                  "resubscribe")
+                        return
+                    if verdict is GapVerdict.READ_AGAIN:
+                        read_again = True
+                        continue
+                    log.info("subscription %s passes over a hole in owner %s's journal after %d (%s)", sub.id,
+                             sub.owner, since, rule)
+                read_again = False
+                if page.frames:
+                    sub.sink.send_many(page.frames, None, sub.batch)
+                sub.last_id = max(sub.last_id, page.through)
+                sub.take(Move.PAGE_SENT)
                 sub.advanced()
                 await sub.sink.drain()  # the next page once this one has left
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("feeding subscription %s from the journal failed", sub.id)
-            self.unsubscribe(sub.id)
+            self._end(sub, Move.FEED_FAILED, "reading the event journal failed: reconnect and resubscribe")
+
+    def _end(self, sub: Subscription, what: Move, reason: str) -> None:
+        """SUB-7, SUB-8: the journal cannot bring it forward in order. It is ended and its subscriber told so (its
+        connection is closed, 4429: reconnect and resubscribe from the cursor), never left behind in silence.
+        `reason` goes into a WebSocket close frame: at most 123 bytes."""
+        if sub.phase is Phase.ENDED:
+            return  # unsubscribed meanwhile: nobody is waiting for it
+        rule = sub.take(what)
+        metrics.SUBSCRIPTIONS_ENDED.labels(rule).inc()
+        log.warning("ending subscription %s of owner %s at cursor %d (%s): %s", sub.id, sub.owner, sub.last_id, rule,
+                    reason)
+        self.unsubscribe(sub.id)
+        sub.sink.end(reason)
 
     async def _heartbeat(self, sub: Subscription) -> None:
         while sub.id in self._subs:
             await asyncio.sleep(self.heartbeat)
-            if sub.live:  # one the journal feeds is not quiet
+            if sub.phase is Phase.LIVE:  # one the journal feeds is not quiet
                 sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id,
                                                             "cursor": self.head(sub.owner)}))
 
@@ -564,6 +620,8 @@ class EventBus:
         sub = self._subs.pop(sub_id, None)
         if sub is None:
             return False
+        if sub.phase is not Phase.ENDED:
+            sub.take(Move.UNSUBSCRIBED)
         for task in (sub.heartbeat, sub.feeder):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()

@@ -37,6 +37,9 @@ RELAY_LAG = Histogram("acp_gateway_relay_lag_seconds", "From an event being queu
                       buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1))
 SUBSCRIBERS_BEHIND = Counter("acp_gateway_subscribers_behind", "Times a subscriber read slower than its events came "
                              "and was fed from the journal instead of live (not dropped)", registry=REGISTRY)
+SUBSCRIPTIONS_ENDED = Counter("acp_gateway_subscriptions_ended", "Subscriptions the journal could not bring forward in "
+                              "order, ended and told to resubscribe (4429), by rule: SUB-7 retention pruned past the "
+                              "cursor, SUB-8 reading the journal failed", ["rule"], registry=REGISTRY)
 OUTBOX_PEAK_BYTES = Gauge("acp_gateway_outbox_peak_bytes", "The most bytes any connection's outbox has held queued "
                           "since the gateway started (bounded by outbox_limit_bytes plus a page)", registry=REGISTRY)
 _outbox_peak = [0]

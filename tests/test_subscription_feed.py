@@ -17,6 +17,7 @@ class Sink:
 
     def __init__(self) -> None:
         self.frames: list[bytes] = []
+        self.ended: str | None = None  # why the bus ended its subscription, when it did
         self.blocked = False
         self.drained = asyncio.Event()
         self.drained.set()
@@ -33,6 +34,9 @@ class Sink:
 
     async def drain(self) -> None:
         await self.drained.wait()
+
+    def end(self, reason: str) -> None:
+        self.ended = reason
 
     def notes(self) -> list[tuple[int | None, str]]:
         return [(p["id"], p["type"]) for p in (orjson.loads(f)["params"] for f in self.frames)]
@@ -82,5 +86,66 @@ async def test_a_full_sink_is_fed_from_the_journal_and_goes_live_again(any_store
         await bus.flush()
         got = [event_id for event_id, _ in sink.notes() if event_id is not None]
         assert got == [i + 1 for i in range(40) if i % 4] + [41]  # its session's, each once, in order, then live
+    finally:
+        await bus.close()
+
+
+async def test_retention_never_prunes_what_a_subscriber_fed_from_the_journal_still_needs(any_store: StoreBase) -> None:
+    """The flood of the issue, scaled down: the journal keeps 10 events, a subscriber is 100 behind. Retention by
+    count used to prune the rows the feeder was about to read, and the feeder moved the cursor over them in silence
+    (the subscriber then waited forever for updates that never came). PIN-1: pruning waits for its cursor."""
+    bus = EventBus(any_store, retention=10)
+    bus.PRUNE_EVERY = 10
+    bus.FEED_PAGE_IDS = 7
+    await bus.open()
+    try:
+        sink = Sink()
+        sub = await bus.subscribe("o", sink, None, None)
+        await bus.start_replay(sub)
+        sink.blocked = True
+        sink.drained.clear()
+        for i in range(100):
+            bus.enqueue("session_update", "o", "s", "t", {"n": i})
+            await bus.flush()  # a group commit each: a prune rides along every 10 events
+        assert not sub.live
+        sink.blocked = False
+        sink.drained.set()
+        assert sub.feeder is not None
+        await asyncio.wait_for(sub.feeder, 10)
+        assert sub.live and sink.ended is None
+        assert [event_id for event_id, _ in sink.notes() if event_id is not None] == list(range(1, 101))
+        # Once it is live, nothing holds the journal: the next prune goes down to the retention.
+        for i in range(20):
+            bus.enqueue("session_update", "o", "s", "t", {"n": i})
+            await bus.flush()
+        assert await any_store.events.horizon("o") >= 120 - 10 - bus.PRUNE_EVERY
+    finally:
+        await bus.close()
+
+
+async def test_a_subscriber_the_byte_retention_overtook_is_ended_and_told_never_skipped(any_store: StoreBase) -> None:
+    """The byte retention bounds the disk an owner's slow reader can hold: what it prunes past a cursor ends that
+    subscription (SUB-7) and its sink is told to resubscribe; it never jumps over the missing events."""
+    bus = EventBus(any_store, retention_bytes=8 << 10)
+    bus.FEED_PAGE_IDS = 5
+    await bus.open()
+    try:
+        sink = Sink()
+        sub = await bus.subscribe("o", sink, None, None)
+        await bus.start_replay(sub)
+        sink.blocked = True
+        sink.drained.clear()
+        for i in range(60):
+            bus.enqueue("session_update", "o", "s", "t", {"n": i, "pad": "x" * 400})
+            await bus.flush()
+        assert await any_store.events.horizon("o") > bus.FEED_PAGE_IDS  # pruned past its first page
+        sink.blocked = False
+        sink.drained.set()
+        assert sub.feeder is not None
+        await asyncio.wait_for(sub.feeder, 10)
+        assert sink.ended is not None and "resubscribe" in sink.ended and len(sink.ended.encode()) <= 123
+        assert sub.rule == "SUB-7" and sub.id not in bus._subs
+        got = [event_id for event_id, _ in sink.notes() if event_id is not None]
+        assert got == list(range(1, len(got) + 1))  # what it got has no gap: it stopped where the journal did
     finally:
         await bus.close()

@@ -539,6 +539,11 @@ class Outbox:
         self._idle.clear()
         self._ready.set()
 
+    def end(self, reason: str) -> None:
+        """A subscription on this connection cannot go on in order (`EventBus._end`): the connection is closed (4429)
+        and its client resubscribes from its cursor, as after any cut."""
+        self.cut(reason)
+
     def cut(self, reason: str, code: int = CLOSE_CODE) -> None:
         """Nothing more is sent or queued; the connection is closed with `code` (by default 4429, too slow)."""
         if self.closed and self._closer is not None:

@@ -45,6 +45,8 @@ class Wire(Protocol):
 
     async def drain(self) -> None: ...
 
+    def end(self, reason: str) -> None: ...
+
     @property
     def booleans(self) -> bool:
         """The client takes boolean config options (it said so at initialize)."""
@@ -122,6 +124,9 @@ class Attachment:
 
     async def drain(self) -> None:
         await self.wire.drain()
+
+    def end(self, reason: str) -> None:
+        self.wire.end(reason)
 
     # -- -------------------------------------------------------------------------------------------------------
     def _control(self, out: Out) -> None:

@@ -93,6 +93,8 @@ class Outbox(Protocol):
 
     async def drain(self) -> None: ...
 
+    def end(self, reason: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class EdgeInfo:
@@ -282,6 +284,11 @@ class AcpConnection:
 
     async def drain(self) -> None:
         await self.outbox.drain()
+
+    def end(self, reason: str) -> None:
+        """A session's stream on this connection cannot go on in order: the connection is closed (4429); an ACP
+        client loads or resumes the session again."""
+        self.outbox.end(reason)
 
     def _result(self, msg_id: int | str, result: Any) -> None:
         self.send(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}))
