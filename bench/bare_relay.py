@@ -13,21 +13,29 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 from websockets.asyncio.server import broadcast, serve
 
 
-async def main(agent: list[str]) -> None:
+async def start_agent(agent: list[str]) -> tuple[asyncio.subprocess.Process, Iterator[int]]:
+    """The flood agent, initialized with a session: (its process, the ids of the requests to come)."""
     proc = await asyncio.create_subprocess_exec(*agent, stdin=asyncio.subprocess.PIPE,
                                                 stdout=asyncio.subprocess.PIPE, limit=1 << 24)
     assert proc.stdin and proc.stdout
-    stdin, stdout = proc.stdin, proc.stdout
     ids = itertools.count()
     for method in ("initialize", "session/new"):
-        stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": method, "params": {}}) + b"\n")
-        await stdout.readline()
+        proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": method, "params": {}}) + b"\n")
+        await proc.stdout.readline()
+    return proc, ids
+
+
+async def main(agent: list[str]) -> None:
+    proc, ids = await start_agent(agent)
+    assert proc.stdin and proc.stdout
+    stdin, stdout = proc.stdin, proc.stdout
     clients: set[Any] = set()
     turn = asyncio.Lock()
 

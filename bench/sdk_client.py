@@ -41,7 +41,12 @@ async def main(count: int, agent: list[str]) -> None:
         session = await conn.new_session(cwd="/tmp", mcp_servers=[])
         start = time.perf_counter()
         await conn.prompt(session_id=session.session_id, prompt=[text_block(str(count))])
-        await asyncio.wait_for(counter.done.wait(), 120)
+        deadline = 30 + count / 2000  # run.py's flood_deadline
+        try:
+            await asyncio.wait_for(counter.done.wait(), deadline)
+        except TimeoutError:
+            missed = f"subscriber 1 got {counter.n:,} of {count:,} updates (not within {deadline:.0f} s)"
+            raise SystemExit(missed) from None
         print(json.dumps({"updates": counter.n, "seconds": time.perf_counter() - start}))
 
 

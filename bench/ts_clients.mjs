@@ -19,6 +19,11 @@ let seen = 0, start = 0;
 const finished = new Promise((resolve) => {
   globalThis.counted = (n) => { seen += n; if (seen >= count) resolve(performance.now()); };
 });
+// A client that stops short of the flood fails it, exit status 3, in run.py's flood_deadline (30 s + 1 s per 2,000).
+setTimeout(() => {
+  process.stderr.write(`subscriber 1 got ${seen} of ${count} updates (not within ${30 + count / 2000} s)\n`);
+  process.exit(3);
+}, (30 + count / 2000) * 1000);
 
 if (mode === "package") {
   const client = new OwnerSessionClient({ url, token, WebSocket }).start();
