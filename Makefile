@@ -89,7 +89,7 @@ test: lint browser sandbox interop sdk postgres ts
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
 # `make test` runs it at CI size (tests/test_bench_smoke.py), so a bench that hangs or fails is caught there.
-bench: $(STAMP) sdk
+bench: $(STAMP) sdk sandbox postgres
 	env -u PYTHONUNBUFFERED $(PY) bench/run.py
 
 # Re-records the corpus of real agents, fixtures/agents/<agent>@<version>/ (not part of `make test`, which replays
