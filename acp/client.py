@@ -156,10 +156,14 @@ class AcpClient:
         *,
         cwd: str,
         env: Mapping[str, str] | None = None,
+        process_cwd: str | None = None,
+        pass_fds: Sequence[int] = (),
         **kwargs: Any,
     ) -> AcpClient:
+        """Start the agent and speak ACP to it; `cwd` is its sessions' directory, `process_cwd` (default: `cwd`)
+        the one its process starts in (a sandbox's wrapper starts in / and gives the agent `cwd` inside)."""
         options = kwargs.get("options")
-        process = await AgentProcess.spawn(argv, cwd=cwd, env=env,
+        process = await AgentProcess.spawn(argv, cwd=process_cwd or cwd, env=env, pass_fds=pass_fds,
                                            tree_marker=options.tree_marker if options is not None else None)
         return cls(process, cwd=cwd, **kwargs)
 

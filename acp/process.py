@@ -105,9 +105,10 @@ class AgentProcess:
         env: Mapping[str, str] | None = None,
         stderr_bytes: int = DEFAULT_STDERR_BYTES,
         tree_marker: str | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> AgentProcess:
         """Start `argv` in a session of its own. `tree_marker` names an entry of `env` unique to this launch: every
-        process that carries it is the agent's, and is stopped with it."""
+        process that carries it is the agent's, and is stopped with it. `pass_fds`: descriptors it inherits."""
         if not argv:
             raise TransportError("empty agent command")
         loop = asyncio.get_running_loop()
@@ -122,6 +123,7 @@ class AgentProcess:
                 cwd=cwd,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
             )
         except FileNotFoundError as exc:
             raise TransportError(f"agent command not found: {argv[0]!r} ({exc.strerror})") from exc

@@ -76,6 +76,7 @@ class TerminalSpec:
     output_limit: int
     shown: str  # the command as the agent asked for it, for people to read (events, history)
     tree_marker: str | None = None  # an entry of `env` every process of the command carries (see acp.proctree)
+    pass_fds: tuple[int, ...] = ()  # descriptors the command inherits; closed here once it started
 
 
 def exit_status(returncode: int) -> dict[str, Any]:
@@ -106,10 +107,14 @@ class Terminal:
             transport, protocol = await loop.subprocess_exec(
                 lambda: ExitProtocol(1 << 20, loop), *self.spec.argv, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=self.spec.cwd,
-                env=self.spec.env, start_new_session=True)
+                env=self.spec.env, start_new_session=True, pass_fds=self.spec.pass_fds)
         except OSError as exc:
             raise RpcError(INVALID_PARAMS, f"cannot run {self.spec.shown!r}: {exc.strerror or exc}",
                            {"command": self.spec.shown}) from None
+        finally:
+            for fd in self.spec.pass_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
         self._exited = protocol.exited
         self._reader = loop.create_task(self._read())

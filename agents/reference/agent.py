@@ -669,9 +669,10 @@ class ReferenceAgent:
         return "cancelled" if session.cancel.is_set() else None
 
     async def _terminal(self, session: Session, rest: str) -> str | None:
-        """`/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD`: CMD run with `sh -c` in a terminal of the client's,
-        embedded in a tool call; its exit and output asked for, and the terminal released (unless `--keep`: its id
-        is said instead). `--kill` kills it at once. A cancel kills and releases it."""
+        """`/term [--limit N] [--cwd DIR] [--env NAME=VALUE]… [--keep] [--kill] CMD`: CMD run with `sh -c` in a terminal
+        of the client's (with those variables), embedded in a tool call; its exit and output asked for, and the
+        terminal released (unless `--keep`: its id is said instead). `--kill` kills it at once. A cancel kills and
+        releases it."""
         assert self.conn is not None
         refused = self._not_offered("terminal/create")
         if refused is not None:
@@ -679,14 +680,20 @@ class ReferenceAgent:
             return None
         words = rest.split(" ")
         options: dict[str, Any] = {}
+        env: list[dict[str, str]] = []
         while words and words[0].startswith("--"):
             flag = words.pop(0)
             if flag in ("--limit", "--cwd"):
                 options[flag] = words.pop(0) if words else ""
+            elif flag == "--env":
+                name, _, value = (words.pop(0) if words else "").partition("=")
+                env.append({"name": name, "value": value})
             else:
                 options[flag] = True
         command = " ".join(words)
         params: dict[str, Any] = {"sessionId": session.session_id, "command": "sh", "args": ["-c", command]}
+        if env:
+            params["env"] = env
         if "--limit" in options:
             params["outputByteLimit"] = int(options["--limit"])
         if "--cwd" in options:

@@ -51,6 +51,7 @@ from .quotas import Usage
 from .recording import record_process
 from .settings import Settings
 from .sign_in import SignInSecrets
+from .spawn_env import Spawn, args_fd, bwrap_env_args, wrapper_env
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
 from .terminals import TERMINAL_MARKER, SessionTerminals, TerminalCounts
@@ -105,7 +106,9 @@ def check_resumable(row: SessionRow, settings: Settings) -> None:
     check_workspace(settings, row.owner, row.id, row.cwd)
 
 
+# The tools the gateway runs around an agent, found once, on the gateway's own PATH (ENV-1: never on one an agent set).
 BWRAP, PRLIMIT = shutil.which("bwrap"), shutil.which("prlimit")
+UNSHARE, SLIRP4NETNS = shutil.which("unshare"), shutil.which("slirp4netns")
 
 
 def limit_said(live: LiveSession) -> str:
@@ -232,11 +235,12 @@ class Launcher:
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
             row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
-        argv = self._command(profile, row, config, env, home, token)
+        spawn = self._command(profile, row, config, env, home, token)
         terminals = self._terminal_host(row, profile, config, env, home, history) if profile.terminals else None
         try:
             client = await AcpClient.launch(
-                argv, cwd=row.cwd, env=env, on_update=on_update,
+                spawn.argv, cwd=row.cwd, env=spawn.env, process_cwd=spawn.cwd, pass_fds=spawn.fds,
+                on_update=on_update,
                 on_permission=lambda params: self._on_permission(row.id, params),
                 options=ClientOptions(request_timeout=self.settings.request_timeout,
                                       initialize_timeout=self.settings.initialize_timeout,
@@ -249,6 +253,8 @@ class Launcher:
             )
         except AcpError as exc:
             return await self._launch_failed(row, f"could not launch agent {profile.id!r} for session {row.id}: {exc}")
+        finally:
+            spawn.close()  # the agent's process has its copy of the sandbox's arguments (or failed to start)
         metrics.LAUNCHES.labels(row.owner, profile.id).inc()
         if self.settings.record_dir is not None:
             record_process(self.settings.record_dir, row.id, client, hidden_values(profile, config.secrets()),
@@ -384,20 +390,27 @@ class Launcher:
         return LaunchResult(True, restore=result, how=how)
 
     def _command(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
-                 home: Path, token: str | None) -> list[str]:
+                 home: Path, token: str | None) -> Spawn:
         """The agent's command line: under bubblewrap where its profile or the gateway says so (its workspace, its
         additional directories and its owner's home writable; the gateway's own files masked; rlimits applied),
         else under the parent-death signal alone."""
         return self._confined(profile, row, config, env, home, profile.argv(token, str(self.settings.state_dir)),
-                              row.cwd)
+                              row.cwd, env)
+
+    def confined(self, profile: AgentProfile) -> bool:
+        return (profile.sandbox or self.settings.sandbox) == "bwrap"
 
     def _confined(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
-                  home: Path, argv: list[str], cwd: str) -> list[str]:
-        """`argv` run in `cwd` as the session's agent runs: the agent itself, and each of its terminals."""
+                  home: Path, argv: list[str], cwd: str, program_env: Mapping[str, str]) -> Spawn:
+        """How to start `argv` in `cwd` with `program_env` as the session's agent runs: the agent itself, and each of
+        its terminals. `env` is the agent's launch environment (the operator's): its PATH finds the program.
+        Confined, the gateway starts only wrappers, with a fixed environment, in / (ENV-1); the program gets
+        `program_env` and `cwd` inside the sandbox (ENV-2)."""
         limits = sandbox.Limits(**profile.limits.model_dump())
-        if (profile.sandbox or self.settings.sandbox) != "bwrap":
+        if not self.confined(profile):
             bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
-            return [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
+            wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
+            return Spawn(wrapped, dict(program_env), cwd)
         program = shutil.which(argv[0], path=env.get("PATH", os.defpath)) or argv[0]
         directories = [d for d in config.additional_directories
                        if directory_refusal(self.settings, row.owner, d) is None]
@@ -410,17 +423,24 @@ class Launcher:
             masked_dirs=[p for p in protected if os.path.isdir(p)],
             masked_files=[p for p in protected if not os.path.isdir(p)],
             network=network, uid=sandbox.owner_uid(row.owner))
-        wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap")
+        fd = args_fd(bwrap_env_args(program_env))
+        wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap", fd)
         if network == "outbound":  # in a network namespace of its own, out through slirp4netns only
-            wrapped = [sys.executable, "-m", "gateway.runtime.outbound", "--", *wrapped]
-        return [PRLIMIT, *limits.prlimit_args(), "--", *wrapped] if limits.prlimit_args() and PRLIMIT else wrapped
+            # -I: the gateway's Python isolated (no working directory or PYTHON* variable on its import path).
+            wrapped = [sys.executable, "-I", "-m", "gateway.runtime.outbound", "--unshare", UNSHARE or "unshare",
+                       "--slirp4netns", SLIRP4NETNS or "slirp4netns", "--pass-fd", str(fd), "--", *wrapped]
+        if limits.prlimit_args() and PRLIMIT:
+            wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *wrapped]
+        markers = {name: program_env[name] for name in (reaper.MARKER, TERMINAL_MARKER) if name in program_env}
+        return Spawn(wrapped, wrapper_env(markers), "/", (fd,))
 
     def _terminal_host(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, env: Mapping[str, str],
                        home: Path, history: HistoryWriter) -> SessionTerminals:
         """The session's terminals, run as its agent is (`_confined`), their events in its journal."""
         return SessionTerminals(
-            row, self.settings, self.terminal_counts, env, reaper.MARKER,
-            lambda command, cwd: self._confined(profile, row, config, env, home, command, cwd),
+            row, self.settings, self.terminal_counts, env, reaper.MARKER, self.confined(profile),
+            lambda command, cwd, program_env: self._confined(profile, row, config, env, home, command, cwd,
+                                                              program_env),
             lambda directory: directory_refusal(self.settings, row.owner, directory),
             lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
 
@@ -433,7 +453,8 @@ class Launcher:
         config = await stored(self.store, row.id)
         home = ensure_home(self.settings.state_dir, row.owner, profile)
         signed_in = self.sign_in.get(row.owner, profile.id)
-        env = {**profile.launch_env(self.settings.environ, home), **signed_in, **(method.get("env") or {}),
+        asked = method.get("env") or {}  # checked by the sign-in (`spawn_env.refusal`) before this
+        env = {**profile.launch_env(self.settings.environ, home), **signed_in, **asked,
                reaper.MARKER: f"x-{uuid.uuid4().hex}"}
         history = HistoryWriter(self.store, row.id)
         host = self._terminal_host(row, profile, config, env, home, history)
@@ -442,8 +463,9 @@ class Launcher:
         program = [method["command"]] if method.get("command") else profile.argv(None, str(self.settings.state_dir))
         command = [*program, *(method.get("args") or [])]
         env[TERMINAL_MARKER] = f"t-{uuid.uuid4().hex}"
-        spec = TerminalSpec(self._confined(profile, row, config, env, home, command, row.cwd), row.cwd, env,
-                            self.settings.terminal_output_bytes, shlex.join(command), TERMINAL_MARKER)
+        spawn = self._confined(profile, row, config, env, home, command, row.cwd, env)
+        spec = TerminalSpec(spawn.argv, spawn.cwd, spawn.env, self.settings.terminal_output_bytes,
+                            shlex.join(command), TERMINAL_MARKER, spawn.fds)
 
         def on_output(data: bytes) -> None:
             host.output(terminal, data)

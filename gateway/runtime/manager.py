@@ -49,6 +49,7 @@ from .launcher import Launcher, check_resumable, check_workspace, directory_refu
 from .live import LiveSession
 from .recovery import recover_after_crash
 from .settings import Settings
+from .spawn_env import Source, refusal
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
 from .turns import TurnRunner, content_blocks
 from .views import SessionViews
@@ -612,6 +613,13 @@ class SessionManager:
         if refused is not None:
             raise invalid_params(refused[0], f"session {row.id}: {refused[1]}")
         method = next(m for m in methods if m.get("id") == method_id)
+        profile = self.profiles.get(row.agent)
+        confined = profile is not None and self.launcher.confined(profile)
+        given = method.get("env") if method["kind"] == "terminal" else values
+        refused_env = refusal(((str(k), str(v)) for k, v in (given or {}).items()), Source.SIGN_IN, confined)
+        if refused_env is not None:
+            raise invalid_params("values", f"session {row.id}, agent {row.agent!r}, sign-in method {method_id!r}: "
+                                 f"{refused_env}")
         if method["kind"] == "env_var":
             self.launcher.sign_in.put(row.owner, row.agent, dict(values or {}))
         elif method["kind"] == "agent":

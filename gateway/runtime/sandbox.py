@@ -66,9 +66,11 @@ def within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap") -> list[str]:
-    """The bubblewrap command line for `plan` (without the rlimit wrapper: see `Limits.prlimit_args`)."""
-    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap", args_fd: int | None = None) -> list[str]:
+    """The bubblewrap command line for `plan` (without the rlimit wrapper: see `Limits.prlimit_args`). `args_fd`:
+    a descriptor bwrap reads more arguments from first (the program's environment: `spawn_env.bwrap_env_args`)."""
+    argv = [bwrap] + (["--args", str(args_fd)] if args_fd is not None else [])
+    argv += ["--unshare-all", "--die-with-parent", "--new-session"]
     if plan.network != "none":  # host: the host's; outbound: the one `outbound` made for it (slirp4netns)
         argv.append("--share-net")
     argv += ["--unshare-user", "--uid", str(plan.uid), "--gid", str(plan.uid)]

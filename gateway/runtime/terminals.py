@@ -25,6 +25,8 @@ from acp.terminals import Terminal, TerminalSpec
 from ..errors import LIMIT_EXCEEDED
 from ..store import HistoryEntry, SessionRow
 from .settings import Settings
+from .spawn_env import Source, Spawn
+from .spawn_env import refusal as env_refusal
 from .writer import HistoryWriter
 
 TERMINAL_MARKER = "ACP_TERMINAL_EXECUTION"  # beside the agent's ACP_AGENT_EXECUTION, which the reaper looks for
@@ -74,7 +76,7 @@ class SessionTerminals:
     """The `acp.terminals.TerminalHost` of one live session."""
 
     def __init__(self, row: SessionRow, settings: Settings, counts: TerminalCounts, env: Mapping[str, str],
-                 marker: str, wrap: Callable[[list[str], str], list[str]],
+                 marker: str, confined: bool, wrap: Callable[[list[str], str, Mapping[str, str]], Spawn],
                  directory_refusal: Callable[[str], str | None],
                  publish: Callable[[str, dict[str, Any]], object], history: HistoryWriter) -> None:
         self.row = row
@@ -82,7 +84,8 @@ class SessionTerminals:
         self.counts = counts
         self.env = dict(env)
         self.marker = marker
-        self.wrap = wrap  # (command line, cwd) -> the command line to run (sandboxed as the agent is)
+        self.confined = confined  # its commands run in the agent's sandbox: their environment is set only inside
+        self.wrap = wrap  # (command line, cwd, its environment) -> how to start it (sandboxed as the agent is)
         self.directory_refusal = directory_refusal
         self.publish = publish  # (event type, data): queued to the session's journal
         self.history = history
@@ -96,6 +99,9 @@ class SessionTerminals:
                           directory_refusal=self.directory_refusal)
         if refused is not None:
             raise refused
+        refused_env = env_refusal(((e.name, e.value) for e in request.env), Source.AGENT, self.confined)
+        if refused_env is not None:
+            raise RpcError(INVALID_PARAMS, f"terminal/create: env: {refused_env}", {"field": "env"})
         cwd = request.cwd or self.row.cwd
         command = [request.command, *request.args]
         # The agent's own environment (allowlisted, its owner's home, its marker), with what the agent adds; the
@@ -104,7 +110,8 @@ class SessionTerminals:
         env = {**self.env, **{e.name: e.value for e in request.env}, self.marker: self.env[self.marker],
                TERMINAL_MARKER: f"t-{uuid.uuid4().hex}"}
         limit = request.outputByteLimit if request.outputByteLimit is not None else self.settings.terminal_output_bytes
-        return TerminalSpec(self.wrap(command, cwd), cwd, env, limit, shlex.join(command), TERMINAL_MARKER)
+        spawn = self.wrap(command, cwd, env)
+        return TerminalSpec(spawn.argv, spawn.cwd, spawn.env, limit, shlex.join(command), TERMINAL_MARKER, spawn.fds)
 
     def opened(self, terminal: Terminal) -> None:
         self.counts.add(self.row.owner, self.row.id, 1)
