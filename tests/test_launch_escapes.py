@@ -141,3 +141,23 @@ async def test_unconfined_the_loading_variables_are_refused_with_what_to_do(tmp_
         assert refused.value.data["field"] == "values" and "LD_PRELOAD" in refused.value.message
         await bob.close()
     assert not outside.exists()
+
+
+async def test_asking_an_agent_what_it_supports_runs_nothing_planted_in_the_workspace(tmp_path: Path) -> None:
+    """Before a session with additional directories starts, the gateway asks the profile's agent what it supports,
+    in a short-lived process outside any session's sandbox. It starts in /: an `agents` package B planted in its
+    workspace (the reference agent runs as `python -m agents.reference`) is never imported there."""
+    outside = tmp_path / "escaped"
+    gw = sandboxed_gateway(tmp_path, "outbound")
+    work = tmp_path / "work"
+    (work / "agents" / "reference").mkdir(parents=True)
+    for module in ("agents/__init__.py", "agents/reference/__init__.py", "agents/reference/__main__.py"):
+        (work / module).write_text(f"try:\n    open({str(outside)!r}, 'w').close()\nexcept OSError:\n    pass\n")
+    (work / "more").mkdir()
+    async with running(gw):
+        bob = await gw.client(BOB)
+        # Its agent, inside its sandbox, imports the planted package and stops: B's own session, B's doing.
+        await bob.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True,
+                                              "additional_directories": [str(work / "more")]})
+        await bob.close()
+    assert not outside.exists(), "code B planted ran outside the sandbox"

@@ -601,7 +601,9 @@ class Launcher:
         env = profile.launch_env(self.settings.environ, ensure_home(self.settings.state_dir, PROBE_OWNER, profile))
         argv = agent_argv(profile.argv(None, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
         try:
-            client = await AcpClient.launch(argv, cwd=cwd, env=env, options=ClientOptions(
+            # Started in /, not in the owner's workspace: the probe runs unconfined, and a workspace is the owner's
+            # (`python -m` would put a package planted there first on the agent's import path).
+            client = await AcpClient.launch(argv, cwd=cwd, env=env, process_cwd="/", options=ClientOptions(
                 initialize_timeout=min(self.settings.initialize_timeout, timeout), stop_grace=self.settings.stop_grace))
         except AcpError as exc:
             log.info("agent %s could not be asked what it supports: %s", profile.id, exc)
