@@ -516,20 +516,25 @@ class EventBus:
         missed."""
         await self.refresh(owner)  # on a shared journal, a cursor another node handed out is not "ahead"
         head = self.head(owner)
-        if since is not None:
-            if since > head:
-                raise resync_required("cursor_ahead", f"cursor {since} is ahead of this gateway's journal ({head}): "
-                                      "refetch task.session.list and subscribe from its event_cursor", head=head)
-            floor = await self.store.events.horizon(owner)
-            if since < floor:
-                raise resync_required("too_far_behind", f"cursor {since} is older than the retained journal "
-                                      f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
-                                      head=head, oldest=floor)
-        # Registered not live: what is committed from here on is read from the journal until it is live.
-        head = self.head(owner)
+        if since is not None and since > head:
+            raise resync_required("cursor_ahead", f"cursor {since} is ahead of this gateway's journal ({head}): "
+                                  "refetch task.session.list and subscribe from its event_cursor", head=head)
+        # Registered not live: what is committed from here on is read from the journal until it is live. Registered
+        # before the horizon is read, so its cursor holds the count retention (PIN-1) from the moment it is checked.
         sub = Subscription(f"sub-{uuid.uuid4().hex[:12]}", owner, session_id, sink,
                            last_id=head if since is None else since, until=head, batch=batch)
         self._subs[sub.id] = sub
+        if since is not None:
+            try:
+                floor = await self.store.events.horizon(owner)
+            except BaseException:
+                self.unsubscribe(sub.id)
+                raise
+            if since < floor:
+                self.unsubscribe(sub.id)
+                raise resync_required("too_far_behind", f"cursor {since} is older than the retained journal "
+                                      f"(from {floor}): refetch task.session.list and subscribe from its event_cursor",
+                                      head=head, oldest=floor)
         return sub
 
     async def start_replay(self, sub: Subscription) -> None:
