@@ -18,6 +18,7 @@ from opentelemetry import propagate, trace
 from pydantic import ValidationError
 
 from . import PROTOCOL_VERSION, fs
+from .budget import RequestBudget
 from .elicitation import Elicitation, check_request
 from .errors import INVALID_PARAMS, METHOD_NOT_FOUND, ProtocolVersionError, RpcError, TransportError
 from .framing import DEFAULT_MAX_LINE
@@ -73,6 +74,7 @@ class ClientOptions:
     never_serve: tuple[str, ...] = ()  # paths the fs methods refuse even inside the cwd (besides /proc, /sys, /dev)
     file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
     tree_marker: str | None = None  # an entry of the agent's env unique to it: what carries it is stopped with it
+    request_budget: RequestBudget | None = None  # the agent's requests that may wait for answers at once
 
 
 def traced(params: Any) -> Any:
@@ -145,6 +147,7 @@ class AcpClient:
             on_notification=self._on_notification,
             max_line=self.options.max_line,
             name=f"agent {process.argv[0]} (pid {process.pid})",
+            budget=self.options.request_budget,
         )
         self.conn.start()
         self._watch = asyncio.get_running_loop().create_task(self._watch_exit())

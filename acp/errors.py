@@ -12,6 +12,8 @@ INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 AUTH_REQUIRED = -32000
 RESOURCE_NOT_FOUND = -32002
+# A limit was reached (the gateway's API says the same with this code): a peer's requests past its budget.
+LIMIT_EXCEEDED = -32014
 
 
 class AcpError(Exception):

@@ -15,9 +15,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import orjson
+
+from .budget import RequestBudget
 from .errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
+    LIMIT_EXCEEDED,
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     RequestTimeout,
@@ -64,12 +68,14 @@ class Connection:
         on_notification: NotificationHandler = _ignore_notification,
         max_line: int = DEFAULT_MAX_LINE,
         name: str = "peer",
+        budget: RequestBudget | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self.on_request = on_request
         self.on_notification = on_notification
         self.name = name
+        self.budget = budget  # how many of the peer's requests may wait for answers at once (None: no limit)
         self.stats = FrameStats()
         self._splitter = LineSplitter(max_line, self.stats)
         self._ids = itertools.count(0)
@@ -226,7 +232,17 @@ class Connection:
             params = msg.get("params")
             if "id" in msg:
                 msg_id = msg["id"]
+                budget = self.budget
+                size = 0
+                if budget is not None:
+                    size = len(orjson.dumps(params)) if params is not None else 0
+                    refused = budget.take(size)
+                    if refused is not None:  # answered now; nothing of it is kept
+                        self._spawn(self._reply_error(msg_id, RpcError(LIMIT_EXCEEDED, f"{method}: {refused}")))
+                        return
                 task = self._spawn(self._answer(msg_id, method, params))
+                if budget is not None:
+                    task.add_done_callback(lambda _: budget.give(size))
                 if isinstance(msg_id, (int, str)):
                     self._answering[msg_id] = task
                     task.add_done_callback(lambda done: self._answered(msg_id, method, done))

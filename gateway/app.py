@@ -179,6 +179,10 @@ class Gateway:
                                 max_terminals_per_owner=config.max_terminals_per_owner,
                                 terminal_output_bytes=config.terminal_output_bytes,
                                 max_terminal_output_bytes=config.max_terminal_output_bytes,
+                                max_agent_requests_per_session=config.max_agent_requests_per_session,
+                                max_agent_requests_per_session_bytes=config.max_agent_requests_per_session_bytes,
+                                max_agent_requests_per_owner=config.max_agent_requests_per_owner,
+                                max_agent_requests_per_owner_bytes=config.max_agent_requests_per_owner_bytes,
                                 quotas=Quotas(config.max_sessions_per_owner, config.max_history_bytes_per_owner,
                                               config.max_starts_per_minute_per_owner).within_store(
                                                   config.store_max_bytes),

@@ -5,7 +5,7 @@ authors. Sessions are stored one JSON file each under `--state-dir`, so `session
 replays the history before answering) and `session/resume` (no replay) work across restarts.
 
 Faults are chosen per method with `--fault METHOD=KIND` (see FAULTS), and per prompt with commands
-at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`,
+at the start of the prompt text (see `_run_command`): `/read`, `/write`, `/call`, `/permission`, `/permissions N`,
 `/tool`, `/sh CMD` (its own shell), `/fill BYTES`, `/plan A; B`, `/stream N`, `/huge N`, `/crash`, `/hang`, `/fail`,
 `/unknown-update`, `/sleep S`, `/mode M` (the agent changes its own mode), `/config`, `/mcp`, `/dirs`,
 `/term [--limit N] [--cwd DIR] [--keep] [--kill] CMD` (CMD in a terminal of the client's, embedded in a tool
@@ -834,6 +834,17 @@ class ReferenceAgent:
             if session.cancel.is_set() or outcome == {"outcome": "cancelled"}:
                 return "cancelled"
             await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
+        elif word == "/permissions":  # N permission requests at once (a flood a gateway must bound), then a tally
+            count = int(args[0]) if args else 10
+            outcomes = await asyncio.gather(*(self._ask_permission(session) for _ in range(count)))
+            tally: dict[str, int] = {}
+            for outcome in outcomes:
+                key = (f"error {outcome['error']['code']}" if isinstance(outcome, dict) and "error" in outcome
+                       else str(outcome.get("outcome")) if isinstance(outcome, dict) else str(outcome))
+                tally[key] = tally.get(key, 0) + 1
+            await self._message(session, f"permissions: {orjson.dumps(tally, option=orjson.OPT_SORT_KEYS).decode()}")
+            if session.cancel.is_set():
+                return "cancelled"
         elif word == "/tool":
             await self._tool_call(session, args[0] if args else "tool", " ".join(args[1:]) or "done")
         elif word == "/stream":

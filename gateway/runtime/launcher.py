@@ -25,6 +25,7 @@ from typing import Any
 import agents as agents_package
 from acp import mcp
 from acp.auth import describe_methods
+from acp.budget import RequestBudget
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
 from acp.models import AgentCapabilities, AuthMethod, Implementation
@@ -163,6 +164,7 @@ class Launcher:
         self.elicitations = elicitations
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
+        self.request_budgets: dict[str, RequestBudget] = {}  # each owner's, shared by its sessions' agents
         self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
         # directories): a start is checked against it before the session exists (`capabilities`).
@@ -246,7 +248,7 @@ class Launcher:
                                       initialize_timeout=self.settings.initialize_timeout,
                                       stop_grace=self.settings.stop_grace,
                                       never_serve=tuple(str(p) for p in self.settings.protected_paths),
-                                      tree_marker=reaper.MARKER),
+                                      tree_marker=reaper.MARKER, request_budget=self._request_budget(row)),
                 terminal_host=terminals,
                 on_elicitation=self.elicitations.handler(
                     lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row),
@@ -396,6 +398,17 @@ class Launcher:
         else under the parent-death signal alone."""
         return self._confined(profile, row, config, env, home, profile.argv(token, str(self.settings.state_dir)),
                               row.cwd, env)
+
+    def _request_budget(self, row: SessionRow) -> RequestBudget:
+        """How many of this session's agent's requests may wait for answers at once, within its owner's."""
+        settings = self.settings
+        owner = self.request_budgets.get(row.owner)
+        if owner is None:
+            owner = self.request_budgets[row.owner] = RequestBudget(
+                settings.max_agent_requests_per_owner, settings.max_agent_requests_per_owner_bytes,
+                f"owner {row.owner}'s agents", "max_agent_requests_per_owner")
+        return RequestBudget(settings.max_agent_requests_per_session, settings.max_agent_requests_per_session_bytes,
+                             f"the agent of session {row.id}", "max_agent_requests_per_session", owner)
 
     def confined(self, profile: AgentProfile) -> bool:
         return (profile.sandbox or self.settings.sandbox) == "bwrap"

@@ -27,6 +27,11 @@ class Settings:
     max_terminals_per_owner: int = 32
     terminal_output_bytes: int = 1 << 20  # kept when the agent names no outputByteLimit
     max_terminal_output_bytes: int = 16 << 20  # the largest outputByteLimit an agent may ask for
+    # An agent's requests waiting for answers at once (acp.budget): per session, within its owner's
+    max_agent_requests_per_session: int = 64
+    max_agent_requests_per_session_bytes: int = 8 << 20
+    max_agent_requests_per_owner: int = 256
+    max_agent_requests_per_owner_bytes: int = 32 << 20
     login_timeout: float = 600.0  # a terminal sign-in (an agent's login program) is killed after this long
     # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.

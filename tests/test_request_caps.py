@@ -1,0 +1,74 @@
+"""An agent's requests waiting for answers are bounded per session and per owner (acp/budget.py): past the cap a
+request is answered at once with -32014 and nothing of it is kept; a cancel with the cap's worth waiting ends within
+its grace; another owner is served meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from acp.budget import RequestBudget
+from tests.gateway_harness import ALICE, BOB, EventLog, running, two_owner_gateway
+
+CAP = 16
+FLOOD = 300
+
+
+@pytest.mark.parametrize(("count", "nbytes", "parent", "sizes", "refused_at"), [
+    (3, 1000, None, [10, 10, 10, 10], 3),  # the fourth request waits past the count
+    (10, 25, None, [10, 10, 10], 2),  # the third passes the bytes
+    (10, 1000, (2, 1000), [10, 10, 10], 2),  # the owner's count holds however much the session may
+])
+def test_a_budget_refuses_past_its_count_or_bytes_or_its_parents(count: int, nbytes: int,
+                                                                 parent: tuple[int, int] | None, sizes: list[int],
+                                                                 refused_at: int) -> None:
+    owner = RequestBudget(*parent, "owner o", "max_agent_requests_per_owner") if parent else None
+    session = RequestBudget(count, nbytes, "session s", "max_agent_requests_per_session", owner)
+    said = [session.take(size) for size in sizes]
+    assert [s is None for s in said] == [i < refused_at for i in range(len(sizes))]
+    assert said[refused_at] is not None and "waiting for answers" in said[refused_at]
+    for size in sizes[:refused_at]:
+        session.give(size)
+    assert (session.taken, session.taken_bytes) == (0, 0)
+    assert owner is None or (owner.taken, owner.taken_bytes) == (0, 0)
+
+
+async def test_a_question_flood_is_capped_and_its_cancel_ends_in_time(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config=f"max_agent_requests_per_session = {CAP}\ncancel_grace = 2.0\n"
+                                            "stop_grace = 2.0\n")
+    async with running(gw):
+        bob, alice = await gw.client(BOB), await gw.client(ALICE)
+        log = EventLog(bob)
+        await bob.call("task.session.subscribe", {})
+        sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
+                                                     "wait_ready": True}))["session_id"]
+        other = (await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
+                                                         "wait_ready": True}))["session_id"]
+        turn = asyncio.ensure_future(bob.call("task.session.prompt", {"session_id": sid,
+                                                                      "prompt": f"/permissions {FLOOD}"}))
+        await log.wait(lambda e: e["type"] == "permission_requested" and e["session_id"] == sid, 30)
+        # Another owner is answered meanwhile.
+        assert (await alice.call("task.session.status", {"session_id": other}))["session_id"] == other
+        asked = [e for e in log.events if e["type"] == "permission_requested" and e["session_id"] == sid]
+        assert len(asked) <= CAP
+        started = time.monotonic()
+        await bob.call("task.session.cancel_turn", {"session_id": sid})
+        assert await asyncio.wait_for(turn, 2.0 + 2.0 + 5) == {"stop_reason": "cancelled"}
+        took = time.monotonic() - started
+
+        def tally_said(e: dict[str, Any]) -> bool:
+            update = e["data"].get("update") or {} if e["type"] == "session_update" else {}
+            return "permissions: " in ((update.get("content") or {}).get("text") or "")
+        said = (await log.wait(tally_said, 10))["data"]["update"]["content"]["text"]
+        tally = orjson.loads(said.split("permissions: ", 1)[1])
+        # Past the cap: refused at once, nothing kept; those that waited were answered cancelled.
+        assert tally.get("error -32014", 0) == FLOOD - CAP, (said, took)
+        assert tally.get("cancelled", 0) == CAP, said
+        assert len([e for e in log.events if e["type"] == "permission_requested" and e["session_id"] == sid]) == CAP
+        await bob.close()
+        await alice.close()
