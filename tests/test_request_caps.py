@@ -51,7 +51,13 @@ async def test_a_question_flood_is_capped_and_its_cancel_ends_in_time(tmp_path: 
                                                          "wait_ready": True}))["session_id"]
         turn = asyncio.ensure_future(bob.call("task.session.prompt", {"session_id": sid,
                                                                       "prompt": f"/permissions {FLOOD}"}))
-        await log.wait(lambda e: e["type"] == "permission_requested" and e["session_id"] == sid, 30)
+        def said(text: str) -> Any:
+            def matches(e: dict[str, Any]) -> bool:
+                update = e["data"].get("update") or {} if e["type"] == "session_update" else {}
+                return text in ((update.get("content") or {}).get("text") or "")
+            return matches
+        # The agent says so once every one of its requests has gone out (the gateway read them all before this).
+        await log.wait(said(f"asked {FLOOD} permissions"), 30)
         # Another owner is answered meanwhile.
         assert (await alice.call("task.session.status", {"session_id": other}))["session_id"] == other
         asked = [e for e in log.events if e["type"] == "permission_requested" and e["session_id"] == sid]
@@ -60,15 +66,11 @@ async def test_a_question_flood_is_capped_and_its_cancel_ends_in_time(tmp_path: 
         await bob.call("task.session.cancel_turn", {"session_id": sid})
         assert await asyncio.wait_for(turn, 2.0 + 2.0 + 5) == {"stop_reason": "cancelled"}
         took = time.monotonic() - started
-
-        def tally_said(e: dict[str, Any]) -> bool:
-            update = e["data"].get("update") or {} if e["type"] == "session_update" else {}
-            return "permissions: " in ((update.get("content") or {}).get("text") or "")
-        said = (await log.wait(tally_said, 10))["data"]["update"]["content"]["text"]
-        tally = orjson.loads(said.split("permissions: ", 1)[1])
+        tallied = (await log.wait(said("permissions: "), 10))["data"]["update"]["content"]["text"]
+        tally = orjson.loads(tallied.split("permissions: ", 1)[1])
         # Past the cap: refused at once, nothing kept; those that waited were answered cancelled.
-        assert tally.get("error -32014", 0) == FLOOD - CAP, (said, took)
-        assert tally.get("cancelled", 0) == CAP, said
+        assert tally.get("error -32014", 0) == FLOOD - CAP, (tallied, took)
+        assert tally.get("cancelled", 0) == CAP, tallied
         assert len([e for e in log.events if e["type"] == "permission_requested" and e["session_id"] == sid]) == CAP
         await bob.close()
         await alice.close()

@@ -836,7 +836,11 @@ class ReferenceAgent:
             await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
         elif word == "/permissions":  # N permission requests at once (a flood a gateway must bound), then a tally
             count = int(args[0]) if args else 10
-            outcomes = await asyncio.gather(*(self._ask_permission(session) for _ in range(count)))
+            asking = [asyncio.ensure_future(self._ask_permission(session)) for _ in range(count)]
+            for _ in range(3):  # each request is under way (written, or queued on the connection's writer) ...
+                await asyncio.sleep(0)
+            await self._message(session, f"asked {count} permissions")  # ... so this goes out after all of them
+            outcomes = await asyncio.gather(*asking)
             tally: dict[str, int] = {}
             for outcome in outcomes:
                 key = (f"error {outcome['error']['code']}" if isinstance(outcome, dict) and "error" in outcome
