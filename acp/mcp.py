@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -218,7 +219,7 @@ class Scrubber:
     launch; with no secrets it does nothing and costs nothing."""
 
     def __init__(self, hidden: Sequence[str]) -> None:
-        self.hidden = list(hidden)
+        self.hidden = encodings(hidden)
         self._in_json = [orjson.dumps(h)[1:-1] for h in self.hidden]  # as each appears inside a JSON string
 
     def __bool__(self) -> bool:
@@ -239,9 +240,23 @@ class Scrubber:
         return orjson.loads(raw)
 
 
-def scrub(text: str, hidden: Sequence[str]) -> str:
-    """`text` with each secret replaced (an agent's error or stderr may repeat what it was given)."""
+def encodings(hidden: Sequence[str]) -> list[str]:
+    """Each secret as it is, and as the encodings a scrub can know put it: URL-encoded (a query string, a form) —
+    JSON-escaped is handled where JSON is scrubbed. Longest first, so a secret inside another is not left half
+    shown. Not base64, not reversed, not split: an agent that can run a shell can always show its own environment
+    (docs/security.md says what to do instead)."""
+    found: dict[str, None] = {}
     for value in hidden:
+        if value:
+            found[value] = None
+            found[urllib.parse.quote(value, safe="")] = None
+            found[urllib.parse.quote_plus(value)] = None
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(text: str, hidden: Sequence[str]) -> str:
+    """`text` with each secret replaced (an agent's error or stderr may repeat what it was given), also URL-encoded."""
+    for value in encodings(hidden):
         if value in text:
             text = text.replace(value, SECRET)
     return text

@@ -31,7 +31,7 @@ from typing import IO, Any
 import orjson
 
 from .framing import DEFAULT_MAX_LINE, LineSplitter
-from .mcp import SECRET, redacted_params
+from .mcp import SECRET, encodings, redacted_params
 
 _CHUNK = 256 * 1024
 
@@ -42,7 +42,7 @@ class Redaction:
     caught, escaped or not."""
 
     def __init__(self, secrets: Sequence[str] = (), paths: Sequence[tuple[str, str]] = ()) -> None:
-        self.secrets = [orjson.dumps(s)[1:-1] for s in secrets if s]
+        self.secrets = [orjson.dumps(s)[1:-1] for s in encodings(secrets)]  # as they are, and URL-encoded
         # Longest first: a cwd inside $HOME is named as the cwd. A path is replaced only where it ends.
         self.paths = [(re.compile(re.escape(orjson.dumps(p)[1:-1]) + rb"(?![A-Za-z0-9._~+-])"),
                        name.encode()) for p, name in sorted(paths, key=lambda pair: -len(pair[0])) if p and p != "/"]

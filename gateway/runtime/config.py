@@ -69,6 +69,7 @@ class SessionConfig:
     auth_method: str | None = None
     agent_info: dict[str, Any] | None = None  # the agent's own name and version (its last initialize's agentInfo)
     sign_in_values: list[str] = field(default_factory=list)  # this launch's: scrubbed from what the agent says
+    profile_secrets: list[str] = field(default_factory=list)  # its profile's env values (API keys): likewise
     applying: bool = False  # a set call of the gateway's is out: what changes meanwhile is its doing (O2)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _view: dict[str, Any] | None = None
@@ -124,7 +125,7 @@ class SessionConfig:
         return self._view
 
     def secrets(self) -> list[str]:
-        return [*mcp.secrets(self.mcp_servers), *self.sign_in_values]
+        return [*mcp.secrets(self.mcp_servers), *self.sign_in_values, *self.profile_secrets]
 
     def scrubber(self) -> mcp.Scrubber:
         return mcp.Scrubber(self.secrets())

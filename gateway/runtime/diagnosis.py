@@ -19,7 +19,8 @@ MIN_SECRET_CHARS = 8  # a profile's env values this long are hidden too (an API 
 
 def hidden_values(profile: AgentProfile, secrets: Sequence[str]) -> list[str]:
     """What never appears: the session's MCP secrets and the profile's env values (its API keys)."""
-    return [*secrets, *(v for v in profile.resolved_env(os.environ).values() if len(v) >= MIN_SECRET_CHARS)]
+    values = profile.resolved_env(os.environ).values()
+    return [*secrets, *dict.fromkeys(v for v in values if len(v) >= MIN_SECRET_CHARS)]
 
 
 def stderr_said(process: AgentProcess, profile: AgentProfile, secrets: Sequence[str], since: int = 0) -> str:

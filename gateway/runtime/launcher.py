@@ -228,6 +228,7 @@ class Launcher:
         # What the owner gave this profile's agents to sign in (an env_var method's values) goes in their environment.
         signed_in = self.sign_in.get(row.owner, profile.id)
         config.sign_in_values = list(signed_in.values())
+        config.profile_secrets = hidden_values(profile, [])  # the operator's keys, if the agent repeats them
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
         # Updates flow from the first byte: a session/load replays history before it answers.
         coalescer = HistoryCoalescer()
