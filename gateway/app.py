@@ -187,6 +187,7 @@ class Gateway:
                                               config.max_starts_per_minute_per_owner).within_store(
                                                   config.store_max_bytes),
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
+                                agent_niceness=config.agent_niceness,
                                 lease_ttl=config.lease_ttl, sandbox=config.sandbox,
                                 network="outbound" if len(confinement.owners_of(config)) > 1 else "host",
                                 cluster_secret=(config.cluster_secret or "").encode(),

@@ -82,6 +82,7 @@ class ServeConfig(BaseModel):
     max_agent_requests_per_owner_bytes: int = Field(default=32 << 20, ge=64 << 10)
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
+    agent_niceness: int = Field(default=10, ge=0, le=19)  # agents and their terminals run below the gateway (nice)
     # How agents' own processes are confined (docs/security.md): "none", or "bwrap" (bubblewrap: a sandbox per agent
     # showing it only its workspace, its owner's agent home and the system). A profile may choose its own.
     sandbox: Literal["none", "bwrap"] = "none"

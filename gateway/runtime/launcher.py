@@ -110,6 +110,7 @@ def check_resumable(row: SessionRow, settings: Settings) -> None:
 # The tools the gateway runs around an agent, found once, on the gateway's own PATH (ENV-1: never on one an agent set).
 BWRAP, PRLIMIT = shutil.which("bwrap"), shutil.which("prlimit")
 UNSHARE, SLIRP4NETNS = shutil.which("unshare"), shutil.which("slirp4netns")
+NICE = shutil.which("nice")
 
 
 def limit_said(live: LiveSession) -> str:
@@ -421,10 +422,12 @@ class Launcher:
         Confined, the gateway starts only wrappers, with a fixed environment, in / (ENV-1); the program gets
         `program_env` and `cwd` inside the sandbox (ENV-2)."""
         limits = sandbox.Limits(**profile.limits.model_dump())
+        niceness = self.settings.agent_niceness
+        lowered = [NICE, "-n", str(niceness)] if niceness and NICE else []  # nice execs: the same process
         if not self.confined(profile):
             bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
             wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
-            return Spawn(wrapped, dict(program_env), cwd)
+            return Spawn([*lowered, *wrapped], dict(program_env), cwd)
         program = shutil.which(argv[0], path=env.get("PATH", os.defpath)) or argv[0]
         directories = [d for d in config.additional_directories
                        if directory_refusal(self.settings, row.owner, d) is None]
@@ -446,7 +449,7 @@ class Launcher:
         if limits.prlimit_args() and PRLIMIT:
             wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *wrapped]
         markers = {name: program_env[name] for name in (reaper.MARKER, TERMINAL_MARKER) if name in program_env}
-        return Spawn(wrapped, wrapper_env(markers), "/", (fd,))
+        return Spawn([*lowered, *wrapped], wrapper_env(markers), "/", (fd,))
 
     def _terminal_host(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, env: Mapping[str, str],
                        home: Path, history: HistoryWriter) -> SessionTerminals:

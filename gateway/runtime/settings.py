@@ -36,6 +36,9 @@ class Settings:
     # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.
     agents_die_with_gateway: bool = True
+    # Agents and their terminals run this much below the gateway's CPU priority (`nice`; 0: the same): eight
+    # terminals running `yes` must not take the CPU the gateway needs to serve everyone else.
+    agent_niceness: int = 10
     record_dir: Path | None = None  # each agent process's traffic, recorded (gateway.runtime.recording)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     # Where sessions may run (resolved): every owner's, and per-owner replacements; and the gateway's own
