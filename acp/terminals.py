@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,26 @@ class OutputBuffer:
         return self._data[:end].decode("utf-8", "replace")
 
 
+class ByteRate:
+    """A token bucket of bytes: how long a reader waits before its next read, so that what it reads over time stays
+    under `rate` bytes a second (with a burst of a second's worth). One per session, shared by its terminals: a
+    command flooding its output (`yes`) is read at that pace, its pipe fills and it blocks, instead of taking the
+    event loop. Pure: the caller gives the time."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.last: float | None = None
+
+    def delay(self, now: float, nbytes: int) -> float:
+        """Seconds to wait after reading `nbytes` at `now`; 0 while under the rate."""
+        if self.last is not None:
+            self.tokens = min(self.rate, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        self.tokens -= nbytes
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
 @dataclass(frozen=True)
 class TerminalSpec:
     """What the host decided a `terminal/create` runs: the full command line (wrapped as its policy says), where,
@@ -77,6 +98,7 @@ class TerminalSpec:
     shown: str  # the command as the agent asked for it, for people to read (events, history)
     tree_marker: str | None = None  # an entry of `env` every process of the command carries (see acp.proctree)
     pass_fds: tuple[int, ...] = ()  # descriptors the command inherits; closed here once it started
+    pace: ByteRate | None = None  # the pace its output is read at (its session's), None: as fast as it comes
 
 
 def exit_status(returncode: int) -> dict[str, Any]:
@@ -130,7 +152,9 @@ class Terminal:
             while chunk := await stream.read(READ_CHUNK):
                 self.output.append(chunk)
                 self._on_output(chunk)
-                await asyncio.sleep(0)  # a flooding command is one chunk per wake-up of the event loop
+                # A flooding command is one chunk per wake-up of the event loop, and no faster than its pace.
+                pace = self.spec.pace
+                await asyncio.sleep(pace.delay(time.monotonic(), len(chunk)) if pace is not None else 0)
 
     @property
     def exit(self) -> dict[str, Any] | None:

@@ -179,6 +179,7 @@ class Gateway:
                                 max_terminals_per_owner=config.max_terminals_per_owner,
                                 terminal_output_bytes=config.terminal_output_bytes,
                                 max_terminal_output_bytes=config.max_terminal_output_bytes,
+                                terminal_output_rate=config.terminal_output_rate,
                                 max_agent_requests_per_session=config.max_agent_requests_per_session,
                                 max_agent_requests_per_session_bytes=config.max_agent_requests_per_session_bytes,
                                 max_agent_requests_per_owner=config.max_agent_requests_per_owner,

@@ -75,6 +75,7 @@ class ServeConfig(BaseModel):
     max_terminals_per_owner: int = Field(default=32, ge=0)
     terminal_output_bytes: int = Field(default=1 << 20, ge=1024)
     max_terminal_output_bytes: int = Field(default=16 << 20, ge=1024)
+    terminal_output_rate: int = Field(default=4 << 20, ge=4096)
     # An agent's requests waiting for answers (permissions, questions, files, terminal calls), per session and owner
     max_agent_requests_per_session: int = Field(default=64, ge=1)
     max_agent_requests_per_session_bytes: int = Field(default=8 << 20, ge=64 << 10)

@@ -15,7 +15,7 @@ import pytest
 
 from acp.errors import RpcError
 from acp.models import CreateTerminalRequest
-from acp.terminals import OutputBuffer, incomplete_tail
+from acp.terminals import ByteRate, OutputBuffer, incomplete_tail
 from gateway.clients.client import GatewayClient
 from gateway.runtime.settings import Settings
 from gateway.runtime.terminals import PUBLISHED_BYTES, refusal
@@ -216,3 +216,17 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway: 
     assert f"terminal/output error -32002: terminal {started['data']['terminal_id']} is not known" in text
     assert "the gateway restarted since it was created" in text
     await client.close()
+
+
+@pytest.mark.parametrize(("rate", "reads", "delays"), [
+    # (time, bytes read) -> seconds to wait after it
+    (1000, [(0.0, 500), (0.0, 500)], [0.0, 0.0]),  # a second's worth at once: the burst
+    (1000, [(0.0, 1000), (0.0, 500)], [0.0, 0.5]),  # past it: wait until it is earned
+    (1000, [(0.0, 1000), (1.0, 1000)], [0.0, 0.0]),  # a second later, a second's worth again
+    (1000, [(0.0, 3000)], [2.0]),  # one large read: its time
+    (1000, [(0.0, 1000), (10.0, 2000)], [0.0, 1.0]),  # the burst does not grow past a second's worth
+])
+def test_a_sessions_terminal_output_is_read_at_its_pace(rate: float, reads: list[tuple[float, int]],
+                                                       delays: list[float]) -> None:
+    pace = ByteRate(rate)
+    assert [pace.delay(now, nbytes) for now, nbytes in reads] == pytest.approx(delays)

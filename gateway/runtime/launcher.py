@@ -482,7 +482,7 @@ class Launcher:
         env[TERMINAL_MARKER] = f"t-{uuid.uuid4().hex}"
         spawn = self._confined(profile, row, config, env, home, command, row.cwd, env)
         spec = TerminalSpec(spawn.argv, spawn.cwd, spawn.env, self.settings.terminal_output_bytes,
-                            shlex.join(command), TERMINAL_MARKER, spawn.fds)
+                            shlex.join(command), TERMINAL_MARKER, spawn.fds, host.pace)
 
         def on_output(data: bytes) -> None:
             host.output(terminal, data)

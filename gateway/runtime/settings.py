@@ -27,6 +27,7 @@ class Settings:
     max_terminals_per_owner: int = 32
     terminal_output_bytes: int = 1 << 20  # kept when the agent names no outputByteLimit
     max_terminal_output_bytes: int = 16 << 20  # the largest outputByteLimit an agent may ask for
+    terminal_output_rate: int = 4 << 20  # bytes a second of a session's terminals' output read, all together
     # An agent's requests waiting for answers at once (acp.budget): per session, within its owner's
     max_agent_requests_per_session: int = 64
     max_agent_requests_per_session_bytes: int = 8 << 20

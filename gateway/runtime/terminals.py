@@ -20,7 +20,7 @@ from typing import Any
 
 from acp.errors import INVALID_PARAMS, RpcError
 from acp.models import CreateTerminalRequest
-from acp.terminals import Terminal, TerminalSpec
+from acp.terminals import ByteRate, Terminal, TerminalSpec
 
 from ..errors import LIMIT_EXCEEDED
 from ..store import HistoryEntry, SessionRow
@@ -85,6 +85,7 @@ class SessionTerminals:
         self.env = dict(env)
         self.marker = marker
         self.confined = confined  # its commands run in the agent's sandbox: their environment is set only inside
+        self.pace = ByteRate(settings.terminal_output_rate)  # the session's terminals' output, read at most this fast
         self.wrap = wrap  # (command line, cwd, its environment) -> how to start it (sandboxed as the agent is)
         self.directory_refusal = directory_refusal
         self.publish = publish  # (event type, data): queued to the session's journal
@@ -111,7 +112,8 @@ class SessionTerminals:
                TERMINAL_MARKER: f"t-{uuid.uuid4().hex}"}
         limit = request.outputByteLimit if request.outputByteLimit is not None else self.settings.terminal_output_bytes
         spawn = self.wrap(command, cwd, env)
-        return TerminalSpec(spawn.argv, spawn.cwd, spawn.env, limit, shlex.join(command), TERMINAL_MARKER, spawn.fds)
+        return TerminalSpec(spawn.argv, spawn.cwd, spawn.env, limit, shlex.join(command), TERMINAL_MARKER, spawn.fds,
+                            self.pace)
 
     def opened(self, terminal: Terminal) -> None:
         self.counts.add(self.row.owner, self.row.id, 1)
