@@ -270,13 +270,17 @@ class SqliteStore(StoreBase):
     # Reads take the lock too: a cursor left open across an await holds an old snapshot, and a write
     # begun on this connection meanwhile would have to upgrade that snapshot after the journal
     # connection committed, which SQLite refuses at once (SQLITE_BUSY_SNAPSHOT, no busy wait).
+    # Each runs to its end in one job on aiosqlite's thread, so no statement stays open between jobs: the WAL
+    # checkpoint, which runs on this connection without the lock, failed ("database table is locked") when it came
+    # between a read's execute and its fetch (seen with eight sessions flooding terminal output).
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self._lock, self.db.execute(sql, params) as cur:
-            return await cur.fetchone()
+        async with self._lock:
+            rows = await self.db.execute_fetchall(sql, params)
+        return next(iter(rows), None)
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        async with self._lock, self.db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        async with self._lock:
+            return list(await self.db.execute_fetchall(sql, params))
 
     async def read_journal(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """On a read-only connection of its own: in WAL mode a reader never blocks the journal's writer, so these
