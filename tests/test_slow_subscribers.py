@@ -114,8 +114,10 @@ async def test_a_reader_that_stops_reading_is_closed_after_the_timeout_and_other
 
 async def test_a_slow_acp_client_gets_every_update_before_its_prompt_answer(tmp_path: Path) -> None:
     """On /acp the journal feeds a slow client too, and ACP's order holds: a prompt's answer after its updates."""
+    # agent_niceness = 0: the flood must outpace this reader; at nice 10 under the parallel suite the agent was
+    # starved by the other tests' processes and the reader kept up (nothing was fed from the journal).
     gw = two_owner_gateway(tmp_path, config=f'default_agent = "ref"\nmetrics_token = "{OPERATOR}"\n'
-                           f'outbox_limit_bytes = {LIMIT_BYTES}\n')
+                           f'outbox_limit_bytes = {LIMIT_BYTES}\nagent_niceness = 0\n')
     await gw.start()
     try:
         async with connect(f"ws://127.0.0.1:{gw.port}/acp", max_size=None,

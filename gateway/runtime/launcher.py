@@ -425,6 +425,9 @@ class Launcher:
         niceness = self.settings.agent_niceness
         lowered = [NICE, "-n", str(niceness)] if niceness and NICE else []  # nice execs: the same process
         if not self.confined(profile):
+            if not argv or shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+                # Not there: started bare, it fails as itself ("agent command not found"), not as a wrapper's exit.
+                return Spawn(list(argv), dict(program_env), cwd)
             bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
             wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
             return Spawn([*lowered, *wrapped], dict(program_env), cwd)
