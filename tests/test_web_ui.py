@@ -275,6 +275,8 @@ async def test_tool_calls_unknown_updates_and_the_raw_pane(gateway: GatewayProce
     tool = page.locator(".card.tool")
     await expect(tool).to_contain_text("⚙ ls")
     await expect(tool.locator(".status")).to_have_text("completed")
+    # The turn ends a moment after its tool call completes: a prompt sent before that is refused (busy, -32010).
+    await expect(page.locator(".msg.turn").last).to_contain_text("turn ended: end_turn")
     await say(page, "/unknown-update")
     raw = page.locator("details.raw-entry")
     await expect(raw.locator("summary")).to_have_text("[_reference_future_kind]")  # folded, not a box
@@ -392,6 +394,7 @@ async def test_options_usage_the_command_palette_and_what_was_not_reapplied(gate
     await expect(page.locator(".msg.agent").last).to_have_text(
         "config: mode=plan model=ref-large effort=medium verbose=true")
     await expect(page.locator("#usage")).to_contain_text("context")
+    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")  # that turn is over
     # The agent changes its own mode: the picker follows, and the conversation says so.
     await say(page, "/mode ask")
     await expect(mode).to_have_value("ask")

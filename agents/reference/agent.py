@@ -847,7 +847,7 @@ class ReferenceAgent:
                        else str(outcome.get("outcome")) if isinstance(outcome, dict) else str(outcome))
                 tally[key] = tally.get(key, 0) + 1
             await self._message(session, f"permissions: {orjson.dumps(tally, option=orjson.OPT_SORT_KEYS).decode()}")
-            if session.cancel.is_set():
+            if session.cancel.is_set() or tally.get("cancelled"):  # a client answers `cancelled` once it cancels
                 return "cancelled"
         elif word == "/tool":
             await self._tool_call(session, args[0] if args else "tool", " ".join(args[1:]) or "done")
