@@ -1,4 +1,4 @@
-"""How many of a peer's requests may wait for their answers at once, and how many bytes of their params: a request
+"""How many of a peer's requests may wait for their answers at once, and how many bytes of them: a request
 past either is answered at once with an error (LIMIT_EXCEEDED) and nothing of it is kept. Budgets chain — a
 session's within its owner's — so one agent asking thousands of questions at once neither grows the gateway's
 memory nor holds anyone else's calls up (a flood of 6,000 held requests once grew it by 360 MB and stalled another
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 @dataclass
 class RequestBudget:
     count: int  # requests that may wait at once
-    nbytes: int  # bytes of their params that may be held at once
+    nbytes: int  # bytes of them (their JSON-RPC lines, as read) that may be held at once
     what: str  # whose budget, for the error: "session s-…", "owner alice"
     setting: str  # the setting that sizes it, for the error
     parent: RequestBudget | None = None

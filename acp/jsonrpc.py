@@ -15,8 +15,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import orjson
-
 from .budget import RequestBudget
 from .errors import (
     INTERNAL_ERROR,
@@ -207,7 +205,7 @@ class Connection:
                 for line in splitter.feed(chunk):
                     msg = parse_frame(line, stats)
                     if msg is not None:
-                        dispatch(msg)
+                        dispatch(msg, len(line))
                 line = b""  # the last line (up to 64 MiB) is not kept alive while the next one arrives
                 # Bounded work per wake-up: `read` returns at once while the stream holds data, so a flooding agent
                 # would keep the loop here; one chunk at a time, every other connection is served between.
@@ -216,14 +214,15 @@ class Connection:
             if tail is not None and tail.strip():
                 msg = parse_frame(tail, stats)
                 if msg is not None:
-                    dispatch(msg)
+                    dispatch(msg, len(tail))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a broken pipe or reader must never hang callers
             reason = f"read failed: {exc}"
         self.close(reason)
 
-    def _dispatch(self, msg: dict[str, Any]) -> None:
+    def _dispatch(self, msg: dict[str, Any], size: int = 0) -> None:
+        """One message of the peer's; `size`: its line's bytes (what a request holds of its budget)."""
         if self.observers:
             for observe in self.observers:
                 observe("in", msg)
@@ -233,9 +232,7 @@ class Connection:
             if "id" in msg:
                 msg_id = msg["id"]
                 budget = self.budget
-                size = 0
                 if budget is not None:
-                    size = len(orjson.dumps(params)) if params is not None else 0
                     refused = budget.take(size)
                     if refused is not None:  # answered now; nothing of it is kept
                         self._spawn(self._reply_error(msg_id, RpcError(LIMIT_EXCEEDED, f"{method}: {refused}")))

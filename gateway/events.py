@@ -99,11 +99,6 @@ class Subscription:
     def live(self) -> bool:
         return self.phase is Phase.LIVE
 
-    @property
-    def caught_up(self) -> bool:
-        """`caught_up` was sent: the replay it asked for is over."""
-        return self.phase in (Phase.FED, Phase.LIVE)
-
     def take(self, what: Move) -> str:
         """Apply a move of the table (raises on one it lacks); returns its rule id."""
         self.rule, self.phase = move(self.phase, what)
@@ -573,8 +568,8 @@ class EventBus:
                 since = sub.last_id
                 entries, next_cursor = await self.store.events.entries_after(sub.owner, since, step.target,
                                                                              self.FEED_PAGE_IDS)
-                if sub.id not in self._subs or sub.last_id != since:
-                    continue  # unsubscribed meanwhile (or fed by another path): read again from where it is
+                if sub.id not in self._subs:
+                    return  # unsubscribed while the journal was read
                 page = cut_page(entries, since, step.target if next_cursor is None else next_cursor,
                                 sub.session_id, self.FEED_PAGE_BYTES)
                 if page.gap:

@@ -424,14 +424,15 @@ class Launcher:
         limits = sandbox.Limits(**profile.limits.model_dump())
         niceness = self.settings.agent_niceness
         lowered = [NICE, "-n", str(niceness)] if niceness and NICE else []  # nice execs: the same process
+        found = shutil.which(argv[0], path=env.get("PATH", os.defpath)) if argv else None
         if not self.confined(profile):
-            if not argv or shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+            if found is None:
                 # Not there: started bare, it fails as itself ("agent command not found"), not as a wrapper's exit.
                 return Spawn(list(argv), dict(program_env), cwd)
             bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
             wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
             return Spawn([*lowered, *wrapped], dict(program_env), cwd)
-        program = shutil.which(argv[0], path=env.get("PATH", os.defpath)) or argv[0]
+        program = found or argv[0]
         directories = [d for d in config.additional_directories
                        if directory_refusal(self.settings, row.owner, d) is None]
         protected = [str(p) for p in self.settings.protected_paths]
