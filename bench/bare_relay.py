@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -32,6 +32,19 @@ async def start_agent(agent: list[str]) -> tuple[asyncio.subprocess.Process, Ite
     return proc, ids
 
 
+def send_prompt(stdin: asyncio.StreamWriter, ids: Iterator[int], text: str) -> None:
+    """Ask the flood agent for a turn: `text` is "N" (N updates) or "lat:N" (N stamped ones)."""
+    stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "session/prompt",
+                              "params": {"prompt": [{"type": "text", "text": text}]}}) + b"\n")
+
+
+async def serve_until_exit(handler: Callable[[Any], Awaitable[None]], proc: asyncio.subprocess.Process) -> None:
+    """Serve WebSockets on a free loopback port, printed on stdout for the bench, until the agent exits."""
+    async with serve(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+        print(next(iter(server.sockets)).getsockname()[1], flush=True)
+        await proc.wait()
+
+
 async def main(agent: list[str]) -> None:
     proc, ids = await start_agent(agent)
     assert proc.stdin and proc.stdout
@@ -46,17 +59,14 @@ async def main(agent: list[str]) -> None:
                 text = str(message)
                 count = int(text.removeprefix("lat:"))
                 async with turn:
-                    stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "session/prompt",
-                                              "params": {"prompt": [{"type": "text", "text": text}]}}) + b"\n")
+                    send_prompt(stdin, ids, text)
                     for _ in range(count):
                         broadcast(clients, (await stdout.readline()).decode())
                     await stdout.readline()  # the prompt's answer
         finally:
             clients.discard(ws)
 
-    async with serve(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
-        print(next(iter(server.sockets)).getsockname()[1], flush=True)
-        await proc.wait()
+    await serve_until_exit(handler, proc)
 
 
 if __name__ == "__main__":

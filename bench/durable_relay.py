@@ -20,9 +20,12 @@ import sqlite3
 import sys
 from typing import Any
 
-import orjson
-from bare_relay import start_agent  # this directory is first on sys.path when run as a script
-from websockets.asyncio.server import broadcast, serve
+from bare_relay import (  # this directory is first on sys.path when run as a script
+    send_prompt,
+    serve_until_exit,
+    start_agent,
+)
+from websockets.asyncio.server import broadcast
 
 READ_CHUNK = 256 * 1024  # the gateway reads its agents' stdout in these (acp.framing.READ_CHUNK)
 
@@ -49,8 +52,7 @@ async def main(database: str, agent: list[str]) -> None:
                 batched = text.startswith("batch:")
                 left = int(text.removeprefix("batch:"))
                 async with turn:
-                    stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "session/prompt",
-                                              "params": {"prompt": [{"type": "text", "text": str(left)}]}}) + b"\n")
+                    send_prompt(stdin, ids, str(left))
                     partial, answered = b"", False
                     while not answered:
                         chunk = await stdout.read(READ_CHUNK)
@@ -76,9 +78,7 @@ async def main(database: str, agent: list[str]) -> None:
         finally:
             clients.discard(ws)
 
-    async with serve(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
-        print(next(iter(server.sockets)).getsockname()[1], flush=True)
-        await proc.wait()
+    await serve_until_exit(handler, proc)
 
 
 if __name__ == "__main__":

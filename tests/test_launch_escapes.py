@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.clients.client import RpcCallError
+from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import BOB, GatewayProcess, agent_said, reference_profile, running, two_owner_gateway
 from tests.test_sandbox import terminal_said
 
@@ -73,6 +73,12 @@ def sandboxed_gateway(tmp_path: Path, network: str, sandbox: str = "bwrap") -> G
     return gw
 
 
+async def started(client: GatewayClient, agent: str, work: Path) -> str:
+    """A session of `agent` in `work`, its agent ready (or asking to be signed in)."""
+    view = await client.call("task.session.start", {"agent": agent, "cwd": str(work), "wait_ready": True})
+    return str(view["session_id"])
+
+
 @pytest.fixture(autouse=True)
 def tools() -> None:
     assert shutil.which("bwrap") and shutil.which("cc"), "make test installs bubblewrap; cc builds the payload"
@@ -85,8 +91,7 @@ async def test_nothing_b_plants_runs_outside_the_sandbox(tmp_path: Path, network
     work = tmp_path / "work"
     async with running(gw):
         bob = await gw.client(BOB)
-        sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True}))[
-            "session_id"]
+        sid = await started(bob, "ref", work)
         planted = plant(work, outside)
         # A terminal with each variable, then all of them at once; the planted `gateway` package is in the
         # workspace all along (a relaunch and every terminal start there).
@@ -107,8 +112,7 @@ async def test_nothing_b_plants_runs_outside_the_sandbox(tmp_path: Path, network
         assert resumed["is_agent_running"], resumed
         await terminal_said(gw, BOB, sid, "echo after-a-relaunch")
         # The env_var sign-in naming LD_PRELOAD: the value reaches the agent inside its sandbox only.
-        signin = (await bob.call("task.session.start", {"agent": "signin", "cwd": str(work), "wait_ready": True}))[
-            "session_id"]
+        signin = await started(bob, "signin", work)
         await bob.call("task.session.authenticate", {"session_id": signin, "method_id": "reference-env",
                                                      "values": {"LD_PRELOAD": planted["LD_PRELOAD"]}})
         assert "pong" in await agent_said(gw, BOB, signin, "/sh echo pong")
@@ -126,15 +130,13 @@ async def test_unconfined_the_loading_variables_are_refused_with_what_to_do(tmp_
     work = tmp_path / "work"
     async with running(gw):
         bob = await gw.client(BOB)
-        sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True}))[
-            "session_id"]
+        sid = await started(bob, "ref", work)
         planted = plant(work, outside)
         said = await agent_said(gw, BOB, sid, f"/term --env LD_PRELOAD={planted['LD_PRELOAD']} echo ran")
         assert "LD_PRELOAD changes how programs load" in said and 'sandbox = "bwrap"' in said, said
         allowed = await terminal_said(gw, BOB, sid, "--env GREETING=hello echo $GREETING")
         assert "hello" in allowed
-        signin = (await bob.call("task.session.start", {"agent": "signin", "cwd": str(work), "wait_ready": True}))[
-            "session_id"]
+        signin = await started(bob, "signin", work)
         with pytest.raises(RpcCallError) as refused:
             await bob.call("task.session.authenticate", {"session_id": signin, "method_id": "reference-env",
                                                          "values": {"LD_PRELOAD": planted["LD_PRELOAD"]}})

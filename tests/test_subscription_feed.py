@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.events import EventBus
+from gateway.events import EventBus, Subscription
 from gateway.store import StoreBase
 
 
@@ -38,8 +38,25 @@ class Sink:
     def end(self, reason: str) -> None:
         self.ended = reason
 
+    def stop_reading(self) -> None:
+        """Its socket's buffer is full and stays so: live events are not handed to it, a page sent waits."""
+        self.blocked = True
+        self.drained.clear()
+
+    def resume_reading(self) -> None:
+        self.blocked = False
+        self.drained.set()
+
     def notes(self) -> list[tuple[int | None, str]]:
         return [(p["id"], p["type"]) for p in (orjson.loads(f)["params"] for f in self.frames)]
+
+
+async def live(bus: EventBus, session_id: str | None) -> tuple[Subscription, Sink]:
+    """A subscriber of owner "o" (of `session_id`, or all its sessions), replayed and live."""
+    sink = Sink()
+    sub = await bus.subscribe("o", sink, None, session_id)
+    await bus.start_replay(sub)
+    return sub, sink
 
 
 async def test_what_is_committed_during_a_replay_comes_after_caught_up(any_store: StoreBase) -> None:
@@ -66,19 +83,15 @@ async def test_a_full_sink_is_fed_from_the_journal_and_goes_live_again(any_store
     bus.FEED_PAGE_IDS = 7  # several pages
     await bus.open()
     try:
-        sink = Sink()
-        sub = await bus.subscribe("o", sink, None, "s")
-        await bus.start_replay(sub)
-        sink.blocked = True
-        sink.drained.clear()
+        sub, sink = await live(bus, "s")
+        sink.stop_reading()
         for i in range(40):
             bus.enqueue("session_update", "o", "s" if i % 4 else "other", "t", {"n": i})
             await bus.flush()
         assert not sub.live and sub.fell_behind == 1
         # While full: no live events, and of the journal one page only (it waits for the sink to drain).
         assert all(event_id <= bus.FEED_PAGE_IDS for event_id, _ in sink.notes() if event_id is not None)
-        sink.blocked = False
-        sink.drained.set()
+        sink.resume_reading()
         assert sub.feeder is not None
         await asyncio.wait_for(sub.feeder, 10)  # it ends once the subscription is live again
         assert sub.live and sub.last_id == bus.head("o")
@@ -99,17 +112,13 @@ async def test_retention_never_prunes_what_a_subscriber_fed_from_the_journal_sti
     bus.FEED_PAGE_IDS = 7
     await bus.open()
     try:
-        sink = Sink()
-        sub = await bus.subscribe("o", sink, None, None)
-        await bus.start_replay(sub)
-        sink.blocked = True
-        sink.drained.clear()
+        sub, sink = await live(bus, None)
+        sink.stop_reading()
         for i in range(100):
             bus.enqueue("session_update", "o", "s", "t", {"n": i})
             await bus.flush()  # a group commit each: a prune rides along every 10 events
         assert not sub.live
-        sink.blocked = False
-        sink.drained.set()
+        sink.resume_reading()
         assert sub.feeder is not None
         await asyncio.wait_for(sub.feeder, 10)
         assert sub.live and sink.ended is None
@@ -130,17 +139,13 @@ async def test_a_subscriber_the_byte_retention_overtook_is_ended_and_told_never_
     bus.FEED_PAGE_IDS = 5
     await bus.open()
     try:
-        sink = Sink()
-        sub = await bus.subscribe("o", sink, None, None)
-        await bus.start_replay(sub)
-        sink.blocked = True
-        sink.drained.clear()
+        sub, sink = await live(bus, None)
+        sink.stop_reading()
         for i in range(60):
             bus.enqueue("session_update", "o", "s", "t", {"n": i, "pad": "x" * 400})
             await bus.flush()
         assert await any_store.events.horizon("o") > bus.FEED_PAGE_IDS  # pruned past its first page
-        sink.blocked = False
-        sink.drained.set()
+        sink.resume_reading()
         assert sub.feeder is not None
         await asyncio.wait_for(sub.feeder, 10)
         assert sink.ended is not None and "resubscribe" in sink.ended and len(sink.ended.encode()) <= 123
