@@ -15,11 +15,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from acp import mcp
 from acp.conformance_options import CheckPrompts
 from acp.models import field_path
+from agents.brokered import BrokeredKey
+from agents.secret_ref import SecretRef
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 # Commands that fetch the agent they run: the runner being on PATH says nothing of the agent being there.
@@ -88,30 +90,6 @@ class ResourceLimits(BaseModel):
     open_files: int | None = Field(default=None, gt=0)
 
 
-class SecretRef(BaseModel):
-    """A profile's environment value named, not written: `{ env = "NAME" }` (the gateway's own environment variable
-    NAME, given to this agent only) or `{ file = "/path" }` (the file's content, its last newline dropped), read at
-    each launch. A reference that cannot be read leaves the variable unset."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    env: str | None = Field(default=None, min_length=1)
-    file: str | None = Field(default=None, min_length=1)
-
-    @model_validator(mode="after")
-    def _one(self) -> SecretRef:
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of env or file")
-        return self
-
-    def resolve(self, base: Mapping[str, str]) -> str | None:
-        if self.env is not None:
-            return base.get(self.env)
-        try:
-            return Path(self.file or "").read_text().removesuffix("\n")
-        except OSError:
-            return None
-
-
 class AgentProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -119,6 +97,8 @@ class AgentProfile(BaseModel):
     name: str = ""
     command: list[str]
     env: dict[str, str | SecretRef] = Field(default_factory=dict)  # a value, or where to read it (SecretRef)
+    # Model-API keys the agent never holds: it gets a base URL of the gateway's proxy and a stand-in (brokered.py)
+    brokered: list[BrokeredKey] = Field(default_factory=list)
     native_session_resume: bool = False
     history_context_injection: bool = False
     auth_method: str | None = None

@@ -18,8 +18,9 @@ MIN_SECRET_CHARS = 8  # a profile's env values this long are hidden too (an API 
 
 
 def hidden_values(profile: AgentProfile, secrets: Sequence[str]) -> list[str]:
-    """What never appears: the session's MCP secrets and the profile's env values (its API keys)."""
-    values = profile.resolved_env(os.environ).values()
+    """What never appears: the session's MCP secrets, the profile's env values and brokered keys (its API keys)."""
+    values = [*profile.resolved_env(os.environ).values(),
+              *(key for entry in profile.brokered if (key := entry.real_key(os.environ)))]
     return [*secrets, *dict.fromkeys(v for v in values if len(v) >= MIN_SECRET_CHARS)]
 
 

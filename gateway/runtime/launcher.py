@@ -47,6 +47,7 @@ from .diagnosis import hidden_values, stderr_said
 from .elicitations import ElicitationBroker
 from .history import HistoryCoalescer
 from .homes import PROBE_OWNER, ensure_home
+from .key_proxy import SANDBOX_SOCKET, KeyProxy
 from .live import LiveSession
 from .quotas import Usage
 from .recording import record_process
@@ -124,14 +125,22 @@ def limit_said(live: LiveSession) -> str:
                                            if value is not None else ""))
 
 
-def sandbox_reads(profile: AgentProfile, program: str) -> list[str]:
+def sandbox_reads(profile: AgentProfile, program: str, relayed: bool = False) -> list[str]:
     """What an agent's sandbox shows it read-only besides the system: its command's prefix (a private Node, a
-    venv), the gateway's own Python and code (the shipped Python agents run on them), and its profile's list."""
+    venv), the gateway's own Python and code (the shipped Python agents run on them, and the key relay: `relayed`),
+    and its profile's list."""
     real = Path(os.path.realpath(program))
     reads = [str(real.parent.parent)]
-    if real == Path(os.path.realpath(sys.executable)) or program == sys.executable:
+    if relayed or real == Path(os.path.realpath(sys.executable)) or program == sys.executable:
         reads += [sys.prefix, sys.base_prefix, str(Path(agents_package.__file__).resolve().parent.parent)]
     return [*dict.fromkeys([*reads, *profile.sandbox_read])]
+
+
+def key_relayed(command: list[str], socket_path: str, urls: tuple[str, ...]) -> list[str]:
+    """`command` behind the key relay (`gateway.key_relay`): a loopback port to the key proxy's `socket_path`, the
+    base-URL variables `urls` (`VAR=PATH`) set to it."""
+    return [sys.executable, "-I", "-m", "gateway.key_relay", "--socket", socket_path,
+            *(arg for url in urls for arg in ("--url", url)), "--", *command]
 
 
 def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) -> list[str]:
@@ -167,6 +176,7 @@ class Launcher:
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
         self.request_budgets: dict[str, RequestBudget] = {}  # each owner's, shared by its sessions' agents
         self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
+        self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
         # directories): a start is checked against it before the session exists (`capabilities`).
         self.capabilities: dict[str, AgentCapabilities] = {}
@@ -196,9 +206,11 @@ class Launcher:
         try:
             result = await self._launch_inner(row, fresh_start=fresh_start, cancel=cancel)
             if not result.live:
+                self._revoke_keys(row.id)
                 await self.cluster.release(row.id)
             return result
         except Exception as exc:  # a bug must not leave the session STARTING forever
+            self._revoke_keys(row.id)
             await self.cluster.release(row.id)
             log_fault(log, f"launch of session {row.id} failed", exc)  # a store fault or a fenced write: one line
             with contextlib.suppress(Exception):
@@ -231,6 +243,9 @@ class Launcher:
         config.sign_in_values = list(signed_in.values())
         config.profile_secrets = hidden_values(profile, [])  # the operator's keys, if the agent repeats them
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
+        if profile.brokered:  # stand-ins in the key variables; the relay (`_confined`) sets the base URLs
+            env.update(await self.keys.admit(row.owner, row.id, execution_id, profile.brokered,
+                                             dict(self.settings.environ)))
         # Updates flow from the first byte: a session/load replays history before it answers.
         coalescer = HistoryCoalescer()
         owner = row.owner
@@ -425,11 +440,13 @@ class Launcher:
         niceness = self.settings.agent_niceness
         lowered = [NICE, "-n", str(niceness)] if niceness and NICE else []  # nice execs: the same process
         found = shutil.which(argv[0], path=env.get("PATH", os.defpath)) if argv else None
+        urls = self.keys.urls(row.id)
         if not self.confined(profile):
             if found is None:
                 # Not there: started bare, it fails as itself ("agent command not found"), not as a wrapper's exit.
                 return Spawn(list(argv), dict(program_env), cwd)
-            bare = agent_argv(argv, env, self.settings.agents_die_with_gateway)
+            bare = agent_argv(key_relayed([found, *argv[1:]], str(self.keys.socket_path), urls) if urls else argv,
+                              env, self.settings.agents_die_with_gateway)
             wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
             return Spawn([*lowered, *wrapped], dict(program_env), cwd)
         program = found or argv[0]
@@ -438,12 +455,15 @@ class Launcher:
         protected = [str(p) for p in self.settings.protected_paths]
         network = profile.network or self.settings.network
         writable = [*dict.fromkeys([row.cwd, *directories, cwd])]  # a terminal may run in another allowed directory
+        command = [program, *argv[1:]]
         plan = sandbox.SandboxPlan(
-            command=[program, *argv[1:]], cwd=cwd, writable=writable, home=str(home),
-            readable=sandbox_reads(profile, program), system=sandbox.system_directories(),
+            command=key_relayed(command, SANDBOX_SOCKET, urls) if urls else command, cwd=cwd, writable=writable,
+            home=str(home), readable=sandbox_reads(profile, program, relayed=bool(urls)),
+            system=sandbox.system_directories(),
             masked_dirs=[p for p in protected if os.path.isdir(p)],
             masked_files=[p for p in protected if not os.path.isdir(p)],
-            network=network, uid=sandbox.owner_uid(row.owner))
+            network=network, uid=sandbox.owner_uid(row.owner),
+            sockets=[(str(self.keys.socket_path), SANDBOX_SOCKET)] if urls else [])
         fd = args_fd(bwrap_env_args(program_env))
         wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap", fd)
         if network == "outbound":  # in a network namespace of its own, out through slirp4netns only
@@ -678,6 +698,7 @@ class Launcher:
         """Unregister the live session, cancel its tasks (and its turn, `with_turn`), stop its process group."""
         if self.live.get(live.session_id) is live:
             del self.live[live.session_id]
+        self.keys.revoke(live.session_id, keep_execution=self._running_execution(live.session_id))
         live.stopping = True
         for task in [*live.tasks, *([live.turn] if with_turn and live.turn is not None else [])]:
             if task is not asyncio.current_task():
@@ -685,6 +706,15 @@ class Launcher:
         with contextlib.suppress(Exception):
             await live.client.stop()
         metrics.EXITS.labels(live.owner, live.profile.id, status).inc()
+
+
+    def _running_execution(self, session_id: str) -> str | None:
+        live = self.live.get(session_id)
+        return live.execution_id if live is not None else None
+
+    def _revoke_keys(self, session_id: str) -> None:
+        """A launch that did not go live: its stand-ins end (a live execution of the session keeps its own)."""
+        self.keys.revoke(session_id, keep_execution=self._running_execution(session_id))
 
 
 def _count_restore(owner: str, agent: str, result: RestoreResult | None) -> None:

@@ -143,6 +143,7 @@ class SessionManager:
         hand the leases back at once, so another node resumes them without waiting for expiry."""
         await asyncio.gather(*(self._stop_live(live) for live in list(self.live.values())), return_exceptions=True)
         await self.keeper.close()
+        await self.launcher.keys.close()
         for task in list(self._background):
             task.cancel()
         await self.cluster.close()

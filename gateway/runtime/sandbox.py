@@ -60,6 +60,7 @@ class SandboxPlan:
     system: Sequence[tuple[str, str | None]] = ()  # `system_directories()`
     network: Network = "host"
     uid: int = FIRST_OWNER_UID
+    sockets: Sequence[tuple[str, str]] = ()  # (the gateway's socket, where the sandbox sees it): the key proxy's
 
 
 def within(path: str, parent: str) -> bool:
@@ -97,6 +98,8 @@ def bwrap_argv(plan: SandboxPlan, bwrap: str = "bwrap", args_fd: int | None = No
             argv += ["--ro-bind", "/dev/null", own]
     for directory in (*plan.writable, plan.home):
         argv += ["--bind", directory, directory]
+    for source, target in plan.sockets:  # read-only: connecting needs no write, and nothing inside may chmod it
+        argv += ["--ro-bind", source, target]
     argv += ["--setenv", "HOME", plan.home, "--chdir", plan.cwd, "--", *plan.command]
     return argv
 

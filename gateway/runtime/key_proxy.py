@@ -1,0 +1,151 @@
+"""The key proxy: a profile's brokered model-API key stays in the gateway. Agents reach this HTTP server on a unix
+socket (bound read-only into each sandbox, `key_relay` turning it into a loopback port there) with a stand-in; the
+proxy swaps it for the real key (`key_rules`) and streams the upstream's answer back unchanged.
+
+Grants live in memory, one per brokered entry per agent execution, and end with the execution: a stand-in an agent
+kept is worthless once it has exited, and nothing about a grant is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from agents.brokered import BrokeredKey
+
+from .key_rules import STAND_IN_PREFIX, Refused, response_headers, stand_in_of, upstream_request
+
+log = logging.getLogger("acp_gateway.key_proxy")
+
+SANDBOX_SOCKET = "/run/acp-gateway/keys.sock"  # where a sandbox sees the proxy's socket
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # a model request with its context: large, never unbounded
+CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a stand-in stands for: whose agent execution, which upstream, which header, which key."""
+
+    owner: str
+    session_id: str
+    execution_id: str
+    upstream: str
+    header: str
+    real_key: str
+    url: str  # `VAR=PATH`: the base URL variable `key_relay` sets, and the path it ends with
+
+
+class KeyProxy:
+    """The gateway's forwarding proxy for brokered keys (one per gateway, started at the first brokered launch)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.socket_path = state_dir / "run" / "keys.sock"
+        self.grants: dict[str, Grant] = {}
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+
+    async def admit(self, owner: str, session_id: str, execution_id: str, keys: list[BrokeredKey],
+                    environ: dict[str, str]) -> dict[str, str]:
+        """Grants for an execution's brokered keys (the proxy started if it is not yet): the variables its agent
+        gets, a stand-in in each key variable (`urls` gives the base URLs). An entry whose key cannot be read gets
+        no grant: its agent is then given no key, and says so itself."""
+        await self.start()
+        env: dict[str, str] = {}
+        for entry in keys:
+            real, preset = entry.real_key(environ), entry.resolved()
+            if not real:
+                log.warning("session %s: a brokered key for %s cannot be read; its agent gets none", session_id,
+                            preset.upstream, extra={"session_id": session_id})
+                continue
+            stand_in = STAND_IN_PREFIX + secrets.token_urlsafe(32)
+            url = f"{preset.base_url_var}={preset.base_path}"
+            self.grants[stand_in] = Grant(owner, session_id, execution_id, preset.upstream, preset.header, real, url)
+            env[preset.key_var] = stand_in
+        return env
+
+    def urls(self, session_id: str) -> tuple[str, ...]:
+        """The base URLs a session's agent and terminals are given (none: it has no brokered key)."""
+        return tuple(dict.fromkeys(g.url for g in self.grants.values() if g.session_id == session_id))
+
+    def revoke(self, session_id: str, keep_execution: str | None = None) -> None:
+        """End a session's grants (all but `keep_execution`'s: the one running now)."""
+        for stand_in, grant in list(self.grants.items()):
+            if grant.session_id == session_id and grant.execution_id != keep_execution:
+                del self.grants[stand_in]
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        directory = self.socket_path.parent
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()  # a gateway killed before it could remove it
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        old = os.umask(0o177)  # the socket is 0600 from the moment it exists
+        try:
+            await web.UnixSite(runner, str(self.socket_path)).start()
+        finally:
+            os.umask(old)
+        self._client = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(
+            total=None, connect=30, sock_read=600))
+        self._runner = runner
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        self.grants.clear()
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        try:
+            stand_in = stand_in_of(request.headers.items(), request.raw_path)
+            grant = self.grants.get(stand_in)
+            if grant is None:
+                raise Refused(401, "KEY-5", "this stand-in key is not (or no longer) valid: it is given to one agent "
+                                            "execution and ends with it")
+            outgoing = upstream_request(grant.upstream, grant.header, grant.real_key, request.raw_path,
+                                        request.headers.items())
+        except Refused as refused:
+            return _refusal(refused.status, refused.message)
+        assert self._client is not None
+        body = await request.read()
+        response: web.StreamResponse | None = None
+        try:
+            async with self._client.request(request.method, outgoing.url, headers=list(outgoing.headers),
+                                            data=body or None, allow_redirects=False) as answer:
+                response = web.StreamResponse(status=answer.status, reason=answer.reason,
+                                              headers=CIMultiDict(response_headers(answer.headers.items())))
+                await response.prepare(request)
+                async for chunk in answer.content.iter_chunked(CHUNK):  # streamed: an SSE answer as it comes
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+        except (aiohttp.ClientError, TimeoutError) as exc:  # KEY-6: the upstream's name and the error's kind only
+            log.warning("session %s: brokered request to %s failed: %s", grant.session_id, grant.upstream,
+                        type(exc).__name__, extra={"session_id": grant.session_id})
+            if response is not None:  # cut mid-answer: the agent sees its connection end, as upstream's would
+                return response
+            return _refusal(502, f"the gateway's key proxy could not reach {grant.upstream}: {type(exc).__name__}")
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    """KEY-6: an error an API client shows (both the Anthropic and the OpenAI shape read `error.message`)."""
+    return web.json_response({"type": "error", "error": {"type": "acp_gateway_key_proxy", "message": message}},
+                             status=status)
