@@ -181,3 +181,28 @@ def test_a_new_home_is_seeded_and_never_from_another_home(tmp_path: Path) -> Non
         ensure_home(tmp_path / "state", "bob", stolen)
     with pytest.raises(ValueError):
         AgentProfile(id="c", command=["c"], home_seed={"../escape": str(template)})
+
+
+def test_a_symlink_an_agent_plants_in_its_home_never_makes_the_gateway_write_elsewhere(tmp_path: Path) -> None:
+    """An owner's agent writes in its home: a dangling link where a seed goes, a link where a seed's directory goes
+    and a link where a profile's own home goes must not carry the gateway's writes (or the sandbox's binds) out."""
+    from gateway.runtime.homes import HomeRefused, ensure_home, home_of
+
+    template = tmp_path / "template.json"
+    template.write_text("SEED")
+    elsewhere = tmp_path / "elsewhere"  # another owner's home, the gateway's configuration: anything outside
+    elsewhere.mkdir()
+    state = tmp_path / "state"
+    plain = AgentProfile(id="plain", command=["a"])
+    home = ensure_home(state, "bob", plain)
+    (home / "dangling").symlink_to(elsewhere / "written-through-a-link")
+    (home / ".config").symlink_to(elsewhere)
+    seeds = {"dangling": str(template), ".config/agent/settings.json": str(template), "fine/ok.json": str(template)}
+    ensure_home(state, "bob", AgentProfile(id="seeded", command=["a"], home_seed=seeds))
+    assert not (elsewhere / "written-through-a-link").exists() and not (elsewhere / "agent").exists()
+    assert list(elsewhere.iterdir()) == [] and (home / "fine" / "ok.json").read_text() == "SEED"  # seeding went on
+    own = AgentProfile(id="own", command=["a"], home="profile")
+    home_of(state, "bob", own).symlink_to(elsewhere)  # bound as the agent's home, it would show `elsewhere`
+    with pytest.raises(HomeRefused, match=r"not a directory .*symlink.*remove it"):
+        ensure_home(state, "bob", own)
+    assert list(elsewhere.iterdir()) == []

@@ -46,7 +46,7 @@ from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, set
 from .diagnosis import hidden_values, stderr_said
 from .elicitations import ElicitationBroker
 from .history import HistoryCoalescer
-from .homes import PROBE_OWNER, ensure_home
+from .homes import PROBE_OWNER, HomeRefused, ensure_home
 from .key_proxy import SANDBOX_SOCKET, KeyProxy
 from .live import LiveSession
 from .quotas import Usage
@@ -237,7 +237,10 @@ class Launcher:
         except IllegalTransition:  # ended (a cancel finished by a restarted gateway) since the caller read it
             return LaunchResult(False, error=f"session {row.id} ended before its agent could start")
         execution_id = f"x-{uuid.uuid4().hex}"
-        home = ensure_home(self.settings.state_dir, row.owner, profile)  # the owner's: never shared with another
+        try:
+            home = ensure_home(self.settings.state_dir, row.owner, profile)  # the owner's: never shared with another
+        except HomeRefused as refused:
+            return await self._launch_failed(row, f"session {row.id}: {refused}")
         # What the owner gave this profile's agents to sign in (an env_var method's values) goes in their environment.
         signed_in = self.sign_in.get(row.owner, profile.id)
         config.sign_in_values = list(signed_in.values())
@@ -492,7 +495,10 @@ class Launcher:
         `login_timeout` and is killed."""
         profile, _ = await self._pinned(row, self.profiles[row.agent], False)  # the version the session runs
         config = await stored(self.store, row.id)
-        home = ensure_home(self.settings.state_dir, row.owner, profile)
+        try:
+            home = ensure_home(self.settings.state_dir, row.owner, profile)
+        except HomeRefused as refused:
+            raise workspace_refused(row.id, row.cwd, "HOME", f"session {row.id}: {refused}") from None
         signed_in = self.sign_in.get(row.owner, profile.id)
         asked = method.get("env") or {}  # checked by the sign-in (`spawn_env.refusal`) before this
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, **asked,
