@@ -55,6 +55,10 @@ def add_parser(sub: Any) -> None:
     add.add_argument("--check", action="store_true", help="also run the quick conformance checks")
     update = verbs.add_parser("update", parents=[common], help="install the registry's version of installed agents "
                               "beside the old one (sessions keep theirs until restarted fresh)")
+    for verb in (add, update):
+        verb.add_argument("--install-network", choices=["outbound", "host"], default=None,
+                          help="the confined install's network (default: outbound where slirp4netns is installed: "
+                               "the registries, not this machine's loopback services; host for a registry there)")
     update.add_argument("agents", nargs="*", metavar="ID", help="default: every installed agent")
     remove = verbs.add_parser("remove", parents=[common], help="remove an installed agent (one version, or all)")
     remove.add_argument("agent", metavar="ID[@VERSION]")
@@ -175,13 +179,27 @@ def _add(args: argparse.Namespace, state_dir: Path) -> int:
         return 2
     plan = installer.plan(entry, version, args.kind)
     record = installer.install(state_dir, plan, force=args.force, archive=args.archive, sha256=args.sha256,
-                               trust_first_use=args.trust_on_first_use, say=print)
+                               trust_first_use=args.trust_on_first_use, say=print, runner=_runner(args, state_dir))
     print(f"installed {record.id} {record.version} ({record.kind} {record.package}"
           + (f", archive sha256 {record.archive_sha256} ({record.archive_trust})" if record.archive_sha256 else "")
           + f"); new sessions of {record.id} start with it")
     if args.no_probe:
         return 0
     return _probe_and_check(state_dir, record.id, record.version, run_checks=args.check)
+
+
+def _runner(args: argparse.Namespace, state_dir: Path) -> installer.Runner:
+    """The package managers run in a sandbox (their packages' install scripts are their authors' code); where none
+    can start here, as this user, said once."""
+    from gateway.confinement import bwrap_trial
+    from gateway.runtime.install_sandbox import ConfinedRunner
+
+    why = bwrap_trial()
+    if why is None:
+        return ConfinedRunner(state_dir, getattr(args, "install_network", None))
+    print(f"warning: install scripts run unconfined, as {os.environ.get('USER') or 'this user'}: the sandbox cannot "
+          f"start here ({why})", file=sys.stderr)
+    return installer.run_here
 
 
 def _profile(state_dir: Path, agent_id: str, version: str | None = None) -> AgentProfile | None:
@@ -273,7 +291,7 @@ def _update(args: argparse.Namespace, state_dir: Path) -> int:
         if plan.version == current:
             print(f"{agent_id}: {current} is the registry's version")
             continue
-        installer.install(state_dir, plan, say=print)
+        installer.install(state_dir, plan, say=print, runner=_runner(args, state_dir))
         print(f"{agent_id}: {current} -> {plan.version} (installed beside it; sessions started with {current} keep "
               f"it until restarted fresh; `acp-gateway agents remove {agent_id}@{current}` when none needs it)")
     return status

@@ -11,13 +11,16 @@ package manager's own integrity checks, its files recorded, and a profile writte
   or, only when asked (`--trust-on-first-use`), the one of what is downloaded now, recorded: a reinstall must match.
 
 Never `@latest` at launch, never a package runner: the profile's command is a file of the install.
-A package's own install scripts run as they would under npx or uvx (with the user's rights): say so in docs.
+A package's own install scripts are its author's code: the gateway's CLI runs the package managers confined
+(`Runner`), writing only in the install's `tree`; what the gateway writes beside it (the lockfile copy, the record,
+the profile) is out of their reach, and what it reads of the tree is refused where a link leads out (`_inside`).
 """
 
 from __future__ import annotations
 
 import configparser
 import hashlib
+import os
 import platform
 import re
 import shutil
@@ -31,7 +34,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -101,9 +104,25 @@ def plan(entry: RegistryEntry, version: str | None = None, kind: str | None = No
                 target.sha256)
 
 
-def _run(argv: list[str], what: str, cwd: Path | None = None, timeout: float = INSTALL_TIMEOUT) -> str:
+class Runner(Protocol):
+    """How an install runs its package manager: `argv` in `cwd`, writing only in `writable` (the install's own
+    directory), within `timeout`. The gateway's CLI confines it (`gateway.runtime.install_sandbox`): a package's
+    install scripts are the package author's code."""
+
+    def __call__(self, argv: list[str], cwd: Path | None, writable: Path | None,
+                 timeout: float) -> subprocess.CompletedProcess[str]: ...
+
+
+def run_here(argv: list[str], cwd: Path | None, writable: Path | None,
+             timeout: float) -> subprocess.CompletedProcess[str]:
+    """Unconfined: as the caller's user, in its environment (where no sandbox can run)."""
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _run(runner: Runner, argv: list[str], what: str, cwd: Path | None = None, writable: Path | None = None,
+         timeout: float = INSTALL_TIMEOUT) -> str:
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+        done = runner(argv, cwd, writable, timeout)
     except FileNotFoundError:
         raise InstallError(f"{what}: {argv[0]} is not installed here") from None
     except subprocess.TimeoutExpired:
@@ -122,6 +141,16 @@ def _run(argv: list[str], what: str, cwd: Path | None = None, timeout: float = I
     return done.stdout
 
 
+def _inside(tree: Path, relative: str) -> Path:
+    """`tree`/`relative`, refused when a link (an install script's) leads it out of the tree: the gateway reads
+    only what the install wrote."""
+    path = tree / relative
+    real, root = os.path.realpath(path), os.path.realpath(tree)
+    if real != root and not real.startswith(root + os.sep):
+        raise InstallError(f"{relative} in the install leads out of it (a symbolic link): refused")
+    return path
+
+
 def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
@@ -129,16 +158,17 @@ def _npm() -> str:
     return npm
 
 
-def _npm_versions(name: str) -> list[str]:
+def _npm_versions(runner: Runner, name: str) -> list[str]:
     try:
-        out = _run([_npm(), "view", name, "versions", "--json"], f"npm view {name}", timeout=120)
+        out = _run(runner, [_npm(), "view", name, "versions", "--json"], f"npm view {name}", timeout=120)
         found = orjson.loads(out or b"[]")
     except (InstallError, orjson.JSONDecodeError):
         return []
     return [str(v) for v in (found if isinstance(found, list) else [found])]
 
 
-def _install_npm(p: Plan, tree: Path, directory: Path, reuse_lock: Path | None) -> tuple[list[str], str]:
+def _install_npm(runner: Runner, p: Plan, tree: Path, directory: Path,
+                 reuse_lock: Path | None) -> tuple[list[str], str]:
     npm = _npm()
     tree.mkdir(parents=True)
     (tree / "package.json").write_bytes(orjson.dumps({"name": f"acp-gateway-agent-{p.entry.id}", "private": True,
@@ -146,18 +176,18 @@ def _install_npm(p: Plan, tree: Path, directory: Path, reuse_lock: Path | None) 
     quiet = ["--no-audit", "--no-fund", "--loglevel=error"]
     if reuse_lock is not None:
         shutil.copyfile(reuse_lock, tree / "package-lock.json")
-        _run([npm, "ci", *quiet], f"npm ci (from the recorded lockfile) of {p.package}@{p.version}", cwd=tree)
+        _run(runner, [npm, "ci", *quiet], f"npm ci (from the recorded lockfile) of {p.package}@{p.version}",
+             cwd=tree, writable=tree)
     else:
-        if p.version not in _npm_versions(p.package):
-            known = _npm_versions(p.package)
+        if p.version not in _npm_versions(runner, p.package):
+            known = _npm_versions(runner, p.package)
             raise InstallError(f"npm has no {p.package}@{p.version}" + (
                 f"; versions it has: {', '.join(known[-8:])} (add {p.entry.id}@VERSION installs one)" if known
                 else " (is the package name right, and the npm registry reachable?)"))
-        _run([npm, "install", "--save-exact", *quiet, f"{p.package}@{p.version}"],
-             f"npm install {p.package}@{p.version}", cwd=tree)
-    lock = tree / "package-lock.json"
-    shutil.copyfile(lock, directory / "package-lock.json")
-    package_json = orjson.loads((tree / "node_modules" / p.package / "package.json").read_bytes())
+        _run(runner, [npm, "install", "--save-exact", *quiet, f"{p.package}@{p.version}"],
+             f"npm install {p.package}@{p.version}", cwd=tree, writable=tree)
+    shutil.copyfile(_inside(tree, "package-lock.json"), directory / "package-lock.json")
+    package_json = orjson.loads(_inside(tree, f"node_modules/{p.package}/package.json").read_bytes())
     installed = str(package_json.get("version"))
     if installed != p.version:
         raise InstallError(f"npm installed {p.package}@{installed}, not {p.version}")
@@ -174,28 +204,36 @@ def _install_npm(p: Plan, tree: Path, directory: Path, reuse_lock: Path | None) 
     return [f"node_modules/.bin/{name}"], "package-lock.json"
 
 
-def _install_pypi(p: Plan, tree: Path, directory: Path, reuse_lock: Path | None) -> tuple[list[str], str]:
-    _run([sys.executable, "-m", "venv", str(tree)], "creating the agent's venv")
+def _install_pypi(runner: Runner, p: Plan, tree: Path, directory: Path,
+                  reuse_lock: Path | None) -> tuple[list[str], str]:
+    tree.mkdir(parents=True)  # the only place the install writes: made here, filled there
+    _run(runner, [sys.executable, "-m", "venv", str(tree)], "creating the agent's venv", writable=tree)
     python = tree / "bin" / "python"
     requirements = directory / "requirements.txt"
     if reuse_lock is None:
-        report = directory / "resolution.json"
-        _run([str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-              str(report), f"{p.package}=={p.version}"], f"resolving {p.package}=={p.version} with pip")
+        report = tree / ".acp-gateway-resolution.json"
+        _run(runner, [str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
+                      str(report), f"{p.package}=={p.version}"], f"resolving {p.package}=={p.version} with pip",
+             writable=tree)
         lines = []
-        for item in orjson.loads(report.read_bytes()).get("install", []):
+        resolution = orjson.loads(_inside(tree, report.name).read_bytes())
+        report.unlink()
+        for item in resolution.get("install", []):
             meta, info = item.get("metadata", {}), item.get("download_info", {})
             digest = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
             if not digest:
                 raise InstallError(f"pip gave no SHA-256 for {meta.get('name')} {meta.get('version')} "
                                    f"({info.get('url')}): it cannot be installed with --require-hashes")
             lines.append(f"{meta['name']}=={meta['version']} --hash=sha256:{digest}")
-        report.unlink()
         requirements.write_text("\n".join(sorted(lines, key=str.lower)) + "\n")
     else:
         shutil.copyfile(reuse_lock, requirements)
-    _run([str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", str(requirements)],
-         f"pip install --require-hashes of {p.package}=={p.version}")
+    given = tree / ".acp-gateway-requirements.txt"  # where the confined pip can read it
+    given.unlink(missing_ok=True)  # a link planted there would be written through
+    shutil.copyfile(requirements, given)
+    _run(runner, [str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r",
+                  str(given)], f"pip install --require-hashes of {p.package}=={p.version}", writable=tree)
+    given.unlink(missing_ok=True)
     base = p.package.split("[", 1)[0]
     script = tree / "bin" / base
     if not script.is_file():
@@ -212,7 +250,7 @@ def _console_scripts(tree: Path, name: str) -> list[str]:
     for info in tree.glob("lib/python*/site-packages/*.dist-info"):
         if info.name.lower().split("-", 1)[0] == wanted and (info / "entry_points.txt").is_file():
             parser = configparser.ConfigParser()
-            parser.read(info / "entry_points.txt")
+            parser.read(_inside(tree, str((info / "entry_points.txt").relative_to(tree))))
             return list(parser["console_scripts"]) if parser.has_section("console_scripts") else []
     return []
 
@@ -314,7 +352,7 @@ def _toml(value: Any) -> str:
 
 def install(state_dir: Path, p: Plan, *, force: bool = False, archive: Path | None = None,
             sha256: str | None = None, trust_first_use: bool = False,
-            say: Callable[[str], None] = lambda _: None) -> installs.InstallRecord:
+            say: Callable[[str], None] = lambda _: None, runner: Runner = run_here) -> installs.InstallRecord:
     """Install the plan into the state directory (beside any other version of the agent) and make it the agent's
     current version. An install already there is kept unless `force`; a failed one leaves nothing behind."""
     directory = installs.install_dir(state_dir, p.entry.id, p.version)
@@ -337,7 +375,7 @@ def install(state_dir: Path, p: Plan, *, force: bool = False, archive: Path | No
             directory.rename(aside)
         directory.mkdir(parents=True)
         try:
-            record = _build(directory, p, reuse, archive, sha256, trust_first_use,
+            record = _build(runner, directory, p, reuse, archive, sha256, trust_first_use,
                             previous.archive_sha256 if previous else None, say)
         except BaseException:
             installs.remove_tree(directory)
@@ -352,15 +390,15 @@ def install(state_dir: Path, p: Plan, *, force: bool = False, archive: Path | No
     return record
 
 
-def _build(directory: Path, p: Plan, reuse: Path | None, archive: Path | None, sha256: str | None,
+def _build(runner: Runner, directory: Path, p: Plan, reuse: Path | None, archive: Path | None, sha256: str | None,
            trust_first_use: bool, recorded: str | None, say: Callable[[str], None]) -> installs.InstallRecord:
     tree = directory / "tree"
     digest, trust, lock = None, None, None
     say(f"installing {p.entry.id} {p.version} ({p.kind}: {p.package}) into {directory}")
     if p.kind == "npx":
-        command, lock = _install_npm(p, tree, directory, reuse)
+        command, lock = _install_npm(runner, p, tree, directory, reuse)
     elif p.kind == "uvx":
-        command, lock = _install_pypi(p, tree, directory, reuse)
+        command, lock = _install_pypi(runner, p, tree, directory, reuse)
     else:
         command, digest, trust = _install_binary(p, tree, directory, archive, sha256, trust_first_use, recorded)
     record = installs.InstallRecord(
