@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import proctree
+from .budget import ByteRate
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
 from .models import CreateTerminalRequest, TerminalRequest, parse_request
 from .process import ExitProtocol
@@ -66,26 +67,6 @@ class OutputBuffer:
         return self._data[:end].decode("utf-8", "replace")
 
 
-class ByteRate:
-    """A token bucket of bytes: how long a reader waits before its next read, so that what it reads over time stays
-    under `rate` bytes a second (with a burst of a second's worth). One per session, shared by its terminals: a
-    command flooding its output (`yes`) is read at that pace, its pipe fills and it blocks, instead of taking the
-    event loop. Pure: the caller gives the time."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.tokens = rate
-        self.last: float | None = None
-
-    def delay(self, now: float, nbytes: int) -> float:
-        """Seconds to wait after reading `nbytes` at `now`; 0 while under the rate."""
-        if self.last is not None:
-            self.tokens = min(self.rate, self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        self.tokens -= nbytes
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
-
-
 @dataclass(frozen=True)
 class TerminalSpec:
     """What the host decided a `terminal/create` runs: the full command line (wrapped as its policy says), where,
@@ -122,6 +103,7 @@ class Terminal:
         self._proc: asyncio.subprocess.Process | None = None
         self._exited: asyncio.Future[None] | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._transport: asyncio.SubprocessTransport | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -138,6 +120,7 @@ class Terminal:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
+        self._transport = transport
         self._exited = protocol.exited
         self._reader = loop.create_task(self._read())
 
@@ -192,6 +175,8 @@ class Terminal:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
+        if self._transport is not None:  # a pipe left unread to its end (a flood stopped) is closed here, not at exit
+            self._transport.close()
 
 
 class TerminalHost(Protocol):

@@ -669,9 +669,10 @@ class ReferenceAgent:
         return "cancelled" if session.cancel.is_set() else None
 
     async def _terminal(self, session: Session, rest: str) -> str | None:
-        """`/term [--limit N] [--cwd DIR] [--env NAME=VALUE]… [--keep] [--kill] CMD`: CMD run with `sh -c` in a terminal
-        of the client's (with those variables), embedded in a tool call; its exit and output asked for, and the
-        terminal released (unless `--keep`: its id is said instead). `--kill` kills it at once. A cancel kills and
+        """`/term [--limit N] [--cwd DIR] [--env NAME=VALUE]… [--keep] [--kill] [--detach] CMD`: CMD run with `sh -c`
+        in a terminal of the client's (with those variables), embedded in a tool call; its exit and output asked for,
+        and the terminal released (unless `--keep`: its id is said instead). `--kill` kills it at once. `--detach`
+        ends the turn at once, the command left running (its id said; it ends with the session). A cancel kills and
         releases it."""
         assert self.conn is not None
         refused = self._not_offered("terminal/create")
@@ -709,6 +710,9 @@ class ReferenceAgent:
                                      "kind": "execute", "status": "in_progress",
                                      "content": [{"type": "terminal", "terminalId": terminal_id}]})
         ids = {"sessionId": session.session_id, "terminalId": terminal_id}
+        if options.get("--detach"):
+            await self._message(session, f"terminal {terminal_id} detached")
+            return None
         if options.get("--kill"):
             await self.conn.request("terminal/kill", ids)
         waiting = asyncio.ensure_future(self.conn.request("terminal/wait_for_exit", ids))
