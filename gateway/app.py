@@ -182,6 +182,7 @@ class Gateway:
                                 terminal_output_rate=config.terminal_output_rate,
                                 max_agent_requests_per_session=config.max_agent_requests_per_session,
                                 max_agent_requests_per_session_bytes=config.max_agent_requests_per_session_bytes,
+                                agent_refusal_rate=config.agent_refusal_rate,
                                 max_agent_requests_per_owner=config.max_agent_requests_per_owner,
                                 max_agent_requests_per_owner_bytes=config.max_agent_requests_per_owner_bytes,
                                 quotas=Quotas(config.max_sessions_per_owner, config.max_history_bytes_per_owner,

@@ -81,6 +81,7 @@ class ServeConfig(BaseModel):
     max_agent_requests_per_session_bytes: int = Field(default=8 << 20, ge=64 << 10)
     max_agent_requests_per_owner: int = Field(default=256, ge=1)
     max_agent_requests_per_owner_bytes: int = Field(default=32 << 20, ge=64 << 10)
+    agent_refusal_rate: int = Field(default=500, ge=1)  # refusals a second a session's agent is read at (x4: owner)
     max_connections_per_owner: int = Field(default=64, ge=1)
     agents_die_with_gateway: bool = True  # a parent-death signal for each agent (util-linux setpriv)
     agent_niceness: int = Field(default=10, ge=0, le=19)  # agents and their terminals run below the gateway (nice)

@@ -38,6 +38,21 @@ def test_a_budget_refuses_past_its_count_or_bytes_or_its_parents(count: int, nby
     assert owner is None or (owner.taken, owner.taken_bytes) == (0, 0)
 
 
+@pytest.mark.parametrize(("session_rate", "owner_rate", "refusals", "delays"), [
+    (100, 0, [(0.0, 10), (0.0, 1)], [0.0, 0.01]),  # a tenth of a second's worth at once, then the pace
+    (100, 0, [(0.0, 30)], [0.2]),  # past the burst: the time the rest take at the rate
+    (100, 0, [(0.0, 10), (1.0, 10), (1.0, 1)], [0.0, 0.0, 0.01]),  # the burst refills, never past its size
+    (0, 0, [(0.0, 10_000)], [0.0]),  # unpaced
+    (1000, 100, [(0.0, 30)], [0.2]),  # the owner's pace holds however fast the session's may go
+])
+def test_refusals_are_read_at_their_pace(session_rate: float, owner_rate: float, refusals: list[tuple[float, int]],
+                                         delays: list[float]) -> None:
+    owner = RequestBudget(256, 1 << 20, "owner o", "max_agent_requests_per_owner", refusal_rate=owner_rate)
+    session = RequestBudget(64, 1 << 20, "session s", "max_agent_requests_per_session", owner,
+                            refusal_rate=session_rate)
+    assert [session.paced(now, n) for now, n in refusals] == pytest.approx(delays)
+
+
 async def test_a_question_flood_is_capped_and_its_cancel_ends_in_time(tmp_path: Path) -> None:
     gw = two_owner_gateway(tmp_path, config=f"max_agent_requests_per_session = {CAP}\ncancel_grace = 2.0\n"
                                             "stop_grace = 2.0\n")

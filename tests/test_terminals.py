@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from acp.budget import ByteRate
 from acp.errors import RpcError
 from acp.models import CreateTerminalRequest
-from acp.terminals import ByteRate, OutputBuffer, incomplete_tail
+from acp.terminals import OutputBuffer, incomplete_tail
 from gateway.clients.client import GatewayClient
 from gateway.runtime.settings import Settings
 from gateway.runtime.terminals import PUBLISHED_BYTES, refusal

@@ -426,9 +426,11 @@ class Launcher:
         if owner is None:
             owner = self.request_budgets[row.owner] = RequestBudget(
                 settings.max_agent_requests_per_owner, settings.max_agent_requests_per_owner_bytes,
-                f"owner {row.owner}'s agents", "max_agent_requests_per_owner")
+                f"owner {row.owner}'s agents", "max_agent_requests_per_owner",
+                refusal_rate=4 * settings.agent_refusal_rate)
         return RequestBudget(settings.max_agent_requests_per_session, settings.max_agent_requests_per_session_bytes,
-                             f"the agent of session {row.id}", "max_agent_requests_per_session", owner)
+                             f"the agent of session {row.id}", "max_agent_requests_per_session", owner,
+                             refusal_rate=settings.agent_refusal_rate)
 
     def confined(self, profile: AgentProfile) -> bool:
         return (profile.sandbox or self.settings.sandbox) == "bwrap"

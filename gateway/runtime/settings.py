@@ -33,6 +33,7 @@ class Settings:
     max_agent_requests_per_session_bytes: int = 8 << 20
     max_agent_requests_per_owner: int = 256
     max_agent_requests_per_owner_bytes: int = 32 << 20
+    agent_refusal_rate: float = 500.0  # refusals a second past which an agent's requests are read slower
     login_timeout: float = 600.0  # a terminal sign-in (an agent's login program) is killed after this long
     # Agents get a parent-death signal (via util-linux `setpriv`, where installed): a gateway that dies,
     # even by `kill -9`, takes its agents' processes with it. Start-up reaping covers what this misses.

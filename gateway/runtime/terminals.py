@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from acp.budget import ByteRate
 from acp.errors import INVALID_PARAMS, RpcError
 from acp.models import CreateTerminalRequest
-from acp.terminals import ByteRate, Terminal, TerminalSpec
+from acp.terminals import Terminal, TerminalSpec
 
 from ..errors import LIMIT_EXCEEDED
 from ..store import HistoryEntry, SessionRow
