@@ -163,3 +163,31 @@ async def test_asking_an_agent_what_it_supports_runs_nothing_planted_in_the_work
                                               "additional_directories": [str(work / "more")]})
         await bob.close()
     assert not outside.exists(), "code B planted ran outside the sandbox"
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_terminal_sign_in_naming_ld_preload_never_loads_it_outside(tmp_path: Path, sandbox: str) -> None:
+    """An agent's `terminal` sign-in method carries the env its login program runs with: the agent chose it. Under
+    bwrap it reaches the login inside the sandbox only; unconfined it is refused before anything runs."""
+    outside = tmp_path / "escaped"
+    work = tmp_path / "work"
+    gw = sandboxed_gateway(tmp_path, "outbound", sandbox=sandbox)
+    command = [sys.executable, "-m", "agents.reference", "--state-dir", str(tmp_path / "agent-state"),
+               "--require-auth", "--auth-terminal", "--auth-terminal-always",
+               "--auth-terminal-env", f"LD_PRELOAD={work / 'planted.so'}"]
+    (gw.agents_dir / "tui.toml").write_text(f'id = "tui"\ncommand = {orjson.dumps(command).decode()}\n'
+                                            'network = "outbound"\n')
+    async with running(gw):
+        bob = await gw.client(BOB)
+        sid = await started(bob, "tui", work)
+        plant(work, outside)
+        ask = {"session_id": sid, "method_id": "reference-tui"}
+        if sandbox == "none":
+            with pytest.raises(RpcCallError) as refused:
+                await bob.call("task.session.authenticate", ask)
+            assert refused.value.data["field"] == "values" and "LD_PRELOAD" in refused.value.message
+        else:
+            await bob.call("task.session.authenticate", ask)  # the login ran, LD_PRELOAD and all, inside
+            assert (work / "ran-inside-preload").exists(), "the variable never reached the login: nothing tested"
+        await bob.close()
+    assert not outside.exists(), "the login's library ran outside the sandbox"

@@ -113,6 +113,7 @@ class Config:
     require_auth: bool = False
     auth_env: str | None = None
     auth_terminal: bool = False
+    auth_terminal_env: dict[str, str] = field(default_factory=lambda: {"REF_LOGIN": "1"})  # the terminal method's env
     login: bool = False
     auth_fails: bool = False
     ignore_cancel: bool = False
@@ -347,7 +348,8 @@ class ReferenceAgent:
         client_auth = (params.get("clientCapabilities") or {}).get("auth") or {}
         if self.config.auth_terminal and (client_auth.get("terminal") is True or self.config.auth_terminal_always):
             auth_methods.append({"id": "reference-tui", "name": "Device login", "type": "terminal",
-                                 "description": "in a terminal", "args": ["--login"], "env": {"REF_LOGIN": "1"}})
+                                 "description": "in a terminal", "args": ["--login"],
+                                 "env": dict(self.config.auth_terminal_env)})
         return {
             "protocolVersion": self.config.protocol_version,
             "agentCapabilities": {
@@ -1010,6 +1012,8 @@ def _parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--stream", type=int, default=0, metavar="N", help="stream N chunks per prompt turn")
     p.add_argument("--require-auth", action="store_true", help="session methods answer -32000 until authenticate")
     p.add_argument("--auth-env", metavar="VAR", help="advertise an env_var auth method needing VAR")
+    p.add_argument("--auth-terminal-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable more in the terminal auth method's env (an attack on the client's launch path)")
     p.add_argument("--auth-terminal", action="store_true", help="advertise a terminal auth method (to a client that "
                    "runs them): this program with --login")
     p.add_argument("--login", action="store_true", help="the terminal sign-in: print a device code, then sign in")
@@ -1084,6 +1088,7 @@ def _parse_args(argv: list[str] | None) -> Config:
         require_auth=ns.require_auth,
         auth_env=ns.auth_env,
         auth_terminal=ns.auth_terminal,
+        auth_terminal_env={"REF_LOGIN": "1", **dict(v.split("=", 1) for v in ns.auth_terminal_env)},
         login=ns.login,
         auth_fails=ns.auth_fails,
         ignore_cancel=ns.ignore_cancel,
