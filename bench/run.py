@@ -762,6 +762,56 @@ async def status_calls(url: str, session_id: str, clients: int, calls: int) -> f
     return rate
 
 
+async def status_latencies(client: GatewayClient, session_id: str, count: int) -> list[float]:
+    taken = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        await client.call("task.session.status", {"session_id": session_id})
+        taken.append(time.perf_counter() - t0)
+    return taken
+
+
+async def isolation_section(tmp: Path, agents: Path, rows: list[str]) -> None:
+    """A session's status p99 while another session's agent floods the gateway — 3,000 permission requests and
+    3,000 questions at once (64 wait, the rest are refused at the refusal rate), or eight terminals running `yes` — against its p99
+    with that agent idle, in the same run (tests/test_flood_isolation.py asserts the same ratio)."""
+    gw = Gateway(tmp / "isolation", agents).start()
+    client = await GatewayClient.connect(gw.url, TOKEN)
+    flooding, mine = [(await client.call("task.session.start", {"agent": "ref", "cwd": str(WORK),
+                                                                "wait_ready": True}))["session_id"]
+                      for _ in range(2)]
+    watcher = await GatewayClient.connect(gw.url, TOKEN)
+    await watcher.call("task.session.subscribe", {"session_id": flooding})
+    idle, questions, terminals = [], [], []
+    for _ in range(RUNS):
+        idle.append(percentiles(await status_latencies(client, mine, 500))[1])
+        turn = asyncio.ensure_future(watcher.call("task.session.prompt", {
+            "session_id": flooding, "prompt": "/permissions 3000 --and-questions"}))
+
+        async def asked() -> None:  # the agent has sent them all, and been answered, when it says so
+            while "asked 3000 permissions" not in str((await watcher.next_notification(120))["params"]["data"]):
+                pass
+
+        flood = asyncio.ensure_future(asked())
+        loaded: list[float] = []
+        while not flood.done():  # for as long as the flood lasts
+            loaded += await status_latencies(client, mine, 20)
+        await flood
+        questions.append(percentiles(loaded)[1])
+        await watcher.call("task.session.cancel_turn", {"session_id": flooding})
+        await turn
+    await watcher.close()
+    for _ in range(8):
+        await client.call("task.session.prompt", {"session_id": flooding, "prompt": "/term --detach yes"})
+    for _ in range(RUNS):
+        terminals.append(percentiles(await status_latencies(client, mine, 500))[1])
+    await client.close()
+    gw.stop()
+    for name, ours in (("3,000 questions", questions), ("8 yes terminals", terminals)):
+        ok = statistics.median(ours) <= 3 * statistics.median(idle)
+        rows.append(row(f"status p99 beside {name}", ours, idle, "ms", "≤ 3× idle", ok, "idle"))
+
+
 async def rpc_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     """Status of a live session, 1 and 8 clients each one call at a time, against a bare websockets JSON-RPC
     server (`bench/bare_rpc.py`, its own process: parse, dict lookup, answer)."""
@@ -1168,7 +1218,7 @@ async def scale_section(tmp: Path, agents: Path, rows: list[str]) -> None:
 SECTIONS: dict[str, Callable[[Path, Path, list[str]], Awaitable[None]]] = {
     "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
     "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section, "framing": framing_section,
-    "dispatch": dispatch_section, "rpc": rpc_section, "clients": clients_section,
+    "dispatch": dispatch_section, "rpc": rpc_section, "isolation": isolation_section, "clients": clients_section,
     "config": config_section, "postgres": postgres_section, "scale": scale_section,
 }
 

@@ -17,7 +17,9 @@ from tests.gateway_harness import ALICE, BOB, reference_profile, running, two_ow
 pytestmark = pytest.mark.serial  # a latency ratio: another test running beside it would be measured too
 
 BOUND = 3.0  # the issue's: another owner's p99 within 3x of idle under each flood
-FLOOD = 3000  # permission requests at once: 64 wait (the cap), the rest are refused, read at the refusal rate
+FLOOD = 3000  # permission requests and as many questions at once: 64 wait (the cap), the rest are refused, read
+# at the refusal rate
+GROWTH = 64 << 20  # what the gateway's peak RSS may grow by meanwhile (the cap holds 8 MiB of requests at most)
 
 
 async def latencies(client: GatewayClient, count: int, session_id: str) -> list[float]:
@@ -27,6 +29,13 @@ async def latencies(client: GatewayClient, count: int, session_id: str) -> list[
         await client.call("task.session.status", {"session_id": session_id})  # the store and the runtime
         taken.append(time.perf_counter() - started)
     return taken
+
+
+def peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
 
 
 def p99(samples: list[float]) -> float:
@@ -47,6 +56,7 @@ async def test_a_question_flood_is_capped_and_costs_another_owner_little(tmp_pat
     for work in ("a", "b"):
         (tmp_path / work).mkdir()
     async with running(gw):
+        assert gw.proc is not None
         alice, bob = await gw.client(ALICE), await gw.client(BOB)
         flooding = (await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "a"),
                                                             "wait_ready": True}))["session_id"]
@@ -56,8 +66,8 @@ async def test_a_question_flood_is_capped_and_costs_another_owner_little(tmp_pat
         idle = await latencies(bob, 400, mine)
         await alice.call("task.session.subscribe", {"session_id": flooding})
 
-        turn = asyncio.ensure_future(alice.call("task.session.prompt", {"session_id": flooding,
-                                                                         "prompt": f"/permissions {FLOOD}"}))
+        ask = {"session_id": flooding, "prompt": f"/permissions {FLOOD} --and-questions"}
+        turn = asyncio.ensure_future(alice.call("task.session.prompt", ask))
 
         async def flood() -> None:
             while True:  # the agent has sent them all (and heard the refusals) when it says so
@@ -66,14 +76,17 @@ async def test_a_question_flood_is_capped_and_costs_another_owner_little(tmp_pat
                 if f"asked {FLOOD} permissions" in str(update.get("content")):
                     return
 
+        before = peak_rss(gw.proc.pid)
         loaded = await measured(bob, mine, asyncio.ensure_future(flood()))
+        grown = peak_rss(gw.proc.pid) - before
         started = time.perf_counter()
         await alice.call("task.session.cancel_turn", {"session_id": flooding})  # answers once the turn has ended
         took = time.perf_counter() - started
         assert (await turn)["stop_reason"] == "cancelled"
         ratio = p99(loaded) / p99(idle)
         print(f"question flood: bob's p99 idle {p99(idle) * 1e3:.2f} ms, loaded {p99(loaded) * 1e3:.2f} ms "
-              f"({ratio:.2f}x, {len(loaded)} calls); cancel took {took:.2f} s")
+              f"({ratio:.2f}x, {len(loaded)} calls); cancel took {took:.2f} s; peak RSS +{grown >> 20} MiB")
+        assert grown <= GROWTH, f"the gateway grew by {grown >> 20} MiB"
         assert len(loaded) >= 30, "the flood ended before Bob could be measured: nothing was tested"
         assert took <= 5.0 + 2.0, f"the cancel with the cap's requests pending took {took:.1f} s"
         assert ratio <= BOUND, f"bob's p99 went from {p99(idle) * 1e3:.2f} ms to {p99(loaded) * 1e3:.2f} ms"

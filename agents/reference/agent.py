@@ -817,6 +817,17 @@ class ReferenceAgent:
             return {"error": err.to_dict()}
         return answer.get("outcome") if isinstance(answer, dict) else answer
 
+    async def _ask_form(self, session: Session) -> Any:
+        """One form elicitation, its answer's action (or the error): a part of a question flood."""
+        assert self.conn is not None
+        try:
+            answer = await self.conn.request("elicitation/create", {
+                "sessionId": session.session_id, "message": "Your name?", "mode": "form",
+                "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}})
+        except RpcError as err:
+            return {"error": err.to_dict()}
+        return {"outcome": answer.get("action")} if isinstance(answer, dict) else answer
+
     async def _run_command(self, session: Session, text: str) -> str | None:
         assert self.conn is not None
         word, _, rest = text.partition(" ")
@@ -840,9 +851,11 @@ class ReferenceAgent:
             if session.cancel.is_set() or outcome == {"outcome": "cancelled"}:
                 return "cancelled"
             await self._message(session, f"permission: {orjson.dumps(outcome).decode()}")
-        elif word == "/permissions":  # N permission requests at once (a flood a gateway must bound), then a tally
-            count = int(args[0]) if args else 10
-            asking = [asyncio.ensure_future(self._ask_permission(session)) for _ in range(count)]
+        elif word == "/permissions":  # N permission requests at once (a flood a gateway must bound), then a tally;
+            count = int(args[0]) if args else 10  # `--and-questions`: as many form elicitations besides, interleaved
+            asking = [asyncio.ensure_future(ask(session)) for _ in range(count)
+                      for ask in ((self._ask_permission, self._ask_form) if "--and-questions" in args
+                                  else (self._ask_permission,))]
             for _ in range(3):  # each request is under way (written, or queued on the connection's writer) ...
                 await asyncio.sleep(0)
             await self._message(session, f"asked {count} permissions")  # ... so this goes out after all of them
@@ -853,7 +866,8 @@ class ReferenceAgent:
                        else str(outcome.get("outcome")) if isinstance(outcome, dict) else str(outcome))
                 tally[key] = tally.get(key, 0) + 1
             await self._message(session, f"permissions: {orjson.dumps(tally, option=orjson.OPT_SORT_KEYS).decode()}")
-            if session.cancel.is_set() or tally.get("cancelled"):  # a client answers `cancelled` once it cancels
+            # a client answers a permission `cancelled`, and a question's action `cancel`, once it cancels
+            if session.cancel.is_set() or tally.get("cancelled") or tally.get("cancel"):
                 return "cancelled"
         elif word == "/tool":
             await self._tool_call(session, args[0] if args else "tool", " ".join(args[1:]) or "done")
