@@ -1,22 +1,35 @@
-"""What a PostgreSQL journal commit tells the other nodes (gateway.store.postgres.commit_notice / read_notice): a
-table of payloads, and two buses on one database, where events in the notification are handed out without reading
-the journal, and anything a notification cannot carry (too big, lost, or not sealed with the cluster's key: any role
-that can connect may NOTIFY) comes from the journal, in order."""
+"""What a PostgreSQL journal commit tells the other nodes (gateway.store.notices): a table of payloads, sealed and
+encrypted with the cluster's key; two buses on one database, where events in the notification are handed out
+without reading the journal, and anything a notification cannot carry (too big, lost, or not sealed with the
+cluster's key: any role that can connect may NOTIFY) comes from the journal, in order; and a role with nothing but
+CONNECT, listening while owners work, hears nothing it can read."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 import orjson
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway.events import EventBus
 from gateway.store import EventGroup, EventRow, journal_rows, open_store
-from gateway.store.postgres import JOURNAL_CHANNEL, NOTICE_MAX_BYTES, commit_notice, notice_key, read_notice
+from gateway.store.commands import COMMANDS_CHANNEL
+from gateway.store.notices import (
+    AAD,
+    JOURNAL_CHANNEL,
+    NOTICE_MAX_BYTES,
+    SEALED,
+    commit_notice,
+    notice_key,
+    read_notice,
+)
 from tests.test_shared_journal import Frames
 
 SECRET = b"cluster-secret-for-the-notice-tests-0123456789"
@@ -44,21 +57,34 @@ def sealed(head: str, spans: str, frames: str) -> str:
     return commit_notice(int(last), writer, owner, spans.encode(), frames.encode(), KEY)
 
 
+def wake_up(head: str) -> str:
+    """A sealed notice of `head` alone (as a commit too big to carry its events sends)."""
+    nonce = bytes(12)
+    return SEALED + base64.b64encode(nonce + AESGCM(KEY).encrypt(nonce, b"H" + head.encode(), AAD)).decode()
+
+
+def tampered(payload: str, at: int) -> str:
+    """`payload` with one byte of its ciphertext flipped."""
+    raw = bytearray(base64.b64decode(payload[len(SEALED):]))
+    raw[at] ^= 1
+    return SEALED + base64.b64encode(bytes(raw)).decode()
+
+
 FRAME = '{"jsonrpc":"2.0","method":"task.session.event","params":{"id":12}}'
 
 
 @pytest.mark.parametrize(("case", "payload", "expected"), [
-    ("a wake-up only", "12 w1 alice", ("alice", 12, "w1", None)),
-    ("an owner with spaces", "12 w1 team a", ("team a", 12, "w1", None)),
-    ("not a notice", "hello", None),
-    ("no id", " w1 alice", None),
-    ("no owner", "12 w1", None),
     ("sealed events", sealed("12 w1 alice", '[[12,1,"s"]]', FRAME), ("alice", 12, "w1", [(12, "s", FRAME.encode())])),
-    ("forged events: no seal", f'12 w1 alice\n{"0" * 64}\n[[12,1,"s"]]\n{FRAME}', ("alice", 12, "w1", None)),
-    ("sealed, then another owner's name put in",
-     sealed("12 w1 alice", '[[12,1,"s"]]', FRAME).replace("alice", "mallory", 1), ("mallory", 12, "w1", None)),
-    ("sealed, then an event changed", sealed("12 w1 alice", '[[12,1,"s"]]', FRAME).replace(":12}", ":13}"),
-     ("alice", 12, "w1", None)),
+    ("an owner with spaces", sealed("12 w1 team a", '[[12,1,"s"]]', FRAME),
+     ("team a", 12, "w1", [(12, "s", FRAME.encode())])),
+    ("a head in clear: a forgery, or a node without the secret", "12 w1 alice", None),
+    ("not a notice", "hello", None),
+    ("sealed garbage", SEALED + "!!!not base64", None),
+    ("too short to hold a nonce", SEALED + base64.b64encode(b"short").decode(), None),
+    ("a byte of the ciphertext changed", tampered(sealed("12 w1 alice", '[[12,1,"s"]]', FRAME), 20), None),
+    ("a byte of the nonce changed", tampered(sealed("12 w1 alice", '[[12,1,"s"]]', FRAME), 0), None),
+    ("sealed by another cluster", commit_notice(12, "w1", "alice", b'[[12,1,"s"]]', FRAME.encode(),
+                                                notice_key(b"another-cluster-secret-0123456789abcdef")), None),
     ("sealed but garbled events", sealed("12 w1 alice", "[[1,2,", "{}"), ("alice", 12, "w1", None)),
     ("sealed events that end before the id named", sealed("12 w1 alice", '[[10,1,"s"]]', '{"x":1}'),
      ("alice", 12, "w1", None)),
@@ -67,19 +93,24 @@ def test_read_notice_table(case: str, payload: str, expected: Any) -> None:
     assert read_notice(payload, KEY) == expected, case
 
 
-def test_a_node_without_the_key_takes_no_events_from_notices() -> None:
+def test_a_notice_says_nothing_readable_without_the_key() -> None:
     payload = sealed("12 w1 alice", '[[12,1,"s"]]', FRAME)
-    assert read_notice(payload, None) == ("alice", 12, "w1", None)
-    assert read_notice(payload, notice_key(b"another-cluster-secret-0123456789abcdef")) == ("alice", 12, "w1", None)
+    assert payload.startswith(SEALED) and "alice" not in payload and "w1" not in payload and "jsonrpc" not in payload
+    assert sealed("12 w1 alice", '[[12,1,"s"]]', FRAME) != payload  # a fresh nonce each time: no two alike
+    assert read_notice(payload, None) is None
+    # One node on PostgreSQL has no secret and no other node to tell: the bare head, in clear.
     assert commit_notice(12, "w1", "alice", b'[[12,1,"s"]]', FRAME.encode(), None) == "12 w1 alice"
+    assert read_notice("12 w1 alice", None) == ("alice", 12, "w1", None)
 
 
-def test_what_does_not_fit_is_a_wake_up() -> None:
+def test_what_does_not_fit_is_a_sealed_wake_up() -> None:
     _, last, owner, spans, frames = row_of(1, 40, text="x" * 300)
     assert len(frames) > NOTICE_MAX_BYTES
-    assert commit_notice(last, "w1", owner, spans, frames, KEY) == f"{last} w1 alice"
+    payload = commit_notice(last, "w1", owner, spans, frames, KEY)
+    assert len(payload) < NOTICE_MAX_BYTES and read_notice(payload, KEY) == ("alice", last, "w1", None)
     _, last, _, spans, frames = row_of(1, 1, owner="two\nlines")  # its lines would be taken for the events'
-    assert commit_notice(last, "w1", "two\nlines", spans, frames, KEY) == f"{last} w1 two\nlines"
+    assert read_notice(commit_notice(last, "w1", "two\nlines", spans, frames, KEY), KEY) == (
+        "two\nlines", last, "w1", None)
 
 
 class Counted:
@@ -241,8 +272,35 @@ async def test_a_notice_heard_while_a_catch_up_reads_the_journal_is_not_left_to_
                 return found
 
             reader.store.events.entries_after = read_then_commit  # type: ignore[method-assign]
-            await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, "5 someone gina")  # a wake-up: a read
+            await attacker.execute("SELECT pg_notify($1, $2)", JOURNAL_CHANNEL, wake_up("5 someone gina"))  # a read
             await sink.until(2)
             assert sink.ids == [1, 2] and reads >= 2
         finally:
             await attacker.close()
+
+
+async def test_a_role_that_can_only_connect_hears_no_word_of_what_owners_do(pg_url: str) -> None:
+    """PostgreSQL lets any role that can connect LISTEN on any channel. One with nothing but CONNECT listens on every
+    channel the gateway uses while an owner's events are committed: it hears that commits happen, nothing more."""
+    role = f"acp_listener_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_url)
+    await admin.execute(f"CREATE ROLE {role} LOGIN")
+    heard: list[str] = []
+    try:
+        listener = await asyncpg.connect(pg_url, user=role)
+        for channel in (JOURNAL_CHANNEL, COMMANDS_CHANNEL):
+            await listener.add_listener(channel, lambda _c, _p, _ch, payload: heard.append(payload))
+        async with two_nodes(pg_url) as (writer, reader):
+            assert await listener.fetchval("SELECT has_table_privilege(current_user, 'journal', 'SELECT')") is False
+            sink = await subscribed(reader, "alice", Frames())
+            for n in range(5):
+                await writer.publish("session_update", "alice", "s-secret", "t",
+                                     {"text": f"ALICE-CONFIDENTIAL-PROMPT-{n}"})
+            await sink.until(5)
+        await listener.close()
+    finally:
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+    assert len(heard) >= 5, heard  # it did hear the commits: the test could fail
+    for payload in heard:
+        assert "CONFIDENTIAL" not in payload and "alice" not in payload and "s-secret" not in payload, payload

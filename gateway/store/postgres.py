@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import hmac
 import logging
 import re
 import uuid
@@ -27,7 +25,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import is_storage_error
@@ -40,22 +37,18 @@ from .journal import (
     PRUNED_BYTES,
     JournalEntry,
     PruneGoal,
-    journal_entries,
     journal_rows,
     prune_through,
     renumber,
 )
 from .leases import LeaseRepo
+from .notices import JOURNAL_CHANNEL, commit_notice, notice_key, read_notice
 from .pg_migrations import PG_MIGRATIONS
 from .rows import EventGroup
 
 log = logging.getLogger(__name__)
 
 MIGRATION_LOCK = 0x61637067  # pg_advisory_xact_lock key: "acpg"
-JOURNAL_CHANNEL = "acp_gateway_journal"  # NOTIFY payload: see `commit_notice`
-# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more (its default build): a commit's events ride along only
-# below this, else the notification is a wake-up and listeners read the journal.
-NOTICE_MAX_BYTES = 7900
 # One owner's group commit as one statement: the head moves from the id before the group's only if nobody took
 # those ids; then (and only then) its row is written and listeners are told. A statement is all or nothing, and the
 # head row's lock makes a concurrent writer re-read it (and find it moved).
@@ -71,52 +64,6 @@ def numbered(sql: str) -> str:
     """`?` placeholders as PostgreSQL's `$1`, `$2`, … (the repositories' SQL holds no `?` inside a literal)."""
     counter = iter(range(1, 10_000))
     return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
-
-
-def notice_key(cluster_secret: bytes) -> bytes:
-    """The key that seals the events a commit's notification carries, derived from the cluster secret (so a sealed
-    notice and a sealed command can never stand for each other)."""
-    return hmac.new(cluster_secret, b"acp-gateway journal notice v1", hashlib.sha256).digest()
-
-
-def _notice_mac(key: bytes, head: str, spans: str, frames: str) -> str:
-    return hmac.new(key, orjson.dumps([head, spans, frames]), hashlib.sha256).hexdigest()
-
-
-def commit_notice(last_id: int, writer: str, owner: str, spans: bytes, frames: bytes, key: bytes | None) -> str:
-    """What a journal commit tells the other nodes: "<last id> <writer id> <owner>", then, when they fit and there is a
-    `key`, the events themselves: a line with their MAC, a line of the row's spans, and its frames (newline-joined, as
-    the journal keeps them), so a listener hands them out without reading the journal. The MAC is needed because any
-    role that can connect to the database can NOTIFY on any channel: forged events must never reach a subscriber.
-    Nodes of an older version read the first line's owner to the end of the payload, find no subscriber of it, and
-    catch up by their poll."""
-    head = f"{last_id} {writer} {owner}"
-    if key is None or "\n" in owner or len(head) + len(spans) + len(frames) + 67 >= NOTICE_MAX_BYTES:
-        return head
-    text_spans, text_frames = spans.decode(), frames.decode()
-    return f"{head}\n{_notice_mac(key, head, text_spans, text_frames)}\n{text_spans}\n{text_frames}"
-
-
-def read_notice(payload: str, key: bytes | None) -> tuple[str, int, str, list[JournalEntry] | None] | None:
-    """(owner, last id, writer, the events when they came along) of a `commit_notice`; None when it is not one. Events
-    whose MAC does not verify with `key`, or that do not end at the last id named, are left to the journal (the
-    notification is then a wake-up only)."""
-    head, _, body = payload.partition("\n")
-    last, _, rest = head.partition(" ")
-    writer, _, owner = rest.partition(" ")
-    if not last.isdigit() or not writer or not owner:
-        return None
-    entries: list[JournalEntry] | None = None
-    mac, _, rest = body.partition("\n")
-    spans, _, frames = rest.partition("\n")
-    if key is not None and body and hmac.compare_digest(mac, _notice_mac(key, head, spans, frames)):
-        try:
-            entries = journal_entries(spans, frames.encode(), 0, int(last)) or None
-        except (ValueError, TypeError, IndexError):
-            entries = None
-        if entries is not None and entries[-1][0] != int(last):
-            entries = None
-    return owner, int(last), writer, entries
 
 
 async def _session_kept(conn: asyncpg.Connection) -> None:
