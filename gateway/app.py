@@ -34,7 +34,7 @@ from .errors import is_storage_error
 from .events import EventBus
 from .memory import return_large_buffers
 from .runtime import SessionManager, Settings
-from .runtime.cluster import node_name
+from .runtime.cluster import ClusterRefused, node_name
 from .runtime.quotas import Quotas, journal_share
 from .runtime.workspace import resolved
 from .store import StoreBase, StoreInUse, open_store, redacted
@@ -190,13 +190,19 @@ class Gateway:
                                                   config.store_max_bytes),
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
                                 agent_niceness=config.agent_niceness,
-                                lease_ttl=config.lease_ttl, sandbox=config.sandbox,
+                                lease_ttl=config.lease_ttl, forward_timeout=config.forward_timeout,
+                                sandbox=config.sandbox,
                                 network="outbound" if len(confinement.owners_of(config)) > 1 else "host",
                                 cluster_secret=(config.cluster_secret or "").encode(),
+                                gateway_secrets=tuple(s for s in (config.cluster_secret, config.metrics_token,
+                                                                  *tokens) if s),
                                 environ={k: v for k, v in os.environ.items()},
                                 **workspace_settings(config, state_dir, self.config_file))
             sessions = SessionManager(store, bus, profiles, settings, self.instance_id)
-            await sessions.open()
+            try:
+                await sessions.open()
+            except ClusterRefused as refused:
+                raise StartupError(f"node {settings.node or self.instance_id}: {refused}") from None
             adapter = RpcAdapter(sessions, bus, config.default_agent, {"instance_id": self.instance_id},
                                  max_batch=config.max_batch)
             server = GatewayServer(adapter, tokens, host=config.host, port=config.port,
@@ -294,6 +300,8 @@ def node_fault(store: StoreBase, sessions: SessionManager) -> str | None:
         where = ("check the database server" if store.kind == "postgresql"
                  else "free space under the state directory")
         return f"store refuses writes ({fault}): {where}"
+    if sessions.cluster.clock_fault is not None:
+        return f"node {sessions.cluster.node}: {sessions.cluster.clock_fault}"
     if sessions.cluster.lease_failure is not None:
         return (f"node {sessions.cluster.node} cannot renew its session leases ({sessions.cluster.lease_failure}): "
                 "check the database server; its sessions move to other nodes when the leases run out")

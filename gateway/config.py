@@ -37,6 +37,7 @@ class ServeConfig(BaseModel):
     store: str | None = None
     node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # default: host name
     lease_ttl: float = Field(default=15.0, gt=0)  # seconds a cluster node's lease lasts without renewal
+    forward_timeout: float = Field(default=30.0, gt=0, le=55)  # seconds a forwarded command waits to be taken
     # Seals the commands cluster nodes forward to each other (the same on every node; required with a PostgreSQL
     # store). Only here, in the configuration: never in the environment, which an unconfined agent can read.
     cluster_secret: str | None = Field(default=None, min_length=32, repr=False)

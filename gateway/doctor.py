@@ -4,14 +4,55 @@ Exit status 0 when `serve` would start, 1 when it would refuse (the line saying 
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agents.profiles import default_state_dir, load_profiles
 
 from . import __version__, confinement
+from .command_seal import CLOCK_SLACK, key_check
 from .config import ServeConfig
+
+
+def database_facts(url: str, secret: str | None) -> tuple[list[str], list[str]]:
+    """What the cluster's database says of this node's configuration: (facts, problems). PUBLIC's CONNECT is a
+    warning (any role of the server may then LISTEN; notices are sealed, but a role per node is the least to grant);
+    a clock off by more than `CLOCK_SLACK`, and a key check that is not this secret's, are what `serve` refuses."""
+    import asyncpg
+
+    async def ask() -> tuple[list[str], list[str]]:
+        facts: list[str] = []
+        problems: list[str] = []
+        try:
+            conn = await asyncpg.connect(url, timeout=10)
+        except (OSError, asyncpg.PostgresError) as exc:
+            return [], [f"cannot connect to the store's database: {exc}"]
+        try:
+            if await conn.fetchval("SELECT has_database_privilege('public', current_database(), 'CONNECT')"):
+                facts.append("WARNING: every role of the server may connect to this database (PUBLIC has CONNECT): "
+                             "REVOKE CONNECT ON DATABASE … FROM PUBLIC, and give each node a role of its own "
+                             "(docs/deployment.md)")
+            off = time.time() - float(await conn.fetchval("SELECT extract(epoch from clock_timestamp())"))
+            facts.append(f"clock: {abs(off):.2f} s {'ahead of' if off > 0 else 'behind'} the database's")
+            if abs(off) > CLOCK_SLACK:
+                problems.append(f"this machine's clock is {abs(off):.1f} s off the database's (at most {CLOCK_SLACK:g} "
+                                "s): set it right (NTP)")
+            table = await conn.fetchval("SELECT to_regclass('cluster_key') IS NOT NULL")
+            kept = await conn.fetchval("SELECT check_value FROM cluster_key WHERE id = 1") if table else None
+            if kept is not None and secret is not None and not hmac.compare_digest(kept, key_check(secret.encode())):
+                facts.append("cluster_secret: not the one the cluster's nodes last used (serve refuses while any of "
+                             "them runs)")
+            elif kept is not None:
+                facts.append("cluster_secret: the cluster's")
+        finally:
+            await conn.close()
+        return facts, problems
+
+    return asyncio.run(ask())
 
 
 def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
@@ -36,6 +77,11 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
     problems = [p for p in (confinement.refusal(config, profiles),
                             confinement.sandbox_unavailable(config, profiles.values()),
                             confinement.cluster_secret_missing(config)) if p is not None]
+    if postgres:
+        facts, found = database_facts(store, config.cluster_secret)
+        for fact in facts:
+            say(fact)
+        problems += found
     if not problems and (config.sandbox == "bwrap" or any(p.sandbox == "bwrap" for p in profiles.values())):
         say("sandbox bwrap: works here (a trial sandbox started)")
     for profile in profiles.values():

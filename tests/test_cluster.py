@@ -268,3 +268,25 @@ async def test_a_session_runs_on_a_node_whose_workspaces_hold_it(tmp_path: Path,
     finally:
         for node in nodes.values():
             await node.stop()
+
+
+async def test_a_node_with_another_cluster_secret_refuses_to_start(tmp_path: Path, pg_url: str) -> None:
+    """It would refuse every command the others seal, and they every one it seals (calls through it hung): it says
+    so at start, naming cluster_secret. With no node of the old secret running, the new one is the cluster's."""
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    first = GatewayProcess(tmp_path / "state-a", agents, "--store", pg_url, "--node-id", "a")
+    await first.start()
+    other = tmp_path / "other-secret.conf"
+    other.write_text('cluster_secret = "another-cluster-secret-0123456789abcdef"\n')
+    second = GatewayProcess(tmp_path / "state-b", agents, "--store", pg_url, "--node-id", "b", config=other)
+    try:
+        with pytest.raises(RuntimeError, match="cluster_secret is not the one the running node"):
+            await second.start()
+        assert second.proc is not None and await second.proc.wait() == 2
+        assert "running node(s) a/" in "".join(second.stderr_lines)
+    finally:
+        await first.stop()
+    await second.start()  # nobody of the old secret runs: rotated
+    assert "differs from the one node a/" in "".join(second.stderr_lines)
+    await second.stop()

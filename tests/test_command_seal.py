@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.command_seal import Refusal, SeenCommands, judge, seal
+from gateway.command_seal import Refusal, SeenCommands, answer_verifies, judge, key_check, seal, seal_answer
 
 SECRET = b"s" * 32
 REQUEST = '{"method":"set_title","owner":"bob","session_id":"s-1","args":{"title":"x"}}'
@@ -23,6 +23,8 @@ CASES: list[tuple[dict[str, object], float, Refusal | None]] = [
     ({"command_id": "c-2"}, 50.0, Refusal.BAD_MAC),
     ({"expires_at": 200.0}, 50.0, Refusal.BAD_MAC),  # a later expiry, the old MAC
     ({}, 100.5, Refusal.EXPIRED),
+    ({}, 100.0 - 60.0 - 5.0 - 0.5, Refusal.TOO_LONG),  # sealed further ahead than any node seals (TTL + clocks)
+    ({}, 100.0 - 60.0 - 5.0, None),
     ({"secret": b"t" * 32}, 50.0, Refusal.BAD_MAC),
 ]
 
@@ -39,9 +41,34 @@ def test_a_command_runs_once() -> None:
     seen = SeenCommands()
     args = {"secret": SECRET, "command_id": "c-1", "target": "node-a", "sender": "node-b", "request": REQUEST,
             "mac": GOOD, "expires_at": 100.0}
-    assert judge(now=10.0, seen=seen, **args) is None  # type: ignore[arg-type]
-    assert judge(now=20.0, seen=seen, **args) is Refusal.REPLAYED  # type: ignore[arg-type]
+    assert judge(now=50.0, seen=seen, **args) is None  # type: ignore[arg-type]
+    assert judge(now=60.0, seen=seen, **args) is Refusal.REPLAYED  # type: ignore[arg-type]
     assert judge(now=101.0, seen=seen, **args) is Refusal.EXPIRED  # type: ignore[arg-type]
     assert seen.until == {"c-1": 100.0}
     seen.forget_expired(101.0)
     assert seen.until == {}  # bounded: forgotten once it could not verify anyway
+
+
+ANSWER = '{"result":{"stop_reason":"end_turn"}}'
+
+
+@pytest.mark.parametrize(("change", "believed"), [
+    ({}, True),
+    ({"answer": ANSWER.replace("end_turn", "FORGED")}, False),
+    ({"runner": "node-c"}, False),  # another node's answer to the same command
+    ({"sender": "node-c"}, False),
+    ({"command_id": "c-2"}, False),  # the answer to another command
+    ({"secret": b"t" * 32}, False),
+    ({"mac": None}, False),
+    ({"mac": seal(SECRET, "c-1", "node-a", "node-b", ANSWER, 100.0)}, False),  # a command's MAC is no answer's
+])
+def test_an_answer_is_believed_only_when_its_seal_verifies(change: dict[str, object], believed: bool) -> None:
+    row: dict[str, object] = {"secret": SECRET, "command_id": "c-1", "runner": "node-a", "sender": "node-b",
+                              "answer": ANSWER, "mac": seal_answer(SECRET, "c-1", "node-a", "node-b", ANSWER),
+                              **change}
+    assert answer_verifies(**row) is believed  # type: ignore[arg-type]
+
+
+def test_the_key_check_tells_secrets_apart_and_reveals_neither() -> None:
+    assert key_check(SECRET) == key_check(SECRET) != key_check(b"t" * 32)
+    assert SECRET.decode() not in key_check(SECRET)

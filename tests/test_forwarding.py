@@ -1,6 +1,6 @@
 """Forwarding between two nodes on a real PostgreSQL server: an answer or the other node's error comes back as it
 was, each command runs once however many of a node's tasks claim, and a caller stops waiting when its target is
-gone."""
+gone, its command is refused, removed or never taken, or its answer was written by someone else."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 
 from gateway.errors import GatewayError, busy
-from gateway.runtime.forwarding import Forwarder, TargetGone
+from gateway.runtime.forwarding import Forwarder, ForwardFailed, TargetGone
 from gateway.store import open_store
 from gateway.store.postgres import PostgresStore
 
@@ -113,7 +114,9 @@ async def test_a_forged_command_is_not_run_and_is_logged(nodes: tuple[Node, Node
     await insert("c-wrong", "0" * 64, later)
     await insert("c-old", seal(SECRET, "c-old", "node-b", "node-a", request, earlier), earlier)
     await insert("c-othersecret", seal(b"x" * 40, "c-othersecret", "node-b", "node-a", request, later), later)
-    for command_id in ("c-nomac", "c-wrong", "c-old", "c-othersecret"):
+    far = time.time() + 3600  # sealed (with the secret) to stay valid for an hour: no node seals so
+    await insert("c-far", seal(SECRET, "c-far", "node-b", "node-a", request, far), far)
+    for command_id in ("c-nomac", "c-wrong", "c-old", "c-othersecret", "c-far"):
         await asyncio.wait_for(gone(command_id), 10)
     assert b.ran == []
     # a sealed command runs once; the same row inserted again is a replay
@@ -128,6 +131,70 @@ async def test_a_forged_command_is_not_run_and_is_logged(nodes: tuple[Node, Node
     assert [r["args"]["title"] for r in b.ran] == ["as bob"]  # the sealed one, once
     said = caplog.text
     for command_id, why in (("c-nomac", "no_mac"), ("c-wrong", "bad_mac"), ("c-old", "expired"),
-                            ("c-othersecret", "bad_mac"), ("c-good", "replayed")):
+                            ("c-othersecret", "bad_mac"), ("c-far", "too_long"), ("c-good", "replayed")):
         assert f"forwarded command {command_id} (from 'node-a') not run: {why}" in said, said
     await tool.close()
+
+
+async def test_an_answer_someone_else_wrote_is_never_believed(nodes: tuple[Node, Node], pg_url: str) -> None:
+    """With UPDATE on `commands`, a forged answer is written while the real command runs: the caller is told its
+    answer did not verify, never given the forged one; the real answer, sealed, is believed."""
+    a, b = nodes
+    b.release.clear()
+    call = asyncio.ensure_future(a.forwarder.call("node-b", {"method": "prompt", "session_id": "s-1"}))
+    await asyncio.wait_for(b.started.wait(), 10)
+    attacker = await asyncpg.connect(pg_url)
+    try:
+        for forged in ('{"result": {"stop_reason": "FORGED"}}',  # as answers were stored before they were sealed
+                       '{"answer": "{\\"result\\": {\\"stop_reason\\": \\"FORGED\\"}}", "by": "node-b", "mac": "00"}'):
+            b.started.clear()
+            await attacker.execute("UPDATE commands SET state = 'done', answer = $1 WHERE state = 'running'", forged)
+            with pytest.raises(ForwardFailed, match="did not verify") as failed:
+                await asyncio.wait_for(call, 10)
+            assert "FORGED" not in str(failed.value)
+            call = asyncio.ensure_future(a.forwarder.call("node-b", {"method": "prompt", "session_id": "s-1"}))
+            await asyncio.wait_for(b.started.wait(), 10)
+    finally:
+        await attacker.close()
+    b.release.set()
+    assert (await asyncio.wait_for(call, 10))["by"] == "node-b"  # a sealed answer still comes through
+
+
+async def test_a_command_removed_or_never_taken_fails_its_caller_in_time(pg_url: str) -> None:
+    """A command deleted from the database, refused by its target (another cluster secret) or never taken (its
+    target is down) gives its caller an error within `forward_timeout`, never a hang."""
+    stores = [await open_store(pg_url), await open_store(pg_url)]
+    sender = Forwarder(stores[0], "node-a", Node(stores[0], "unused").run, SECRET, poll=0.1, claim_timeout=1.0)
+    other = Node(stores[1], "node-b")
+    other.forwarder = Forwarder(stores[1], "node-b", other.run, b"another-cluster-secret-0123456789abcd", poll=0.1)
+    await sender.start()
+    attacker = await asyncpg.connect(pg_url)
+    try:
+        # Never taken: nobody serves node-c.
+        with pytest.raises(ForwardFailed, match=r"did not take .* within forward_timeout"):
+            await asyncio.wait_for(sender.call("node-c", {"method": "prompt"}), 10)
+        # Removed while it waited to be taken.
+        call = asyncio.ensure_future(sender.call("node-c", {"method": "prompt"}))
+        await wait_for_row(attacker)
+        await attacker.execute("DELETE FROM commands")
+        with pytest.raises(ForwardFailed, match=r"refused prompt \(or its command was removed"):
+            await asyncio.wait_for(call, 10)
+        # Refused by a node holding another secret (it discards what it cannot verify).
+        await other.forwarder.start()
+        with pytest.raises(ForwardFailed, match="cluster_secret"):
+            await asyncio.wait_for(sender.call("node-b", {"method": "prompt"}), 10)
+        assert other.ran == []
+    finally:
+        await attacker.close()
+        await sender.close()
+        await other.forwarder.close()
+        for store in stores:
+            await store.close()
+
+
+async def wait_for_row(conn: asyncpg.Connection) -> None:
+    for _ in range(200):
+        if await conn.fetchval("SELECT count(*) FROM commands"):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no command row appeared")

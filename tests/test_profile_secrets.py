@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.gateway_harness import BOB, agent_said, metrics_text, reference_profile, running, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, agent_said, metrics_text, reference_profile, running, two_owner_gateway
 
 KEY = "dummy/profile+key=0123456789"  # URL-encoding changes it: dummy%2Fprofile%2Bkey%3D0123456789
 URL_KEY = "dummy%2Fprofile%2Bkey%3D0123456789"
@@ -28,6 +28,11 @@ async def test_a_profile_key_the_agent_prints_never_reaches_events_history_log_o
         quote = "import os, urllib.parse; print(urllib.parse.quote(os.environ['VENDOR_KEY'], safe=''))"
         said = await agent_said(gw, BOB, sid, f'/sh echo "plain $VENDOR_KEY"; python3 -c "{quote}"')
         assert "plain [secret]" in said and said.count("[secret]") == 2, said  # it did print both
+        # An unconfined agent can read the configuration: the owners' tokens (and the cluster secret) it prints are
+        # the gateway's own secrets, shown as [secret] too.
+        head, tail = ALICE[:8], ALICE[8:]  # put together by the agent: the prompt never holds it
+        tokens = await agent_said(gw, BOB, sid, f"/sh echo token {head}''{tail}")
+        assert "token [secret]" in tokens and ALICE not in tokens, tokens
         mcp = await agent_said(gw, BOB, sid, "/mcp")
         assert "tracker (http; Authorization = [secret])" in mcp, mcp  # it did print the header
         events = orjson.dumps(await bob.call("task.session.events", {"session_id": sid})).decode()
@@ -40,4 +45,4 @@ async def test_a_profile_key_the_agent_prints_never_reaches_events_history_log_o
     assert recordings  # recorded
     for where, text in (("events", events), ("history", history), ("log", "".join(gw.stderr_lines)),
                         ("recordings", recordings), ("views", views), ("metrics", metrics)):
-        assert KEY not in text and URL_KEY not in text and "dummy-mcp-header" not in text, where
+        assert KEY not in text and URL_KEY not in text and "dummy-mcp-header" not in text and ALICE not in text, where

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..command_seal import CLOCK_SLACK, key_check
 from ..errors import agent_failed
 from ..store import StoreBase
 from ..store.postgres import PostgresStore
 from . import reaper
-from .forwarding import Forwarder, Handler, TargetGone
+from .forwarding import Forwarder, ForwardFailed, Handler, TargetGone
 from .workspace import within
 
 log = logging.getLogger(__name__)
@@ -40,10 +43,15 @@ def node_name(configured: str | None) -> str:
     return f"{configured or socket.gethostname()}/{uuid.uuid4().hex[:8]}"
 
 
+class ClusterRefused(RuntimeError):
+    """This node must not serve in this cluster (another cluster_secret than its running nodes', a clock far off):
+    one line saying what to change."""
+
+
 class Cluster:
     def __init__(self, store: StoreBase, node: str, lease_ttl: float,
                  on_lost: Callable[[str], Awaitable[None]], roots: Mapping[str, list[str]] | None = None,
-                 secret: bytes = b"") -> None:
+                 secret: bytes = b"", forward_timeout: float = 30.0) -> None:
         self.store = store if isinstance(store, PostgresStore) else None
         self.enabled = self.store is not None
         self.node = node
@@ -54,14 +62,18 @@ class Cluster:
         self._renewing: asyncio.Task[None] | None = None
         self._lost: set[asyncio.Task[None]] = set()
         self.lease_failure: str | None = None  # the last renewal's fault, for /healthz
+        self.clock_fault: str | None = None  # the last clock check's, for /healthz
         self.roots = dict(roots or {})  # where this node may run sessions: {"*": [...], owner: [...]}
         self.secret = secret  # seals the commands this node forwards, and checks those sent to it
+        self.forward_timeout = forward_timeout  # how long a forwarded command may wait for its node to take it
 
     async def prepare(self) -> None:
         """Before recovery: this node is registered, and the leases of nodes that ran on this machine and died (this
         gateway before a `kill -9`, say) are ended, so what they held is recovered now, not after `lease_ttl`."""
         if self.store is None:
             return
+        await self._check_clock()
+        await self._prove_secret()
         pid = os.getpid()
         await self.store.leases.register_node(self.node, pid, reaper.process_start(pid), reaper.boot_id(), self.roots)
         for node in await self.store.leases.holders():
@@ -69,10 +81,45 @@ class Cluster:
                 ended = await self.store.leases.release_all(node)
                 log.info("node %s ran on this machine and is gone: its %d lease(s) ended", node, ended)
 
+    async def _prove_secret(self) -> None:
+        """The cluster's key check value is this node's (`command_seal.key_check`), or is written now; another one
+        refuses the start while a node that wrote it runs (it would refuse every command this node seals, and this
+        node every one it sealed). With none running, the secret was changed on purpose: this node's is the
+        cluster's from now on."""
+        assert self.store is not None
+        mine = key_check(self.secret)
+        await self.store.write("INSERT INTO cluster_key (id, check_value, node, set_at) VALUES (1, ?, ?, ?) "
+                               "ON CONFLICT (id) DO NOTHING", (mine, self.node, time.time()))
+        row = await self.store.fetchone("SELECT check_value, node FROM cluster_key WHERE id = 1")
+        if row is None or hmac.compare_digest(str(row[0]), mine):
+            return
+        running = [name for name, _ in await self.store.leases.live_nodes(self.lease_ttl) if name != self.node]
+        if running:
+            raise ClusterRefused(
+                f"cluster_secret is not the one the running node(s) {', '.join(running[:3])} use (its key check "
+                "differs): give this node the cluster's cluster_secret")
+        await self.store.write("UPDATE cluster_key SET check_value = ?, node = ?, set_at = ? WHERE id = 1",
+                               (mine, self.node, time.time()))
+        log.warning("node %s: cluster_secret differs from the one node %s last used, and no node runs: this node's "
+                    "is the cluster's from now on (commands sealed with the old one are refused)", self.node, row[1])
+
+    async def _check_clock(self) -> None:
+        """This node's clock is within `CLOCK_SLACK` of the database's: commands are sealed to expire, and a node
+        whose clock is far behind would take expired ones for fresh (one far ahead, fresh ones for expired)."""
+        assert self.store is not None
+        row = await self.store.fetchone("SELECT extract(epoch from clock_timestamp())")
+        off = time.time() - float(row[0]) if row else 0.0
+        self.clock_fault = None if abs(off) <= CLOCK_SLACK else (
+            f"this node's clock is {abs(off):.1f} s {'ahead of' if off > 0 else 'behind'} the database's (at most "
+            f"{CLOCK_SLACK:g} s): set it right (NTP)")
+        if self.clock_fault is not None:
+            raise ClusterRefused(self.clock_fault)
+
     async def start(self, run_forwarded: Handler) -> None:
         if self.store is None:
             return
-        self.forwarder = Forwarder(self.store, self.node, run_forwarded, self.secret)
+        self.forwarder = Forwarder(self.store, self.node, run_forwarded, self.secret,
+                                   claim_timeout=self.forward_timeout)
         await self.forwarder.start()
         self._renewing = asyncio.ensure_future(self._renew_forever())
 
@@ -165,6 +212,8 @@ class Cluster:
             try:
                 await self.store.leases.seen(self.node)
                 kept = await self.store.leases.renew(self.node, held, self.lease_ttl)
+                with contextlib.suppress(ClusterRefused):  # said by /healthz: this node's sessions go on
+                    await self._check_clock()
             except Exception as exc:
                 self.lease_failure = f"renewing leases failed: {exc}"
                 log.warning("node %s: %s", self.node, self.lease_failure)
@@ -199,3 +248,5 @@ class Cluster:
             raise agent_failed(session_id, agent, f"node {node}, which ran the agent of session {session_id}, "
                                f"stopped before it answered {request.get('method')}; the session is kept: resume "
                                "it to continue", None, True) from None
+        except ForwardFailed as failed:
+            raise agent_failed(session_id, agent, f"session {session_id}: {failed}", None, False) from None

@@ -4,7 +4,10 @@ Every command is sealed with the cluster secret and checked before it runs (`com
 wrote into the table is discarded and logged. `Forwarder.call` sends a request to a node and waits for its answer:
 the result, or the GatewayError the other node answered (code, message and data as they were). It stops waiting,
 with a clear error, when `still_there` says the target is gone (its lease on the session expired: it died
-mid-call). The same forwarder runs what is sent to this node with `run`, each request once, however often it is
+mid-call), when the target has not taken the command within `claim_timeout` (it is down, or holds another
+`cluster_secret` and refuses what this node seals), when the command's row disappears (refused, or deleted by
+someone else), or when its answer does not verify as the target's (written by someone else): never a hang, never a
+forged answer. The same forwarder runs what is sent to this node with `run`, each request once, however often it is
 woken. Rows in the store carry the requests
 (`CommandRepo`); NOTIFY wakes both sides and a poll stands behind it.
 """
@@ -34,9 +37,15 @@ class TargetGone(Exception):
     """The node a call was sent to stopped holding what it was asked about before it answered."""
 
 
+class ForwardFailed(Exception):
+    """A forwarded command that came to no answer the caller may believe: why, in words for the caller."""
+
+
 class Forwarder:
-    def __init__(self, store: PostgresStore, node: str, run: Handler, secret: bytes, poll: float = 0.5) -> None:
+    def __init__(self, store: PostgresStore, node: str, run: Handler, secret: bytes, poll: float = 0.5,
+                 claim_timeout: float = 30.0) -> None:
         self.store = store
+        self.claim_timeout = claim_timeout
         self.node = node
         self.secret = secret
         self.seen = SeenCommands()
@@ -74,14 +83,30 @@ class Forwarder:
                    still_there: Callable[[], Awaitable[bool]] | None = None) -> Any:
         command_id = await self.store.commands.submit(target, self.node, request, self.secret)
         woken = self._answers[command_id] = asyncio.Event()
+        sent = time.monotonic()
+        method = request.get("method")
         try:
             while True:
-                answer = await self.store.commands.take_answer(command_id)
-                if answer is not None:
+                found = await self.store.commands.take_answer(command_id, target, self.node, self.secret)
+                if found.state == "done":
+                    if not found.sealed or found.answer is None:
+                        log.warning("the answer to forwarded command %s (%s, run by %s) is not sealed by that node: "
+                                    "not believed", command_id, method, target)
+                        raise ForwardFailed(f"the answer node {target} gave to {method} did not verify (it was not "
+                                            "written by that node): it is not believed; check the session's state")
+                    answer = found.answer
                     if "error" in answer:
                         error = answer["error"]
                         raise GatewayError(int(error["code"]), str(error["message"]), error.get("data"))
                     return answer.get("result")
+                if found.state == "missing":
+                    raise ForwardFailed(f"node {target} refused {method} (or its command was removed from the "
+                                        "database before it was answered): do the nodes share one cluster_secret?")
+                if found.state == "pending" and time.monotonic() - sent > self.claim_timeout:
+                    if await self.store.commands.withdraw(command_id):
+                        raise ForwardFailed(f"node {target} did not take {method} within forward_timeout "
+                                            f"({self.claim_timeout:g} s): is it running, with this node's "
+                                            "cluster_secret?")
                 if still_there is not None and not await still_there():
                     await self.store.commands.withdraw(command_id)
                     raise TargetGone(target)
@@ -127,6 +152,6 @@ class Forwarder:
             bug = unexpected(log, f"forwarded {request.get('method')} failed", exc)
             answer = {"error": {"code": bug.code, "message": bug.message, "data": bug.data}}
         try:
-            await self.store.commands.answer(command_id, sender, answer)
+            await self.store.commands.answer(command_id, self.node, sender, answer, self.secret)
         except Exception as exc:
             log.warning("answering forwarded command %s failed: %s", command_id, exc)

@@ -244,7 +244,8 @@ class Launcher:
         # What the owner gave this profile's agents to sign in (an env_var method's values) goes in their environment.
         signed_in = self.sign_in.get(row.owner, profile.id)
         config.sign_in_values = list(signed_in.values())
-        config.profile_secrets = hidden_values(profile, [])  # the operator's keys, if the agent repeats them
+        # the operator's keys and the gateway's own secrets, if the agent repeats them
+        config.profile_secrets = [*hidden_values(profile, []), *self.settings.gateway_secrets]
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
         if profile.brokered:  # stand-ins in the key variables; the relay (`_confined`) sets the base URLs
             env.update(await self.keys.admit(row.owner, row.id, execution_id, profile.brokered,

@@ -89,7 +89,7 @@ class SessionManager:
         roots = {"*": [str(r) for r in settings.workspace_roots],
                  **{owner: [str(r) for r in rs] for owner, rs in settings.owner_workspace_roots.items()}}
         self.cluster = Cluster(store, settings.node or instance_id, settings.lease_ttl, self._lease_lost, roots,
-                               settings.cluster_secret)
+                               settings.cluster_secret, settings.forward_timeout)
         self.keeper = ConfigKeeper(store, self.writer, settings.request_timeout)
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
                                  self._spawn, self._initial_prompt, self.cluster, self.keeper, self.elicitations)

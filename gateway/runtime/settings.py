@@ -52,9 +52,13 @@ class Settings:
     # without renewal (a dead node's sessions can be taken over after it)
     node: str = ""
     lease_ttl: float = 15.0
+    forward_timeout: float = 30.0  # a command forwarded to another node waits this long for it to be taken
     sandbox: str = "none"  # "none" or "bwrap", for profiles that do not choose (gateway.runtime.sandbox)
     # a sandboxed agent's network where its profile does not choose: outbound for several owners
     network: Literal["host", "none", "outbound"] = "host"
+    # The gateway's own secrets (the cluster secret, owners' and the metrics token): an agent that read them (one
+    # unconfined can read the configuration) has them shown as [secret] wherever it prints them
+    gateway_secrets: tuple[str, ...] = ()
     cluster_secret: bytes = b""  # seals forwarded commands (gateway.command_seal); from the configuration only
     # Whether a frontend may give a session a stdio MCP server (a command this host runs): everyone's, and per owner
     allow_stdio_mcp_servers: bool = False

@@ -227,4 +227,14 @@ PG_MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN agent_version TEXT
     """,
+    # 12: the cluster's key check value (gateway.command_seal.key_check): a node whose cluster_secret gives another
+    # refuses to start while a node with this one runs
+    """
+    CREATE TABLE cluster_key (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        check_value TEXT NOT NULL,
+        node TEXT NOT NULL,
+        set_at DOUBLE PRECISION NOT NULL
+    )
+    """,
 ]
