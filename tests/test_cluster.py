@@ -290,3 +290,37 @@ async def test_a_node_with_another_cluster_secret_refuses_to_start(tmp_path: Pat
     await second.start()  # nobody of the old secret runs: rotated
     assert "differs from the one node a/" in "".join(second.stderr_lines)
     await second.stop()
+
+
+async def test_a_role_that_can_only_connect_hears_nothing_of_a_prompt_through_the_cluster(cluster: Cluster,
+                                                                                       pg_url: str) -> None:
+    """Another application's role on the same server (PUBLIC's CONNECT, nothing else) listens on every channel the
+    gateway uses while a prompt is forwarded from one node to the agent's and its answer streams back."""
+    import uuid
+
+    import asyncpg
+
+    from gateway.store.commands import COMMANDS_CHANNEL
+    from gateway.store.notices import JOURNAL_CHANNEL
+
+    role = f"acp_listener_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_url)
+    await admin.execute(f"CREATE ROLE {role} LOGIN")
+    heard: list[str] = []
+    listener = await asyncpg.connect(pg_url, user=role)
+    try:
+        for channel in (JOURNAL_CHANNEL, COMMANDS_CHANNEL):
+            await listener.add_listener(channel, lambda _c, _p, _ch, payload: heard.append(payload))
+        a, b = await cluster.client("a"), await cluster.client("b")
+        sid = (await start(a, cluster.work))["session_id"]
+        assert await b.call("task.session.prompt", {"session_id": sid, "prompt": "ALICE-CONFIDENTIAL-PROMPT-42"}) \
+            == {"stop_reason": "end_turn"}
+        await a.close()
+        await b.close()
+    finally:
+        await listener.close()
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+    assert any(p.startswith("command ") for p in heard) and len(heard) > 3, heard  # it heard the traffic
+    for payload in heard:
+        assert "CONFIDENTIAL" not in payload and "default" not in payload and sid not in payload, payload
