@@ -73,7 +73,7 @@ def tampered(payload: str, at: int) -> str:
 FRAME = '{"jsonrpc":"2.0","method":"task.session.event","params":{"id":12}}'
 
 
-@pytest.mark.parametrize(("case", "payload", "expected"), [
+NOTICES: list[tuple[str, str, Any]] = [
     ("sealed events", sealed("12 w1 alice", '[[12,1,"s"]]', FRAME), ("alice", 12, "w1", [(12, "s", FRAME.encode())])),
     ("an owner with spaces", sealed("12 w1 team a", '[[12,1,"s"]]', FRAME),
      ("team a", 12, "w1", [(12, "s", FRAME.encode())])),
@@ -88,7 +88,11 @@ FRAME = '{"jsonrpc":"2.0","method":"task.session.event","params":{"id":12}}'
     ("sealed but garbled events", sealed("12 w1 alice", "[[1,2,", "{}"), ("alice", 12, "w1", None)),
     ("sealed events that end before the id named", sealed("12 w1 alice", '[[10,1,"s"]]', '{"x":1}'),
      ("alice", 12, "w1", None)),
-])
+]
+
+
+# Named by case: the payloads hold fresh nonces, and pytest-xdist's workers must collect the same ids.
+@pytest.mark.parametrize(("case", "payload", "expected"), NOTICES, ids=[case for case, _, _ in NOTICES])
 def test_read_notice_table(case: str, payload: str, expected: Any) -> None:
     assert read_notice(payload, KEY) == expected, case
 
