@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test lint browser sandbox interop sdk postgres bench fixtures ts
+.PHONY: run test check lint browser sandbox interop sdk postgres bench fixtures ts
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(VENV)/bin/acp-gateway serve $(ARGS)
+
+# The loop to run before every commit: lint, types and the unit tests (pure rules, in-process units; no apt, no
+# network, no agent, database or browser), in well under a minute. `make test` is the whole suite.
+check: lint
+	$(VENV)/bin/pytest -q -m unit -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check acp agents gateway tests

@@ -1,4 +1,4 @@
-"""Restore negotiation, DESIGN §3.1, as pure functions: what to send next, and what a failure means.
+"""Restore negotiation, docs/restore.md, as pure functions: what to send next, and what a failure means.
 
 Rules of this file:
 - Everything that decides how a saved ACP session is brought back lives here, and nothing else.
@@ -7,7 +7,7 @@ Rules of this file:
 - It does not know which agent it talks to or how; `acp.session_setup` performs the steps.
 - A situation the rules do not cover raises instead of being guessed at.
 
-Rows (see the tables in DESIGN §3.1):
+Rows (see the tables in docs/restore.md):
   R1  native resume + token + `sessionCapabilities.resume`      -> session/resume
   R2  R1 answered -32601, `loadSession` advertised, not cancelled -> session/load (same id)
   R3  native resume + token, no resume but `loadSession`         -> session/load

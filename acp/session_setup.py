@@ -101,7 +101,7 @@ async def establish_session(
     environ: Mapping[str, str] | None = None,
     cancel: asyncio.Event | None = None,
 ) -> RestoreResult:
-    """Negotiate by DESIGN §3.1 and return what happened. Never raises for agent failures. `mcp_servers` and
+    """Negotiate by docs/restore.md and return what happened. Never raises for agent failures. `mcp_servers` and
     `additional_directories` go with every call (ACP wants them again on load and resume); give directories only
     to an agent that advertises them."""
     if client.init is None:

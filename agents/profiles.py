@@ -1,4 +1,4 @@
-"""Agent profiles: one TOML file per agent (DESIGN §8), shipped ones plus `--agents-dir` overrides.
+"""Agent profiles: one TOML file per agent (docs/architecture.md: Profiles), shipped ones plus `--agents-dir` overrides.
 
 A bad profile is reported in one line naming the file and the key, never as a traceback.
 `{python}` in a command stands for the running interpreter: the shipped Python agents are

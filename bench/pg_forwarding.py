@@ -1,4 +1,4 @@
-"""How a node forwards a command to the node that holds a session's lease, measured on PostgreSQL (DESIGN §10).
+"""How a node forwards a command to the node that holds a session's lease, measured on PostgreSQL (docs/architecture.md: Cluster).
 
 Three ways for one node (the requester) to have another (the holder) run a command and get its answer, each a
 round trip of a small command (`task.session.cancel_turn`-sized) through a real server, one at a time:

@@ -1,4 +1,4 @@
-"""The `acp-gateway` command line: one subcommand per job (DESIGN §8)."""
+"""The `acp-gateway` command line: one subcommand per job (docs/architecture.md: Profiles)."""
 
 from __future__ import annotations
 

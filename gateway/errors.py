@@ -1,5 +1,5 @@
-"""The gateway's JSON-RPC error codes (DESIGN §5), each with one fixed `data` shape, and the exception that
-carries them to clients.
+"""The gateway's JSON-RPC error codes (docs/architecture.md: Errors), each with one fixed `data` shape, and the
+exception that carries them to clients.
 
 Every error a client can cause is raised through one of the constructors below, so a code always comes with
 the same `data` keys (`ERROR_DATA` lists them; a table test holds each constructor to it). `-32603` is left

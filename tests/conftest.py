@@ -45,11 +45,30 @@ def gateway_logs_have_no_traceback() -> Iterator[None]:
         assert at < 0, f"the gateway logged a traceback:\n{log[max(0, at - 1500):at + 4000]}"
 
 
+# The unit tests (`make check`): pure rules and in-process units, no agent process, gateway, database, browser,
+# sandbox or network — the loop a contributor runs before every commit, in well under a minute. A module listed here
+# holds only such tests; a test elsewhere may say so itself with `@pytest.mark.unit`.
+UNIT_MODULES = frozenset({
+    "test_acp_server_protocol", "test_command_seal", "test_commands", "test_docs_links", "test_eager", "test_errors",
+    "test_fixture_diff", "test_framing_fs", "test_history", "test_key_rules", "test_layers", "test_offload",
+    "test_permissions_policy", "test_registry_index", "test_replay_rules", "test_restore_rules",
+    "test_resume_context", "test_session_config_rules", "test_spawn_env", "test_states", "test_status",
+    "test_store_queries", "test_subscription_model", "test_subscription_states", "test_wire",
+})
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The registry agents the install tests need start installing now, in the background (tests/registry_prefetch)."""
     from tests import registry_prefetch
 
+    config.addinivalue_line("markers", "unit: a pure or in-process test, run by `make check` (see UNIT_MODULES)")
     registry_prefetch.start(config)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in UNIT_MODULES:
+            item.add_marker(pytest.mark.unit)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

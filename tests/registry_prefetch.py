@@ -40,10 +40,10 @@ def _wanted(args: list[str]) -> bool:
 
 def start(config: Any) -> None:
     """At configure time of the run's first process (never of an xdist worker; never for the run of the `serial`
-    tests alone, which holds no install test)."""
+    tests alone or of the unit tests (`make check`), which hold no install test)."""
     global _thread
     if (hasattr(config, "workerinput") or STATE_ENV in os.environ or not _wanted(list(config.args))
-            or config.getoption("markexpr", "").strip() == "serial"):
+            or config.getoption("markexpr", "").strip() in ("serial", "unit")):
         return
     state = Path(tempfile.mkdtemp(prefix="acp-registry-state-"))
     os.environ[STATE_ENV] = str(state)

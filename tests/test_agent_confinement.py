@@ -164,6 +164,7 @@ async def test_a_store_outside_the_state_directory_is_the_gateways_own(tmp_path:
         await client.close()
 
 
+@pytest.mark.unit
 def test_a_new_home_is_seeded_and_never_from_another_home(tmp_path: Path) -> None:
     from gateway.runtime.homes import ensure_home
 
@@ -183,6 +184,7 @@ def test_a_new_home_is_seeded_and_never_from_another_home(tmp_path: Path) -> Non
         AgentProfile(id="c", command=["c"], home_seed={"../escape": str(template)})
 
 
+@pytest.mark.unit
 def test_a_symlink_an_agent_plants_in_its_home_never_makes_the_gateway_write_elsewhere(tmp_path: Path) -> None:
     """An owner's agent writes in its home: a dangling link where a seed goes, a link where a seed's directory goes
     and a link where a profile's own home goes must not carry the gateway's writes (or the sandbox's binds) out."""

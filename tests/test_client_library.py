@@ -1,4 +1,5 @@
-"""The owner-session client (DESIGN §6): its rules by table, its behaviour against a real gateway, fake time."""
+"""The owner-session client (docs/architecture.md: The clients): its rules by table, its behaviour against a real
+gateway, fake time."""
 
 from __future__ import annotations
 

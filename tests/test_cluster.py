@@ -1,7 +1,7 @@
-"""Three `serve` processes on one real PostgreSQL store form a cluster (DESIGN §10): a session started through one
-node is watched through another and prompted through the third, its turn running on the node holding its lease;
-two nodes resuming at once start one agent; a dead node's session is taken over with the same ACP session; and a
-node frozen past its lease never writes for the session again."""
+"""Three `serve` processes on one real PostgreSQL store form a cluster (docs/architecture.md: Cluster): a session
+started through one node is watched through another and prompted through the third, its turn running on the node holding
+its lease; two nodes resuming at once start one agent; a dead node's session is taken over with the same ACP session;
+and a node frozen past its lease never writes for the session again."""
 
 from __future__ import annotations
 

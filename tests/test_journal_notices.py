@@ -41,6 +41,7 @@ def row_of(first: int, count: int, owner: str = "alice", text: str = "hi") -> tu
     return journal_rows(EventGroup.of(events))[0]
 
 
+@pytest.mark.unit
 def test_small_commits_carry_their_events_and_read_back_as_the_journal_would() -> None:
     _, last, owner, spans, frames = row_of(5, 3)
     owner_read, last_read, writer, entries = read_notice(commit_notice(last, "w1", owner, spans, frames, KEY),
@@ -92,11 +93,13 @@ NOTICES: list[tuple[str, str, Any]] = [
 
 
 # Named by case: the payloads hold fresh nonces, and pytest-xdist's workers must collect the same ids.
+@pytest.mark.unit
 @pytest.mark.parametrize(("case", "payload", "expected"), NOTICES, ids=[case for case, _, _ in NOTICES])
 def test_read_notice_table(case: str, payload: str, expected: Any) -> None:
     assert read_notice(payload, KEY) == expected, case
 
 
+@pytest.mark.unit
 def test_a_notice_says_nothing_readable_without_the_key() -> None:
     payload = sealed("12 w1 alice", '[[12,1,"s"]]', FRAME)
     assert payload.startswith(SEALED) and "alice" not in payload and "w1" not in payload and "jsonrpc" not in payload
@@ -107,6 +110,7 @@ def test_a_notice_says_nothing_readable_without_the_key() -> None:
     assert read_notice("12 w1 alice", None) == ("alice", 12, "w1", None)
 
 
+@pytest.mark.unit
 def test_what_does_not_fit_is_a_sealed_wake_up() -> None:
     _, last, owner, spans, frames = row_of(1, 40, text="x" * 300)
     assert len(frames) > NOTICE_MAX_BYTES

@@ -19,6 +19,7 @@ CAP = 16
 FLOOD = 300
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("count", "nbytes", "parent", "sizes", "refused_at"), [
     (3, 1000, None, [10, 10, 10, 10], 3),  # the fourth request waits past the count
     (10, 25, None, [10, 10, 10], 2),  # the third passes the bytes
@@ -38,6 +39,7 @@ def test_a_budget_refuses_past_its_count_or_bytes_or_its_parents(count: int, nby
     assert owner is None or (owner.taken, owner.taken_bytes) == (0, 0)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("session_rate", "owner_rate", "refusals", "delays"), [
     (100, 0, [(0.0, 10), (0.0, 1)], [0.0, 0.01]),  # a tenth of a second's worth at once, then the pace
     (100, 0, [(0.0, 30)], [0.2]),  # past the burst: the time the rest take at the rate

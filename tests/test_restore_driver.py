@@ -1,4 +1,4 @@
-"""Every rule and every failure class of DESIGN §3.1, negotiated with the reference agent as a real process."""
+"""Every rule and every failure class of docs/restore.md, negotiated with the reference agent as a real process."""
 
 from __future__ import annotations
 

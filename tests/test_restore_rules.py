@@ -1,4 +1,4 @@
-"""DESIGN §3.1 as tables: one row per row of the planning table and of the failure table."""
+"""docs/restore.md as tables: one row per row of the planning table and of the failure table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gateway.runtime.resume_context: the resume context of DESIGN §4.4, entry by entry."""
+"""gateway.runtime.resume_context: the resume context of docs/architecture.md: The runtime, history, entry by entry."""
 
 from __future__ import annotations
 

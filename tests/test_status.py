@@ -1,4 +1,5 @@
-"""gateway.runtime.status: the status cases of DESIGN §4.3 and the initial-prompt switch, by table."""
+"""gateway.runtime.status: the status cases of docs/architecture.md: The runtime, status and the initial-prompt switch,
+by table."""
 
 from __future__ import annotations
 

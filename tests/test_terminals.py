@@ -219,6 +219,7 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway: 
     await client.close()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("rate", "reads", "delays"), [
     # (time, bytes read) -> seconds to wait after it
     (1000, [(0.0, 500), (0.0, 500)], [0.0, 0.0]),  # a second's worth at once: the burst

@@ -1,7 +1,7 @@
 """A Python client of the gateway's JSON-RPC-over-WebSocket API (`task.session.*`).
 
 `GatewayClient` is one connection: calls with ids, answers matched to futures, notifications
-(`task.session.event`) queued in arrival order. The resilient owner-session client of DESIGN §6
+(`task.session.event`) queued in arrival order. The resilient owner-session client of docs/architecture.md: The clients
 (reconciliation, health, reconnects) is built on top of it.
 """
 
@@ -138,7 +138,7 @@ class GatewayClient:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The owner-session client of DESIGN §6: a live event stream that survives disconnects.
+# The owner-session client of docs/architecture.md: The clients: a live event stream that survives disconnects.
 # ---------------------------------------------------------------------------------------------------
 
 ALREADY_TERMINAL = -32009

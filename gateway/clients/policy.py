@@ -1,4 +1,4 @@
-"""The owner-session client's rules (DESIGN §6) as pure pieces: time and randomness are inputs.
+"""The owner-session client's rules (docs/architecture.md: The clients) as pure pieces: time and randomness are inputs.
 
 Both clients follow these numbers and this link table: the Python library (`gateway.clients.client`) and the
 TypeScript package (`clients/typescript`, whose `src/generated/policy.ts` is generated from this module, and which the

@@ -1,4 +1,5 @@
-"""The session runtime (DESIGN §4.1a): live sessions own their turns; no client, crash or agent can wedge one.
+"""The session runtime (docs/architecture.md: The runtime): live sessions own their turns; no client, crash or agent can
+wedge one.
 
 Where a command enters: `manager.SessionManager` (the facade the JSON-RPC adapter calls). Where it is decided
 on: the pure tables — `commands`, `states`, `status`, `permissions`, `history`, `resume_context`. Where it

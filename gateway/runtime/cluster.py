@@ -1,4 +1,5 @@
-"""This gateway as a node of a cluster (DESIGN §10): the leases it holds, and its link to the other nodes.
+"""This gateway as a node of a cluster (docs/architecture.md: Cluster): the leases it holds, and its link to the other
+nodes.
 
 On a PostgreSQL store every `serve` is a node. A session's agent runs only on the holder of its lease; the holder
 renews it every third of `lease_ttl`, and a lease it could not renew is lost: its agent is stopped without another

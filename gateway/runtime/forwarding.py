@@ -1,4 +1,5 @@
-"""Forwarding commands between the nodes of a cluster (DESIGN §10): a call on one node, run on another.
+"""Forwarding commands between the nodes of a cluster (docs/architecture.md: Cluster): a call on one node, run on
+another.
 
 Every command is sealed with the cluster secret and checked before it runs (`command_seal`): a row someone else
 wrote into the table is discarded and logged. `Forwarder.call` sends a request to a node and waits for its answer:

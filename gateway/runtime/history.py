@@ -1,4 +1,5 @@
-"""Turning live ACP `session/update`s into history entries (DESIGN §4.4): pure, one turn at a time.
+"""Turning live ACP `session/update`s into history entries (docs/architecture.md: The runtime, history): pure, one turn
+at a time.
 
 Agent message chunks are coalesced into one `agent_message` per message: a message ends when its
 `messageId` changes, a tool call starts, or the turn ends (`flush`). Replayed updates never come

@@ -716,7 +716,8 @@ class SessionManager:
 
     # -- ending ----------------------------------------------------------------------------
     async def cancel(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
-        """End the session for good (DESIGN §4.5); concurrent calls share one cancellation."""
+        """End the session for good (docs/architecture.md: The runtime, ending a session); concurrent calls share one
+        cancellation."""
         row = await self.row(owner, session_id)
         routed, answer = await self._elsewhere(row, "cancel", forwarded)
         if routed:

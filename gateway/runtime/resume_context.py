@@ -1,4 +1,5 @@
-"""History entries and the resume context of DESIGN §4.4: pure rendering, injected once by the caller."""
+"""History entries and the resume context of docs/architecture.md: The runtime, history: pure rendering, injected once
+by the caller."""
 
 from __future__ import annotations
 

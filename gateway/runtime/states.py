@@ -1,4 +1,5 @@
-"""Session and task state machines (DESIGN §4.2): every state change goes through `transition_*`.
+"""Session and task state machines (docs/architecture.md: The runtime, states): every state change goes through
+`transition_*`.
 
 Rules of this file:
 - The transitions are tables; nothing else in the gateway decides what state follows another. A session

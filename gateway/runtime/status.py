@@ -1,4 +1,5 @@
-"""Status evaluation (DESIGN §4.3) and the initial-prompt switch: pure functions of stored facts.
+"""Status evaluation (docs/architecture.md: The runtime, status) and the initial-prompt switch: pure functions of stored
+facts.
 
 Rules of this file: no I/O, no clocks (the caller passes `now`), no knowledge of WebSockets.
 `evaluate_status` is what `task.session.status` reports; `decide_boot` is what a freshly launched
@@ -75,7 +76,7 @@ class BootFacts:
 
 
 def decide_boot(f: BootFacts) -> Boot:
-    """The initial-prompt switch of DESIGN §4.3."""
+    """The initial-prompt switch of docs/architecture.md: The runtime, status."""
     if f.first_launch and f.has_description:
         return Boot.INITIAL_PROMPT
     if f.started_fresh and f.history_context_injection and f.has_history:

@@ -92,10 +92,10 @@ class TurnRunner:
 
     async def interrupt(self, live: LiveSession, *, stop_unanswered: bool = True) -> None:
         """cancel_turn: pending permissions answered `cancelled`, ACP `session/cancel` if a turn runs, and the
-        cancel grace for it to end (DESIGN §4.5). A turn still running after the grace ends anyway: its agent is
-        stopped (`stop_unanswered`; the caller that stops the agent itself says no), the turn is recorded
-        `cancelled` with what it did, and the next prompt resumes the session by the restore rules. The user's
-        stop stops: `interrupt` returns once the turn has ended."""
+        cancel grace for it to end (docs/architecture.md: The runtime, ending a session). A turn still running after the
+        grace ends anyway: its agent is stopped (`stop_unanswered`; the caller that stops the agent itself says no), the
+        turn is recorded `cancelled` with what it did, and the next prompt resumes the session by the restore rules. The
+        user's stop stops: `interrupt` returns once the turn has ended."""
         decision = decide(Command.CANCEL_TURN, live.phase)
         await self.broker.cancel_all(live.row)
         await self.elicitations.cancel_all(live.row)

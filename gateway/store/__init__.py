@@ -1,4 +1,5 @@
-"""The durable store (DESIGN §4.1, §10): SQLite by default, PostgreSQL for a cluster; see `base` for the rules."""
+"""The durable store (docs/architecture.md: The store and the journal, Cluster): SQLite by default, PostgreSQL for a
+cluster; see `base` for the rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Commands one node forwards to another on a PostgreSQL store (DESIGN §10), and their answers.
+"""Commands one node forwards to another on a PostgreSQL store (docs/architecture.md: Cluster), and their answers.
 
 A command is a row (any size of request: a prompt may carry images), sent with a NOTIFY to its target in the same
 transaction; the target claims its pending rows with `FOR UPDATE SKIP LOCKED` (two of its tasks never run one

@@ -1,4 +1,5 @@
-"""Session leases on a PostgreSQL store (DESIGN §10): which node runs a session's agent, until when, in which epoch.
+"""Session leases on a PostgreSQL store (docs/architecture.md: Cluster): which node runs a session's agent, until when,
+in which epoch.
 
 Every decision is one statement, judged on the database's clock (`now()`), so two nodes never disagree on who
 holds a lease and their own clocks do not matter:

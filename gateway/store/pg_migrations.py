@@ -101,8 +101,8 @@ PG_MIGRATIONS: list[str] = [
     CREATE TABLE journal_heads (owner TEXT PRIMARY KEY, last_id BIGINT NOT NULL);
     INSERT INTO journal_heads SELECT owner, MAX(last_id) FROM journal GROUP BY owner
     """,
-    # 3: which node runs a session's agent (DESIGN §10). A row is never deleted while its session lives: a release
-    # only ends it, so epochs only grow and a fenced write can tell an old holder from the current one.
+    # 3: which node runs a session's agent (docs/architecture.md: Cluster). A row is never deleted while its session
+    # lives: a release only ends it, so epochs only grow and a fenced write can tell an old holder from the current one.
     """
     CREATE TABLE leases (
         session_id TEXT PRIMARY KEY,

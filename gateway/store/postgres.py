@@ -1,4 +1,4 @@
-"""The PostgreSQL store (DESIGN §10): the same repositories over a pool of asyncpg connections.
+"""The PostgreSQL store (docs/architecture.md: Cluster): the same repositories over a pool of asyncpg connections.
 
 asyncpg, not psycopg 3: on the gateway's two hottest statements (a journal group commit and a status read),
 `bench/pg_drivers.py` measured asyncpg faster on both in the same run (commits ~10%, reads ~30%), and both

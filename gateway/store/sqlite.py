@@ -1,4 +1,4 @@
-"""The embedded store: one SQLite file in WAL mode (the default; DESIGN §4.1).
+"""The embedded store: one SQLite file in WAL mode (the default; docs/architecture.md: The store and the journal).
 
 - A write returns only after it is committed (WAL + synchronous=NORMAL is durable against process death; power
   loss may drop the last commits, which is the documented limit).
