@@ -21,8 +21,10 @@ check: lint
 	$(VENV)/bin/pytest -q -m unit -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check acp agents gateway tests
+	$(VENV)/bin/ruff check acp agents gateway tests bench fixtures
 	$(VENV)/bin/mypy --strict acp agents gateway
+	$(VENV)/bin/mypy --strict bench fixtures/agents/record.py --exclude bench/sdk_client.py  # that one runs on the SDK's venv
+	$(VENV)/bin/mypy --strict fixtures/make_fixtures.py
 
 # The browser test drives Debian's chromium (Playwright never downloads a browser here).
 browser:

@@ -18,9 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from acp import mcp
-from acp.conformance_options import CheckPrompts
+from acp.check.options import CheckPrompts
 from acp.models import field_path
 from agents.brokered import BrokeredKey
+from agents.paths import default_state_dir
 from agents.secret_ref import SecretRef
 
 SHIPPED_DIR = Path(__file__).parent / "profiles"
@@ -52,11 +53,6 @@ def agent_environment(base: Mapping[str, str], home: Path | None = None) -> dict
         env[name] = str(home / below)
     return env
 
-
-def default_state_dir() -> Path:
-    """The per-user state directory (XDG): SQLite file, token, the reference agent's sessions."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "acp-gateway"
 
 PermissionPolicy = Literal["ask", "allow_reads", "allow_all", "deny_all"]
 

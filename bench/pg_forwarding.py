@@ -1,4 +1,5 @@
-"""How a node forwards a command to the node that holds a session's lease, measured on PostgreSQL (docs/architecture.md: Cluster).
+"""How a node forwards a command to the node that holds a session's lease, measured on PostgreSQL
+(docs/architecture.md: Cluster).
 
 Three ways for one node (the requester) to have another (the holder) run a command and get its answer, each a
 round trip of a small command (`task.session.cancel_turn`-sized) through a real server, one at a time:
@@ -136,9 +137,10 @@ async def timed(n: int, one: Callable[[], Awaitable[None]]) -> list[float]:
 
 
 async def main(dsn: str, n: int) -> None:
-    for name, run in (("notify", lambda: notify_only(dsn, n)), ("table+notify", lambda: table(dsn, n, True)),
-                      ("table+poll", lambda: table(dsn, n, False))):
-        samples = await run()
+    ways: list[tuple[str, Awaitable[list[float]]]] = [
+        ("notify", notify_only(dsn, n)), ("table+notify", table(dsn, n, True)), ("table+poll", table(dsn, n, False))]
+    for name, run in ways:
+        samples = await run
         print(json.dumps({"way": name, "p50_ms": round(statistics.median(samples), 2),
                           "p99_ms": round(statistics.quantiles(samples, n=100)[98], 2)}))
 

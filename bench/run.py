@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import platform
 import re
@@ -273,7 +274,7 @@ async def acp_relay(gw: Gateway, count: int) -> Tally:
     tally = Tally("relay to an ACP client on /acp", count)
 
     async def count_updates() -> None:
-        while not tally.add(0, (await c.recv()).count('"method":"session/update"')):
+        while not tally.add(0, str(await c.recv()).count('"method":"session/update"')):
             pass
 
     tally.start()
@@ -773,8 +774,8 @@ async def status_latencies(client: GatewayClient, session_id: str, count: int) -
 
 async def isolation_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     """A session's status p99 while another session's agent floods the gateway — 3,000 permission requests and
-    3,000 questions at once (64 wait, the rest are refused at the refusal rate), or eight terminals running `yes` — against its p99
-    with that agent idle, in the same run (tests/test_flood_isolation.py asserts the same ratio)."""
+    3,000 questions at once (64 wait, the rest are refused at the refusal rate), or eight terminals running `yes` —
+    against its p99 with that agent idle, in the same run (tests/test_flood_isolation.py asserts the same ratio)."""
     gw = Gateway(tmp / "isolation", agents).start()
     client = await GatewayClient.connect(gw.url, TOKEN)
     flooding, mine = [(await client.call("task.session.start", {"agent": "ref", "cwd": str(WORK),
@@ -1018,9 +1019,9 @@ async def commit_costs(url: str, sqlite_file: Path, samples: int = 1000) -> dict
         bus = EventBus(store)
         await bus.open()
         try:
-            out[key] = await p50(lambda bus=bus: bus.publish("session_update", "bench", "s-1", "t", {"n": 1}))
+            out[key] = await p50(functools.partial(bus.publish, "session_update", "bench", "s-1", "t", {"n": 1}))
             if key == "flushed":
-                out["round_trip"] = await p50(lambda store=store: store.fetchone("SELECT 1"))
+                out["round_trip"] = await p50(functools.partial(store.fetchone, "SELECT 1"))
         finally:
             await bus.close()
             await store.close()

@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from agents.profiles import AgentProfile, default_state_dir, load_profiles
+from agents.paths import default_state_dir
+from agents.profiles import AgentProfile, load_profiles
 from agents.registry import installer, installs
 from agents.registry.index import MAX_INDEX_BYTES, SNAPSHOT, RegistryError, RegistryIndex, parse_index
 
@@ -234,7 +235,7 @@ def _probe_and_check(state_dir: Path, agent_id: str, version: str, *, run_checks
         return 1
     if run_checks:
         results = _checks_saved(profile, list(QUICK_CHECKS), 60.0)
-        from acp.conformance_report import render_table
+        from acp.check.report import render_table
 
         print(render_table(results))
     elif say_checks:
@@ -258,8 +259,8 @@ def _say_probe(found: dict[str, Any]) -> None:
 
 
 async def _checks(profile: AgentProfile, only: list[str], turn_timeout: float) -> list[Any]:
-    from acp.conformance_options import CheckOptions
-    from acp.conformance_run import run_checks
+    from acp.check.options import CheckOptions
+    from acp.check.run import run_checks
 
     options = CheckOptions(prompts=profile.check, turn_timeout=turn_timeout, auth_method=profile.auth_method)
     return await run_checks(profile.argv(), only=only, env=profile.launch_env(os.environ), options=options)

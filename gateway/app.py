@@ -23,7 +23,8 @@ from typing import IO, Any
 
 from pythonjsonlogger.json import JsonFormatter
 
-from agents.profiles import AgentProfile, default_state_dir, load_profiles
+from agents.paths import default_state_dir
+from agents.profiles import AgentProfile, load_profiles
 
 from . import __version__, confinement, metrics
 from .api.acp_server import AcpConnection, EdgeInfo

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents.profiles import AgentProfile, ProfileError, adhoc_profile, default_state_dir, load_profiles
+from agents.paths import default_state_dir
+from agents.profiles import AgentProfile, ProfileError, adhoc_profile, load_profiles
 
 from . import __version__
 
@@ -124,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--alias", action="append", default=[], metavar="NAME=PATH",
                      help="write the host path PATH (where the agent is installed, say) as <NAME>; repeatable")
     rep = sub.add_parser("replay", help="an ACP agent that plays recordings back")
-    from agents.replay import add_arguments as replay_arguments
+    from acp.replay.agent import add_arguments as replay_arguments
 
     replay_arguments(rep)
     fixtures = sub.add_parser("fixtures", help="compare recordings of an agent")
@@ -190,18 +191,18 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "check":
             return _check(args, command)
         if args.command == "record":
-            from acp.record import record_command
+            from acp.replay.record import record_command
 
             if not command:
                 print("acp-gateway record: give the agent's command after --", file=sys.stderr)
                 return 2
             return record_command(command, args.out, args.redact_env, args.portable, args.alias)
         if args.command == "replay":
-            from agents.replay import run_replay
+            from acp.replay.agent import run_replay
 
             return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions, args.pace)
         if args.command == "fixtures":
-            from .fixtures_cli import diff_command
+            from acp.replay.fixtures import diff_command
 
             return diff_command(args.old, args.new, args.json)
         if args.command == "doctor":
@@ -233,10 +234,10 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
 
     import orjson
 
-    from acp.conformance import all_checks
-    from acp.conformance_options import CheckOptions, ClientOffer
-    from acp.conformance_report import Progress, render_table, report_json, report_junit
-    from acp.conformance_run import run_checks
+    from acp.check import all_checks
+    from acp.check.options import CheckOptions, ClientOffer
+    from acp.check.report import Progress, render_table, report_json, report_junit
+    from acp.check.run import run_checks
 
     if args.list:
         for c in all_checks():

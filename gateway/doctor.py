@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.profiles import default_state_dir, load_profiles
+from agents.paths import default_state_dir
+from agents.profiles import load_profiles
 
 from . import __version__, confinement
 from .command_seal import CLOCK_SLACK, key_check

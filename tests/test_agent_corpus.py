@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import pytest
 
-from acp.conformance_options import CheckOptions
-from acp.conformance_run import run_checks
-from acp.replay_script import CLIENT, Script
+from acp.check.options import CheckOptions
+from acp.check.run import run_checks
+from acp.replay.script import CLIENT, Script
 from fixtures.agents.record import CHECK_OPTIONS, DUMMY_SECRETS
 from gateway.clients.client import GatewayClient, RpcCallError
 from tests.gateway_harness import EventLog, GatewayProcess

@@ -14,11 +14,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from acp.conformance import CHECKS, UNKNOWN_PREFIX, Check, CheckResult, Result, Tier, all_checks, launch_probe
-from acp.conformance_options import CheckOptions, CheckPrompts, ClientOffer
-from acp.conformance_report import Verdict, summary, verdict
-from acp.conformance_run import run_checks
-from acp.schema_check import acp_v1_schema
+from acp.check import CHECKS, UNKNOWN_PREFIX, Check, CheckResult, Result, Tier, all_checks, launch_probe
+from acp.check.options import CheckOptions, CheckPrompts, ClientOffer
+from acp.check.report import Verdict, summary, verdict
+from acp.check.run import run_checks
+from acp.check.schema import acp_v1_schema
 from agents.profiles import load_profiles
 from tests.gateway_harness import processes_naming
 from tests.third_party import sdk_python

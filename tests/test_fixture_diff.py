@@ -1,4 +1,4 @@
-"""`acp-gateway fixtures diff` (acp/fixture_diff.py): what changed between two recordings of an agent."""
+"""`acp-gateway fixtures diff` (acp/replay/diff.py): what changed between two recordings of an agent."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from acp.fixture_diff import Change, diff, summarize, timing_class
-from acp.replay_script import AGENT, CLIENT, Entry, Script
+from acp.replay.diff import Change, diff, summarize, timing_class
+from acp.replay.script import AGENT, CLIENT, Entry, Script
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from acp.conformance import Result, Tier
-from acp.conformance_options import CheckOptions
-from acp.conformance_run import run_checks
+from acp.check import Result, Tier
+from acp.check.options import CheckOptions
+from acp.check.run import run_checks
 from tests.third_party import INTEROP, interop_node
 
 TURN_CHECKS = {"ACP-PROMPT-001", "ACP-UPDATE-001", "ACP-CANCEL-001", "ACP-LOAD-001", "ACP-CLIENTCAP-001",

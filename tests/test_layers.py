@@ -43,10 +43,43 @@ def test_wing_imports_only_floors_below(wing: str) -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_deprecated_client_module_still_works() -> None:
-    with pytest.warns(DeprecationWarning, match="gateway.clients.client"):
-        import importlib
-        import sys
-        sys.modules.pop("gateway.client", None)
-        module = importlib.import_module("gateway.client")
-    assert module.OwnerSessionClient.__module__ == "gateway.clients.client"
+def module_graph() -> dict[str, set[str]]:
+    """Each module of acp/, agents/ and gateway/ -> the modules of them it imports when it is imported (its top-level
+    imports; not those inside functions or under TYPE_CHECKING)."""
+    base = ROOT.parent
+    modules: dict[str, Path] = {}
+    for package in ("acp", "agents", "gateway"):
+        for path in (base / package).rglob("*.py"):
+            name = ".".join(path.relative_to(base).with_suffix("").parts).removesuffix(".__init__")
+            modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                parts = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join(parts + (node.module.split(".") if node.module else []))
+                found.update(f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    graph = module_graph()
+    circles = []
+    for start in graph:  # a path from a module's imports back to itself is a circle
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                circles.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])
+    assert circles == [], f"modules in an import circle: {sorted(circles)}"

@@ -14,8 +14,8 @@ import pytest
 from acp.client import AcpClient
 from acp.errors import RpcError
 from acp.models import text_block
+from acp.replay.agent import load_script
 from acp.session_setup import establish_session
-from agents.replay import load_script
 from gateway.clients.client import GatewayClient
 from tests.gateway_harness import EventLog, GatewayProcess
 

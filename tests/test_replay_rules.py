@@ -1,4 +1,4 @@
-"""Replay matching (acp/replay_rules.py, acp/replay_script.py): each rule by its id, in tables, tolerant and strict."""
+"""Replay matching (acp/replay/rules.py, acp/replay/script.py): each rule by its id, in tables, tolerant and strict."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from acp.replay_rules import ALL_RULES, STRICT_RULES, Bindings, Mismatch, Rule, localize, match_frame
-from acp.replay_script import AGENT, CLIENT, Entry, Replay, Script
+from acp.replay.rules import ALL_RULES, STRICT_RULES, Bindings, Mismatch, Rule, localize, match_frame
+from acp.replay.script import AGENT, CLIENT, Entry, Replay, Script
 
 
 def req(method: str, params: Any, id_: int = 1) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from acp.replay_script import AGENT, CLIENT, Script
+from acp.replay.script import AGENT, CLIENT, Script
 from tests.gateway_harness import GatewayProcess
 
 KEY = "sk-dummy-recording-profile-key-123"  # the profile's API key, in the agent's environment

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from acp.conformance import CheckResult
-from acp.conformance_report import check_json, report_junit, verdict
+from acp.check import CheckResult
+from acp.check.report import check_json, report_junit, verdict
 
 CAPABILITY_WORDS = (("loadSession", "load"), ("sessionCapabilities.resume", "resume"),
                     ("sessionCapabilities.list", "list"), ("sessionCapabilities.fork", "fork"),

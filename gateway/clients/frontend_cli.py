@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from agents.profiles import default_state_dir
+from agents.paths import default_state_dir
 
 from .chat_text import ChatPrinter, terminal_text
 from .client import GatewayClient, OwnerSessionClient, RpcCallError

@@ -29,6 +29,7 @@ from acp.budget import RequestBudget
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
 from acp.models import AgentCapabilities, AuthMethod, Implementation
+from acp.replay.recording import record_process
 from acp.restore import FailureClass, Method, Outcome
 from acp.session_config import Offer
 from acp.session_setup import RestoreResult, establish_session
@@ -50,7 +51,6 @@ from .homes import PROBE_OWNER, HomeRefused, ensure_home
 from .key_proxy import SANDBOX_SOCKET, KeyProxy
 from .live import LiveSession
 from .quotas import Usage
-from .recording import record_process
 from .settings import Settings
 from .sign_in import SignInSecrets
 from .spawn_env import Spawn, args_fd, bwrap_env_args, wrapper_env

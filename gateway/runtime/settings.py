@@ -41,7 +41,7 @@ class Settings:
     # Agents and their terminals run this much below the gateway's CPU priority (`nice`; 0: the same): eight
     # terminals running `yes` must not take the CPU the gateway needs to serve everyone else.
     agent_niceness: int = 10
-    record_dir: Path | None = None  # each agent process's traffic, recorded (gateway.runtime.recording)
+    record_dir: Path | None = None  # each agent process's traffic, recorded (acp.replay.recording)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     # Where sessions may run (resolved): every owner's, and per-owner replacements; and the gateway's own
     # files, which no workspace may contain or lie in and which the agents' file methods never serve.

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .conformance import (
+from ..errors import AcpError, RpcError
+from . import all_checks
+from .core import SCHEMA_CHECK, STARTUP_CHECK, startup_verdict
+from .framework import (
     CHECKS,
-    SCHEMA_CHECK,
-    STARTUP_CHECK,
     Check,
     CheckBlocked,
     CheckContext,
@@ -34,15 +35,12 @@ from .conformance import (
     Result,
     Tier,
     TurnGate,
-    all_checks,
     blocked_by_error,
     launch_probe,
-    startup_verdict,
 )
-from .conformance_kit import ENVELOPE_CHECK, ERROR_CHECK, UTF8_CHECK
-from .conformance_options import CheckOptions, ClientOffer
-from .errors import AcpError, RpcError
-from .schema_check import Violation
+from .kit import ENVELOPE_CHECK, ERROR_CHECK, UTF8_CHECK
+from .options import CheckOptions, ClientOffer
+from .schema import Violation
 
 
 class SharedAgent:

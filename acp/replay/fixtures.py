@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from acp.fixture_diff import as_json, diff, report, summarize
-from acp.replay_script import Script
+from .diff import as_json, diff, report, summarize
+from .script import Script
 
 
 def load(path: Path) -> list[Script]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .errors import INVALID_PARAMS, RpcError
-from .models import CreateTerminalRequest
-from .terminals import Terminal, TerminalSpec
+from ..errors import INVALID_PARAMS, RpcError
+from ..models import CreateTerminalRequest
+from ..terminals import Terminal, TerminalSpec
 
 MAX_LIVE = 8
 OUTPUT_LIMIT = 1 << 20

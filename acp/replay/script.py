@@ -2,10 +2,10 @@
 
 A recording is a script: client frames to wait for, agent frames to send. A replay may hold several
 scripts — every process an agent ran for a corpus (`fixtures/agents/<agent>@<version>/`) — and follows all
-that agree with what the client has sent so far, speaking for the nearest one (`replay_rules` says what
+that agree with what the client has sent so far, speaking for the nearest one (`rules` says what
 agreeing means). When none agrees, the frame diverged: the replay answers a request with an error that
 shows the recorded frame beside the received one, and waits on, still expecting what it expected.
-`agents/replay.py` does the reading, writing and pacing.
+`agent.py` does the reading, writing and pacing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .replay_rules import (
+from .rules import (
     ALL_RULES,
     STRICT_RULES,
     Bindings,

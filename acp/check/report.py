@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, TextIO
 
-from .conformance import UNDECIDED, Check, CheckResult, Result, Tier
+from .framework import UNDECIDED, Check, CheckResult, Result, Tier
 
 # The tiers whose checks decide conformance: a FAIL of one is "not conformant", an undecided one leaves it unknown.
 DECIDING = (Tier.MANDATORY, Tier.CAPABILITY)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from acp.client import AcpClient
-from acp.record import Recorder, Redaction
+from ..client import AcpClient
+from .record import Recorder, Redaction
 
 log = logging.getLogger(__name__)
 

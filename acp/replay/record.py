@@ -30,8 +30,8 @@ from typing import IO, Any
 
 import orjson
 
-from .framing import DEFAULT_MAX_LINE, LineSplitter
-from .mcp import SECRET, encodings, redacted_params
+from ..framing import DEFAULT_MAX_LINE, LineSplitter
+from ..mcp import SECRET, encodings, redacted_params
 
 _CHUNK = 256 * 1024
 

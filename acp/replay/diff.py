@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .replay_rules import kind
-from .replay_script import AGENT, CLIENT, Script
+from .rules import kind
+from .script import AGENT, CLIENT, Script
 
 # Timing classes, not numbers: two runs of one agent differ by milliseconds, an upgrade that starts calling a
 # model or the network moves an answer across a class.

@@ -1,9 +1,9 @@
 """The checks that cover the rest of the ACP conformance kit's v1 requirements (acp-tck): the JSON-RPC envelope,
 the optional session methods' finer points, and what a session offers (modes, config options).
 
-Registered after `conformance.py`'s own (it imports this module last), so they run after them in the shared
+Registered after `core.py`'s own (the package imports this module after it), so they run after them in the shared
 process. Each names the kit's requirement ids it covers (`tck`); docs/agent-authors.md has the table. Judged
-run-wide in `conformance_run.py`: the envelope of every response (ENVELOPE_CHECK), error messages' shape
+run-wide in `run.py`: the envelope of every response (ENVELOPE_CHECK), error messages' shape
 (ERROR_CHECK) and UTF-8 on stdout (UTF8_CHECK).
 """
 
@@ -13,7 +13,8 @@ import asyncio
 import os
 from typing import Any
 
-from .conformance import (
+from ..errors import METHOD_NOT_FOUND, RequestTimeout, RpcError
+from .framework import (
     SPEC,
     Check,
     CheckBlocked,
@@ -31,7 +32,6 @@ from .conformance import (
     session_of,
     unknown_session_id,
 )
-from .errors import METHOD_NOT_FOUND, RequestTimeout, RpcError
 
 PING = "_acp_check/ping"  # a custom method no agent has: every agent must answer it (an error is an answer)
 JSONRPC = "https://www.jsonrpc.org/specification"
@@ -564,7 +564,7 @@ async def stderr_bytes(ctx: CheckContext) -> str:
         f" (the last of it: {tail[-120:]!r})" if tail else "")
 
 
-# Judged from every response of the run (`conformance_run`), not run on their own.
+# Judged from every response of the run (`run.py`), not run on their own.
 ENVELOPE_CHECK: Check = Check(
     "ACP-JSONRPC-002", Tier.MANDATORY, "every response carries exactly one of result and error; an error is "
     "{code: integer, message: string}", f"{JSONRPC}#response_object", lambda ctx: _never(), tck=("ACP-JSONRPC-002",))

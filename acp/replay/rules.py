@@ -2,7 +2,7 @@
 
 Rules of this file:
 - Everything that decides whether a live frame matches a recorded one lives here; the replay agent
-  (`agents/replay.py`) only reads, writes and waits.
+  (`agent.py`) only reads, writes and waits.
 - Each tolerance is a rule with an id, shared by this docstring, the code, docs/agent-authors.md and
   `tests/test_replay_rules.py`. Tolerant mode applies all of them; strict mode only those marked (strict),
   the differences no two runs can avoid.
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .mcp import SECRET
+from ..mcp import SECRET
 
 CWD = "<cwd>"
 HOME = "<home>"
