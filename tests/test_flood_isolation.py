@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.clients.client import GatewayClient
-from tests.gateway_harness import ALICE, BOB, reference_profile, running, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, reference_profile, running, two_owner_gateway
 
 pytestmark = pytest.mark.serial  # a latency ratio: another test running beside it would be measured too
 
@@ -50,20 +50,32 @@ async def measured(bob: GatewayClient, session_id: str, flood: asyncio.Future[ob
     return loaded
 
 
-async def test_a_question_flood_is_capped_and_costs_another_owner_little(tmp_path: Path) -> None:
+def gateway_of_two(tmp_path: Path) -> GatewayProcess:
+    """Owners alice and bob, the reference agent, a workspace each."""
     gw = two_owner_gateway(tmp_path)
     reference_profile(gw.agents_dir, tmp_path / "agent-state", "ref")
     for work in ("a", "b"):
         (tmp_path / work).mkdir()
+    return gw
+
+
+async def sessions_and_idle(gw: GatewayProcess, tmp_path: Path) -> tuple[
+        GatewayClient, GatewayClient, str, str, list[float]]:
+    """Alice's session (the one that floods) and Bob's, both ready; Bob's latencies with Alice's agent idle."""
+    alice, bob = await gw.client(ALICE), await gw.client(BOB)
+    flooding = (await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "a"),
+                                                        "wait_ready": True}))["session_id"]
+    mine = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "b"),
+                                                  "wait_ready": True}))["session_id"]
+    await latencies(bob, 50, mine)
+    return alice, bob, flooding, mine, await latencies(bob, 400, mine)
+
+
+async def test_a_question_flood_is_capped_and_costs_another_owner_little(tmp_path: Path) -> None:
+    gw = gateway_of_two(tmp_path)
     async with running(gw):
         assert gw.proc is not None
-        alice, bob = await gw.client(ALICE), await gw.client(BOB)
-        flooding = (await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "a"),
-                                                            "wait_ready": True}))["session_id"]
-        mine = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "b"),
-                                                      "wait_ready": True}))["session_id"]
-        await latencies(bob, 50, mine)
-        idle = await latencies(bob, 400, mine)
+        alice, bob, flooding, mine, idle = await sessions_and_idle(gw, tmp_path)
         await alice.call("task.session.subscribe", {"session_id": flooding})
 
         ask = {"session_id": flooding, "prompt": f"/permissions {FLOOD} --and-questions"}
@@ -95,18 +107,9 @@ async def test_a_question_flood_is_capped_and_costs_another_owner_little(tmp_pat
 
 
 async def test_eight_terminals_writing_without_pause_cost_another_owner_little(tmp_path: Path) -> None:
-    gw = two_owner_gateway(tmp_path)
-    reference_profile(gw.agents_dir, tmp_path / "agent-state", "ref")
-    for work in ("a", "b"):
-        (tmp_path / work).mkdir()
+    gw = gateway_of_two(tmp_path)
     async with running(gw):
-        alice, bob = await gw.client(ALICE), await gw.client(BOB)
-        flooding = (await alice.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "a"),
-                                                            "wait_ready": True}))["session_id"]
-        mine = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "b"),
-                                                      "wait_ready": True}))["session_id"]
-        await latencies(bob, 50, mine)
-        idle = await latencies(bob, 400, mine)
+        alice, bob, flooding, mine, idle = await sessions_and_idle(gw, tmp_path)
         for _ in range(8):
             await alice.call("task.session.prompt", {"session_id": flooding, "prompt": "/term --detach yes"})
         loaded = await latencies(bob, 600, mine)
