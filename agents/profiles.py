@@ -273,21 +273,7 @@ def profile_from(data: dict[str, Any], path: str) -> AgentProfile:
         raise ProfileError(f"{path}: key '{key}': {first['msg']}") from None
 
 
-def load_profiles(extra_dirs: Iterable[Path] = (), state_dir: Path | None = None) -> dict[str, AgentProfile]:
-    """Shipped profiles, then the agents installed from the ACP registry into `state_dir` (their current versions),
-    then each extra directory in order; a later profile with the same id wins."""
-    profiles: dict[str, AgentProfile] = {}
-    _load_dir(SHIPPED_DIR, profiles)
-    if state_dir is not None:
-        from agents.registry.installs import installed_profiles
-
-        profiles.update(installed_profiles(state_dir))
-    for directory in extra_dirs:
-        _load_dir(Path(directory), profiles)
-    return profiles
-
-
-def _load_dir(directory: Path, profiles: dict[str, AgentProfile]) -> None:
+def load_dir(directory: Path, profiles: dict[str, AgentProfile]) -> None:
     if not directory.is_dir():
         raise ProfileError(f"{directory}: agents directory does not exist")
     for path in sorted(directory.glob("*.toml")):

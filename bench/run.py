@@ -433,7 +433,7 @@ async def status_rate(gw: Gateway, ids: list[str], calls: int = 3000) -> float:
 
 
 async def journal_rate(tmp: Path, count: int = 50000) -> tuple[float, float]:
-    from gateway.events import EventBus
+    from gateway.journal import EventBus
     from gateway.store import Store
 
     store = await Store.open(tmp / "journal.db")
@@ -998,7 +998,7 @@ async def postgres_section(tmp: Path, agents: Path, rows: list[str]) -> None:
 async def commit_costs(url: str, sqlite_file: Path, samples: int = 1000) -> dict[str, float]:
     """µs p50 of what a cluster node's delivery waits for, on this server, in this run: a bare round trip (SELECT 1),
     a journal commit through the gateway's own event bus (with and without its WAL flush), and the same on SQLite."""
-    from gateway.events import EventBus
+    from gateway.journal import EventBus
     from gateway.store import open_store
 
     async def p50(call: Callable[[], Awaitable[Any]]) -> float:

@@ -23,18 +23,19 @@ from typing import IO, Any
 
 from pythonjsonlogger.json import JsonFormatter
 
+from agents.catalog import load_profiles
 from agents.paths import default_state_dir
-from agents.profiles import AgentProfile, load_profiles
+from agents.profiles import AgentProfile
 
-from . import __version__, confinement, metrics
+from . import __version__, metrics
 from .api.acp_server import AcpConnection, EdgeInfo
 from .api.rpc import RpcAdapter
 from .api.server import AcpFactory, AcpPeer, GatewayServer, Outbox, ui_files, ui_pages
 from .config import ServeConfig
 from .errors import is_storage_error
-from .events import EventBus
+from .journal import EventBus
 from .memory import return_large_buffers
-from .runtime import SessionManager, Settings
+from .runtime import SessionManager, Settings, confinement
 from .runtime.cluster import ClusterRefused, node_name
 from .runtime.quotas import Quotas, journal_share
 from .runtime.workspace import resolved

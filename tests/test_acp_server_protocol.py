@@ -31,7 +31,7 @@ from gateway.api.acp_server.updates import (
     session_info,
     translate,
 )
-from gateway.events import synthetic_frame
+from gateway.journal import synthetic_frame
 from gateway.store import EventRow
 
 CLASSIFY_TABLE: list[tuple[str, str | bytes, Any]] = [

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from acp.models import STATE_UPDATE_KINDS
-from agents.profiles import ProfileError, load_profile, load_profiles
+from agents.catalog import load_profiles
+from agents.profiles import ProfileError, load_profile
 
 
 def run_cli(*args: str, cwd: Path) -> tuple[int, list[str], str]:

@@ -9,11 +9,11 @@ import time
 import asyncpg
 import pytest
 
-from gateway.command_seal import key_check
-from gateway.doctor import database_facts
+from gateway.cli.doctor import database_facts
 from gateway.runtime import cluster as cluster_module
 from gateway.runtime.cluster import Cluster, ClusterRefused
 from gateway.store import open_store
+from gateway.store.command_seal import key_check
 
 SECRET = b"cluster-secret-for-the-checks-0123456789"
 

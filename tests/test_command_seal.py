@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.command_seal import Refusal, SeenCommands, answer_verifies, judge, key_check, seal, seal_answer
+from gateway.store.command_seal import Refusal, SeenCommands, answer_verifies, judge, key_check, seal, seal_answer
 
 SECRET = b"s" * 32
 REQUEST = '{"method":"set_title","owner":"bob","session_id":"s-1","args":{"title":"x"}}'

@@ -19,7 +19,7 @@ from acp.check.options import CheckOptions, CheckPrompts, ClientOffer
 from acp.check.report import Verdict, summary, verdict
 from acp.check.run import run_checks
 from acp.check.schema import acp_v1_schema
-from agents.profiles import load_profiles
+from agents.catalog import load_profiles
 from tests.gateway_harness import processes_naming
 from tests.third_party import sdk_python
 

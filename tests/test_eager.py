@@ -1,4 +1,4 @@
-"""gateway.eager: a coroutine's first step runs at once; only one that suspends becomes a task, which carries on
+"""gateway.api.eager: a coroutine's first step runs at once; only one that suspends becomes a task, which carries on
 with results, exceptions and cancellation exactly as a task from the start would."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.eager import start_eagerly
+from gateway.api.eager import start_eagerly
 
 
 async def test_a_coroutine_that_never_suspends_runs_now_without_a_task() -> None:

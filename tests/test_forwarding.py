@@ -93,7 +93,7 @@ async def test_a_forged_command_is_not_run_and_is_logged(nodes: tuple[Node, Node
     wrong one, expired, or a sealed command inserted again after it ran. None of them runs; each is logged."""
     import time
 
-    from gateway.command_seal import seal
+    from gateway.store.command_seal import seal
 
     _a, b = nodes
     tool = await open_store(pg_url)

@@ -80,7 +80,7 @@ def test_the_cli_runs_installs_confined_where_a_sandbox_starts(tmp_path: Path) -
     """What `agents add` and `agents update` install with here (a sandbox starts on this machine)."""
     import argparse
 
-    from gateway.agents_cli import _runner
+    from gateway.cli.agents import _runner
 
     runner = _runner(argparse.Namespace(install_network=None), tmp_path)
     assert isinstance(runner, ConfinedRunner) and runner.network == "outbound"

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway.errors import GatewayError
-from gateway.events import EventBus
+from gateway.journal import EventBus
 from gateway.store import (
     MIGRATIONS,
     REPLAY_PAGE,

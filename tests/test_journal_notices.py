@@ -18,7 +18,7 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gateway.events import EventBus
+from gateway.journal import EventBus
 from gateway.store import EventGroup, EventRow, journal_rows, open_store
 from gateway.store.commands import COMMANDS_CHANNEL
 from gateway.store.notices import (

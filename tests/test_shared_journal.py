@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.events import EventBus
+from gateway.journal import EventBus
 from gateway.store import open_store
 
 

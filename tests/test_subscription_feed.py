@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.events import EventBus, Subscription
+from gateway.journal import EventBus, Subscription
 from gateway.store import StoreBase
 
 

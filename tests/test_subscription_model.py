@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gateway.events import EventBus, Subscription
+from gateway.journal import EventBus, Subscription
+from gateway.journal.phases import WAKE, Phase, Wake
 from gateway.store import StoreBase, open_store
-from gateway.subscription_states import WAKE, Phase, Wake
 
 OWNER = "o"
 SESSIONS = ("s1", "s2")

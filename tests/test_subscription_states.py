@@ -1,11 +1,11 @@
-"""The subscription machine's tables (gateway/subscription_states.py): every move with its rule, every illegal move
+"""The subscription machine's tables (gateway/journal/phases.py): every move with its rule, every illegal move
 refused, the feeder's next step, a page cut from the journal, the gap the horizon explains, and the retention pin."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.subscription_states import (
+from gateway.journal.phases import (
     MOVES,
     WAKE,
     FeedAction,

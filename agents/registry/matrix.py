@@ -1,7 +1,7 @@
 """The protocol matrix of the installed agents: one row of facts per agent (version, `initialize`, sign-in,
 capabilities) and one verdict per conformance check, as text, JSON and JUnit — the registry's daily matrix, with the
 checker's verdicts and restore checks beside its probes. Pure: the rows are made by `agents matrix`
-(gateway/agents_cli.py), which runs the probe and the checks."""
+(gateway/cli/agents.py), which runs the probe and the checks."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from ..errors import (
     subscription_not_found,
     unexpected,
 )
-from ..events import EventBus, Sink, Subscription
+from ..journal import EventBus, Sink, Subscription
 from ..runtime import SessionManager
 from . import openrpc
 from .contract import (

@@ -31,9 +31,9 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from .. import __version__
-from ..eager import start_eagerly
 from ..metrics import outbox_queued
 from . import openrpc
+from .eager import start_eagerly
 from .liveness import CLOSE_CODE as HEARTBEAT_CLOSE_CODE
 from .liveness import Liveness
 from .rpc import RpcAdapter, RpcContext
@@ -333,7 +333,7 @@ class GatewayServer:
             async for frame in connection:
                 if liveness is not None:
                     liveness.heard_at = time.monotonic()
-                # Most calls never suspend: they are answered now, without a task (see gateway.eager).
+                # Most calls never suspend: they are answered now, without a task (see gateway.api.eager).
                 task = start_eagerly(handle(frame))
                 if task is not None:
                     tasks.add(task)
@@ -384,7 +384,7 @@ class Outbox:
     of the latency a relay adds. Otherwise frames queue and one writer task sends them with flow control.
     Answers to calls go ahead of queued events, on a budget of their own: a slow reader's backlog never holds
     up its calls. Once `limit` event frames or `limit_bytes` bytes wait, the outbox is `full()`: subscriptions
-    stop handing it live events and feed it from the journal as it drains (`gateway.events`), so memory stays
+    stop handing it live events and feed it from the journal as it drains (`gateway.journal`), so memory stays
     bounded in bytes whatever the reader's pace. A reader that takes nothing for `stall_timeout` seconds, or
     lets answers pile past `limit_bytes`, is cut off (close code 4429): it reconnects and resubscribes from its
     cursor.

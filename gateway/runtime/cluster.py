@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..command_seal import CLOCK_SLACK, key_check
 from ..errors import agent_failed
 from ..store import StoreBase
+from ..store.command_seal import CLOCK_SLACK, key_check
 from ..store.postgres import PostgresStore
 from . import reaper
 from .forwarding import Forwarder, ForwardFailed, Handler, TargetGone

@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from ..command_seal import SeenCommands, judge
 from ..errors import GatewayError, unexpected
+from ..store.command_seal import SeenCommands, judge
 from ..store.commands import COMMANDS_CHANNEL
 from ..store.postgres import PostgresStore
 

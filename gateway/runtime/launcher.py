@@ -137,9 +137,9 @@ def sandbox_reads(profile: AgentProfile, program: str, relayed: bool = False) ->
 
 
 def key_relayed(command: list[str], socket_path: str, urls: tuple[str, ...]) -> list[str]:
-    """`command` behind the key relay (`gateway.key_relay`): a loopback port to the key proxy's `socket_path`, the
-    base-URL variables `urls` (`VAR=PATH`) set to it."""
-    return [sys.executable, "-I", "-m", "gateway.key_relay", "--socket", socket_path,
+    """`command` behind the key relay (`gateway.sandboxed.key_relay`): a loopback port to the key proxy's
+    `socket_path`, the base-URL variables `urls` (`VAR=PATH`) set to it."""
+    return [sys.executable, "-I", "-m", "gateway.sandboxed.key_relay", "--socket", socket_path,
             *(arg for url in urls for arg in ("--url", url)), "--", *command]
 
 

@@ -25,7 +25,6 @@ from agents.profiles import SHIPPED_DIR, AgentProfile
 from agents.registry import installs
 from agents.registry.installs import installed_profiles
 
-from ..confinement import bwrap_trial
 from ..errors import (
     WORKSPACE_MISSING,
     GatewayError,
@@ -38,11 +37,12 @@ from ..errors import (
     not_resumable,
     workspace_refused,
 )
-from ..events import EventBus, Subscription
+from ..journal import EventBus, Subscription
 from ..store import SessionRow, StoreBase
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
 from .config import ConfigKeeper, starting_choices, stored
+from .confinement import bwrap_trial
 from .elicitations import ElicitationBroker
 from .forks import fork_session
 from .launcher import Launcher, check_resumable, check_workspace, directory_refusal

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import GatewayError, already_terminal, permission_not_found
-from ..events import Subscription, synthetic_frame
+from ..journal import Subscription, synthetic_frame
 from ..store import SessionRow, StoreBase
 from .writer import SessionWriter
 

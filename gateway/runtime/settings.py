@@ -59,7 +59,7 @@ class Settings:
     # The gateway's own secrets (the cluster secret, owners' and the metrics token): an agent that read them (one
     # unconfined can read the configuration) has them shown as [secret] wherever it prints them
     gateway_secrets: tuple[str, ...] = ()
-    cluster_secret: bytes = b""  # seals forwarded commands (gateway.command_seal); from the configuration only
+    cluster_secret: bytes = b""  # seals forwarded commands (gateway.store.command_seal); from the configuration only
     # Whether a frontend may give a session a stdio MCP server (a command this host runs): everyone's, and per owner
     allow_stdio_mcp_servers: bool = False
     owner_stdio_mcp_servers: Mapping[str, bool] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from acp.errors import RpcError, TransportError
 
 from .. import metrics
 from ..errors import GatewayError, agent_failed, busy, not_resumable, storage_failed, unexpected
-from ..events import EventBus
+from ..journal import EventBus
 from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
 from .commands import Command, Decision, decide

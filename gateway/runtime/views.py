@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from ..errors import invalid_params, not_found
-from ..events import EventBus
+from ..journal import EventBus
 from ..store import SessionRow, StoreBase
 from .config import SessionConfig
 from .live import LiveSession

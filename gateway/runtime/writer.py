@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import log_fault
-from ..events import EventBus
+from ..journal import EventBus
 from ..store import EventRow, HistoryEntry, SessionRow, StoreBase
 from .states import SessionEvent, SessionState, TaskState, transition
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .base import StoreBase, StoreInUse, Tx
+from .base import StoreBase, StoreInUse
 from .journal import JournalEntry, JournalWriter, PruneGoal, journal_entries, journal_frames, journal_rows
 from .migrations import MIGRATIONS
 from .repos import REPLAY_PAGE
@@ -21,6 +21,7 @@ from .rows import (
     StoredHistory,
     TaskRow,
 )
+from .sql import Tx
 from .sqlite import SqliteStore
 
 Store = SqliteStore  # the embedded default, opened with `Store.open(path)`

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .journal import JournalEntry, PruneGoal
 from .repos import (
@@ -29,18 +29,7 @@ from .repos import (
     TaskRepo,
 )
 from .rows import EventGroup
-
-
-class Tx(Protocol):
-    """The statements of one transaction."""
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...  # rows changed
-
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
-
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+from .sql import Tx
 
 
 class StoreInUse(RuntimeError):

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
-from ..command_seal import TTL, answer_verifies, seal, seal_answer
-
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
+from .command_seal import TTL, answer_verifies, seal, seal_answer
+from .sql import Database
 
 COMMANDS_CHANNEL = "acp_gateway_commands"  # payload: "command <target>" or "answer <sender> <id>"
 
@@ -44,7 +42,7 @@ class Answer(NamedTuple):
 
 
 class CommandRepo:
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
     async def submit(self, target: str, sender: str, request: dict[str, Any], secret: bytes) -> str:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import orjson
 
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
+from .sql import Database
 
 
 @dataclass(frozen=True)
@@ -31,7 +29,7 @@ class Lease:
 
 
 class LeaseRepo:
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
     async def acquire(self, session_id: str, node: str, ttl: float) -> Lease | None:

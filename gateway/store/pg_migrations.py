@@ -214,7 +214,7 @@ PG_MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN name TEXT;
     CREATE UNIQUE INDEX sessions_by_name ON sessions(owner, name) WHERE name IS NOT NULL
     """,
-    # 9: a forwarded command's seal (gateway.runtime.command_seal): its MAC and expiry, without which it is not run
+    # 9: a forwarded command's seal (gateway.store.command_seal): its MAC and expiry, without which it is not run
     """
     ALTER TABLE commands ADD COLUMN mac TEXT;
     ALTER TABLE commands ADD COLUMN expires_at DOUBLE PRECISION
@@ -227,8 +227,8 @@ PG_MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN agent_version TEXT
     """,
-    # 12: the cluster's key check value (gateway.command_seal.key_check): a node whose cluster_secret gives another
-    # refuses to start while a node with this one runs
+    # 12: the cluster's key check value (gateway.store.command_seal.key_check): a node whose cluster_secret
+    # gives another refuses to start while a node with this one runs
     """
     CREATE TABLE cluster_key (
         id INTEGER PRIMARY KEY CHECK (id = 1),

@@ -28,7 +28,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import is_storage_error
-from .base import StoreBase, Tx
+from .base import StoreBase
 from .commands import CommandRepo
 from .journal import (
     MOVE_HORIZON,
@@ -45,6 +45,7 @@ from .leases import LeaseRepo
 from .notices import JOURNAL_CHANNEL, commit_notice, notice_key, read_notice
 from .pg_migrations import PG_MIGRATIONS
 from .rows import EventGroup
+from .sql import Tx
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -29,17 +29,14 @@ from .rows import (
     executor_row,
     session_row,
 )
-
-if TYPE_CHECKING:
-    from .base import StoreBase
-
+from .sql import Database
 
 # A session row with its task: task ids are per owner.
 SESSIONS_WITH_TASKS = "FROM sessions s JOIN tasks t ON t.owner = s.owner AND t.id = s.task_id"
 
 
 class _Repo:
-    def __init__(self, store: StoreBase) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
 

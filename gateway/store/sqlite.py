@@ -22,10 +22,11 @@ from typing import IO, Any
 import aiosqlite
 
 from ..errors import is_storage_error
-from .base import StoreBase, StoreInUse, Tx
+from .base import StoreBase, StoreInUse
 from .journal import JournalEntry, JournalWriter, PruneGoal
 from .migrations import MIGRATIONS
 from .rows import EventGroup
+from .sql import Tx
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 session's events into the ACP messages the remote client is sent, in journal order.
 
 The subscription replays (session/load: the whole retained conversation; session/new: the session's start) and then
-goes live without a gap, as every subscription does (`gateway.events`). Permission requests seen in a replay are
+goes live without a gap, as every subscription does (`gateway.journal`). Permission requests seen in a replay are
 history: only the ones still waiting (re-offered by the broker) and new ones are put to the client, after the
 load's answer. So are past reports of state (commands, usage, configuration): the latest of each kind follows the
 answer.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...events import Subscription
+from ...journal import Subscription
 from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate, translate_all, without_booleans
 
 

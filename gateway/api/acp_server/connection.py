@@ -36,7 +36,7 @@ from ...errors import (
     params_refused,
     unexpected,
 )
-from ...events import EventBus
+from ...journal import EventBus
 from ...runtime import SessionManager
 from .attachment import Attachment
 from .protocol import (

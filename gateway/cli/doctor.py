@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agents.catalog import load_profiles
 from agents.paths import default_state_dir
-from agents.profiles import load_profiles
 
-from . import __version__, confinement
-from .command_seal import CLOCK_SLACK, key_check
-from .config import ServeConfig
+from .. import __version__
+from ..config import ServeConfig
+from ..runtime import confinement
+from ..store.command_seal import CLOCK_SLACK, key_check
 
 
 def database_facts(url: str, secret: str | None) -> tuple[list[str], list[str]]:

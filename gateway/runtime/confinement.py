@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from agents.profiles import AgentProfile
 
-from .config import ServeConfig
+from ..config import ServeConfig
 
 
 def owners_of(config: ServeConfig) -> set[str]:

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.catalog import load_profiles
 from agents.paths import default_state_dir
-from agents.profiles import AgentProfile, ProfileError, adhoc_profile, load_profiles
+from agents.profiles import AgentProfile, ProfileError, adhoc_profile
 
-from . import __version__
+from .. import __version__
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -136,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     fdiff.add_argument("old", type=Path)
     fdiff.add_argument("new", type=Path)
     fdiff.add_argument("--json", action="store_true", help="the changes as JSON")
-    from .clients.frontend_cli import add_parsers
+    from .frontend import add_parsers
 
     add_parsers(sub)
     doctor = sub.add_parser("doctor", help="what serve would make of this configuration and machine: the store, "
@@ -146,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--agents-dir", action="append", default=[], help="as serve's (repeatable)")
     doctor.add_argument("--sandbox", choices=["none", "bwrap"], help="as serve's")
     doctor.add_argument("--allow-unconfined-agents", action="store_true", default=None, help="as serve's")
-    from .agents_cli import add_parser as add_agents_parser
+    from .agents import add_parser as add_agents_parser
 
     add_agents_parser(sub)
     return parser
@@ -177,7 +178,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command == "run":
             return _run(parser, args, command)
-        from .clients.frontend_cli import COMMANDS, run_frontend
+        from .frontend import COMMANDS, run_frontend
 
         if args.command in COMMANDS:
             import asyncio
@@ -206,7 +207,7 @@ def _main(argv: list[str] | None) -> int:
 
             return diff_command(args.old, args.new, args.json)
         if args.command == "doctor":
-            from .config import ConfigError, load_config
+            from ..config import ConfigError, load_config
             from .doctor import report
 
             try:
@@ -218,7 +219,7 @@ def _main(argv: list[str] | None) -> int:
                 return 2
             return report(config)
         if args.command == "agents":
-            from .agents_cli import run as run_agents
+            from .agents import run as run_agents
 
             return run_agents(args)
     except ProfileError as exc:
@@ -308,8 +309,8 @@ async def _tick(progress: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .app import serve_command
-    from .config import ConfigError, load_config
+    from ..app import serve_command
+    from ..config import ConfigError, load_config
 
     overrides = {
         "host": args.host, "port": args.port, "state_dir": args.state_dir, "agents_dir": args.agents_dir,

@@ -1,6 +1,7 @@
-"""`python -I -m gateway.key_relay --socket PATH [--url VAR=PATH]… -- CMD…`: inside an agent's sandbox, a loopback
-port that leads to the gateway's key proxy (`runtime/key_proxy.py`) through its unix socket; CMD runs with each VAR
-set to `http://127.0.0.1:PORT` + PATH (its API's base URL) and this process keeps its stdin and stdout untouched.
+"""`python -I -m gateway.sandboxed.key_relay --socket PATH [--url VAR=PATH]… -- CMD…`: inside an agent's sandbox,
+a loopback port that leads to the gateway's key proxy (`runtime/key_proxy.py`) through its unix socket; CMD runs
+with each VAR set to `http://127.0.0.1:PORT` + PATH (its API's base URL) and this process keeps its stdin and
+stdout untouched.
 
 It lives outside `gateway.runtime` so that starting it imports nothing but the standard library (a launch and each
 terminal pay for it). It holds no key: a stand-in is all that passes through it, and the sandbox's network
@@ -17,7 +18,7 @@ import os
 import signal
 import sys
 
-USAGE = "usage: python -I -m gateway.key_relay --socket PATH [--url VAR=PATH]... -- CMD ARGS..."
+USAGE = "usage: python -I -m gateway.sandboxed.key_relay --socket PATH [--url VAR=PATH]... -- CMD ARGS..."
 PR_SET_PDEATHSIG = 1
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 

@@ -20,8 +20,8 @@ import orjson
 
 from agents.paths import default_state_dir
 
-from .chat_text import ChatPrinter, terminal_text
-from .client import GatewayClient, OwnerSessionClient, RpcCallError
+from ..clients.chat_text import ChatPrinter, terminal_text
+from ..clients.client import GatewayClient, OwnerSessionClient, RpcCallError
 
 # name -> (help, the positional arguments it takes)
 COMMAND_HELP: dict[str, str] = {

@@ -21,7 +21,7 @@ from acp.restore import Outcome
 from acp.session_setup import establish_session
 from agents.profiles import AgentProfile
 
-from .clients.chat_text import ChatPrinter
+from ..clients.chat_text import ChatPrinter
 
 EXIT_OK, EXIT_TURN_FAILED, EXIT_USAGE, EXIT_PRESERVED = 0, 1, 2, 3
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
+from agents.catalog import load_profiles
 from agents.paths import default_state_dir
-from agents.profiles import AgentProfile, load_profiles
+from agents.profiles import AgentProfile
 from agents.registry import installer, installs
 from agents.registry.index import MAX_INDEX_BYTES, SNAPSHOT, RegistryError, RegistryIndex, parse_index
 
@@ -192,7 +193,7 @@ def _add(args: argparse.Namespace, state_dir: Path) -> int:
 def _runner(args: argparse.Namespace, state_dir: Path) -> installer.Runner:
     """The package managers run in a sandbox (their packages' install scripts are their authors' code); where none
     can start here, as this user, said once."""
-    from gateway.confinement import bwrap_trial
+    from gateway.runtime.confinement import bwrap_trial
     from gateway.runtime.install_sandbox import ConfinedRunner
 
     why = bwrap_trial()

@@ -1,7 +1,7 @@
 """A subscription's way from its cursor to the live stream: its phases, its moves and the feeder's next step, as tables.
 
 Rules of this file (as `runtime/states.py` and `acp/restore.py`):
-- Pure: no sockets, no store, no tasks, no clocks. `gateway.events` asks it what to do, then does it.
+- Pure: no sockets, no store, no tasks, no clocks. `gateway.journal` asks it what to do, then does it.
 - A move not in `MOVES` for the phase a subscription is in is a bug: `IllegalMove` is raised, nothing is applied.
 - Every phase says what brings the subscription forward next (`WAKE`): the feeder while the journal feeds it, the
   bus's next commit once it is live, nothing once it ended. No phase of a subscription that is behind the head is
