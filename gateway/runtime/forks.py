@@ -26,9 +26,9 @@ from acp.errors import AcpError
 from ..errors import agent_failed, busy, invalid_params
 from ..store import SessionRow, StoreBase
 from .config import setup_plan
-from .launcher import directory_refusal
 from .live import LiveSession
 from .settings import Settings
+from .spawning import directory_refusal
 from .states import SessionState, TaskState
 from .writer import SessionWriter
 

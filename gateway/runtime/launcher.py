@@ -13,19 +13,15 @@ import contextlib
 import logging
 import os
 import shlex
-import shutil
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import agents as agents_package
 from acp import mcp
 from acp.auth import describe_methods
-from acp.budget import RequestBudget
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
 from acp.models import AgentCapabilities, AuthMethod, Implementation
@@ -48,12 +44,14 @@ from .diagnosis import hidden_values, stderr_said
 from .elicitations import ElicitationBroker
 from .history import HistoryCoalescer
 from .homes import PROBE_OWNER, HomeRefused, ensure_home
-from .key_proxy import SANDBOX_SOCKET, KeyProxy
+from .key_proxy import KeyProxy
+from .launch_words import FailureFacts, ReturnFacts, failure_said, return_said
 from .live import LiveSession
 from .quotas import Usage
 from .settings import Settings
 from .sign_in import SignInSecrets
-from .spawn_env import Spawn, args_fd, bwrap_env_args, wrapper_env
+from .spawn_env import Spawn
+from .spawning import AgentSpawner, agent_argv, directory_refusal
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
 from .terminals import TERMINAL_MARKER, SessionTerminals, TerminalCounts
@@ -61,7 +59,6 @@ from .writer import HistoryWriter, SessionWriter
 
 log = logging.getLogger(__name__)
 
-SETPRIV = shutil.which("setpriv")
 
 
 @dataclass
@@ -71,6 +68,25 @@ class Launch:
     future: asyncio.Future[LaunchResult]
     owner: str
     cancel: asyncio.Event
+
+
+@dataclass
+class LaunchRun:
+    """One launch's facts as its steps gather them (`Launcher._launch_inner`)."""
+
+    row: SessionRow
+    profile: AgentProfile
+    config: SessionConfig
+    env: dict[str, str]
+    home: Path
+    token: str | None  # the saved ACP session to restore; None for a fresh start
+    first_launch: bool
+    fresh_start: bool
+    execution_id: str
+    history: HistoryWriter
+    coalescer: HistoryCoalescer = field(default_factory=HistoryCoalescer)
+    client: AcpClient | None = None
+    identity: asyncio.Future[None] | None = None  # the agent's pid written to its executor row
 
 
 @dataclass
@@ -91,27 +107,12 @@ def check_workspace(settings: Settings, owner: str, session_id: str | None, cwd:
         raise workspace_refused(session_id, cwd, refused.value, workspace.explain(refused, cwd, roots))
 
 
-def directory_refusal(settings: Settings, owner: str, directory: str) -> str | None:
-    """Why an additional directory may not be given to an agent (the workspace rules of `cwd`), or None."""
-    if not os.path.isdir(directory):
-        return "it no longer exists"
-    roots = settings.roots_of(owner)
-    refused = workspace.refusal(workspace.resolved(directory), roots, settings.protected_paths)
-    return None if refused is None else workspace.explain(refused, directory, roots)
-
-
 def check_resumable(row: SessionRow, settings: Settings) -> None:
     """A session is launched again only if it is not terminal and its workspace passes today's rules."""
     if SessionState(row.state) in TERMINAL_SESSION_STATES:
         raise not_resumable(row.id, row.state, f"session {row.id} is {row.state} and cannot be resumed; "
                             "start a new session")
     check_workspace(settings, row.owner, row.id, row.cwd)
-
-
-# The tools the gateway runs around an agent, found once, on the gateway's own PATH (ENV-1: never on one an agent set).
-BWRAP, PRLIMIT = shutil.which("bwrap"), shutil.which("prlimit")
-UNSHARE, SLIRP4NETNS = shutil.which("unshare"), shutil.which("slirp4netns")
-NICE = shutil.which("nice")
 
 
 def limit_said(live: LiveSession) -> str:
@@ -123,34 +124,6 @@ def limit_said(live: LiveSession) -> str:
     value = getattr(limits, hit, None)
     return (f": it hit its {hit} limit" + (f" (limits.{hit} = {value} in profile {live.profile.id!r})"
                                            if value is not None else ""))
-
-
-def sandbox_reads(profile: AgentProfile, program: str, relayed: bool = False) -> list[str]:
-    """What an agent's sandbox shows it read-only besides the system: its command's prefix (a private Node, a
-    venv), the gateway's own Python and code (the shipped Python agents run on them, and the key relay: `relayed`),
-    and its profile's list."""
-    real = Path(os.path.realpath(program))
-    reads = [str(real.parent.parent)]
-    if relayed or real == Path(os.path.realpath(sys.executable)) or program == sys.executable:
-        reads += [sys.prefix, sys.base_prefix, str(Path(agents_package.__file__).resolve().parent.parent)]
-    return [*dict.fromkeys([*reads, *profile.sandbox_read])]
-
-
-def key_relayed(command: list[str], socket_path: str, urls: tuple[str, ...]) -> list[str]:
-    """`command` behind the key relay (`gateway.sandboxed.key_relay`): a loopback port to the key proxy's
-    `socket_path`, the base-URL variables `urls` (`VAR=PATH`) set to it."""
-    return [sys.executable, "-I", "-m", "gateway.sandboxed.key_relay", "--socket", socket_path,
-            *(arg for url in urls for arg in ("--url", url)), "--", *command]
-
-
-def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) -> list[str]:
-    """The agent's command, under `setpriv --pdeathsig KILL` where wanted and installed: the kernel then kills
-    the agent when the gateway's process dies, however it dies (measured: ~1 ms per spawn). A command that
-    cannot be found is left bare, so spawning it fails as itself rather than as setpriv's exit."""
-    if not (die_with_gateway and SETPRIV and argv):
-        return argv
-    command = shutil.which(argv[0], path=env.get("PATH", os.defpath))
-    return [SETPRIV, "--pdeathsig", "KILL", "--", command, *argv[1:]] if command else argv
 
 
 class Launcher:
@@ -174,9 +147,9 @@ class Launcher:
         self.elicitations = elicitations
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
-        self.request_budgets: dict[str, RequestBudget] = {}  # each owner's, shared by its sessions' agents
         self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
         self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
+        self.spawner = AgentSpawner(settings, self.keys)
         # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
         # directories): a start is checked against it before the session exists (`capabilities`).
         self.capabilities: dict[str, AgentCapabilities] = {}
@@ -220,6 +193,24 @@ class Launcher:
             return LaunchResult(False, error=str(exc))
 
     async def _launch_inner(self, row: SessionRow, *, fresh_start: bool, cancel: asyncio.Event) -> LaunchResult:
+        """A launch's four steps: spawn the agent, negotiate its session (`acp.restore` decides), settle a failure or
+        go live. Each returns a LaunchResult when the launch ends there."""
+        run = await self._prepare(row, fresh_start)
+        if isinstance(run, LaunchResult):
+            return run
+        started = await self._spawn_agent(run)
+        if started is not None:
+            return started
+        result, failure, found = await self._negotiate(run, cancel)
+        settled = await self._settle_failure(run, result, failure)
+        if settled is not None:
+            return settled
+        assert result is not None and result.session_id is not None
+        return await self._go_live(run, result, found)
+
+    async def _prepare(self, row: SessionRow, fresh_start: bool) -> LaunchRun | LaunchResult:
+        """The pinned profile, the saved session, the stored configuration, the owner's home and the agent's
+        environment; the session moves to STARTING."""
         profile = self.profiles.get(row.agent)
         if profile is None:
             await self.writer.apply(row, SessionEvent.FAIL,
@@ -247,30 +238,30 @@ class Launcher:
         # the operator's keys and the gateway's own secrets, if the agent repeats them
         config.profile_secrets = [*hidden_values(profile, []), *self.settings.gateway_secrets]
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
-        if profile.brokered:  # stand-ins in the key variables; the relay (`_confined`) sets the base URLs
+        if profile.brokered:  # stand-ins in the key variables; the relay (`spawning`) sets the base URLs
             env.update(await self.keys.admit(row.owner, row.id, execution_id, profile.brokered,
                                              dict(self.settings.environ)))
-        # Updates flow from the first byte: a session/load replays history before it answers.
-        coalescer = HistoryCoalescer()
         owner = row.owner
         history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
-        on_update = self._update_intake(row, coalescer, history, config)
+        return LaunchRun(row, profile, config, env, home, token, first_launch, fresh_start, execution_id, history)
+
+    async def _spawn_agent(self, run: LaunchRun) -> LaunchResult | None:
+        """The agent's process, its updates flowing from the first byte (a session/load replays history before it
+        answers); None once it runs."""
+        row, profile, config = run.row, run.profile, run.config
+        on_update = self._update_intake(row, run.coalescer, run.history, config)
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
-            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd))
-        spawn = self._command(profile, row, config, env, home, token)
-        terminals = self._terminal_host(row, profile, config, env, home, history) if profile.terminals else None
+            row.id, execution_id=run.execution_id, instance_id=self.instance_id, cwd=row.cwd))
+        spawn = self._command(profile, row, config, run.env, run.home, run.token)
+        terminals = (self._terminal_host(row, profile, config, run.env, run.home, run.history)
+                     if profile.terminals else None)
         try:
-            client = await AcpClient.launch(
+            run.client = await AcpClient.launch(
                 spawn.argv, cwd=row.cwd, env=spawn.env, process_cwd=spawn.cwd, pass_fds=spawn.fds,
                 on_update=on_update,
                 on_permission=lambda params: self._on_permission(row.id, params),
-                options=ClientOptions(request_timeout=self.settings.request_timeout,
-                                      initialize_timeout=self.settings.initialize_timeout,
-                                      stop_grace=self.settings.stop_grace,
-                                      never_serve=tuple(str(p) for p in self.settings.protected_paths),
-                                      tree_marker=reaper.MARKER, request_budget=self._request_budget(row)),
-                terminal_host=terminals,
+                options=self._client_options(row), terminal_host=terminals,
                 on_elicitation=self.elicitations.handler(
                     lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row),
             )
@@ -280,14 +271,30 @@ class Launcher:
             spawn.close()  # the agent's process has its copy of the sandbox's arguments (or failed to start)
         metrics.LAUNCHES.labels(row.owner, profile.id).inc()
         if self.settings.record_dir is not None:
-            record_process(self.settings.record_dir, row.id, client, hidden_values(profile, config.secrets()),
-                           row.cwd, home)
-        pid = client.process.pid
+            record_process(self.settings.record_dir, row.id, run.client, hidden_values(profile, config.secrets()),
+                           row.cwd, run.home)
+        pid = run.client.process.pid
         # The agent's identity is written while it starts up (the write hides behind its start-up time); every
         # later write of the executor row waits for it, so it can never overwrite how the launch ended.
-        identity = asyncio.ensure_future(self.store.executors.set_running(
-            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=pid,
+        run.identity = asyncio.ensure_future(self.store.executors.set_running(
+            row.id, execution_id=run.execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=pid,
             proc_start=reaper.process_start(pid), boot_id=reaper.boot_id()))
+        return None
+
+    def _client_options(self, row: SessionRow) -> ClientOptions:
+        settings = self.settings
+        return ClientOptions(request_timeout=settings.request_timeout, initialize_timeout=settings.initialize_timeout,
+                             stop_grace=settings.stop_grace,
+                             never_serve=tuple(str(p) for p in settings.protected_paths),
+                             tree_marker=reaper.MARKER, request_budget=self.spawner.request_budget(row))
+
+    async def _negotiate(self, run: LaunchRun, cancel: asyncio.Event) -> tuple[
+            RestoreResult | None, Exception | None, list[dict[str, Any]]]:
+        """`initialize`, then the session established as the restore rules say: (the result, the error that
+        prevented one, the additional directories the agent was not given)."""
+        row, profile, config, client = run.row, run.profile, run.config, run.client
+        assert client is not None and run.identity is not None
+        result: RestoreResult | None = None
         failure: Exception | None = None
         found: list[dict[str, Any]] = []
         try:
@@ -300,79 +307,78 @@ class Launcher:
             servers, directories, found = setup_plan(
                 config, caps, lambda d: directory_refusal(self.settings, row.owner, d))
             client.extra_roots = tuple(directories)  # its file methods may reach them too
-            restoring = bool(token) and profile.native_session_resume
+            restoring = bool(run.token) and profile.native_session_resume
             auth_method = config.auth_method or profile.auth_method  # the owner's choice, else the profile's
             await self.writer.stage(row, "authenticating" if auth_method and not restoring else "restoring")
             result = await establish_session(
-                client, native_session_resume=profile.native_session_resume, resume_token=token,
+                client, native_session_resume=profile.native_session_resume, resume_token=run.token,
                 cwd=row.cwd, mcp_servers=servers, additional_directories=directories,
-                auth_method=auth_method, environ=env, cancel=cancel)
+                auth_method=auth_method, environ=run.env, cancel=cancel)
         except (AcpError, TimeoutError) as exc:
             failure = exc
-        await identity
+        await run.identity
         _count_restore(row.owner, profile.id, result if failure is None else None)
-        if failure is None:
+        if result is not None and failure is None:
             restore = result.to_json()
             log.info("session %s: agent %s %s (plan %s, attempts %s)", row.id, profile.id, restore["outcome"],
                      restore["plan"], [a["method"] for a in restore["attempts"]],
                      extra={"session_id": row.id, "agent": profile.id, "restore": restore})
-        if failure is None and result.failure_class is FailureClass.AUTHENTICATION:
+        return (result if failure is None else None), failure, found
+
+    async def _settle_failure(self, run: LaunchRun, result: RestoreResult | None,
+                              failure: Exception | None) -> LaunchResult | None:
+        """A launch without a session: the agent stopped and the session waits for a sign-in, keeps its saved
+        session (`recover`), or fails (a first launch had nothing to keep); None when there is a session to go on
+        with. An agent that asks for a sign-in on a restore is told to the frontends too."""
+        row, profile, config, client = run.row, run.profile, run.config, run.client
+        assert client is not None
+        hidden = hidden_values(profile, config.secrets())
+        if result is not None and result.failure_class is FailureClass.AUTHENTICATION:
             # The agent wants its person to sign in. Its first launch waits for that instead of failing; a restore
             # keeps the saved session as the restore rules say (`recover` retries it), and says how to sign in too.
-            reason = mcp.scrub(result.describe_failure(), hidden_values(profile, config.secrets()))
+            reason = mcp.scrub(result.describe_failure(), hidden)
             methods = client.init.authMethods if client.init else []
-            if not token:
-                await client.stop()
-                await history.idle()
-                await self.store.executors.set_stopped(row.id, "needs_auth")
+            if not run.token:
+                await self._stop_unsettled(run, "needs_auth")
                 await self.needs_auth(row, profile, config, methods, reason)
                 return LaunchResult(False, restore=result, error=reason)
             await self.ask_sign_in(row, profile, config, methods, reason)
-        if failure is not None or result.outcome in (Outcome.PRESERVED, Outcome.FAILED) or result.session_id is None:
-            await client.stop()
-            await history.idle()
-            await self.store.executors.set_stopped(row.id, "failed")
-            await client.process.stderr_tail()  # what an exited agent left in the pipe is read first
-            said = stderr_said(client.process, profile, config.secrets())
-            if failure is not None:
-                reason = f"agent {profile.id!r} failed to start: {failure}"
-            elif token:
-                reason = (f"agent {profile.id!r} could not restore session {token}: {result.failure_class} "
-                          f"({result.describe_failure()}); the saved session is kept — use task.session.recover "
-                          "with action 'retry' or 'fresh_start'"
-                          + (", or sign in (task.session.authenticate)" if config.auth is not None else ""))
-            else:
-                reason = f"agent {profile.id!r} could not create a session: {result.describe_failure()}"
-            reason = mcp.scrub(reason, hidden_values(profile, config.secrets())) + said
-            log.warning("session %s: %s", row.id, reason, extra={"session_id": row.id, "agent": profile.id})
-            if first_launch and not token:  # it never had a session: nothing is kept to come back to
-                await self.fail_first_launch(row, reason)
-            else:
-                await self.preserve(row, reason)
-            return LaunchResult(False, restore=None if failure is not None else result, error=reason)
+        if result is not None and result.outcome not in (Outcome.PRESERVED, Outcome.FAILED) \
+                and result.session_id is not None:
+            return None
+        await self._stop_unsettled(run, "failed")
+        await client.process.stderr_tail()  # what an exited agent left in the pipe is read first
+        said = stderr_said(client.process, profile, config.secrets())
+        reason = mcp.scrub(failure_said(FailureFacts(
+            agent=profile.id, token=run.token, failure=None if failure is None else str(failure),
+            failure_class=None if result is None or result.failure_class is None else result.failure_class.value,
+            described=result.describe_failure() if result is not None else "",
+            can_sign_in=config.auth is not None)), hidden) + said
+        log.warning("session %s: %s", row.id, reason, extra={"session_id": row.id, "agent": profile.id})
+        if run.first_launch and not run.token:  # it never had a session: nothing is kept to come back to
+            await self.fail_first_launch(row, reason)
+        else:
+            await self.preserve(row, reason)
+        return LaunchResult(False, restore=result, error=reason)
 
+    async def _stop_unsettled(self, run: LaunchRun, status: str) -> None:
+        assert run.client is not None
+        await run.client.stop()
+        await run.history.idle()
+        await self.store.executors.set_stopped(run.row.id, status)
+
+    async def _go_live(self, run: LaunchRun, result: RestoreResult, found: list[dict[str, Any]]) -> LaunchResult:
+        """The agent has its session: the transcript says how it came back, the session's choices are re-applied,
+        and it becomes live (with its initial prompt on a first launch)."""
+        row, profile, config, client = run.row, run.profile, run.config, run.client
+        assert client is not None and result.session_id is not None
         if config.auth is not None:  # signed in: nothing is asked any more
             config.auth = None
             config.changed()
             await self.store.configs.save(row.id, **config.columns("capabilities"))
-        started_fresh = result.outcome in (Outcome.NEW, Outcome.FALLBACK_NEW)
-        if result.session_id != token:
+        if result.session_id != run.token:
             await self.store.executors.set_token(row.id, result.session_id)
-        how = None
-        if result.outcome is Outcome.FALLBACK_NEW:
-            how = (f"The agent no longer knew session {token} ({result.failure_class}); "
-                   f"a fresh session {result.session_id} was started.")
-            await self.writer.message(row, "warning", how)
-        elif result.outcome is Outcome.RESTORED:  # a relaunch the user should see (it may cost a paid agent's start)
-            how = (f"Agent {profile.id} relaunched; session {result.session_id} restored by {result.settled_by}"
-                   + (", which replayed the conversation" if result.replayed else "") + ".")
-            await self.writer.message(row, "info", how)
-        elif not first_launch:
-            why = ("a fresh start was asked for; the saved session was given up" if fresh_start
-                   else "its profile does not restore sessions natively" if not profile.native_session_resume
-                   else "no ACP session was saved")
-            how = f"Agent {profile.id} relaunched with a fresh session {result.session_id}: {why}."
-            await self.writer.message(row, "info", how)
+        how = await self._say_return(run, result)
         # What the agent offers now is in its answer (an answer to load or resume that says nothing of it leaves the
         # last offer standing: the agent said nothing new); then the session's choices are re-applied.
         restored = result.settled_by != Method.NEW.value
@@ -380,21 +386,21 @@ class Launcher:
         if not restored:
             config.usage = None  # a fresh ACP session has used nothing yet
         await self.keeper.reapply(row, config, client, result.session_id, found,
-                                  "launch" if first_launch else "restore")
-        has_history = await self.store.history.exists(row.id)
+                                  "launch" if run.first_launch else "restore")
         task = await self.store.tasks.get(row.owner, row.task_id)
         boot = decide_boot(BootFacts(
-            first_launch=first_launch, has_description=bool(task and task.description),
-            started_fresh=started_fresh, history_context_injection=profile.history_context_injection,
-            has_history=has_history))
+            first_launch=run.first_launch, has_description=bool(task and task.description),
+            started_fresh=result.outcome in (Outcome.NEW, Outcome.FALLBACK_NEW),
+            history_context_injection=profile.history_context_injection,
+            has_history=await self.store.history.exists(row.id)))
         current = await self.store.sessions.get(row.id)
         if current is None or SessionState(current.state) in TERMINAL_SESSION_STATES:
             # Cancelled or deleted while the agent started: it never becomes live.
             await client.stop()
             await self.store.executors.set_stopped(row.id, "cancelled")
             return LaunchResult(False, restore=result, error=f"session {row.id} ended while its agent started")
-        live = LiveSession(current, profile, client, result.session_id, execution_id, history, coalescer, config,
-                           needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT)
+        live = LiveSession(current, profile, client, result.session_id, run.execution_id, run.history, run.coalescer,
+                           config, needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT)
         self.live[row.id] = live  # no await since the check above: a cancel cannot come between
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
         row = await self.writer.apply(row, None, launched=True, recovery_pending=False, error_message=None,
@@ -412,81 +418,36 @@ class Launcher:
                     raise
         return LaunchResult(True, restore=result, how=how)
 
+    async def _say_return(self, run: LaunchRun, result: RestoreResult) -> str | None:
+        """The session's message on how its agent came back (`launch_words`, LW-4…8); its words, or None."""
+        said = return_said(ReturnFacts(
+            agent=run.profile.id, token=run.token, outcome=result.outcome, session=result.session_id or "",
+            first_launch=run.first_launch, fresh_start=run.fresh_start,
+            native_session_resume=run.profile.native_session_resume,
+            failure_class=result.failure_class.value if result.failure_class is not None else None,
+            settled_by=result.settled_by, replayed=result.replayed))
+        if said is None:
+            return None
+        await self.writer.message(run.row, said[0], said[1])
+        return said[1]
+
     def _command(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
                  home: Path, token: str | None) -> Spawn:
         """The agent's command line: under bubblewrap where its profile or the gateway says so (its workspace, its
         additional directories and its owner's home writable; the gateway's own files masked; rlimits applied),
         else under the parent-death signal alone."""
-        return self._confined(profile, row, config, env, home, profile.argv(token, str(self.settings.state_dir)),
+        return self.spawner.spawn(profile, row, config, env, home, profile.argv(token, str(self.settings.state_dir)),
                               row.cwd, env)
 
-    def _request_budget(self, row: SessionRow) -> RequestBudget:
-        """How many of this session's agent's requests may wait for answers at once, within its owner's."""
-        settings = self.settings
-        owner = self.request_budgets.get(row.owner)
-        if owner is None:
-            owner = self.request_budgets[row.owner] = RequestBudget(
-                settings.max_agent_requests_per_owner, settings.max_agent_requests_per_owner_bytes,
-                f"owner {row.owner}'s agents", "max_agent_requests_per_owner",
-                refusal_rate=4 * settings.agent_refusal_rate)
-        return RequestBudget(settings.max_agent_requests_per_session, settings.max_agent_requests_per_session_bytes,
-                             f"the agent of session {row.id}", "max_agent_requests_per_session", owner,
-                             refusal_rate=settings.agent_refusal_rate)
-
     def confined(self, profile: AgentProfile) -> bool:
-        return (profile.sandbox or self.settings.sandbox) == "bwrap"
-
-    def _confined(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
-                  home: Path, argv: list[str], cwd: str, program_env: Mapping[str, str]) -> Spawn:
-        """How to start `argv` in `cwd` with `program_env` as the session's agent runs: the agent itself, and each of
-        its terminals. `env` is the agent's launch environment (the operator's): its PATH finds the program.
-        Confined, the gateway starts only wrappers, with a fixed environment, in / (ENV-1); the program gets
-        `program_env` and `cwd` inside the sandbox (ENV-2)."""
-        limits = sandbox.Limits(**profile.limits.model_dump())
-        niceness = self.settings.agent_niceness
-        lowered = [NICE, "-n", str(niceness)] if niceness and NICE else []  # nice execs: the same process
-        found = shutil.which(argv[0], path=env.get("PATH", os.defpath)) if argv else None
-        urls = self.keys.urls(row.id)
-        if not self.confined(profile):
-            if found is None:
-                # Not there: started bare, it fails as itself ("agent command not found"), not as a wrapper's exit.
-                return Spawn(list(argv), dict(program_env), cwd)
-            bare = agent_argv(key_relayed([found, *argv[1:]], str(self.keys.socket_path), urls) if urls else argv,
-                              env, self.settings.agents_die_with_gateway)
-            wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
-            return Spawn([*lowered, *wrapped], dict(program_env), cwd)
-        program = found or argv[0]
-        directories = [d for d in config.additional_directories
-                       if directory_refusal(self.settings, row.owner, d) is None]
-        protected = [str(p) for p in self.settings.protected_paths]
-        network = profile.network or self.settings.network
-        writable = [*dict.fromkeys([row.cwd, *directories, cwd])]  # a terminal may run in another allowed directory
-        command = [program, *argv[1:]]
-        plan = sandbox.SandboxPlan(
-            command=key_relayed(command, SANDBOX_SOCKET, urls) if urls else command, cwd=cwd, writable=writable,
-            home=str(home), readable=sandbox_reads(profile, program, relayed=bool(urls)),
-            system=sandbox.system_directories(),
-            masked_dirs=[p for p in protected if os.path.isdir(p)],
-            masked_files=[p for p in protected if not os.path.isdir(p)],
-            network=network, uid=sandbox.owner_uid(row.owner),
-            sockets=[(str(self.keys.socket_path), SANDBOX_SOCKET)] if urls else [])
-        fd = args_fd(bwrap_env_args(program_env))
-        wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap", fd)
-        if network == "outbound":  # in a network namespace of its own, out through slirp4netns only
-            # -I: the gateway's Python isolated (no working directory or PYTHON* variable on its import path).
-            wrapped = [sys.executable, "-I", "-m", "gateway.runtime.outbound", "--unshare", UNSHARE or "unshare",
-                       "--slirp4netns", SLIRP4NETNS or "slirp4netns", "--pass-fd", str(fd), "--", *wrapped]
-        if limits.prlimit_args() and PRLIMIT:
-            wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *wrapped]
-        markers = {name: program_env[name] for name in (reaper.MARKER, TERMINAL_MARKER) if name in program_env}
-        return Spawn([*lowered, *wrapped], wrapper_env(markers), "/", (fd,))
+        return self.spawner.confined(profile)
 
     def _terminal_host(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, env: Mapping[str, str],
                        home: Path, history: HistoryWriter) -> SessionTerminals:
         """The session's terminals, run as its agent is (`_confined`), their events in its journal."""
         return SessionTerminals(
             row, self.settings, self.terminal_counts, env, reaper.MARKER, self.confined(profile),
-            lambda command, cwd, program_env: self._confined(profile, row, config, env, home, command, cwd,
+            lambda command, cwd, program_env: self.spawner.spawn(profile, row, config, env, home, command, cwd,
                                                               program_env),
             lambda directory: directory_refusal(self.settings, row.owner, directory),
             lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
@@ -513,7 +474,7 @@ class Launcher:
         program = [method["command"]] if method.get("command") else profile.argv(None, str(self.settings.state_dir))
         command = [*program, *(method.get("args") or [])]
         env[TERMINAL_MARKER] = f"t-{uuid.uuid4().hex}"
-        spawn = self._confined(profile, row, config, env, home, command, row.cwd, env)
+        spawn = self.spawner.spawn(profile, row, config, env, home, command, row.cwd, env)
         spec = TerminalSpec(spawn.argv, spawn.cwd, spawn.env, self.settings.terminal_output_bytes,
                             shlex.join(command), TERMINAL_MARKER, spawn.fds, host.pace)
 

@@ -45,11 +45,13 @@ from .config import ConfigKeeper, starting_choices, stored
 from .confinement import bwrap_trial
 from .elicitations import ElicitationBroker
 from .forks import fork_session
-from .launcher import Launcher, check_resumable, check_workspace, directory_refusal
+from .forwardable import forwardable, forwarded_method
+from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
 from .recovery import recover_after_crash
 from .settings import Settings
 from .spawn_env import Source, refusal
+from .spawning import directory_refusal
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
 from .turns import TurnRunner, content_blocks
 from .views import SessionViews
@@ -157,34 +159,22 @@ class SessionManager:
             await self.launcher.abandon(live)
 
     # -- the cluster: commands for a session another node holds run there ---------------------------------------
-    async def _elsewhere(self, row: SessionRow, method: str, forwarded: bool, **args: Any) -> tuple[bool, Any]:
-        """(True, its answer) when the command ran on the node holding the session; (False, None) to run it here."""
-        if forwarded or not self.cluster.enabled:
-            return False, None
-        holder = await self.cluster.holder(row.id)
-        if holder is None:
-            return False, None
-        return True, await self._forward(holder, row, method, args)
+    async def holder_elsewhere(self, row: SessionRow) -> str | None:
+        """The other node holding the session, to forward a command to; None to run it here."""
+        return await self.cluster.holder(row.id) if self.cluster.enabled else None
 
-    async def _forward(self, node: str, row: SessionRow, method: str, args: dict[str, Any],
-                       placed: bool = False) -> Any:
+    async def forward(self, node: str, row: SessionRow, method: str, args: dict[str, Any],
+                      placed: bool = False) -> Any:
         return await self.cluster.forward(node, row.id, row.agent, {"method": method, "owner": row.owner,
                                                                     "session_id": row.id, "args": args}, placed)
 
     async def _run_forwarded(self, request: dict[str, Any]) -> Any:
         """A command another node forwarded here, as the holder (or the next holder) of its session."""
-        handlers = {"prompt": self.prompt, "resume": self.resume, "recover": self.recover,
-                    "cancel_turn": self.cancel_turn, "respond_permission": self.respond_permission,
-                    "respond_elicitation": self.respond_elicitation, "authenticate": self.authenticate,
-                    "logout": self.logout, "fork": self.fork,
-                    "cancel": self.cancel, "set_title": self.set_title, "delete": self.delete,
-                    "set_config_option": self.set_config_option, "set_mode": self.set_mode,
-                    "set_model": self.set_model}
-        handler = handlers.get(str(request.get("method")))
-        if handler is None:
+        name = forwarded_method(request.get("method"))
+        if name is None:
             raise invalid_params("method", f"not a command a node forwards: {request.get('method')!r}")
-        return await handler(request["owner"], request["session_id"], **request.get("args", {}),  # type: ignore[operator]
-                             forwarded=True)
+        return await getattr(self, name)(request["owner"], request["session_id"], **request.get("args", {}),
+                                         forwarded=True)
 
     async def _placed(self, row: SessionRow, method: str, forwarded: bool, **args: Any) -> tuple[bool, Any]:
         """(True, its answer) when the session's workspace is not one this node may run (outside its roots, or
@@ -197,7 +187,7 @@ class SessionManager:
             node = await self.cluster.node_for(row.owner, row.cwd)
             if node is None:
                 raise
-            return True, await self._forward(node, row, method, args, placed=True)
+            return True, await self.forward(node, row, method, args, placed=True)
         return False, None
 
     async def _take(self, row: SessionRow, forwarded: bool) -> tuple[str | None, SessionRow]:
@@ -363,39 +353,33 @@ class SessionManager:
         finally:
             self._starting[owner] -= 1
 
-    async def resume(self, owner: str, session_id: str, *, wait_ready: bool = True,
-                     forwarded: bool = False) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
+    @forwardable("resume")
+    async def resume(self, row: SessionRow, *, wait_ready: bool = True, forwarded: bool = False) -> dict[str, Any]:
         if row.id in self.live:
-            return {**await self.views.get(owner, row.id), "already_running": True}
-        routed, answer = await self._elsewhere(row, "resume", forwarded, wait_ready=wait_ready)
-        if not routed:
-            routed, answer = await self._placed(row, "resume", forwarded, wait_ready=wait_ready)
+            return {**await self.views.get(row.owner, row.id), "already_running": True}
+        routed, answer = await self._placed(row, "resume", forwarded, wait_ready=wait_ready)
         if routed:
             return dict(answer)
         if row.id not in self.launcher.launches:
-            self._check_live_limit(owner)
+            self._check_live_limit(row.owner)
         holder, row = await self._take(row, forwarded)
         if holder is not None:
-            return dict(await self._forward(holder, row, "resume", {"wait_ready": wait_ready}))
+            return dict(await self.forward(holder, row, "resume", {"wait_ready": wait_ready}))
         check_resumable(row, self.settings)
         future = self.launcher.launch_once(row, fresh_start=False)
         how = None
         if wait_ready:
             launched = await asyncio.shield(future)
             how = launched.how if launched.live else launched.error
-        return {**await self.views.get(owner, row.id), "already_running": False, "how": how}
+        return {**await self.views.get(row.owner, row.id), "already_running": False, "how": how}
 
-    async def recover(self, owner: str, session_id: str, action: str, forwarded: bool = False) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "recover", forwarded, action=action)
-        if routed:
-            return dict(answer)
+    @forwardable("recover")
+    async def recover(self, row: SessionRow, action: str) -> dict[str, Any]:
         live = self.live.get(row.id)
         if live is not None and action == "retry":
-            return {**await self.views.get(owner, row.id), "already_running": True}
+            return {**await self.views.get(row.owner, row.id), "already_running": True}
         if live is None and row.id not in self.launcher.launches:
-            self._check_live_limit(owner)
+            self._check_live_limit(row.owner)
         return await self._owned(self._recover(row, live, action == "fresh_start"))
 
     async def _recover(self, row: SessionRow, live: LiveSession | None, fresh: bool) -> dict[str, Any]:
@@ -423,17 +407,14 @@ class SessionManager:
                                  "max_live_sessions_per_owner")
 
     # -- turns ---------------------------------------------------------------------------
-    async def prompt(self, owner: str, session_id: str, prompt: Any, forwarded: bool = False,
+    @forwardable("prompt")
+    async def prompt(self, row: SessionRow, prompt: Any, forwarded: bool = False,
                      meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """A turn; `meta` goes to the agent unchanged as the prompt request's `_meta`."""
-        row = await self.row(owner, session_id)
         blocks = content_blocks(prompt)
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
-        routed, answer = await self._elsewhere(row, "prompt", forwarded, prompt=prompt, meta=meta)
-        if routed:
-            return dict(answer)
-        await self.launcher.usage.check_turn(owner)  # an owner at its history quota starts no turn (-32014)
+        await self.launcher.usage.check_turn(row.owner)  # an owner at its history quota starts no turn (-32014)
         live, answer = await self._bring_up(row, forwarded, "prompt", {"prompt": prompt})
         if live is None:
             return dict(answer)
@@ -450,7 +431,7 @@ class SessionManager:
                     return None, answer
                 holder, row = await self._take(row, forwarded)
                 if holder is not None:
-                    return None, await self._forward(holder, row, method, args)
+                    return None, await self.forward(holder, row, method, args)
             live = await self._ensure_live(row)
             if not live.client.alive and attempt == 0 and not live.turn_running:
                 # The execution vanished between the resume and the send: resume once, retry once.
@@ -461,19 +442,16 @@ class SessionManager:
                             "could be sent; see task.session.status")
 
     # -- configuration -------------------------------------------------------------------
-    async def set_config_option(self, owner: str, session_id: str, config_id: str, value: str | bool | None,
+    @forwardable("set_config_option")
+    async def set_config_option(self, row: SessionRow, config_id: str, value: str | bool | None,
                                 forwarded: bool = False) -> dict[str, Any]:
         if value is None:
-            return await self._forget_choice(owner, session_id, config_id, forwarded)
-        return await self._configure(owner, session_id, "set_config_option", config_id, value, None, forwarded)
+            return await self._forget_choice(row, config_id)
+        return await self._configure(row, "set_config_option", config_id, value, None, forwarded)
 
-    async def _forget_choice(self, owner: str, session_id: str, config_id: str, forwarded: bool) -> dict[str, Any]:
+    async def _forget_choice(self, row: SessionRow, config_id: str) -> dict[str, Any]:
         """No longer choose an option: the agent keeps what it has, and no restore sets it again. No agent is needed
         (a stored session's choice is forgotten in the store)."""
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "set_config_option", forwarded, config_id=config_id, value=None)
-        if routed:
-            return dict(answer)
         launch = self.launcher.launches.get(row.id)
         if launch is not None:  # its agent is being set up with the choices it read: forgotten in its copy, after
             with contextlib.suppress(Exception):
@@ -481,29 +459,27 @@ class SessionManager:
         live = self.live.get(row.id)
         config = live.config if live is not None else await stored(self.store, row.id)
         await self._owned(self.keeper.forget(row, config, config_id))
-        return await self.views.get(owner, row.id)
+        return await self.views.get(row.owner, row.id)
 
-    async def set_mode(self, owner: str, session_id: str, mode_id: str, forwarded: bool = False) -> dict[str, Any]:
-        return await self._configure(owner, session_id, "set_mode", MODE, mode_id, MODE, forwarded)
+    @forwardable("set_mode")
+    async def set_mode(self, row: SessionRow, mode_id: str, forwarded: bool = False) -> dict[str, Any]:
+        return await self._configure(row, "set_mode", MODE, mode_id, MODE, forwarded)
 
-    async def set_model(self, owner: str, session_id: str, model_id: str, forwarded: bool = False) -> dict[str, Any]:
-        return await self._configure(owner, session_id, "set_model", MODEL, model_id, MODEL, forwarded)
+    @forwardable("set_model")
+    async def set_model(self, row: SessionRow, model_id: str, forwarded: bool = False) -> dict[str, Any]:
+        return await self._configure(row, "set_model", MODEL, model_id, MODEL, forwarded)
 
-    async def _configure(self, owner: str, session_id: str, method: str, option_id: str, value: str | bool,
+    async def _configure(self, row: SessionRow, method: str, option_id: str, value: str | bool,
                          category: str | None, forwarded: bool) -> dict[str, Any]:
         """A frontend's change of one option (or of the mode or model, by its category): checked up front against
         what the agent last offered (a stored session's offer too: a refused value resumes nothing), the agent
         resumed like a prompt resumes it, the change relayed as it understands (config option, mode, or legacy
         model), and kept as a choice."""
-        row = await self.row(owner, session_id)
         args: dict[str, Any] = {"config_id": option_id, "value": value} if category is None else {
             f"{category}_id": value}
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: its configuration can no "
                                 "longer change; start a new session")
-        routed, answer = await self._elsewhere(row, method, forwarded, **args)
-        if routed:
-            return dict(answer)
         known = self.live[row.id].config if row.id in self.live else await stored(self.store, row.id)
         if not known.offer.empty:
             self.keeper.target(row.id, known, row.agent, option_id, value, category=category)
@@ -512,7 +488,7 @@ class SessionManager:
             return dict(answer)
         await self._owned(self.keeper.apply(live.row, live.config, live.client, live.acp_session_id, live.profile.id,
                                             option_id, value, category=category))
-        return await self.views.get(owner, row.id)
+        return await self.views.get(row.owner, row.id)
 
     def refresh_installed(self) -> None:
         """Agents added or updated with `acp-gateway agents add` while serving: their current versions, without a
@@ -567,11 +543,8 @@ class SessionManager:
         with contextlib.suppress(Exception):
             self.turns.start(live, content_blocks(description))
 
-    async def cancel_turn(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "cancel_turn", forwarded)
-        if routed:
-            return dict(answer)
+    @forwardable("cancel_turn")
+    async def cancel_turn(self, row: SessionRow) -> dict[str, Any]:
         return await self._owned(self._cancel_turn(row))
 
     async def _cancel_turn(self, row: SessionRow) -> dict[str, Any]:
@@ -582,24 +555,16 @@ class SessionManager:
             await self.turns.interrupt(live)
         return await self.views.get(row.owner, row.id)
 
-    async def respond_permission(self, owner: str, session_id: str, request_id: str, option_id: str | None,
-                                 cancelled: bool, forwarded: bool = False) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "respond_permission", forwarded, request_id=request_id,
-                                               option_id=option_id, cancelled=cancelled)
-        if routed:
-            return dict(answer)
+    @forwardable("respond_permission")
+    async def respond_permission(self, row: SessionRow, request_id: str, option_id: str | None,
+                                 cancelled: bool) -> dict[str, Any]:
         return await self._owned(self.broker.respond(row, request_id, option_id, cancelled))
 
-    async def authenticate(self, owner: str, session_id: str, method_id: str, values: dict[str, str] | None,
-                           forwarded: bool = False) -> dict[str, Any]:
+    @forwardable("authenticate")
+    async def authenticate(self, row: SessionRow, method_id: str, values: dict[str, str] | None) -> dict[str, Any]:
         """Sign the session's agent in with one of the methods it offered (`config.auth`), and start it again."""
-        row = await self.row(owner, session_id)
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
-        routed, answer = await self._elsewhere(row, "authenticate", forwarded, method_id=method_id, values=values)
-        if routed:
-            return dict(answer)
         return await self._owned(self._authenticate(row, method_id, values))
 
     async def _authenticate(self, row: SessionRow, method_id: str, values: dict[str, str] | None) -> dict[str, Any]:
@@ -644,14 +609,11 @@ class SessionManager:
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
         return await self.views.get(row.owner, row.id)
 
-    async def logout(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
+    @forwardable("logout")
+    async def logout(self, row: SessionRow) -> dict[str, Any]:
         """Sign out: the running agent is told (`logout`, where it serves it) and stopped, and what this owner gave
         agents of its profile to sign in is forgotten, with the session's chosen method; the next launch asks
         again if the agent wants a sign-in."""
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "logout", forwarded)
-        if routed:
-            return dict(answer)
         return await self._owned(self._logout(row))
 
     async def _logout(self, row: SessionRow) -> dict[str, Any]:
@@ -673,29 +635,21 @@ class SessionManager:
                                   "if it needs one.")
         return await self.views.get(row.owner, row.id)
 
-    async def respond_elicitation(self, owner: str, session_id: str, request_id: str, action: str, content: Any,
-                                  forwarded: bool = False) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "respond_elicitation", forwarded, request_id=request_id,
-                                               action=action, content=content)
-        if routed:
-            return dict(answer)
+    @forwardable("respond_elicitation")
+    async def respond_elicitation(self, row: SessionRow, request_id: str, action: str, content: Any) -> dict[str, Any]:
         return await self._owned(self.elicitations.respond(row, request_id, action, content))
 
-    async def fork(self, owner: str, session_id: str, *, title: str | None = None, name: str | None = None,
+    @forwardable("fork")
+    async def fork(self, row: SessionRow, *, title: str | None = None, name: str | None = None,
                    forwarded: bool = False) -> dict[str, Any]:
         """A new session with this one's conversation so far, where its agent forks sessions (`forks`); the new
         session's agent starts at once and restores the fork, the original goes on untouched."""
-        row = await self.row(owner, session_id)
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: its agent can fork it no more")
         if name is not None:
-            await self._check_name(owner, name)
-        routed, answer = await self._elsewhere(row, "fork", forwarded, title=title, name=name)
-        if routed:
-            return dict(answer)
-        await self.launcher.usage.check_start(owner)  # a fork is a start: the owner's quotas hold (-32014)
-        self._check_live_limit(owner)  # and it runs an agent of its own
+            await self._check_name(row.owner, name)
+        await self.launcher.usage.check_start(row.owner)  # a fork is a start: the owner's quotas hold (-32014)
+        self._check_live_limit(row.owner)  # and it runs an agent of its own
         live, answer = await self._bring_up(row, forwarded, "fork", {"title": title, "name": name})
         if live is None:
             return dict(answer)
@@ -715,13 +669,10 @@ class SessionManager:
         return await self.views.get(owner, row.id)
 
     # -- ending ----------------------------------------------------------------------------
-    async def cancel(self, owner: str, session_id: str, forwarded: bool = False) -> dict[str, Any]:
+    @forwardable("cancel")
+    async def cancel(self, row: SessionRow) -> dict[str, Any]:
         """End the session for good (docs/architecture.md: The runtime, ending a session); concurrent calls share one
         cancellation."""
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "cancel", forwarded)
-        if routed:
-            return dict(answer)
         pending = self._cancels.get(row.id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -749,11 +700,8 @@ class SessionManager:
         await self.store.cancels.clear(row.id)
         return await self.views.view(current)
 
-    async def set_title(self, owner: str, session_id: str, title: str, forwarded: bool = False) -> dict[str, Any]:
-        row = await self.row(owner, session_id)
-        routed, answer = await self._elsewhere(row, "set_title", forwarded, title=title)
-        if routed:
-            return dict(answer)
+    @forwardable("set_title")
+    async def set_title(self, row: SessionRow, title: str) -> dict[str, Any]:
         return await self._owned(self._set_title(row, title))
 
     async def _set_title(self, row: SessionRow, title: str) -> dict[str, Any]:
@@ -761,11 +709,9 @@ class SessionManager:
         await self.writer.publish(row, "session_title", {"title": title})
         return await self.views.view(row)
 
-    async def delete(self, owner: str, session_id: str, forwarded: bool = False) -> None:
-        row = await self.row(owner, session_id)
-        routed, _ = await self._elsewhere(row, "delete", forwarded)
-        if not routed:
-            await self._owned(self._delete(row))
+    @forwardable("delete")
+    async def delete(self, row: SessionRow) -> None:
+        await self._owned(self._delete(row))
 
     async def _delete(self, row: SessionRow) -> None:
         # A launch in progress is told to give up and is waited for to the end (it writes the session's rows
