@@ -17,7 +17,7 @@ EFFORTS = ("low", "medium", "high")
 DEFAULTS: dict[str, str | bool] = {"mode": "code", "model": "ref-small", "effort": "medium", "verbose": False}
 STYLES = ("both", "options", "legacy", "none")
 
-# The prompt commands of the agent (`ReferenceAgent._run_command`), as ACP's available commands.
+# The prompt commands of the agent (`commands.COMMANDS`), as ACP's available commands.
 COMMANDS = (
     ("read", "Read a file through the client (fs/read_text_file)", "PATH [LINE [LIMIT]]"),
     ("write", "Write a file through the client (fs/write_text_file)", "PATH TEXT"),
