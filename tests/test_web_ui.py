@@ -436,6 +436,7 @@ async def test_one_transcript_live_reopened_and_reloaded(gateway: GatewayProcess
     await expect(page.locator(".card.permission button")).to_have_count(2)
     await page.click("#stop-turn")
     await expect(page.locator(".card.permission .answered").last).to_contain_text("Answered: cancelled")
+    await expect(turns).to_have_count(5)  # the cancelled turn has ended: a prompt before that is refused as busy
     await say(page, "/fail")
     await expect(turns.last).to_contain_text("turn failed")
     await say(page, "/unknown-update")

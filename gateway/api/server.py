@@ -652,9 +652,13 @@ def ui_files() -> dict[str, tuple[bytes, str]]:
     """The web UI's files, read once from the package: URL path -> (body, content type). Nothing else is served."""
     base = resources.files("gateway") / "ui"
     files = {"/": (base / "index.html").read_bytes()}
-    for name in ("app.js", "client.js", "ansi.js", "app.css", "vendor/marked.min.js", "vendor/purify.min.js",
-                 "vendor/ansi_up.js"):
-        files[f"/ui/{name}"] = (base / name).read_bytes()
+    # Every script and stylesheet the package ships under ui/ (the ES modules app.js imports among them), and nothing
+    # else: the set is read from the package once, so a new module needs no list kept in step here.
+    for folder in (base, base / "vendor"):
+        for entry in folder.iterdir():
+            if entry.is_file() and entry.name.endswith((".js", ".css")):
+                prefix = "vendor/" if folder is not base else ""
+                files[f"/ui/{prefix}{entry.name}"] = entry.read_bytes()
     return {path: (body, UI_TYPES[".html" if path == "/" else path[path.rfind("."):]]) for path, body in files.items()}
 
 

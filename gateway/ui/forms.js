@@ -1,0 +1,44 @@
+// The web UI's forms: the token's, the one that starts a session, and the prompt's.
+import { $, showErrorAt } from "./dom.js";
+import { state, call } from "./state.js";
+import { setHealth, connect } from "./connection.js";
+import { openView } from "./session_actions.js";
+import { updatePalette } from "./palette.js";
+
+export function wireForms() {
+  $("login-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    state.token = $("token").value.trim(); sessionStorage.setItem("acp-token", state.token);
+    $("login").hidden = true; setHealth("reconnecting", "connecting…"); connect();
+  };
+  $("start-form").onsubmit = startSession;
+  $("prompt-form").onsubmit = sendPrompt;
+}
+
+async function startSession(ev) {
+  ev.preventDefault();
+  showErrorAt("start-error", null);
+  $("start").disabled = true;
+  try {
+    const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd: $("cwd").value.trim(),
+                                                    title: $("title").value || undefined, wait_ready: true });
+    state.sessions.set(view.session_id, view); if (view.config) state.configs.set(view.session_id, view.config);
+    if (view.state === "FAILED") showErrorAt("start-error", { message: `The session could not start: ${view.error_message}` });
+    openView(view.session_id);
+  } catch (e) { showErrorAt("start-error", e); }
+  finally { $("start").disabled = false; }
+}
+
+async function sendPrompt(ev) {
+  ev.preventDefault();
+  const text = $("prompt").value.trim(); if (!text || !state.viewed) return;
+  $("prompt").value = ""; updatePalette();
+  showErrorAt("prompt-error", null);
+  try { await call("task.session.prompt", { session_id: state.viewed, prompt: text }); }
+  catch (e) {
+    // The turn is the session's, not this page's: a lost connection only lost the wait; the outcome arrives
+    // as turn_ended once the stream is back (or as "interrupted" if the gateway itself went down).
+    if (e.code === -1) showErrorAt("prompt-error", { message: "Connection lost while the turn ran: its outcome will show in the transcript." });
+    else if (e.code !== -32015) showErrorAt("prompt-error", e);  // an agent's failure is the transcript's (turn failed: …)
+  }
+}

@@ -1,0 +1,110 @@
+// The web UI's session list and the viewed session's header: its state, its controls, and its status line.
+import { $, el, showErrorAt } from "./dom.js";
+import { state, call, config, pendingPermissions } from "./state.js";
+import { TERMINAL } from "./fold.js";
+import { renderConfig } from "./render_config.js";
+import { renderRaw } from "./render_transcript.js";
+import { openView, resumeViewed, recover, cancelSession } from "./session_actions.js";
+
+const REASONS = {
+  agent_not_running: "the agent is not running; its ACP session was saved and can be restored",
+  agent_not_running_fresh_start: "the agent is not running and no ACP session was saved: a resume starts a fresh one",
+  not_started: "the agent has not been started",
+  stale_execution: "another gateway instance ran this session moments ago: wait",
+  error_recovery: "the last restore failed and kept the saved session",
+};
+
+export function renderList() {
+  const ul = $("sessions"); ul.replaceChildren();
+  const sorted = [...state.sessions.values()].sort((a, b) => b.created_at - a.created_at);
+  if (!sorted.length) ul.append(el("li", "empty", "No sessions yet."));
+  for (const s of sorted) {
+    const li = el("li", s.session_id === state.viewed ? "selected" : "");
+    li.dataset.sessionId = s.session_id;
+    li.append(el("div", "title", s.title || s.name || s.session_id), el("span", `badge tone-${s.state}`, s.state));
+    const waiting = pendingPermissions(s.session_id);
+    if (waiting) li.append(el("span", "muted", ` · ${waiting} waiting for your answer`));
+    li.onclick = () => openView(s.session_id);
+    ul.append(li);
+  }
+}
+
+export function renderHead() {
+  const head = $("detail-head"); head.replaceChildren();
+  const s = state.sessions.get(state.viewed);
+  const canPrompt = !!s && !TERMINAL.includes(s.state) && state.live;
+  $("prompt").disabled = $("send").disabled = !canPrompt;
+  if (!s) { head.append(el("span", "empty", "Select or start a session.")); $("status-line").hidden = true; renderConfig(); return; }
+  const badge = el("span", `badge tone-${s.state}${state.live ? "" : " stale"}`, s.state); badge.id = "session-state";
+  const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
+  running.id = "agent-running";
+  head.append(el("strong", "", s.title || s.name || s.session_id), badge, running,
+              el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
+  if (s.forked_from) {
+    const from = el("a", "muted forked-from", `forked from ${(state.sessions.get(s.forked_from) || {}).title || s.forked_from}`);
+    from.href = "#"; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };
+    head.append(from);
+  }
+  head.append(...headButtons(s));
+  renderStatusLine(s);
+  renderConfig();
+}
+
+// The viewed session's controls: Resume, Stop turn, Cancel session, Fork, Raw.
+function headButtons(s) {
+  const active = !TERMINAL.includes(s.state) && state.live;
+  const resume = el("button", "", "Resume"); resume.id = "resume"; resume.disabled = !active || s.is_agent_running;
+  resume.onclick = () => resumeViewed("by hand");
+  const stop = el("button", "", "Stop turn"); stop.id = "stop-turn"; stop.disabled = !state.live || s.state !== "RUNNING";
+  stop.onclick = () => call("task.session.cancel_turn", { session_id: s.session_id })
+    .then(() => showErrorAt("head-error", null), (e) => showErrorAt("head-error", e));
+  const cancel = el("button", "", "Cancel session"); cancel.id = "cancel"; cancel.disabled = !active;
+  cancel.onclick = () => cancelSession(s.session_id);
+  // A fork: a new session with this one's conversation so far (where the agent forks sessions), opened at once.
+  const fork = el("button", "", "Fork"); fork.id = "fork"; fork.hidden = !config(s.session_id).can_fork;
+  fork.disabled = !active || s.state === "RUNNING";
+  fork.title = "a new session that goes on from this conversation; this one stays as it is";
+  fork.onclick = () => call("task.session.fork", { session_id: s.session_id })
+    .then((view) => { showErrorAt("head-error", null); state.sessions.set(view.session_id, view); openView(view.session_id); },
+          (e) => showErrorAt("head-error", e));
+  const raw = el("button", "", state.showRaw ? "Hide raw" : "Raw"); raw.id = "raw-toggle";
+  raw.title = "every event of this session as JSON, for agent authors";
+  raw.onclick = () => { state.showRaw = !state.showRaw; $("raw").hidden = !state.showRaw; renderRaw(); renderHead(); };
+  return [resume, stop, cancel, fork, raw];
+}
+
+function renderStatusLine(s) {
+  const line = $("status-line"); line.replaceChildren();
+  const status = state.statuses.get(s.session_id);
+  if (!state.live) {
+    line.dataset.kind = "disconnected"; line.hidden = false;
+    line.append(el("span", "", "Connection lost: this is the last known state; it updates once the gateway answers again."));
+    return;
+  }
+  if (state.busy) {
+    line.dataset.kind = "busy"; line.hidden = false; line.append(el("span", "", state.busy)); return;
+  }
+  if (s.state === "FAILED" && s.error_message) {  // why it ended: shown where the user looks, not only in the log
+    line.dataset.kind = "failed"; line.hidden = false; line.append(el("span", "", `Failed: ${s.error_message}`)); return;
+  }
+  if (!status || TERMINAL.includes(s.state) || s.is_agent_running) { line.hidden = true; return; }
+  if (status.resume_reason === "error_recovery") {
+    line.dataset.kind = "error_recovery"; line.hidden = false;
+    line.append(el("span", "", `Restore failed: ${s.error_message || REASONS.error_recovery}`));
+    const retry = el("button", "", "Recover: retry"); retry.id = "recover-retry";
+    retry.onclick = () => recover("retry");
+    const fresh = el("button", "", "Recover: start fresh"); fresh.id = "recover-fresh";
+    fresh.title = "gives up the saved ACP session and starts a new one";
+    fresh.onclick = () => recover("fresh_start");
+    line.append(retry, fresh);
+  } else if (config(s.session_id).auth) {  // the sign-in card above says what to do
+    line.dataset.kind = "needs_auth"; line.hidden = false;
+    line.append(el("span", "", "Needs sign-in: the agent starts once you sign in above"));
+  } else if (status.needs_resume || status.resume_reason === "not_started") {
+    line.dataset.kind = "needs_resume"; line.hidden = false;
+    const agent = state.agents.get(s.agent);
+    const manual = agent && agent.auto_resume === false ? " — auto-resume is off for this agent: press Resume" : "";
+    line.append(el("span", "", `Needs resume: ${REASONS[status.resume_reason] || status.resume_reason}${manual}`));
+    if (s.error_message) line.append(el("div", "muted", `Last error: ${s.error_message}`));
+  } else { line.hidden = true; }
+}
