@@ -91,22 +91,22 @@ def check_request(params: Any, offered: frozenset[str] = frozenset({"form", "url
 
 
 @dataclass(frozen=True)
-class Refusal:
+class AnswerRefusal:
     field: str  # where in the answer (`content.age`, `action`)
     message: str
 
 
-def check_answer(elicitation: Elicitation, action: str, content: Any) -> dict[str, Any] | Refusal:
+def check_answer(elicitation: Elicitation, action: str, content: Any) -> dict[str, Any] | AnswerRefusal:
     """A1-A4: the response the agent gets, or what is wrong with the answer."""
     if action not in ACTIONS:
-        return Refusal("action", f"must be one of accept, decline, cancel, not {action!r}")
+        return AnswerRefusal("action", f"must be one of accept, decline, cancel, not {action!r}")
     if action != "accept":
-        return {"action": action} if content is None else Refusal("content", f"no content goes with {action}")
+        return {"action": action} if content is None else AnswerRefusal("content", f"no content goes with {action}")
     if elicitation.mode == "url":
-        return {"action": "accept"} if content is None else Refusal("content", "a URL elicitation takes no content: "
-                                                                    "accept means the link was opened")
+        return {"action": "accept"} if content is None else AnswerRefusal(
+            "content", "a URL elicitation takes no content: accept means the link was opened")
     if not isinstance(content, dict):
-        return Refusal("content", "an object answering the requested schema is required")
+        return AnswerRefusal("content", "an object answering the requested schema is required")
     assert elicitation.schema is not None
     errors = sorted(Draft202012Validator(elicitation.schema).iter_errors(content), key=lambda e: list(e.path))
     if errors:
@@ -115,5 +115,5 @@ def check_answer(elicitation: Elicitation, action: str, content: Any) -> dict[st
         if first.validator == "required":  # the missing field is in the message, not the path
             missing = first.message.split("'")[1] if "'" in first.message else ""
             path = ".".join(p for p in (path, missing) if p)
-        return Refusal("content" + (f".{path}" if path else ""), first.message)
+        return AnswerRefusal("content" + (f".{path}" if path else ""), first.message)
     return {"action": "accept", "content": content}

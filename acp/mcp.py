@@ -96,7 +96,7 @@ Server = Annotated[StdioServer | WebServer, Field(discriminator="type")]
 _SERVERS = TypeAdapter(list[Server])
 
 
-class Refusal(ValueError):
+class McpRefusal(ValueError):
     """A server refused: which field of the request (`mcp_servers.2.url`), and why, in words a user acts on."""
 
     def __init__(self, field: str, message: str) -> None:
@@ -108,9 +108,9 @@ class Refusal(ValueError):
 def parse(servers: Any, field: str = "mcp_servers") -> list[StdioServer | WebServer]:
     """The servers as given (ACP's McpServer shapes; `type` absent means stdio), or a Refusal naming the field."""
     if not isinstance(servers, list):
-        raise Refusal(field, f"{field} must be a list of MCP servers")
+        raise McpRefusal(field, f"{field} must be a list of MCP servers")
     if len(servers) > MAX_SERVERS:
-        raise Refusal(field, f"at most {MAX_SERVERS} MCP servers per session, not {len(servers)}")
+        raise McpRefusal(field, f"at most {MAX_SERVERS} MCP servers per session, not {len(servers)}")
     typed = [{"type": "stdio", **s} if isinstance(s, dict) and "type" not in s else s for s in servers]
     try:
         parsed = _SERVERS.validate_python(typed)
@@ -119,13 +119,13 @@ def parse(servers: Any, field: str = "mcp_servers") -> list[StdioServer | WebSer
         where = ".".join(p for p in (field, field_path(x for x in first["loc"] if x not in ("stdio", "http", "sse")))
                          if p)
         # pydantic's message names the rule, never the value: a refused header value is not echoed back
-        raise Refusal(where, f"MCP server {where}: {first['msg']}") from None
+        raise McpRefusal(where, f"MCP server {where}: {first['msg']}") from None
     names = [s.name for s in parsed]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
-        raise Refusal(field, f"two MCP servers are named {duplicate!r}: give each its own name")
+        raise McpRefusal(field, f"two MCP servers are named {duplicate!r}: give each its own name")
     if len(orjson.dumps([wire(s) for s in parsed])) > MAX_BYTES:
-        raise Refusal(field, f"the MCP servers take more than {MAX_BYTES // 1024} KiB: give fewer or smaller ones")
+        raise McpRefusal(field, f"the MCP servers take more than {MAX_BYTES // 1024} KiB: give fewer or smaller ones")
     return parsed
 
 
@@ -135,11 +135,11 @@ def check_servers(servers: Sequence[StdioServer | WebServer], *, stdio_allowed: 
     known = None if transports is None else frozenset(transports)
     for index, server in enumerate(servers):
         if server.type == "stdio" and not stdio_allowed:
-            raise Refusal(f"{field}.{index}", f"MCP server {server.name!r} is a stdio server, a command this "
+            raise McpRefusal(f"{field}.{index}", f"MCP server {server.name!r} is a stdio server, a command this "
                           "gateway's host would run: frontends may not give those unless the operator sets "
                           "allow_stdio_mcp_servers for your owner (or puts the server in the agent's profile)")
         if known is not None and server.type not in known:
-            raise Refusal(f"{field}.{index}.type", f"agent {agent!r} does not take MCP servers over {server.type} "
+            raise McpRefusal(f"{field}.{index}.type", f"agent {agent!r} does not take MCP servers over {server.type} "
                           f"(its initialize does not advertise mcpCapabilities.{server.type}): give it as "
                           f"{' or '.join(sorted(known))}, or use another agent")
 
@@ -157,12 +157,12 @@ def from_wire(stored: Iterable[Mapping[str, Any]]) -> list[StdioServer | WebServ
     """Servers as stored (their wire form); anything no longer valid is dropped (it was checked when given)."""
     try:
         return parse([dict(s) for s in stored])
-    except Refusal:
+    except McpRefusal:
         kept = []
         for item in stored:
             try:
                 kept.extend(parse([dict(item)]))
-            except Refusal:
+            except McpRefusal:
                 continue
         return kept
 

@@ -26,7 +26,7 @@ from typing import Any
 from .errors import AUTH_REQUIRED, METHOD_NOT_FOUND, REQUEST_CANCELLED, RESOURCE_NOT_FOUND
 
 
-class Method(StrEnum):
+class RestoreMethod(StrEnum):
     RESUME = "session/resume"
     LOAD = "session/load"
     NEW = "session/new"
@@ -82,8 +82,8 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Attempt:
-    method: Method
+class RestoreAttempt:
+    method: RestoreMethod
     failure: Failure | None = None  # None: the call succeeded
 
     @property
@@ -95,7 +95,7 @@ class Attempt:
 class Call:
     """Send `method` next. `fallback` is set when this `session/new` replaces a lost session."""
 
-    method: Method
+    method: RestoreMethod
     rule: str
     fallback: FailureClass | None = None
 
@@ -113,20 +113,21 @@ Step = Call | Finished
 def initial_call(inputs: RestoreInputs) -> Call:
     """The first row of §3.1 that applies (R1, R3, R3' or R4)."""
     if not inputs.wants_restore:
-        return Call(Method.NEW, "R4")
+        return Call(RestoreMethod.NEW, "R4")
     if inputs.advertises_resume:
-        return Call(Method.RESUME, "R1")
+        return Call(RestoreMethod.RESUME, "R1")
     if inputs.advertises_load:
-        return Call(Method.LOAD, "R3")
-    return Call(Method.NEW, "R3'", fallback=FailureClass.UNSUPPORTED)
+        return Call(RestoreMethod.LOAD, "R3")
+    return Call(RestoreMethod.NEW, "R3'", fallback=FailureClass.UNSUPPORTED)
 
 
 def plan_name(inputs: RestoreInputs) -> str:
     """The plan as reported to users: "resume", "load" or "new"."""
-    return {Method.RESUME: "resume", Method.LOAD: "load", Method.NEW: "new"}[initial_call(inputs).method]
+    words = {RestoreMethod.RESUME: "resume", RestoreMethod.LOAD: "load", RestoreMethod.NEW: "new"}
+    return words[initial_call(inputs).method]
 
 
-def plan_restore(inputs: RestoreInputs, attempts: tuple[Attempt, ...] = (), cancelled: bool = False) -> Step:
+def plan_restore(inputs: RestoreInputs, attempts: tuple[RestoreAttempt, ...] = (), cancelled: bool = False) -> Step:
     """The next step of the negotiation, given everything attempted so far (in order)."""
     step: Step = initial_call(inputs)
     for index, attempt in enumerate(attempts):
@@ -138,9 +139,10 @@ def plan_restore(inputs: RestoreInputs, attempts: tuple[Attempt, ...] = (), canc
     return step
 
 
-def _after(inputs: RestoreInputs, call: Call, attempt: Attempt, earlier: tuple[Attempt, ...], cancelled: bool) -> Step:
+def _after(inputs: RestoreInputs, call: Call, attempt: RestoreAttempt, earlier: tuple[RestoreAttempt, ...],
+           cancelled: bool) -> Step:
     failure = attempt.failure
-    if call.method is Method.NEW:
+    if call.method is RestoreMethod.NEW:
         if failure is None:
             if call.fallback is not None:
                 return Finished(Outcome.FALLBACK_NEW, call.fallback, call.rule)
@@ -152,19 +154,19 @@ def _after(inputs: RestoreInputs, call: Call, attempt: Attempt, earlier: tuple[A
         return Finished(Outcome.FAILED, cls, call.rule)
     if failure is None:
         return Finished(Outcome.RESTORED, None, call.rule)
-    load_tried = any(a.method is Method.LOAD for a in earlier)
+    load_tried = any(a.method is RestoreMethod.LOAD for a in earlier)
     if (
-        call.method is Method.RESUME
+        call.method is RestoreMethod.RESUME
         and failure.kind is FailureKind.ERROR
         and failure.code == METHOD_NOT_FOUND
         and inputs.advertises_load
         and not cancelled
         and not load_tried
     ):
-        return Call(Method.LOAD, "R2")
+        return Call(RestoreMethod.LOAD, "R2")
     cls = classify_restore_failure(failure, token=inputs.resume_token, cancelled=cancelled)
     if cls in FALLBACK_CLASSES:
-        return Call(Method.NEW, call.rule, fallback=cls)
+        return Call(RestoreMethod.NEW, call.rule, fallback=cls)
     return Finished(Outcome.PRESERVED, cls, call.rule)
 
 

@@ -188,7 +188,7 @@ def _stand_in(option_id: str, name: str, via: Via, current: Any, entries: Any, k
 
 
 @dataclass(frozen=True)
-class Offer:
+class ConfigOffer:
     """What the agent last reported for a session, raw: `configOptions`, `modes`, legacy `models` (None: not given)."""
 
     config_options: tuple[dict[str, Any], ...] | None = None
@@ -197,7 +197,7 @@ class Offer:
     _options: tuple[Option, ...] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_answer(cls, answer: Any, previous: Offer | None = None) -> Offer:
+    def from_answer(cls, answer: Any, previous: ConfigOffer | None = None) -> ConfigOffer:
         """The offer in a session/new, load or resume answer (a field the answer leaves out keeps `previous`'s)."""
         base = previous or cls()
         if not isinstance(answer, dict):
@@ -213,7 +213,7 @@ class Offer:
         return offer
 
     @classmethod
-    def from_json(cls, data: Any) -> Offer:
+    def from_json(cls, data: Any) -> ConfigOffer:
         """The stored form (`to_json`), tolerant of anything else (an older row, a hand-edited database)."""
         if not isinstance(data, dict):
             return cls()
@@ -263,16 +263,16 @@ class Offer:
         return [dict(o.raw) for o in self.options()]
 
     # -- changes --------------------------------------------------------------------------------------------------
-    def with_update(self, update: Mapping[str, Any]) -> Offer:
+    def with_update(self, update: Mapping[str, Any]) -> ConfigOffer:
         """The offer after one of the agent's `session/update`s (config_option_update, current_mode_update)."""
         kind = update.get("sessionUpdate")
         if kind == "config_option_update" and isinstance(update.get("configOptions"), list):
-            return Offer.from_answer({"configOptions": update["configOptions"]}, self)
+            return ConfigOffer.from_answer({"configOptions": update["configOptions"]}, self)
         if kind == "current_mode_update" and _text(update.get("currentModeId")):
             return self.with_value(MODE, update["currentModeId"], category=MODE)
         return self
 
-    def with_value(self, option_id: str, value: Value, category: str | None = None) -> Offer:
+    def with_value(self, option_id: str, value: Value, category: str | None = None) -> ConfigOffer:
         """The offer once the agent took `value` for an option (a set call it answered without the whole list). A
         mode or model is kept in step in both its forms (the config option of its category and `modes`/`models`), as
         agents that offer both keep them."""
@@ -287,13 +287,13 @@ class Offer:
             modes = {**modes, "currentModeId": value}
         if isinstance(value, str) and models is not None and (category == MODEL or option_id == MODEL):
             models = {**models, "currentModelId": value}
-        return Offer(tuple(options) if options is not None else None, modes, models)
+        return ConfigOffer(tuple(options) if options is not None else None, modes, models)
 
-    def after(self, call: Call, answer: Any) -> Offer:
+    def after(self, call: Call, answer: Any) -> ConfigOffer:
         """The offer after a set call succeeded: the full list the agent answered (set_config_option), else the
         value it took."""
         if call.via is Via.CONFIG_OPTION and isinstance(answer, dict) and isinstance(answer.get("configOptions"), list):
-            offer = Offer.from_answer({"configOptions": answer["configOptions"]}, self)
+            offer = ConfigOffer.from_answer({"configOptions": answer["configOptions"]}, self)
             option = offer.option(call.option_id)
             # The mode or model in its other form follows the config option the agent reports.
             if option is not None and option.category in (MODE, MODEL) and option.current is not None:
@@ -304,7 +304,7 @@ class Offer:
 
 
 # -- resolving one choice ------------------------------------------------------------------------------------------
-def resolve(offer: Offer, option_id: str, value: Value, category: str | None = None) -> Call | Refused:
+def resolve(offer: ConfigOffer, option_id: str, value: Value, category: str | None = None) -> Call | Refused:
     """S1-S4, N1-N3: the call that sets `option_id` to `value`, or why it cannot be set."""
     option, rule = offer.option(option_id), ""
     if option is None and category in (MODE, MODEL):
@@ -327,14 +327,14 @@ def resolve(offer: Offer, option_id: str, value: Value, category: str | None = N
     return Call(option.via, option.id, value, option.type == BOOLEAN, rule or via_rule)
 
 
-def mode_option(offer: Offer) -> Option | None:
+def mode_option(offer: ConfigOffer) -> Option | None:
     """The option that sets the session's mode: a config option of category mode, else the modes."""
     return offer.of_category(MODE)
 
 
 # -- re-applying every choice -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Attempt:
+class ReapplyAttempt:
     """One re-apply call made: for which choice, and the agent's error message if it refused."""
 
     choice_id: str
@@ -361,7 +361,8 @@ def _order(choices: Mapping[str, Choice]) -> list[str]:
     return sorted(choices, key=lambda cid: rank.get(choices[cid].category or cid, 2))
 
 
-def next_step(choices: Mapping[str, Choice], offer: Offer, attempts: Sequence[Attempt] = ()) -> Apply | Done:
+def next_step(choices: Mapping[str, Choice], offer: ConfigOffer,
+              attempts: Sequence[ReapplyAttempt] = ()) -> Apply | Done:
     """The next call that brings the agent to the choices, or the findings once none is left (A1-A5)."""
     tried = {a.choice_id for a in attempts}
     for choice_id in _order(choices):
@@ -376,7 +377,8 @@ def next_step(choices: Mapping[str, Choice], offer: Offer, attempts: Sequence[At
     return Done(tuple(findings(choices, offer, attempts)))
 
 
-def findings(choices: Mapping[str, Choice], offer: Offer, attempts: Sequence[Attempt] = ()) -> Iterable[Finding]:
+def findings(choices: Mapping[str, Choice], offer: ConfigOffer,
+             attempts: Sequence[ReapplyAttempt] = ()) -> Iterable[Finding]:
     """A3-A5 for each choice the agent does not report, given the final offer and the calls made."""
     errors = {a.choice_id: a.error for a in attempts}
     for choice_id in _order(choices):
@@ -398,7 +400,7 @@ def findings(choices: Mapping[str, Choice], offer: Offer, attempts: Sequence[Att
 
 
 # -- the agent's own changes -----------------------------------------------------------------------------------------
-def adopt(choices: Mapping[str, Choice], before: Offer, after: Offer) -> dict[str, Choice]:
+def adopt(choices: Mapping[str, Choice], before: ConfigOffer, after: ConfigOffer) -> dict[str, Choice]:
     """O1: the choices once the agent changed options on its own (its update took `before` to `after`)."""
     adopted = dict(choices)
     previous = {o.id: o for o in before.options()}

@@ -21,15 +21,15 @@ from .client import AcpClient
 from .errors import AUTH_REQUIRED, INTERNAL_ERROR, RequestTimeout, RpcError, TransportError
 from .models import NewSessionResponse
 from .restore import (
-    Attempt,
     Call,
     Failure,
     FailureClass,
     FailureKind,
     Finished,
-    Method,
     Outcome,
+    RestoreAttempt,
     RestoreInputs,
+    RestoreMethod,
     plan_name,
     plan_restore,
 )
@@ -42,7 +42,7 @@ class RestoreResult:
     plan: str
     outcome: Outcome
     failure_class: FailureClass | None
-    attempts: list[Attempt] = field(default_factory=list)
+    attempts: list[RestoreAttempt] = field(default_factory=list)
     session_id: str | None = None
     response: dict[str, Any] | None = None
     rule: str = ""
@@ -55,7 +55,7 @@ class RestoreResult:
 
     @property
     def replayed(self) -> bool:
-        return any(a.method is Method.LOAD and a.succeeded for a in self.attempts)
+        return any(a.method is RestoreMethod.LOAD and a.succeeded for a in self.attempts)
 
     @property
     def last_failure(self) -> Failure | None:
@@ -137,7 +137,7 @@ async def establish_session(
             result.attempts.append(attempt)
             if attempt.succeeded:
                 result.response = response
-                if step.method is Method.NEW:
+                if step.method is RestoreMethod.NEW:
                     result.session_id = (response or {}).get("sessionId")
                 else:
                     result.session_id = inputs.resume_token
@@ -160,27 +160,27 @@ async def _perform(
     environ: Mapping[str, str],
     cancel: asyncio.Event,
     auth_tried: bool,
-) -> tuple[Attempt, dict[str, Any] | None, bool]:
+) -> tuple[RestoreAttempt, dict[str, Any] | None, bool]:
     params: dict[str, Any] = {"cwd": cwd, "mcpServers": list(mcp_servers)}
     if additional_directories:
         params["additionalDirectories"] = list(additional_directories)
-    if step.method is not Method.NEW:
+    if step.method is not RestoreMethod.NEW:
         params["sessionId"] = inputs.resume_token
     span_name = "acp." + step.method.value.replace("/", ".")
     with tracer.start_as_current_span(span_name) as span:
         span.set_attribute("acp.method", step.method.value)
         span.set_attribute("acp.restore.rule", step.rule)
-        if step.method is Method.LOAD:
+        if step.method is RestoreMethod.LOAD:
             # Updates from here until the next prompt are history being replayed, whether the
             # agent sends them before its answer (as the spec says) or after it.
             client.replaying = True
-        elif step.method is Method.NEW:
+        elif step.method is RestoreMethod.NEW:
             client.replaying = False
         while True:
             try:
                 raw = await _cancellable(client.request(step.method.value, params), cancel)
                 response = _validate_response(step.method, raw)
-                return Attempt(step.method), response, auth_tried
+                return RestoreAttempt(step.method), response, auth_tried
             except RpcError as err:
                 if err.code == AUTH_REQUIRED and not auth_tried:
                     chosen = None if client.init is None else choose_auth_method(
@@ -209,22 +209,22 @@ async def _perform(
             return _failed(span, step, failure, client), None, auth_tried
 
 
-def _failed(span: trace.Span, step: Call, failure: Failure, client: AcpClient) -> Attempt:
-    if step.method is Method.LOAD:
+def _failed(span: trace.Span, step: Call, failure: Failure, client: AcpClient) -> RestoreAttempt:
+    if step.method is RestoreMethod.LOAD:
         client.replaying = False
     span.set_attribute("acp.error.kind", failure.kind.value)
     if failure.code is not None:
         span.set_attribute("acp.error.code", failure.code)
     span.set_status(Status(StatusCode.ERROR, failure.message))
-    return Attempt(step.method, failure)
+    return RestoreAttempt(step.method, failure)
 
 
-def _validate_response(method: Method, raw: Any) -> dict[str, Any]:
-    if raw is None and method is not Method.NEW:
+def _validate_response(method: RestoreMethod, raw: Any) -> dict[str, Any]:
+    if raw is None and method is not RestoreMethod.NEW:
         return {}
     if not isinstance(raw, dict):
         raise RpcError(INTERNAL_ERROR, f"{method.value} answered a non-object result: {raw!r:.100}")
-    if method is Method.NEW:
+    if method is RestoreMethod.NEW:
         try:
             NewSessionResponse.model_validate(raw)
         except ValidationError as exc:

@@ -146,7 +146,7 @@ class AgentProfile(BaseModel):
     def _servers_valid(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         try:
             mcp.parse(value, "mcp_servers")
-        except mcp.Refusal as refused:
+        except mcp.McpRefusal as refused:
             raise ValueError(refused.message) from None
         return value
 

@@ -4,34 +4,34 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.store.command_seal import Refusal, SeenCommands, answer_verifies, judge, key_check, seal, seal_answer
+from gateway.store.command_seal import SealRefusal, SeenCommands, answer_verifies, judge, key_check, seal, seal_answer
 
 SECRET = b"s" * 32
 REQUEST = '{"method":"set_title","owner":"bob","session_id":"s-1","args":{"title":"x"}}'
 GOOD = seal(SECRET, "c-1", "node-a", "node-b", REQUEST, 100.0)
 
 # (what the row says, the clock) -> the verdict
-CASES: list[tuple[dict[str, object], float, Refusal | None]] = [
+CASES: list[tuple[dict[str, object], float, SealRefusal | None]] = [
     ({}, 50.0, None),
-    ({"mac": None}, 50.0, Refusal.NO_MAC),
-    ({"mac": ""}, 50.0, Refusal.NO_MAC),
-    ({"expires_at": None}, 50.0, Refusal.NO_MAC),
-    ({"mac": "0" * 64}, 50.0, Refusal.BAD_MAC),
-    ({"request": REQUEST.replace("bob", "alice")}, 50.0, Refusal.BAD_MAC),  # another owner, same MAC
-    ({"target": "node-c"}, 50.0, Refusal.BAD_MAC),
-    ({"sender": "node-c"}, 50.0, Refusal.BAD_MAC),
-    ({"command_id": "c-2"}, 50.0, Refusal.BAD_MAC),
-    ({"expires_at": 200.0}, 50.0, Refusal.BAD_MAC),  # a later expiry, the old MAC
-    ({}, 100.5, Refusal.EXPIRED),
-    ({}, 100.0 - 60.0 - 5.0 - 0.5, Refusal.TOO_LONG),  # sealed further ahead than any node seals (TTL + clocks)
+    ({"mac": None}, 50.0, SealRefusal.NO_MAC),
+    ({"mac": ""}, 50.0, SealRefusal.NO_MAC),
+    ({"expires_at": None}, 50.0, SealRefusal.NO_MAC),
+    ({"mac": "0" * 64}, 50.0, SealRefusal.BAD_MAC),
+    ({"request": REQUEST.replace("bob", "alice")}, 50.0, SealRefusal.BAD_MAC),  # another owner, same MAC
+    ({"target": "node-c"}, 50.0, SealRefusal.BAD_MAC),
+    ({"sender": "node-c"}, 50.0, SealRefusal.BAD_MAC),
+    ({"command_id": "c-2"}, 50.0, SealRefusal.BAD_MAC),
+    ({"expires_at": 200.0}, 50.0, SealRefusal.BAD_MAC),  # a later expiry, the old MAC
+    ({}, 100.5, SealRefusal.EXPIRED),
+    ({}, 100.0 - 60.0 - 5.0 - 0.5, SealRefusal.TOO_LONG),  # sealed further ahead than any node seals (TTL + clocks)
     ({}, 100.0 - 60.0 - 5.0, None),
-    ({"secret": b"t" * 32}, 50.0, Refusal.BAD_MAC),
+    ({"secret": b"t" * 32}, 50.0, SealRefusal.BAD_MAC),
 ]
 
 
 @pytest.mark.parametrize(("change", "now", "expected"), CASES)
 def test_a_command_runs_only_when_its_seal_verifies_in_time(change: dict[str, object], now: float,
-                                                            expected: Refusal | None) -> None:
+                                                            expected: SealRefusal | None) -> None:
     row: dict[str, object] = {"secret": SECRET, "command_id": "c-1", "target": "node-a", "sender": "node-b",
                               "request": REQUEST, "mac": GOOD, "expires_at": 100.0, **change}
     assert judge(now=now, seen=SeenCommands(), **row) is expected  # type: ignore[arg-type]
@@ -42,8 +42,8 @@ def test_a_command_runs_once() -> None:
     args = {"secret": SECRET, "command_id": "c-1", "target": "node-a", "sender": "node-b", "request": REQUEST,
             "mac": GOOD, "expires_at": 100.0}
     assert judge(now=50.0, seen=seen, **args) is None  # type: ignore[arg-type]
-    assert judge(now=60.0, seen=seen, **args) is Refusal.REPLAYED  # type: ignore[arg-type]
-    assert judge(now=101.0, seen=seen, **args) is Refusal.EXPIRED  # type: ignore[arg-type]
+    assert judge(now=60.0, seen=seen, **args) is SealRefusal.REPLAYED  # type: ignore[arg-type]
+    assert judge(now=101.0, seen=seen, **args) is SealRefusal.EXPIRED  # type: ignore[arg-type]
     assert seen.until == {"c-1": 100.0}
     seen.forget_expired(101.0)
     assert seen.until == {}  # bounded: forgotten once it could not verify anyway

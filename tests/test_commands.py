@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from gateway.runtime.commands import TABLE, Command, Decision, Phase, decide, phase_of
+from gateway.runtime.commands import TABLE, Command, CommandDecision, CommandPhase, decide, phase_of
 
-C, D, P = Command, Decision, Phase
+C, D, P = Command, CommandDecision, CommandPhase
 
 DECISIONS = [
     (C.PROMPT, P.IDLE, D.START_TURN),
@@ -33,14 +33,14 @@ PHASES = [
 
 
 @pytest.mark.parametrize(("command", "phase", "expected"), DECISIONS)
-def test_decide(command: Command, phase: Phase, expected: Decision) -> None:
+def test_decide(command: Command, phase: CommandPhase, expected: CommandDecision) -> None:
     assert decide(command, phase) is expected
 
 
 @pytest.mark.parametrize(("terminal", "turn_running", "stopping", "expected"), PHASES)
-def test_phase_of(terminal: bool, turn_running: bool, stopping: bool, expected: Phase) -> None:
+def test_phase_of(terminal: bool, turn_running: bool, stopping: bool, expected: CommandPhase) -> None:
     assert phase_of(terminal=terminal, turn_running=turn_running, stopping=stopping) is expected
 
 
 def test_the_table_is_total() -> None:
-    assert set(TABLE) == set(itertools.product(Command, Phase))
+    assert set(TABLE) == set(itertools.product(Command, CommandPhase))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from acp.elicitation import Elicitation, Refusal, check_answer, check_request
+from acp.elicitation import AnswerRefusal, Elicitation, check_answer, check_request
 from acp.errors import RpcError
 from gateway.clients.client import RpcCallError
 from tests.gateway_harness import GatewayProcess, reference_profile, running, subscribed
@@ -83,7 +83,7 @@ def test_check_answer(rule: str, question: Elicitation, action: str, content: An
                       expected: dict[str, Any] | str) -> None:
     got = check_answer(question, action, content)
     if isinstance(expected, str):
-        assert isinstance(got, Refusal) and got.field == expected, got
+        assert isinstance(got, AnswerRefusal) and got.field == expected, got
     else:
         assert got == expected
 

@@ -67,7 +67,7 @@ BAD: list[tuple[str, Any, str, str]] = [
 @pytest.mark.parametrize(("name", "servers", "field", "word"), BAD, ids=[b[0] for b in BAD])
 def test_bad_shapes_are_refused_naming_the_field_never_the_value(name: str, servers: Any, field: str,
                                                                  word: str) -> None:
-    with pytest.raises(mcp.Refusal) as refused:
+    with pytest.raises(mcp.McpRefusal) as refused:
         mcp.parse(servers)
     assert refused.value.field == field and word in refused.value.message
     for secret in (*SECRETS, "X-Injected", "x\x00y"):
@@ -77,10 +77,10 @@ def test_bad_shapes_are_refused_naming_the_field_never_the_value(name: str, serv
 def test_policy_and_transports() -> None:
     servers = mcp.parse([stdio(), http(), {**http("events"), "type": "sse"}])
     mcp.check_servers(servers, stdio_allowed=True, transports=None, agent="a")
-    with pytest.raises(mcp.Refusal) as no_stdio:
+    with pytest.raises(mcp.McpRefusal) as no_stdio:
         mcp.check_servers(servers, stdio_allowed=False, transports=None, agent="a")
     assert no_stdio.value.field == "mcp_servers.0" and "allow_stdio_mcp_servers" in no_stdio.value.message
-    with pytest.raises(mcp.Refusal) as no_sse:
+    with pytest.raises(mcp.McpRefusal) as no_sse:
         mcp.check_servers(servers, stdio_allowed=True, transports={"stdio", "http"}, agent="a")
     assert no_sse.value.field == "mcp_servers.2.type" and "mcpCapabilities.sse" in no_sse.value.message
 

@@ -73,7 +73,7 @@ async def test_record_then_replay_reproduces_the_agent_traffic(tmp_path: Path) -
     replayed, replay_sid = await drive([sys.executable, "-m", "gateway.cli", "replay", str(fixture)], other,
                                        ["hello", "/permission", "/tool cat notes.txt"])
     assert replay_sid == sid
-    # The replay speaks of the directory it plays in (rule N3): the recording's paths are the run's.
+    # The replay speaks of the directory it plays in (rule RM3): the recording's paths are the run's.
     moved = orjson.loads(orjson.dumps(recorded).replace(str(work).encode(), str(other).encode()))
     assert without_ids(replayed) == without_ids(moved)
 

@@ -27,44 +27,44 @@ KNOWN = Bindings(sessions={"s-1": "s-1"}, issued=frozenset({"s-1"}), handed_out=
 
 # rule, recorded frame, received frame, bindings before, matches in tolerant mode, matches in strict mode
 MATCH_TABLE: list[tuple[str, dict[str, Any], dict[str, Any], Bindings, bool, bool]] = [
-    ("N1", req("session/prompt", PROMPT, 4), req("session/prompt", PROMPT, 99), KNOWN, True, True),
-    ("N2", req("session/prompt", PROMPT), req("session/prompt", {**PROMPT, "_meta": {"traceparent": "00-x"}}), KNOWN,
+    ("RM1", req("session/prompt", PROMPT, 4), req("session/prompt", PROMPT, 99), KNOWN, True, True),
+    ("RM2", req("session/prompt", PROMPT), req("session/prompt", {**PROMPT, "_meta": {"traceparent": "00-x"}}), KNOWN,
      True, False),
-    ("N2 nested", req("session/prompt", {**PROMPT, "prompt": [{"type": "text", "text": "hi", "_meta": {"a": 1}}]}),
+    ("RM2 nested", req("session/prompt", {**PROMPT, "prompt": [{"type": "text", "text": "hi", "_meta": {"a": 1}}]}),
      req("session/prompt", PROMPT), KNOWN, True, False),
-    ("N3", req("session/new", {"cwd": "<cwd>", "mcpServers": []}), req("session/new", {"cwd": "/w", "mcpServers": []}),
+    ("RM3", req("session/new", {"cwd": "<cwd>", "mcpServers": []}), req("session/new", {"cwd": "/w", "mcpServers": []}),
      Bindings(), True, True),
-    ("N3 prefix", req("fs/x", {"path": "<cwd>/src/a.py"}), req("fs/x", {"path": "/home/u/p/src/a.py"}), Bindings(),
+    ("RM3 prefix", req("fs/x", {"path": "<cwd>/src/a.py"}), req("fs/x", {"path": "/home/u/p/src/a.py"}), Bindings(),
      True, True),
-    ("N3 bound", req("session/new", {"cwd": "<cwd>"}), req("session/new", {"cwd": "/other"}),
+    ("RM3 bound", req("session/new", {"cwd": "<cwd>"}), req("session/new", {"cwd": "/other"}),
      Bindings(paths={"<cwd>": "/w"}), False, False),
-    ("N3 plain cwd", req("session/new", {"cwd": "/rec/work"}), req("session/new", {"cwd": "/live"}), Bindings(), True,
+    ("RM3 plain cwd", req("session/new", {"cwd": "/rec/work"}), req("session/new", {"cwd": "/live"}), Bindings(), True,
      True),
-    ("N3 not a path", req("x", {"name": "<cwd>"}), req("x", {"name": "relative"}), Bindings(), False, False),
-    ("N4 probe", req("session/resume", {"sessionId": "probe-0"}), req("session/resume", {"sessionId": "live-7"}),
+    ("RM3 not a path", req("x", {"name": "<cwd>"}), req("x", {"name": "relative"}), Bindings(), False, False),
+    ("RM4 probe", req("session/resume", {"sessionId": "probe-0"}), req("session/resume", {"sessionId": "live-7"}),
      Bindings(issued=frozenset({"s-1"})), True, False),
-    ("N4 probe, but the agent knows it", req("session/resume", {"sessionId": "probe-0"}),
+    ("RM4 probe, but the agent knows it", req("session/resume", {"sessionId": "probe-0"}),
      req("session/resume", {"sessionId": "s-1"}), Bindings(issued=frozenset({"s-1"})), False, False),
-    ("N4 issued", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-1"}),
+    ("RM4 issued", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-1"}),
      Bindings(issued=frozenset({"s-1"})), True, True),
-    ("N4 issued, another id", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-2"}),
+    ("RM4 issued, another id", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-2"}),
      Bindings(issued=frozenset({"s-1"})), False, False),
-    ("N4 issued, another the agent knows", req("session/resume", {"sessionId": "s-1"}),
+    ("RM4 issued, another the agent knows", req("session/resume", {"sessionId": "s-1"}),
      req("session/resume", {"sessionId": "s-2"}), Bindings(issued=frozenset({"s-1", "s-2"})), True, False),
-    ("N4 forgotten", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-1"}),
+    ("RM4 forgotten", req("session/resume", {"sessionId": "s-1"}), req("session/resume", {"sessionId": "s-1"}),
      Bindings(issued=frozenset({"s-1"}), forget=True), False, True),
-    ("N4 probe when forgotten", req("session/resume", {"sessionId": "probe-0"}),
+    ("RM4 probe when forgotten", req("session/resume", {"sessionId": "probe-0"}),
      req("session/resume", {"sessionId": "s-1"}), Bindings(issued=frozenset({"s-1"}), forget=True), True, False),
-    ("N4 bound", req("session/prompt", PROMPT), req("session/prompt", {**PROMPT, "sessionId": "s-9"}),
+    ("RM4 bound", req("session/prompt", PROMPT), req("session/prompt", {**PROMPT, "sessionId": "s-9"}),
      Bindings(sessions={"s-1": "s-2"}), False, False),
-    ("N5", req("x", {"at": "2026-01-02T03:04:05Z"}), req("x", {"at": "2026-12-02T13:00:00.5+00:00"}), Bindings(), True,
+    ("RM5", req("x", {"at": "2026-01-02T03:04:05Z"}), req("x", {"at": "2026-12-02T13:00:00.5+00:00"}), Bindings(), True,
      False),
-    ("N6", req("initialize", {"protocolVersion": 1, "clientInfo": {"name": "acp-gateway", "version": "0.1.0"}}),
+    ("RM6", req("initialize", {"protocolVersion": 1, "clientInfo": {"name": "acp-gateway", "version": "0.1.0"}}),
      req("initialize", {"protocolVersion": 1, "clientInfo": {"name": "acp-gateway", "version": "0.2.0"}}), Bindings(),
      True, False),
-    ("N8", req("session/new", {"mcpServers": [{"env": [{"name": "K", "value": "[secret]"}]}]}),
+    ("RM8", req("session/new", {"mcpServers": [{"env": [{"name": "K", "value": "[secret]"}]}]}),
      req("session/new", {"mcpServers": [{"env": [{"name": "K", "value": "sk-real"}]}]}), Bindings(), True, True),
-    ("N10", answer(0, {"outcome": {"outcome": "selected", "optionId": "allow"}}),
+    ("RM10", answer(0, {"outcome": {"outcome": "selected", "optionId": "allow"}}),
      answer(0, {"outcome": {"outcome": "cancelled"}}), Bindings(), True, False),
     ("a different text", req("session/prompt", PROMPT),
      req("session/prompt", {**PROMPT, "prompt": [{"type": "text", "text": "bye"}]}), KNOWN, False, False),
@@ -85,7 +85,7 @@ def test_matching_by_rule(rule: str, recorded: dict[str, Any], received: dict[st
 
 def test_every_rule_is_in_the_table() -> None:
     named = {row[0].split()[0] for row in MATCH_TABLE}
-    assert {r.value for r in Rule} - named == {"N7", "N9"}  # the two about order: test_replay_* below
+    assert {r.value for r in Rule} - named == {"RM7", "RM9"}  # the two about order: test_replay_* below
 
 
 def test_a_mismatch_says_where_and_what() -> None:
@@ -130,7 +130,7 @@ def test_replay_passes_over_what_the_client_does_not_send_n9() -> None:
         {"sessionId": "s-1"}]
     played = replay.receive(req("session/prompt", PROMPT, 12))  # session/list is passed over
     assert played.divergence is None
-    assert [e.msg.get("id") for e in played.send] == [None, 12]  # the answer carries the client's id (N1)
+    assert [e.msg.get("id") for e in played.send] == [None, 12]  # the answer carries the client's id (RM1)
     strict = Replay([NEW], strict=True)
     strict.receive(req("initialize", {"protocolVersion": 1}, 10))
     strict.receive(req("session/new", {"cwd": "/w", "mcpServers": []}, 11))

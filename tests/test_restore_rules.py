@@ -5,19 +5,22 @@ from __future__ import annotations
 import pytest
 
 from acp.restore import (
-    Attempt,
     Call,
     Failure,
     FailureClass,
     FailureKind,
     Finished,
-    Method,
     Outcome,
+    RestoreAttempt,
     RestoreInputs,
+    RestoreMethod,
     classify_restore_failure,
     plan_name,
     plan_restore,
 )
+
+M = RestoreMethod
+Tried = RestoreAttempt  # a call made, and how it failed (if it did)
 
 TOKEN = "sess-1234abcd"
 
@@ -36,52 +39,52 @@ NOT_FOUND = err(-32601, "Method not found")
 # One row per row of the planning table (§3.1), plus the rows' boundaries.
 PLAN_TABLE = [
     # rule, inputs, attempts so far, cancelled, expected next step
-    ("R1", inputs(), (), False, Call(Method.RESUME, "R1")),
-    ("R2", inputs(), (Attempt(Method.RESUME, NOT_FOUND),), False, Call(Method.LOAD, "R2")),
-    ("R2 not when cancelled", inputs(), (Attempt(Method.RESUME, NOT_FOUND),), True,
+    ("R1", inputs(), (), False, Call(M.RESUME, "R1")),
+    ("R2", inputs(), (Tried(M.RESUME, NOT_FOUND),), False, Call(M.LOAD, "R2")),
+    ("R2 not when cancelled", inputs(), (Tried(M.RESUME, NOT_FOUND),), True,
      Finished(Outcome.PRESERVED, FailureClass.CANCELLATION, "R1")),
-    ("R2 not without load", inputs(load=False), (Attempt(Method.RESUME, NOT_FOUND),), False,
-     Call(Method.NEW, "R1", fallback=FailureClass.UNSUPPORTED)),
-    ("R3", inputs(resume=False), (), False, Call(Method.LOAD, "R3")),
-    ("R3'", inputs(resume=False, load=False), (), False, Call(Method.NEW, "R3'", fallback=FailureClass.UNSUPPORTED)),
-    ("R4 no native resume", inputs(native=False), (), False, Call(Method.NEW, "R4")),
-    ("R4 no token", inputs(token=None), (), False, Call(Method.NEW, "R4")),
+    ("R2 not without load", inputs(load=False), (Tried(M.RESUME, NOT_FOUND),), False,
+     Call(M.NEW, "R1", fallback=FailureClass.UNSUPPORTED)),
+    ("R3", inputs(resume=False), (), False, Call(M.LOAD, "R3")),
+    ("R3'", inputs(resume=False, load=False), (), False, Call(M.NEW, "R3'", fallback=FailureClass.UNSUPPORTED)),
+    ("R4 no native resume", inputs(native=False), (), False, Call(M.NEW, "R4")),
+    ("R4 no token", inputs(token=None), (), False, Call(M.NEW, "R4")),
 ]
 
 
 @pytest.mark.parametrize(
     ("rule", "given", "attempts", "cancelled", "expected"), PLAN_TABLE, ids=[r[0] for r in PLAN_TABLE]
 )
-def test_plan_table(rule: str, given: RestoreInputs, attempts: tuple[Attempt, ...], cancelled: bool,
+def test_plan_table(rule: str, given: RestoreInputs, attempts: tuple[RestoreAttempt, ...], cancelled: bool,
                     expected: object) -> None:
     assert plan_restore(given, attempts, cancelled) == expected
 
 
 # Complete negotiations: attempts in order -> final outcome.
 OUTCOMES = [
-    ("resume works", inputs(), [Attempt(Method.RESUME)], Outcome.RESTORED, None),
-    ("load works (R3)", inputs(resume=False), [Attempt(Method.LOAD)], Outcome.RESTORED, None),
-    ("R2 load works", inputs(), [Attempt(Method.RESUME, NOT_FOUND), Attempt(Method.LOAD)], Outcome.RESTORED, None),
+    ("resume works", inputs(), [Tried(M.RESUME)], Outcome.RESTORED, None),
+    ("load works (R3)", inputs(resume=False), [Tried(M.LOAD)], Outcome.RESTORED, None),
+    ("R2 load works", inputs(), [Tried(M.RESUME, NOT_FOUND), Tried(M.LOAD)], Outcome.RESTORED, None),
     ("R2 load unsupported too", inputs(),
-     [Attempt(Method.RESUME, NOT_FOUND), Attempt(Method.LOAD, NOT_FOUND), Attempt(Method.NEW)],
+     [Tried(M.RESUME, NOT_FOUND), Tried(M.LOAD, NOT_FOUND), Tried(M.NEW)],
      Outcome.FALLBACK_NEW, FailureClass.UNSUPPORTED),
-    ("unknown session", inputs(), [Attempt(Method.RESUME, err(-32002, "Resource not found")), Attempt(Method.NEW)],
+    ("unknown session", inputs(), [Tried(M.RESUME, err(-32002, "Resource not found")), Tried(M.NEW)],
      Outcome.FALLBACK_NEW, FailureClass.UNKNOWN_SESSION),
-    ("R3' new", inputs(resume=False, load=False), [Attempt(Method.NEW)], Outcome.FALLBACK_NEW,
+    ("R3' new", inputs(resume=False, load=False), [Tried(M.NEW)], Outcome.FALLBACK_NEW,
      FailureClass.UNSUPPORTED),
-    ("R4 new", inputs(native=False), [Attempt(Method.NEW)], Outcome.NEW, None),
-    ("R4 new fails", inputs(token=None), [Attempt(Method.NEW, err(-32000, "auth"))], Outcome.FAILED,
+    ("R4 new", inputs(native=False), [Tried(M.NEW)], Outcome.NEW, None),
+    ("R4 new fails", inputs(token=None), [Tried(M.NEW, err(-32000, "auth"))], Outcome.FAILED,
      FailureClass.AUTHENTICATION),
     ("fallback new fails: keep the token", inputs(),
-     [Attempt(Method.RESUME, err(-32002)), Attempt(Method.NEW, err(-32603, "boom"))],
+     [Tried(M.RESUME, err(-32002)), Tried(M.NEW, err(-32603, "boom"))],
      Outcome.PRESERVED, FailureClass.INCONCLUSIVE),
-    ("transport preserves", inputs(), [Attempt(Method.RESUME, Failure(FailureKind.TRANSPORT, message="exit"))],
+    ("transport preserves", inputs(), [Tried(M.RESUME, Failure(FailureKind.TRANSPORT, message="exit"))],
      Outcome.PRESERVED, FailureClass.TRANSPORT),
 ]
 
 
 @pytest.mark.parametrize(("name", "given", "attempts", "outcome", "cls"), OUTCOMES, ids=[r[0] for r in OUTCOMES])
-def test_negotiation_outcomes(name: str, given: RestoreInputs, attempts: list[Attempt], outcome: Outcome,
+def test_negotiation_outcomes(name: str, given: RestoreInputs, attempts: list[RestoreAttempt], outcome: Outcome,
                               cls: FailureClass | None) -> None:
     for i in range(len(attempts)):
         step = plan_restore(given, tuple(attempts[:i]))
@@ -93,9 +96,9 @@ def test_negotiation_outcomes(name: str, given: RestoreInputs, attempts: list[At
 
 def test_attempt_off_plan_raises() -> None:
     with pytest.raises(ValueError, match="the plan was session/resume"):
-        plan_restore(inputs(), (Attempt(Method.LOAD),))
+        plan_restore(inputs(), (Tried(M.LOAD),))
     with pytest.raises(ValueError, match="after the negotiation finished"):
-        plan_restore(inputs(), (Attempt(Method.RESUME), Attempt(Method.LOAD)))
+        plan_restore(inputs(), (Tried(M.RESUME), Tried(M.LOAD)))
 
 
 def test_plan_names() -> None:

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from acp.session_config import (
     Apply,
-    Attempt,
     Call,
     Choice,
+    ConfigOffer,
     Done,
     Finding,
-    Offer,
+    ReapplyAttempt,
     Reason,
     Refused,
     Via,
@@ -40,7 +40,7 @@ def boolean(option_id: str, current: bool) -> dict[str, Any]:
 
 
 # An agent like claude-agent-acp: config options (mode and model among them) and modes, kept in step.
-MODERN = Offer.from_answer({
+MODERN = ConfigOffer.from_answer({
     "configOptions": [select("mode", "default", ["default", "plan"], "mode"),
                       select("model", "sonnet", ["sonnet", "opus"], "model"),
                       select("effort", "low", ["low", "high"], "thought_level"),
@@ -48,13 +48,13 @@ MODERN = Offer.from_answer({
     "modes": {"currentModeId": "default", "availableModes": [{"id": "default", "name": "Default"},
                                                              {"id": "plan", "name": "Plan"}]}})
 # An agent like gemini-cli: modes and the legacy models, no config options.
-LEGACY = Offer.from_answer({
+LEGACY = ConfigOffer.from_answer({
     "modes": {"currentModeId": "default", "availableModes": [{"id": "default", "name": "Default"},
                                                              {"id": "plan", "name": "Plan"}]},
     "models": {"currentModelId": "auto", "availableModels": [{"modelId": "auto", "name": "Auto"},
                                                              {"modelId": "pro", "name": "Pro"}]}})
 # Grouped values, an option of a type from a newer protocol, and an option with an unusual id for the mode.
-ODD = Offer.from_answer({"configOptions": [
+ODD = ConfigOffer.from_answer({"configOptions": [
     {"id": "model", "name": "Model", "type": "select", "category": "model", "currentValue": "a",
      "options": [{"group": "fast", "name": "Fast", "options": [{"value": "a", "name": "A"}]},
                  {"group": "slow", "name": "Slow", "options": [{"value": "b", "name": "B"}]}]},
@@ -62,7 +62,7 @@ ODD = Offer.from_answer({"configOptions": [
     select("permission_mode", "ask", ["ask", "auto"], "mode"),
     "not an option", {"name": "no id"}]})
 
-RESOLVE_TABLE: list[tuple[str, Offer, str, Any, str | None, Call | Refused]] = [
+RESOLVE_TABLE: list[tuple[str, ConfigOffer, str, Any, str | None, Call | Refused]] = [
     ("S1 select", MODERN, "effort", "high", None, Call(Via.CONFIG_OPTION, "effort", "high", False, "S1")),
     ("S1 boolean", MODERN, "fast", True, None, Call(Via.CONFIG_OPTION, "fast", True, True, "S1")),
     ("S1 mode as a config option", MODERN, "mode", "plan", None, Call(Via.CONFIG_OPTION, "mode", "plan", False, "S1")),
@@ -97,7 +97,7 @@ RESOLVE_TABLE: list[tuple[str, Offer, str, Any, str | None, Call | Refused]] = [
 
 @pytest.mark.parametrize(("rule", "offer", "option_id", "value", "category", "expected"), RESOLVE_TABLE,
                          ids=[r[0] for r in RESOLVE_TABLE])
-def test_resolve_table(rule: str, offer: Offer, option_id: str, value: Any, category: str | None,
+def test_resolve_table(rule: str, offer: ConfigOffer, option_id: str, value: Any, category: str | None,
                        expected: Call | Refused) -> None:
     assert resolve(offer, option_id, value, category) == expected
 
@@ -121,10 +121,11 @@ def test_the_calls_say_what_acp_wants() -> None:
     assert Call(Via.MODEL, "model", "pro").params("s") == {"sessionId": "s", "modelId": "pro"}
 
 
-def run(choices: dict[str, Choice], offer: Offer, answers: dict[str, Any]) -> tuple[list[str], tuple[Finding, ...]]:
+def run(choices: dict[str, Choice], offer: ConfigOffer,
+        answers: dict[str, Any]) -> tuple[list[str], tuple[Finding, ...]]:
     """Drive `next_step` as the runtime does: each call answered from `answers` (an error string refuses it; a
     dict is the agent's answer; absent: an empty answer), the offer updated after each success."""
-    attempts: list[Attempt] = []
+    attempts: list[ReapplyAttempt] = []
     sent: list[str] = []
     while True:
         step = next_step(choices, offer, attempts)
@@ -134,9 +135,9 @@ def run(choices: dict[str, Choice], offer: Offer, answers: dict[str, Any]) -> tu
         sent.append(f"{step.call.via.value} {step.call.option_id}={step.call.value}")
         answer = answers.get(step.choice_id, {})
         if isinstance(answer, str):
-            attempts.append(Attempt(step.choice_id, step.call, answer))
+            attempts.append(ReapplyAttempt(step.choice_id, step.call, answer))
         else:
-            attempts.append(Attempt(step.choice_id, step.call))
+            attempts.append(ReapplyAttempt(step.choice_id, step.call))
             offer = offer.after(step.call, answer)
 
 
@@ -149,7 +150,7 @@ WITHOUT_FAST = {"configOptions": [select("mode", "default", ["default", "plan"],
                                   select("model", "opus", ["sonnet", "opus"], "model"),
                                   select("effort", "low", ["low", "high"], "thought_level")]}
 
-REAPPLY_TABLE: list[tuple[str, dict[str, Choice], Offer, dict[str, Any], list[str], list[tuple[str, Reason]]]] = [
+REAPPLY_TABLE: list[tuple[str, dict[str, Choice], ConfigOffer, dict[str, Any], list[str], list[tuple[str, Reason]]]] = [
     ("A1 the agent remembered everything", {"model": pick("sonnet", "model"), "mode": pick("default", "mode")},
      MODERN, {}, [], []),
     ("A2 model first, then mode, then the rest as chosen",
@@ -180,8 +181,8 @@ REAPPLY_TABLE: list[tuple[str, dict[str, Choice], Offer, dict[str, Any], list[st
 
 @pytest.mark.parametrize(("rule", "choices", "offer", "answers", "sent", "found"), REAPPLY_TABLE,
                          ids=[r[0] for r in REAPPLY_TABLE])
-def test_reapply_table(rule: str, choices: dict[str, Choice], offer: Offer, answers: dict[str, Any], sent: list[str],
-                       found: list[tuple[str, Reason]]) -> None:
+def test_reapply_table(rule: str, choices: dict[str, Choice], offer: ConfigOffer, answers: dict[str, Any],
+                       sent: list[str], found: list[tuple[str, Reason]]) -> None:
     calls, findings = run(choices, offer, answers)
     assert calls == sent
     assert [(f.id, f.reason) for f in findings] == found
@@ -200,7 +201,7 @@ def test_a_mode_set_either_way_is_seen_both_ways() -> None:
     assert legacy.models is not None and legacy.models["currentModelId"] == "pro"
 
 
-ADOPT_TABLE: list[tuple[str, dict[str, Choice], Offer, dict[str, Any], dict[str, Choice]]] = [
+ADOPT_TABLE: list[tuple[str, dict[str, Choice], ConfigOffer, dict[str, Any], dict[str, Choice]]] = [
     ("O1 the agent leaves plan mode on its own", {"mode": pick("plan", "mode")},
      MODERN.with_value("mode", "plan"), {"sessionUpdate": "current_mode_update", "currentModeId": "default"},
      {"mode": pick("default", "mode", "agent")}),
@@ -220,14 +221,14 @@ ADOPT_TABLE: list[tuple[str, dict[str, Choice], Offer, dict[str, Any], dict[str,
 
 @pytest.mark.parametrize(("rule", "choices", "before", "update", "expected"), ADOPT_TABLE,
                          ids=[r[0] for r in ADOPT_TABLE])
-def test_adopt_table(rule: str, choices: dict[str, Choice], before: Offer, update: dict[str, Any],
+def test_adopt_table(rule: str, choices: dict[str, Choice], before: ConfigOffer, update: dict[str, Any],
                      expected: dict[str, Choice]) -> None:
     assert adopt(choices, before, before.with_update(update)) == expected
 
 
 def test_the_stored_form_round_trips_and_tolerates_junk() -> None:
-    assert Offer.from_json(MODERN.to_json()).options() == MODERN.options()
-    assert Offer.from_json("junk").empty and Offer.from_json({"configOptions": "junk"}).empty
+    assert ConfigOffer.from_json(MODERN.to_json()).options() == MODERN.options()
+    assert ConfigOffer.from_json("junk").empty and ConfigOffer.from_json({"configOptions": "junk"}).empty
     assert Choice.from_json(pick(True, None, "agent").to_json()) == pick(True, None, "agent")
     assert Choice.from_json({"value": 3}) is None
 
@@ -237,7 +238,7 @@ def test_the_stored_form_round_trips_and_tolerates_junk() -> None:
                                                                                 max_size=5), max_leaves=30))
 def test_any_answer_is_read_without_raising(answer: Any) -> None:
     """Whatever an agent answers, reading it never raises: malformed items are skipped, unknown fields kept."""
-    offer = Offer.from_answer(answer if not isinstance(answer, dict) else {"configOptions": [answer], **answer})
+    offer = ConfigOffer.from_answer(answer if not isinstance(answer, dict) else {"configOptions": [answer], **answer})
     for option in offer.options():
         resolve(offer, option.id, "x")
     next_step({"model": pick("x", "model"), "fast": pick(True)}, offer)

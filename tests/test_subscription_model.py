@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from gateway.journal import EventBus, Subscription
-from gateway.journal.phases import WAKE, Phase, Wake
+from gateway.journal.phases import WAKE, SubscriptionPhase, Wake
 from gateway.store import StoreBase, open_store
 
 OWNER = "o"
@@ -164,13 +164,14 @@ class SubscriptionMachine(RuleBasedStateMachine):
 
         async def settled() -> None:
             deadline = asyncio.get_running_loop().time() + SETTLE_SECONDS
-            while not all(who.sub.phase in (Phase.ENDED, Phase.LIVE) for who in self.subscribers):
+            settled = (SubscriptionPhase.ENDED, SubscriptionPhase.LIVE)
+            while not all(who.sub.phase in settled for who in self.subscribers):
                 assert asyncio.get_running_loop().time() < deadline, [
                     (who.sub.phase, who.sub.rule, who.sub.last_id, bus.head(OWNER)) for who in self.subscribers]
                 await asyncio.sleep(0.001)
         self.run(settled())
         for who in self.subscribers:
-            if who.sub.phase is Phase.LIVE:
+            if who.sub.phase is SubscriptionPhase.LIVE:
                 assert who.sink.ended is None and who.sink.caught_up == 1
                 assert who.sink.ids == self.wanted(who, bus.head(OWNER))
 
@@ -205,7 +206,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
     @invariant()
     def one_that_was_ended_was_told(self) -> None:
         for who in self.subscribers:
-            if who.sub.phase is Phase.ENDED:
+            if who.sub.phase is SubscriptionPhase.ENDED:
                 assert who.sink.ended is not None and who.sub.rule in ("SUB-7", "SUB-8")
 
     def teardown(self) -> None:

@@ -12,7 +12,7 @@ from gateway.journal.phases import (
     GapVerdict,
     IllegalMove,
     Move,
-    Phase,
+    SubscriptionPhase,
     Wake,
     cut_page,
     explain_gap,
@@ -21,7 +21,7 @@ from gateway.journal.phases import (
     prune_floor,
 )
 
-P, M = Phase, Move
+P, M = SubscriptionPhase, Move
 
 LEGAL = [
     ("SUB-1", P.REPLAY, M.PAGE_SENT, P.REPLAY),
@@ -42,7 +42,8 @@ LEGAL = [
 
 
 @pytest.mark.parametrize(("rule", "phase", "what", "after"), LEGAL)
-def test_each_move_of_the_table_has_its_rule_and_next_phase(rule: str, phase: Phase, what: Move, after: Phase) -> None:
+def test_each_move_of_the_table_has_its_rule_and_next_phase(rule: str, phase: SubscriptionPhase, what: Move,
+                                                            after: SubscriptionPhase) -> None:
     assert move(phase, what) == (rule, after)
 
 
@@ -50,8 +51,8 @@ def test_the_table_is_exactly_the_listed_moves() -> None:
     assert {(phase, what): (rule, after) for rule, phase, what, after in LEGAL} == MOVES
 
 
-@pytest.mark.parametrize(("phase", "what"), [(p, m) for p in Phase for m in Move if (p, m) not in MOVES])
-def test_a_move_the_table_lacks_raises(phase: Phase, what: Move) -> None:
+@pytest.mark.parametrize(("phase", "what"), [(p, m) for p in SubscriptionPhase for m in Move if (p, m) not in MOVES])
+def test_a_move_the_table_lacks_raises(phase: SubscriptionPhase, what: Move) -> None:
     with pytest.raises(IllegalMove):
         move(phase, what)
 
@@ -78,14 +79,14 @@ def test_a_live_subscription_is_never_overtaken_nor_fed() -> None:
     (P.FED, 20, 10, 20, "FEED-4", FeedAction.GO_LIVE, 20),
     (P.FED, 162_790, 9, 200_015, "FEED-3", FeedAction.READ, 200_015),  # the subscriber: still fed
 ])
-def test_the_feeders_next_step(phase: Phase, last_id: int, until: int, head: int, rule: str, action: FeedAction,
-                               target: int) -> None:
+def test_the_feeders_next_step(phase: SubscriptionPhase, last_id: int, until: int, head: int, rule: str,
+                               action: FeedAction, target: int) -> None:
     step = next_feed_step(phase, last_id, until, head)
     assert (step.rule, step.action, step.target) == (rule, action, target)
 
 
 @pytest.mark.parametrize("phase", [P.LIVE, P.ENDED])
-def test_nothing_feeds_a_live_or_ended_subscription(phase: Phase) -> None:
+def test_nothing_feeds_a_live_or_ended_subscription(phase: SubscriptionPhase) -> None:
     with pytest.raises(IllegalMove):
         next_feed_step(phase, 0, 0, 0)
 

@@ -12,10 +12,10 @@ import pytest
 from acp import fs
 from acp.errors import RpcError
 from gateway.clients.client import RpcCallError
-from gateway.runtime.workspace import Refusal, refusal
+from gateway.runtime.workspace import WorkspaceRefusal, refusal
 from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 
-R = Refusal
+R = WorkspaceRefusal
 ROOTS = [Path("/home/alice"), Path("/srv/work")]
 PROTECTED = [Path("/home/alice/.local/state/acp-gateway"), Path("/etc/acp/gateway.toml")]
 ROWS = [
@@ -37,7 +37,7 @@ ROWS = [
 
 
 @pytest.mark.parametrize(("cwd", "expected"), ROWS)
-def test_refusal(cwd: str, expected: Refusal | None) -> None:
+def test_refusal(cwd: str, expected: WorkspaceRefusal | None) -> None:
     assert refusal(Path(cwd), ROOTS, PROTECTED) == expected
 
 

@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="recordings written by `acp-gateway record`, or a directory of them (a corpus)")
     parser.add_argument("--realtime", action="store_true", help="reproduce the recorded pacing")
     parser.add_argument("--strict", action="store_true",
-                        help="match only what no two runs can avoid: request ids, paths, secrets (rules N1, N3, N8)")
+                        help="match only what no two runs can avoid: request ids, paths, secrets (rules RM1, RM3, RM8)")
     parser.add_argument("--pace", type=float, default=PACE, metavar="S",
                         help=f"keep the recorded gaps between the agent's frames up to S seconds (default {PACE})")
     parser.add_argument("--forget-sessions", action="store_true",

@@ -10,25 +10,25 @@ Rules of this file:
   says where and why. Nothing is mutated.
 
 Rules:
-  N1  (strict) request ids are the client's own: a recorded id stands for whatever id the client used.
-  N2  `_meta` is ignored, at any depth.
-  N3  (strict) paths: `<cwd>`, `<home>` (and `<tmp>`, `<install>`, `<repo>`) in a recording stand for a
+  RM1  (strict) request ids are the client's own: a recorded id stands for whatever id the client used.
+  RM2  `_meta` is ignored, at any depth.
+  RM3  (strict) paths: `<cwd>`, `<home>` (and `<tmp>`, `<install>`, `<repo>`) in a recording stand for a
       path; each binds to the live one the first time it is matched and must agree from then on (`<cwd>/src`
       matches `/elsewhere/src`, `<tmp>/acp-load-003` only a directory of that name). A `cwd` recorded as a
       plain path (a recording made without `--portable`) stands for the live one as a whole, the same way.
       The agent's frames are sent with the live paths put in.
-  N4  session ids are names: a recorded `sessionId` binds to the live one on first sight and stands for it
+  RM4  session ids are names: a recorded `sessionId` binds to the live one on first sight and stands for it
       from then on, both ways. An id the recording's agent handed out in some process (issued) matches an id
       the agent handed out in any of the recordings (a session it knows) — unless the replay plays an agent that
       lost its sessions (`forget`); an id the agent never handed out (a probe for an unknown session) matches
       any id it did not hand out.
-  N5  ISO-8601 timestamps match any timestamp.
-  N6  `initialize`'s `clientInfo` is ignored (the client's version changes between runs).
-  N7  client frames recorded back to back, with no agent frame between them, may arrive in any order.
-  N8  (strict) `[secret]` matches any value: a recording never holds one.
-  N9  a recorded client frame the client never sends is passed over, with what the agent sent in answer to
+  RM5  ISO-8601 timestamps match any timestamp.
+  RM6  `initialize`'s `clientInfo` is ignored (the client's version changes between runs).
+  RM7  client frames recorded back to back, with no agent frame between them, may arrive in any order.
+  RM8  (strict) `[secret]` matches any value: a recording never holds one.
+  RM9  a recorded client frame the client never sends is passed over, with what the agent sent in answer to
       it, when a later one matches (a recorder may probe more than a client asks).
-  N10 the client's answers to the agent's requests match by kind: what the user chose is the client's choice.
+  RM10 the client's answers to the agent's requests match by kind: what the user chose is the client's choice.
       Strict mode compares them.
 """
 
@@ -50,16 +50,16 @@ _PLACEHOLDER_SPLIT = re.compile("(" + "|".join(re.escape(p) for p in PLACEHOLDER
 
 
 class Rule(StrEnum):
-    REQUEST_IDS = "N1"
-    META = "N2"
-    PATHS = "N3"
-    SESSION_IDS = "N4"
-    TIMESTAMPS = "N5"
-    CLIENT_INFO = "N6"
-    CONCURRENT_ORDER = "N7"
-    SECRETS = "N8"
-    SKIP = "N9"
-    ANSWERS_BY_KIND = "N10"
+    REQUEST_IDS = "RM1"
+    META = "RM2"
+    PATHS = "RM3"
+    SESSION_IDS = "RM4"
+    TIMESTAMPS = "RM5"
+    CLIENT_INFO = "RM6"
+    CONCURRENT_ORDER = "RM7"
+    SECRETS = "RM8"
+    SKIP = "RM9"
+    ANSWERS_BY_KIND = "RM10"
 
 
 ALL_RULES = frozenset(Rule)

@@ -71,8 +71,8 @@ class Script:
 
 @dataclass(frozen=True)
 class Cursor:
-    """Where one script stands: the first entry not yet played, the client entries matched ahead of it (N7), the
-    bindings of its names, and the client's request ids for the recorded ones (N1)."""
+    """Where one script stands: the first entry not yet played, the client entries matched ahead of it (RM7), the
+    bindings of its names, and the client's request ids for the recorded ones (RM1)."""
 
     script: Script
     position: int = 0
@@ -193,7 +193,7 @@ class Replay:
         """The cursor after matching `msg`, or why the nearest expected frame did not match (None: none left)."""
         entries = cursor.script.entries
         first_mismatch: Mismatch | None = None
-        in_window = True  # N7: the run of client frames before the next agent frame
+        in_window = True  # RM7: the run of client frames before the next agent frame
         for i in range(cursor.position, len(entries)):
             entry = entries[i]
             if entry.direction == AGENT:

@@ -24,10 +24,11 @@ from .. import metrics
 from ..errors import log_fault, resync_required
 from ..store import EventGroup, EventRow, JournalEntry, PruneGoal, StoreBase
 from .phases import (
+    FED_FROM_THE_JOURNAL,
     FeedAction,
     GapVerdict,
     Move,
-    Phase,
+    SubscriptionPhase,
     cut_page,
     explain_gap,
     next_feed_step,
@@ -217,7 +218,7 @@ class EventBus:
         if count:  # PIN-1: never past a cursor the journal still feeds (a slow subscriber of a long flood)
             through = prune_floor(self._upcoming(owner) - 1 - self.retention,
                                   (sub.last_id for sub in self._subs.values()
-                                   if sub.owner == owner and sub.phase in (Phase.REPLAY, Phase.FED)))
+                                   if sub.owner == owner and sub.phase in FED_FROM_THE_JOURNAL))
         return PruneGoal(through=through, drop_bytes=excess + self.retention_bytes // 10 if excess > 0 else 0)
 
     async def _commit_when_free(self, group: EventGroup, waiters: list[tuple[EventRow, asyncio.Future[EventRow]]],
@@ -378,7 +379,7 @@ class EventBus:
                 by_session.setdefault((event.owner, event.session_id), []).append(event)
                 by_owner.setdefault(event.owner, []).append(event)
         for sub in list(self._subs.values()):
-            if sub.phase is not Phase.LIVE:
+            if sub.phase is not SubscriptionPhase.LIVE:
                 continue  # the journal feeds it: it reads these there, in order, at its own pace
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
@@ -490,7 +491,7 @@ class EventBus:
         """SUB-7, SUB-8: the journal cannot bring it forward in order. It is ended and its subscriber told so (its
         connection is closed, 4429: reconnect and resubscribe from the cursor), never left behind in silence.
         `reason` goes into a WebSocket close frame: at most 123 bytes."""
-        if sub.phase is Phase.ENDED:
+        if sub.phase is SubscriptionPhase.ENDED:
             return  # unsubscribed meanwhile: nobody is waiting for it
         rule = sub.take(what)
         metrics.SUBSCRIPTIONS_ENDED.labels(rule).inc()
@@ -502,7 +503,7 @@ class EventBus:
     async def _heartbeat(self, sub: Subscription) -> None:
         while sub.id in self._subs:
             await asyncio.sleep(self.heartbeat)
-            if sub.phase is Phase.LIVE:  # one the journal feeds is not quiet
+            if sub.phase is SubscriptionPhase.LIVE:  # one the journal feeds is not quiet
                 sub.sink.send(synthetic_frame("heartbeat", {"subscription_id": sub.id,
                                                             "cursor": self.head(sub.owner)}))
 
@@ -510,7 +511,7 @@ class EventBus:
         sub = self._subs.pop(sub_id, None)
         if sub is None:
             return False
-        if sub.phase is not Phase.ENDED:
+        if sub.phase is not SubscriptionPhase.ENDED:
             sub.take(Move.UNSUBSCRIBED)
         for task in (sub.heartbeat, sub.feeder):
             if task is not None and task is not asyncio.current_task():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
-class Phase(StrEnum):
+class SubscriptionPhase(StrEnum):
     REPLAY = "replay"  # the journal feeds it what came after its cursor, up to the head it subscribed at
     FED = "fed"  # its replay is over (`caught_up` sent) but it is behind the head: the journal feeds it, a page a drain
     LIVE = "live"  # at the head: each group the bus commits is handed to it as it is committed
@@ -48,9 +48,9 @@ class IllegalMove(RuntimeError):
     pass
 
 
-P, M = Phase, Move
+P, M = SubscriptionPhase, Move
 # (phase, move) -> (rule id, the phase after it)
-MOVES: dict[tuple[Phase, Move], tuple[str, Phase]] = {
+MOVES: dict[tuple[SubscriptionPhase, Move], tuple[str, SubscriptionPhase]] = {
     (P.REPLAY, M.PAGE_SENT): ("SUB-1", P.REPLAY),
     (P.REPLAY, M.CAUGHT_UP): ("SUB-2", P.FED),  # what was committed during the replay follows `caught_up`
     (P.FED, M.PAGE_SENT): ("SUB-3", P.FED),
@@ -67,14 +67,17 @@ MOVES: dict[tuple[Phase, Move], tuple[str, Phase]] = {
     (P.ENDED, M.UNSUBSCRIBED): ("SUB-9", P.ENDED),
 }
 
-WAKE: dict[Phase, Wake] = {P.REPLAY: Wake.FEEDER, P.FED: Wake.FEEDER, P.LIVE: Wake.COMMIT, P.ENDED: Wake.NOTHING}
+WAKE: dict[SubscriptionPhase, Wake] = {P.REPLAY: Wake.FEEDER, P.FED: Wake.FEEDER, P.LIVE: Wake.COMMIT,
+                                       P.ENDED: Wake.NOTHING}
+# The phases in which a subscription reads the journal rather than live frames: the journal keeps what they need.
+FED_FROM_THE_JOURNAL = frozenset({P.REPLAY, P.FED})
 
 # Moves after which the subscriber must be told its stream ended (close code 4429: reconnect and resubscribe from
 # the cursor; a cursor past retention then gets `resync_required` / `too_far_behind`, which the clients handle).
 TELL_SUBSCRIBER = frozenset({M.OVERTAKEN, M.FEED_FAILED})
 
 
-def move(phase: Phase, what: Move) -> tuple[str, Phase]:
+def move(phase: SubscriptionPhase, what: Move) -> tuple[str, SubscriptionPhase]:
     """The rule and the phase after `what` happens to a subscription in `phase`; raises on a move the table lacks."""
     try:
         return MOVES[(phase, what)]
@@ -95,7 +98,7 @@ class FeedStep:
     target: int  # the id the journal feeds it up to in this phase
 
 
-def next_feed_step(phase: Phase, last_id: int, until: int, head: int) -> FeedStep:
+def next_feed_step(phase: SubscriptionPhase, last_id: int, until: int, head: int) -> FeedStep:
     """What the feeder of a subscription does next. `last_id`: everything it wants up to this id was handed to its
     sink; `until`: the head it subscribed at (its replay ends there); `head`: the bus's head now."""
     if phase is P.REPLAY:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import orjson
 
 from ..store import EventGroup, EventRow
-from .phases import Move, Phase, move
+from .phases import Move, SubscriptionPhase, move
 
 HEARTBEAT_SECONDS = 25.0
 
@@ -53,7 +53,7 @@ class Subscription:
     sink: Sink
     # Where it is on its way to the live stream (`phases.py`): only LIVE is handed committed groups; the
     # feeder brings REPLAY and FED forward from the journal.
-    phase: Phase = Phase.REPLAY
+    phase: SubscriptionPhase = SubscriptionPhase.REPLAY
     last_id: int = 0  # every event it wants up to this id has been handed to its sink
     until: int = 0  # the head when it subscribed: its replay ends there, and `caught_up` says so
     heartbeat: asyncio.Task[None] | None = None
@@ -65,7 +65,7 @@ class Subscription:
 
     @property
     def live(self) -> bool:
-        return self.phase is Phase.LIVE
+        return self.phase is SubscriptionPhase.LIVE
 
     def take(self, what: Move) -> str:
         """Apply a move of the table (raises on one it lacks); returns its rule id."""

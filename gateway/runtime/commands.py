@@ -16,14 +16,14 @@ class Command(StrEnum):
     CANCEL_TURN = "cancel_turn"
 
 
-class Phase(StrEnum):
+class CommandPhase(StrEnum):
     IDLE = "idle"  # the agent waits for a prompt
     TURN = "turn"  # a turn runs
     STOPPING = "stopping"  # the agent is being stopped (shutdown, delete, recover)
     ENDED = "ended"  # the session is terminal: nothing starts any more
 
 
-class Decision(StrEnum):
+class CommandDecision(StrEnum):
     START_TURN = "start_turn"
     REFUSE_BUSY = "refuse_busy"  # -32010: a turn runs, or the agent is being stopped: try again later
     REFUSE_ENDED = "refuse_ended"  # -32013: the session is terminal: start a new one
@@ -31,28 +31,28 @@ class Decision(StrEnum):
     ANSWER_PERMISSIONS = "answer_permissions"  # no turn runs: only pending permissions are cancelled
 
 
-def phase_of(*, terminal: bool, turn_running: bool, stopping: bool) -> Phase:
+def phase_of(*, terminal: bool, turn_running: bool, stopping: bool) -> CommandPhase:
     """The phase a session is in; the first that holds wins."""
     if terminal:
-        return Phase.ENDED
+        return CommandPhase.ENDED
     if turn_running:
-        return Phase.TURN
+        return CommandPhase.TURN
     if stopping:
-        return Phase.STOPPING
-    return Phase.IDLE
+        return CommandPhase.STOPPING
+    return CommandPhase.IDLE
 
 
-TABLE: dict[tuple[Command, Phase], Decision] = {
-    (Command.PROMPT, Phase.IDLE): Decision.START_TURN,
-    (Command.PROMPT, Phase.TURN): Decision.REFUSE_BUSY,
-    (Command.PROMPT, Phase.STOPPING): Decision.REFUSE_BUSY,
-    (Command.PROMPT, Phase.ENDED): Decision.REFUSE_ENDED,
-    (Command.CANCEL_TURN, Phase.IDLE): Decision.ANSWER_PERMISSIONS,
-    (Command.CANCEL_TURN, Phase.TURN): Decision.INTERRUPT_TURN,
-    (Command.CANCEL_TURN, Phase.STOPPING): Decision.ANSWER_PERMISSIONS,
-    (Command.CANCEL_TURN, Phase.ENDED): Decision.ANSWER_PERMISSIONS,
+TABLE: dict[tuple[Command, CommandPhase], CommandDecision] = {
+    (Command.PROMPT, CommandPhase.IDLE): CommandDecision.START_TURN,
+    (Command.PROMPT, CommandPhase.TURN): CommandDecision.REFUSE_BUSY,
+    (Command.PROMPT, CommandPhase.STOPPING): CommandDecision.REFUSE_BUSY,
+    (Command.PROMPT, CommandPhase.ENDED): CommandDecision.REFUSE_ENDED,
+    (Command.CANCEL_TURN, CommandPhase.IDLE): CommandDecision.ANSWER_PERMISSIONS,
+    (Command.CANCEL_TURN, CommandPhase.TURN): CommandDecision.INTERRUPT_TURN,
+    (Command.CANCEL_TURN, CommandPhase.STOPPING): CommandDecision.ANSWER_PERMISSIONS,
+    (Command.CANCEL_TURN, CommandPhase.ENDED): CommandDecision.ANSWER_PERMISSIONS,
 }
 
 
-def decide(command: Command, phase: Phase) -> Decision:
+def decide(command: Command, phase: CommandPhase) -> CommandDecision:
     return TABLE[(command, phase)]

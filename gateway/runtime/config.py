@@ -27,11 +27,11 @@ from acp.session_config import (
     MODE,
     MODEL,
     Apply,
-    Attempt,
     Call,
     Choice,
+    ConfigOffer,
     Done,
-    Offer,
+    ReapplyAttempt,
     Reason,
     Refused,
     adopt,
@@ -54,7 +54,7 @@ OFFER_KINDS = frozenset({"config_option_update", "current_mode_update"})
 class SessionConfig:
     """One session's configuration in memory: a live session's (kept current), or one read to answer a call."""
 
-    offer: Offer = field(default_factory=Offer)
+    offer: ConfigOffer = field(default_factory=ConfigOffer)
     chosen: dict[str, Choice] = field(default_factory=dict)
     unapplied: list[dict[str, Any]] = field(default_factory=list)  # findings of the last (re-)apply, as shown
     commands: list[Any] | None = None
@@ -83,7 +83,7 @@ class SessionConfig:
         auth = capabilities.pop("auth", None) if capabilities is not None else None
         auth_method = capabilities.pop("auth_method", None) if capabilities is not None else None
         agent_info = capabilities.pop("agent_info", None) if capabilities is not None else None
-        return cls(Offer.from_json(row.offer), chosen, [u for u in row.unapplied if isinstance(u, dict)],
+        return cls(ConfigOffer.from_json(row.offer), chosen, [u for u in row.unapplied if isinstance(u, dict)],
                    row.commands, row.usage, capabilities, mcp.from_wire(row.mcp_servers),
                    [d for d in row.additional_directories if isinstance(d, str)],
                    auth=auth if isinstance(auth, dict) else None,
@@ -267,7 +267,7 @@ class ConfigKeeper:
         with `found` (what the set-up already could not give) — never a failed restore. Then the configuration is
         stored and announced, with a `session_message` when something could not be re-applied."""
         async with config.lock:
-            attempts: list[Attempt] = []
+            attempts: list[ReapplyAttempt] = []
             while True:
                 step = next_step(config.chosen, config.offer, attempts)
                 if isinstance(step, Done):
@@ -277,11 +277,11 @@ class ConfigKeeper:
                     answer = await self._send(config, client, acp_session_id, step.call)
                 except (RpcError, TransportError) as exc:
                     text = agent_said(exc) if isinstance(exc, RpcError) else str(exc)
-                    attempts.append(Attempt(step.choice_id, step.call, mcp.scrub(text, config.secrets())))
+                    attempts.append(ReapplyAttempt(step.choice_id, step.call, mcp.scrub(text, config.secrets())))
                     if isinstance(exc, TransportError) and not client.alive:
                         break  # the agent is gone: the launch sees it, and says so
                     continue
-                attempts.append(Attempt(step.choice_id, step.call))
+                attempts.append(ReapplyAttempt(step.choice_id, step.call))
                 config.offer = config.offer.after(step.call, answer)
             done = next_step(config.chosen, config.offer, attempts)
             findings = done.findings if isinstance(done, Done) else ()

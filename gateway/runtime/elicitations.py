@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from acp.elicitation import Elicitation, Refusal, check_answer, check_request
+from acp.elicitation import AnswerRefusal, Elicitation, check_answer, check_request
 from acp.errors import RpcError
 
 from ..errors import invalid_params
@@ -69,7 +69,7 @@ class ElicitationBroker(QuestionBroker):
         except RpcError:  # it was checked when it was asked: a stored request that no longer parses is a bug
             raise invalid_params("request_id", f"elicitation {request_id} cannot be answered") from None
         answer = check_answer(elicitation, action, content)
-        if isinstance(answer, Refusal):
+        if isinstance(answer, AnswerRefusal):
             raise invalid_params(answer.field, f"elicitation {request_id}: {answer.field}: {answer.message}; the "
                                  "question stays open")
         if not await self._resolve(row, request_id, answer, "user"):

@@ -26,8 +26,8 @@ from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
 from acp.models import AgentCapabilities, AuthMethod, Implementation
 from acp.replay.recording import record_process
-from acp.restore import FailureClass, Method, Outcome
-from acp.session_config import Offer
+from acp.restore import FailureClass, Outcome, RestoreMethod
+from acp.session_config import ConfigOffer
 from acp.session_setup import RestoreResult, establish_session
 from acp.terminals import Terminal, TerminalSpec
 from agents.profiles import AgentProfile
@@ -381,8 +381,8 @@ class Launcher:
         how = await self._say_return(run, result)
         # What the agent offers now is in its answer (an answer to load or resume that says nothing of it leaves the
         # last offer standing: the agent said nothing new); then the session's choices are re-applied.
-        restored = result.settled_by != Method.NEW.value
-        config.offer = Offer.from_answer(result.response, config.offer if restored else None)
+        restored = result.settled_by != RestoreMethod.NEW.value
+        config.offer = ConfigOffer.from_answer(result.response, config.offer if restored else None)
         if not restored:
             config.usage = None  # a fresh ACP session has used nothing yet
         await self.keeper.reapply(row, config, client, result.session_id, found,

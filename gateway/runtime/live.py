@@ -16,7 +16,7 @@ from acp.client import AcpClient
 from agents.profiles import AgentProfile
 
 from ..store import SessionRow
-from .commands import Phase, phase_of
+from .commands import CommandPhase, phase_of
 from .config import SessionConfig
 from .history import HistoryCoalescer
 from .states import TERMINAL_SESSION_STATES, SessionState
@@ -56,6 +56,6 @@ class LiveSession:
         return self.turn is not None and not self.turn.done()
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> CommandPhase:
         return phase_of(terminal=SessionState(self.row.state) in TERMINAL_SESSION_STATES,
                         turn_running=self.turn_running, stopping=self.stopping)

@@ -297,7 +297,7 @@ class SessionManager:
             given = mcp.parse([*servers])
             mcp.check_servers(given, stdio_allowed=self.settings.stdio_mcp_allowed(owner), transports=None,
                               agent=profile.id)
-        except mcp.Refusal as refused:
+        except mcp.McpRefusal as refused:
             raise invalid_params(refused.field, refused.message) from None
         wanted = [*dict.fromkeys(directories)]
         for index, directory in enumerate(wanted):
@@ -313,7 +313,7 @@ class SessionManager:
             if caps is not None:
                 try:
                     mcp.check_servers(given, stdio_allowed=True, transports=caps.mcp_transports, agent=profile.id)
-                except mcp.Refusal as refused:
+                except mcp.McpRefusal as refused:
                     raise invalid_params(refused.field, refused.message) from None
                 if wanted and not caps.takes_additional_directories:
                     raise invalid_params("additional_directories", f"agent {profile.id!r} does not take additional "

@@ -23,7 +23,7 @@ from ..errors import GatewayError, agent_failed, busy, not_resumable, storage_fa
 from ..journal import EventBus
 from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
-from .commands import Command, Decision, decide
+from .commands import Command, CommandDecision, decide
 from .diagnosis import stderr_said
 from .elicitations import ElicitationBroker
 from .launcher import limit_said
@@ -78,10 +78,10 @@ class TurnRunner:
               meta: dict[str, Any] | None = None) -> asyncio.Task[dict[str, Any]]:
         """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
         decision = decide(Command.PROMPT, live.phase)
-        if decision is Decision.REFUSE_ENDED:
+        if decision is CommandDecision.REFUSE_ENDED:
             raise not_resumable(live.session_id, live.row.state, f"session {live.session_id} is {live.row.state}: "
                                 "start a new session")
-        if decision is not Decision.START_TURN:
+        if decision is not CommandDecision.START_TURN:
             # An accepted turn is RUNNING for the caller even before the store says so.
             raise busy(live.session_id, SessionState.RUNNING if live.turn_running else live.row.state)
         live.prompt_sent = live.cancel_requested = False
@@ -100,7 +100,7 @@ class TurnRunner:
         await self.broker.cancel_all(live.row)
         await self.elicitations.cancel_all(live.row)
         turn = live.turn
-        if decision is not Decision.INTERRUPT_TURN or turn is None:
+        if decision is not CommandDecision.INTERRUPT_TURN or turn is None:
             return
         if live.prompt_sent:  # its session/cancel is written after the prompt (one write lock, in order)
             await live.client.cancel(live.acp_session_id)

@@ -16,7 +16,7 @@ from pathlib import Path
 SYSTEM_DIRECTORIES = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
-class Refusal(StrEnum):
+class WorkspaceRefusal(StrEnum):
     SYSTEM_DIRECTORY = "system_directory"
     CONTAINS_GATEWAY_FILES = "contains_gateway_files"
     INSIDE_GATEWAY_FILES = "inside_gateway_files"
@@ -27,17 +27,17 @@ def within(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
 
-def refusal(cwd: Path, roots: Sequence[Path], protected: Sequence[Path]) -> Refusal | None:
+def refusal(cwd: Path, roots: Sequence[Path], protected: Sequence[Path]) -> WorkspaceRefusal | None:
     """Why `cwd` may not be a session's workspace, or None. Every path is already resolved (`resolved`)."""
     if any(within(cwd, system) for system in SYSTEM_DIRECTORIES):
-        return Refusal.SYSTEM_DIRECTORY
+        return WorkspaceRefusal.SYSTEM_DIRECTORY
     for own in protected:
         if within(cwd, own):
-            return Refusal.INSIDE_GATEWAY_FILES
+            return WorkspaceRefusal.INSIDE_GATEWAY_FILES
         if within(own, cwd):
-            return Refusal.CONTAINS_GATEWAY_FILES
+            return WorkspaceRefusal.CONTAINS_GATEWAY_FILES
     if not any(within(cwd, root) for root in roots):
-        return Refusal.OUTSIDE_WORKSPACE_ROOTS
+        return WorkspaceRefusal.OUTSIDE_WORKSPACE_ROOTS
     return None
 
 
@@ -45,14 +45,14 @@ def resolved(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(path))
 
 
-def explain(refused: Refusal, cwd: str, roots: Sequence[Path]) -> str:
+def explain(refused: WorkspaceRefusal, cwd: str, roots: Sequence[Path]) -> str:
     """The message a user acts on."""
-    if refused is Refusal.SYSTEM_DIRECTORY:
+    if refused is WorkspaceRefusal.SYSTEM_DIRECTORY:
         return f"workspace {cwd} is a system directory (/proc, /sys, /dev): choose a project directory"
-    if refused is Refusal.CONTAINS_GATEWAY_FILES:
+    if refused is WorkspaceRefusal.CONTAINS_GATEWAY_FILES:
         return (f"workspace {cwd} contains the gateway's own files (its state directory or configuration): "
                 "an agent there could read every owner's data; choose a project directory inside it")
-    if refused is Refusal.INSIDE_GATEWAY_FILES:
+    if refused is WorkspaceRefusal.INSIDE_GATEWAY_FILES:
         return f"workspace {cwd} lies inside the gateway's own files: choose a project directory elsewhere"
     shown = ", ".join(str(r) for r in roots) or "(none)"
     return (f"workspace {cwd} is outside this owner's workspace roots ({shown}): choose a directory inside one, "

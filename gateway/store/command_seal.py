@@ -27,7 +27,7 @@ TTL = 60.0  # seconds a command may wait to be claimed: claims take milliseconds
 CLOCK_SLACK = 5.0  # how far ahead of the judge's clock a sender's may be (nodes refuse to run further off: cluster.py)
 
 
-class Refusal(StrEnum):
+class SealRefusal(StrEnum):
     NO_MAC = "no_mac"
     BAD_MAC = "bad_mac"
     EXPIRED = "expired"
@@ -53,19 +53,19 @@ class SeenCommands:
 
 
 def judge(secret: bytes, command_id: str, target: str, sender: str, request: str, mac: str | None,
-          expires_at: float | None, now: float, seen: SeenCommands) -> Refusal | None:
+          expires_at: float | None, now: float, seen: SeenCommands) -> SealRefusal | None:
     """None when the command may run (and it is remembered as run); else why not."""
     if not mac or expires_at is None:
-        return Refusal.NO_MAC
+        return SealRefusal.NO_MAC
     if not hmac.compare_digest(mac, seal(secret, command_id, target, sender, request, expires_at)):
-        return Refusal.BAD_MAC
+        return SealRefusal.BAD_MAC
     if expires_at < now:
-        return Refusal.EXPIRED
+        return SealRefusal.EXPIRED
     if expires_at > now + TTL + CLOCK_SLACK:
-        return Refusal.TOO_LONG
+        return SealRefusal.TOO_LONG
     seen.forget_expired(now)
     if command_id in seen.until:
-        return Refusal.REPLAYED
+        return SealRefusal.REPLAYED
     seen.until[command_id] = expires_at
     return None
 

@@ -441,7 +441,7 @@ class AcpConnection:
         user's own servers with every session/new: refusing the session for them would refuse the editor)."""
         try:
             parsed = mcp.parse(given, "mcpServers")
-        except mcp.Refusal as refused:
+        except mcp.McpRefusal as refused:
             raise invalid_params(refused.field, refused.message) from None
         if self.sessions.settings.stdio_mcp_allowed(self.owner):
             return [mcp.wire(s) for s in parsed], []
