@@ -1,5 +1,5 @@
-"""The gateway's JSON-RPC error codes (docs/architecture.md: Errors), each with one fixed `data` shape, and the
-exception that carries them to clients.
+"""The gateway's JSON-RPC errors (docs/architecture.md: Errors): each code (gateway/error_codes.py) with one fixed
+`data` shape, and the exception that carries them to clients.
 
 Every error a client can cause is raised through one of the constructors below, so a code always comes with
 the same `data` keys (`ERROR_DATA` lists them; a table test holds each constructor to it). `-32603` is left
@@ -16,9 +16,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
-# The standard JSON-RPC codes are the ACP side's; the gateway adds its own beside them.
-from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from acp.models import field_path
+
+# The codes themselves are the wire's (gateway/error_codes.py, which the clients import too); here each gets its
+# `data` shape, its meaning and its constructor.
+from .error_codes import (
+    AGENT_FAILED,
+    ALREADY_TERMINAL,
+    BUSY,
+    CONFIG_REFUSED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LIMIT_EXCEEDED,
+    METHOD_NOT_FOUND,
+    NOT_FOUND,
+    NOT_RESUMABLE,
+    PARSE_ERROR,
+    RESYNC_REQUIRED,
+    STORAGE_FAILED,
+    UNAUTHORIZED,
+    WORKSPACE_MISSING,
+)
 
 __all__ = [
     "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "CONFIG_REFUSED", "ERROR_DATA", "ERROR_MEANINGS", "INTERNAL_ERROR",
@@ -29,18 +48,6 @@ __all__ = [
     "permission_not_found", "resync_required", "storage_failed", "subscription_not_found", "unexpected",
     "workspace_missing", "workspace_refused",
 ]
-
-UNAUTHORIZED = -32001
-NOT_FOUND = -32002
-ALREADY_TERMINAL = -32009
-BUSY = -32010
-WORKSPACE_MISSING = -32011
-RESYNC_REQUIRED = -32012
-NOT_RESUMABLE = -32013
-LIMIT_EXCEEDED = -32014
-AGENT_FAILED = -32015  # the agent answered the turn with an error, or exited during it
-STORAGE_FAILED = -32016  # the gateway's store refused a write (disk full, I/O error): nothing acknowledged is lost
-CONFIG_REFUSED = -32017  # a configuration value the agent does not offer, of the wrong type, or that it refused
 
 # code -> the shapes its `data` may have: the keys always present (a key whose value is unknown is null).
 ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {

@@ -1,10 +1,13 @@
-"""gateway.errors: every constructor's `data` has the one shape its code promises."""
+"""gateway.errors: every constructor's `data` has the one shape its code promises; each code is defined once."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from gateway import errors
+from gateway import error_codes, errors
 from gateway.errors import ERROR_DATA, GatewayError
 
 CASES = [
@@ -54,3 +57,29 @@ def test_unexpected_tells_storage_faults_from_bugs(caplog: pytest.LogCaptureFixt
     records = {r.getMessage(): r.exc_info is not None for r in caplog.records}
     assert records == {"method x: the store refused a write: database or disk is full": False,  # one line
                        f"method x failed (error id {bug.data['error_id']})": True}  # with its traceback
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_each_code_is_defined_once() -> None:
+    """Every side names a code by gateway/error_codes.py's constants (the ACP side's own codes are acp/errors.py's):
+    no other module of the gateway assigns one, and the TypeScript client's copy holds the same names and numbers."""
+    assignment = re.compile(r"^\s*([A-Z][A-Z_]*)\s*=\s*-32\d{3}\b", re.M)
+    elsewhere = {str(path.relative_to(ROOT)): assignment.findall(path.read_text())
+                 for path in (ROOT / "gateway").rglob("*.py") if path.name != "error_codes.py"}
+    assert {path: names for path, names in elsewhere.items() if names} == {}
+    ts = ROOT / "clients" / "typescript" / "src"
+    constants = re.compile(r"^(?:export )?const ([A-Z][A-Z_]*) = (-32\d{3});", re.M)
+    scripts = [*ts.glob("*.ts"), *(ROOT / "gateway" / "ui").glob("*.js")]  # the web UI takes them from the client
+    ts_elsewhere = {path.name: constants.findall(path.read_text()) for path in scripts
+                    if path.name not in ("codes.ts", "client.js")}
+    assert {path: names for path, names in ts_elsewhere.items() if names} == {}
+    typescript = {name: int(code) for name, code in constants.findall((ts / "codes.ts").read_text())}
+    assert typescript == {name: getattr(error_codes, name) for name in error_codes.__all__}
+
+
+def test_the_server_names_the_wires_codes() -> None:
+    assert {name: getattr(errors, name) for name in error_codes.__all__} == {
+        name: getattr(error_codes, name) for name in error_codes.__all__}
+    assert set(errors.ERROR_MEANINGS) == {getattr(error_codes, name) for name in error_codes.__all__}

@@ -252,7 +252,7 @@ async def test_named_sessions_and_the_directory_session(gateway: GatewayProcess,
     await gateway.start()
     rc, out, _ = await cli(gateway, "sessions")
     line = next(line for line in out.splitlines() if line.startswith(sid))
-    assert rc == 0 and "fix-bug" in line and "needs resume: its agent is not running" in line, out
+    assert rc == 0 and "fix-bug" in line and "needs resume: the agent is not running" in line, out
     rc, out, _ = await cli(gateway, "resume", "fix-bug")
     assert rc == 0 and "restored by session/resume" in out, out  # how it came back
     rc, out, _ = await cli(gateway, "cancel", "fix-bug")

@@ -24,9 +24,8 @@ from agents.registry.index import MAX_INDEX_BYTES, SNAPSHOT, RegistryError, Regi
 REGISTRY_URL = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json"
 
 
-def add_parser(sub: Any) -> None:
-    agents = sub.add_parser("agents", help="agent profiles, and agents from the ACP registry: search, add (pinned), "
-                            "update, remove, doctor, matrix", description="Without a subcommand: list the agents.")
+def add_arguments(agents: argparse.ArgumentParser) -> None:
+    """`acp-gateway agents`' flags and verbs (its row, with its help, is in main.py's table)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
                         help="where installs live (default: the per-user state directory, as serve's)")

@@ -4,7 +4,9 @@ a frontend in the terminal, on the client library. Human output by default, `--j
 Sessions are named by id or by the name given at start (the gateway takes either); `prompt` without one uses the
 current directory's session, as acpx does. The gateway is the one `--url` or ACP_GATEWAY_URL names, else the one
 `serve` last announced in the state directory. Exit status: 0 done (an "already terminal" answer, -32009, is
-success: the API says so), 1 the gateway refused the request, 2 a usage error or no gateway to talk to."""
+success: the API says so), 1 the gateway refused the request, 2 a usage error or no gateway to talk to.
+
+Each verb is a row of `VERBS` (at the end): its help, its arguments and the coroutine that runs it."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import asyncio
 import getpass
 import os
 import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,119 +24,48 @@ import orjson
 
 from agents.paths import default_state_dir
 
-from ..clients.chat_text import ChatPrinter, terminal_text
+from ..clients.chat_text import ChatPrinter
 from ..clients.client import GatewayClient, OwnerSessionClient, RpcCallError
-
-# name -> (help, the positional arguments it takes)
-COMMAND_HELP: dict[str, str] = {
-    "sessions": "list your sessions, newest first",
-    "start": "start a session (its id is printed; the agent is ready when it returns)",
-    "status": "a session's status: state, whether its agent runs, whether it needs a resume",
-    "resume": "bring a session's agent back (by the restore rules)",
-    "prompt": "send a prompt and stream the answer; permission requests and questions are asked here on a terminal",
-    "history": "what a session recorded: your messages, the agent's, tool calls",
-    "permission": "answer a permission request (list the pending ones without REQUEST_ID)",
-    "sign-in": "sign a session's agent in with one of the methods it offers (VAR=VALUE for an API key), and start it",
-    "sign-out": "sign a session's agent out, and forget what you gave its profile's agents to sign in",
-    "answer": "answer an agent's question (an elicitation): FIELD=VALUE … for its form, or --open/--decline/--cancel",
-    "config": "a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it",
-    "commands": "the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID '/name …')",
-    "fork": "a new session with a session's conversation so far, where its agent forks sessions; the original goes on",
-    "cancel-turn": "stop the running turn; the session stays",
-    "cancel": "end a session for good",
-    "delete": "delete a session and its history",
-    "watch": "print your events as they happen; reconnects and goes on from where it was across gateway restarts",
-}
-COMMANDS = tuple(COMMAND_HELP)
-TERMINAL = ("CANCELLED", "FAILED", "COMPLETED")
-# What each `resume_reason` of a stopped session means to its user (docs/restore.md, the web UI's words).
-RESUME_REASONS = {
-    "agent_not_running": "its agent is not running; its ACP session was saved and a resume restores it",
-    "agent_not_running_fresh_start": "its agent is not running and no ACP session was saved: a resume starts afresh",
-    "not_started": "its agent has not been started",
-    "stale_execution": "another gateway instance ran it moments ago: wait",
-    "error_recovery": "the last restore failed and kept the saved session: `acp-gateway status` says why",
-}
-
-
-def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
-    parsers: dict[str, argparse.ArgumentParser] = {}
-    for name, help_text in COMMAND_HELP.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        parsers[name] = p
-        p.add_argument("--url", default=None, help="the gateway (default: ACP_GATEWAY_URL, else where `serve` "
-                       f"listens, from the state directory's `{URL_FILE}`, else {DEFAULT_URL})")
-        p.add_argument("--token", help="default: ACP_GATEWAY_TOKEN, else the token file in --state-dir")
-        p.add_argument("--state-dir", type=Path, default=None,
-                       help="where to find the generated token (default: the per-user state directory)")
-        p.add_argument("--json", action="store_true", help="print JSON (events as JSON lines)")
-        if name in ("status", "resume", "cancel", "cancel-turn", "history", "permission", "config", "commands",
-                    "delete", "answer", "sign-in", "sign-out", "fork"):
-            p.add_argument("session_id", help="the session's id or name (see `acp-gateway sessions`)")
-        if name == "prompt":
-            p.add_argument("session_id", nargs="?", help="the session's id or name (default: this directory's "
-                           "session, started if there is none)")
-            p.add_argument("--agent", help="the agent of a session started for this directory (default: the "
-                           "gateway's default agent)")
-        if name == "config":
-            p.add_argument("option_id", nargs="?", help="the option to set (its id; `mode` and `model` also name "
-                           "the agent's mode and model whatever their ids)")
-            p.add_argument("value", nargs="?", help="the value (true or false for a boolean option)")
-            p.add_argument("--unset", action="store_true", help="forget the choice of OPTION_ID: the agent keeps its "
-                           "value, and no restore sets it again")
-        if name == "prompt":
-            p.add_argument("text", help="the prompt")
-        if name == "start":
-            p.add_argument("--agent", help="agent profile id (default: the gateway's default agent)")
-            p.add_argument("--cwd", default=os.getcwd(), help="the session's working directory (default: here)")
-            p.add_argument("--title", help="a title for the session")
-            p.add_argument("--name", help="a name for the session, accepted wherever its id is (unique among yours)")
-            p.add_argument("--description", help="the task: sent as the first prompt")
-            p.add_argument("--task-id", help="group the session under this task id of yours")
-            p.add_argument("--no-wait", action="store_true", help="return once the session exists, before "
-                           "its agent is ready")
-            p.add_argument("--mode", help="the session's mode (kept across restores)")
-            p.add_argument("--config", action="append", default=[], metavar="ID=VALUE",
-                           help="an option to choose, by its id, e.g. model=sonnet (repeatable; true/false for a "
-                                "boolean option; kept across restores)")
-            p.add_argument("--add-dir", action="append", default=[], metavar="DIR", dest="add_dirs",
-                           help="an additional directory the agent may work in (repeatable)")
-            p.add_argument("--mcp-server", action="append", default=[], metavar="JSON", dest="mcp_servers",
-                           help="an MCP server, as ACP's McpServer JSON (repeatable)")
-        if name == "fork":
-            p.add_argument("--title", help="the new session's title (default: the original's, marked (fork))")
-            p.add_argument("--name", help="a name for the new session, accepted wherever its id is")
-        if name == "history":
-            p.add_argument("--after", type=int, default=0, help="only entries after this entry id")
-            p.add_argument("--limit", type=int, default=100, help="at most this many entries (max 1000)")
-        if name == "permission":
-            p.add_argument("request_id", nargs="?", help="the request (from `permission_requested`)")
-            p.add_argument("option_id", nargs="?", help="the option to choose (its optionId)")
-            p.add_argument("--cancel", action="store_true", help="answer `cancelled` instead of an option")
-        if name == "sign-in":
-            p.add_argument("method_id", help="one of the methods `acp-gateway status ID` lists")
-            p.add_argument("values", nargs="*", metavar="VAR=VALUE", help="an API-key method's variables (kept "
-                           "for your agents of this profile, never shown again); VAR=- asks for the value (or reads "
-                           "it from standard input), so it is not on the command line")
-        if name == "answer":
-            p.add_argument("request_id", help="the question (from `elicitation_requested`, as `prompt` prints it)")
-            p.add_argument("fields", nargs="*", metavar="FIELD=VALUE", help="the form's answer, a field at a time "
-                           "(numbers, true/false and comma-separated lists as the form asks)")
-            how = p.add_mutually_exclusive_group()
-            how.add_argument("--open", action="store_true", help="a link: say you opened it (accept)")
-            how.add_argument("--decline", action="store_true", help="decline to answer")
-            how.add_argument("--cancel", action="store_true", help="cancel the question")
-        if name == "watch":
-            p.add_argument("--session", dest="session_id", default=None, help="only this session's events")
-            p.add_argument("--since", type=int, default=None, help="replay the events after this event id first")
-        if name == "sessions":
-            p.add_argument("--state", action="append", dest="states", default=None,
-                           help="only sessions in this state (repeatable)")
-    return parsers
-
+from ..clients.resume_reasons import resume_reason_words
+from ..clients.view_text import (
+    describe_command,
+    describe_event,
+    describe_question,
+    describe_request,
+    option_line,
+    unapplied_lines,
+)
+from ..error_codes import ALREADY_TERMINAL, INVALID_PARAMS, NOT_RESUMABLE
+from .argspec import Arg, Argument, OneOf, arg
 
 DEFAULT_URL = "ws://127.0.0.1:8765/rpc"
 URL_FILE = "url"  # written by `serve` in its state directory: where it listens
+TERMINAL = ("CANCELLED", "FAILED", "COMPLETED")
+
+# The flags every verb takes: which gateway, as whom, and in what form to print.
+CONNECTION: tuple[Arg, ...] = (
+    arg("--url", default=None, help="the gateway (default: ACP_GATEWAY_URL, else where `serve` "
+        f"listens, from the state directory's `{URL_FILE}`, else {DEFAULT_URL})"),
+    arg("--token", help="default: ACP_GATEWAY_TOKEN, else the token file in --state-dir"),
+    arg("--state-dir", type=Path, default=None,
+        help="where to find the generated token (default: the per-user state directory)"),
+    arg("--json", action="store_true", help="print JSON (events as JSON lines)"),
+)
+SESSION = arg("session_id", help="the session's id or name (see `acp-gateway sessions`)")
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A row of `VERBS`: `acp-gateway NAME`'s help, its arguments after the connection's, and what runs it (with
+    a connected client; `args.url` and `args.token` resolved)."""
+
+    help: str
+    arguments: tuple[Argument, ...]
+    run: Callable[[argparse.Namespace, GatewayClient], Awaitable[int]]
+
+    @property
+    def parser_arguments(self) -> tuple[Argument, ...]:
+        return (*CONNECTION, *self.arguments)
 
 
 def gateway_url(args: argparse.Namespace) -> str:
@@ -182,23 +115,20 @@ def _sign_in_lines(view: dict[str, Any], session_id: str) -> str:
     return "\n".join(lines)
 
 
-ALREADY_TERMINAL = -32009  # "treat as success" (docs/api.md): a second cancel, a permission already answered
-
-
 async def run_frontend(args: argparse.Namespace) -> int:
-    token = _token(args)
+    args.token = _token(args)
     args.url_given = args.url
     args.url = gateway_url(args)
     try:
-        client = await GatewayClient.connect(args.url, token)
+        client = await GatewayClient.connect(args.url, args.token)
     except Exception as exc:
         print(f"acp-gateway {args.command}: cannot connect to {args.url}: {exc} (is `acp-gateway serve` running? "
               "--url or ACP_GATEWAY_URL name another gateway)", file=sys.stderr)
         return 2
     try:
-        return await _command(args, client, token)
+        return await VERBS[args.command].run(args, client)
     except RpcCallError as err:
-        if err.code == ALREADY_TERMINAL:
+        if err.code == ALREADY_TERMINAL:  # "treat as success" (docs/api.md): a second cancel, an answered request
             print(f"acp-gateway {args.command}: already done: {err.message} (code {err.code})", file=sys.stderr)
             return 0
         print(f"acp-gateway {args.command}: {err.message} (code {err.code})", file=sys.stderr)
@@ -215,110 +145,130 @@ async def run_frontend(args: argparse.Namespace) -> int:
         await client.close()
 
 
-async def _command(args: argparse.Namespace, client: GatewayClient, token: str | None) -> int:
-    command = args.command
-    if command == "sessions":
-        listed = await client.call("task.session.list", {"states": args.states} if args.states else {})
-        lines = []
-        for view in listed["sessions"]:
-            needs = ""
-            if view["state"] not in TERMINAL and not view["is_agent_running"]:
-                status = await client.call("task.session.status", {"session_id": view["session_id"]})
-                view.update(needs_resume=status["needs_resume"], resume_reason=status["resume_reason"])
-                if status["needs_resume"] or status["resume_reason"] == "not_started":
-                    needs = f"  needs resume: {RESUME_REASONS.get(status['resume_reason'], status['resume_reason'])}"
-            label = " · ".join(str(x) for x in (view.get("name"), view["title"], view["cwd"]) if x)
-            lines.append(f"{view['session_id']}  {view['state']:18} {view['agent']:10} {label}{needs}")
-        _print(args, listed, "\n".join(lines) or "no sessions")
-    elif command == "start":
-        params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd), "wait_ready": not args.no_wait}
-        params.update({k: v for k, v in (("agent", args.agent), ("title", args.title), ("name", args.name),
-                                         ("description", args.description), ("task_id", args.task_id)) if v})
-        try:
-            params.update(_start_choices(args))
-        except ValueError as exc:
-            print(f"acp-gateway start: {exc}", file=sys.stderr)
-            return 2
-        view = await client.call("task.session.start", params)
-        _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in _unapplied(view["config"]))
-               + _sign_in_lines(view, view["session_id"]))
-        # 1: its agent could not start (the error says why), or waits for a sign-in (the lines above say how)
-        return 1 if view["state"] in TERMINAL or (view["config"] or {}).get("auth") else 0
-    elif command == "config":
-        return await _config(args, client)
-    elif command == "commands":
-        view = await client.call("task.session.get", {"session_id": args.session_id})
-        commands = view["config"]["commands"]
-        _print(args, commands, "\n".join(_describe_command(c) for c in commands if isinstance(c, dict))
-               or "the agent has announced no commands (yet: an agent announces them once its session is up)")
-    elif command == "status":
-        status = await client.call("task.session.status", {"session_id": args.session_id})
-        _print(args, status, f"{status['state']} (task {status['task_state']}); agent running: "
-               f"{status['is_agent_running']}; needs_resume: {status['needs_resume']} ({status['resume_reason']})"
-               + (f"; error: {status['error_message']}" if status['error_message'] else "")
-               + (f"; {status['pending_permissions']} permission request(s) waiting"
-                  if status.get("pending_permissions") else "") + _sign_in_lines(status, args.session_id))
-    elif command == "sign-out":
-        view = await client.call("task.session.logout", {"session_id": args.session_id})
-        _print(args, view, _view_line(view) + "\nsigned out: the agent's next start asks for a sign-in if it needs one")
-    elif command == "sign-in":
-        given: dict[str, str] = dict(pair.partition("=")[::2] for pair in args.values)
-        for name, value in given.items():
-            if value == "-":  # typed, not on the command line (where `ps` and the shell's history would keep it)
-                given[name] = (getpass.getpass(f"{name}: ") if sys.stdin.isatty()
-                               else sys.stdin.readline().rstrip("\n"))
-        values = given or None
-        view = await client.call("task.session.authenticate", {"session_id": args.session_id,
-                                                                "method_id": args.method_id, "values": values})
-        _print(args, view, _view_line(view) + _sign_in_lines(view, args.session_id))
-        return 0 if view["is_agent_running"] else 1
-    elif command == "resume":
-        return await _resume(args, client)
-    elif command == "delete":
-        await client.call("task.session.delete", {"session_id": args.session_id})
-        _print(args, {"deleted": args.session_id}, f"deleted {args.session_id}")
-    elif command == "fork":
-        fork_params = {"session_id": args.session_id, **{k: v for k, v in (("title", args.title), ("name", args.name))
+async def _sessions(args: argparse.Namespace, client: GatewayClient) -> int:
+    listed = await client.call("task.session.list", {"states": args.states} if args.states else {})
+    lines = []
+    for view in listed["sessions"]:
+        needs = ""
+        if view["state"] not in TERMINAL and not view["is_agent_running"]:
+            status = await client.call("task.session.status", {"session_id": view["session_id"]})
+            view.update(needs_resume=status["needs_resume"], resume_reason=status["resume_reason"])
+            if status["needs_resume"] or status["resume_reason"] == "not_started":
+                needs = f"  needs resume: {resume_reason_words(status['resume_reason'])}"
+        label = " · ".join(str(x) for x in (view.get("name"), view["title"], view["cwd"]) if x)
+        lines.append(f"{view['session_id']}  {view['state']:18} {view['agent']:10} {label}{needs}")
+    _print(args, listed, "\n".join(lines) or "no sessions")
+    return 0
+
+
+async def _start(args: argparse.Namespace, client: GatewayClient) -> int:
+    cwd = os.getcwd() if args.cwd is None else args.cwd  # here: where the command runs
+    params: dict[str, Any] = {"cwd": os.path.abspath(cwd), "wait_ready": not args.no_wait}
+    params.update({k: v for k, v in (("agent", args.agent), ("title", args.title), ("name", args.name),
+                                     ("description", args.description), ("task_id", args.task_id)) if v})
+    try:
+        params.update(_start_choices(args))
+    except ValueError as exc:
+        print(f"acp-gateway start: {exc}", file=sys.stderr)
+        return 2
+    view = await client.call("task.session.start", params)
+    _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in unapplied_lines(view["config"]))
+           + _sign_in_lines(view, view["session_id"]))
+    # 1: its agent could not start (the error says why), or waits for a sign-in (the lines above say how)
+    return 1 if view["state"] in TERMINAL or (view["config"] or {}).get("auth") else 0
+
+
+async def _commands(args: argparse.Namespace, client: GatewayClient) -> int:
+    view = await client.call("task.session.get", {"session_id": args.session_id})
+    commands = view["config"]["commands"]
+    _print(args, commands, "\n".join(describe_command(c) for c in commands if isinstance(c, dict))
+           or "the agent has announced no commands (yet: an agent announces them once its session is up)")
+    return 0
+
+
+async def _status(args: argparse.Namespace, client: GatewayClient) -> int:
+    status = await client.call("task.session.status", {"session_id": args.session_id})
+    _print(args, status, f"{status['state']} (task {status['task_state']}); agent running: "
+           f"{status['is_agent_running']}; needs_resume: {status['needs_resume']} ({status['resume_reason']})"
+           + (f"; error: {status['error_message']}" if status['error_message'] else "")
+           + (f"; {status['pending_permissions']} permission request(s) waiting"
+              if status.get("pending_permissions") else "") + _sign_in_lines(status, args.session_id))
+    return 0
+
+
+async def _sign_out(args: argparse.Namespace, client: GatewayClient) -> int:
+    view = await client.call("task.session.logout", {"session_id": args.session_id})
+    _print(args, view, _view_line(view) + "\nsigned out: the agent's next start asks for a sign-in if it needs one")
+    return 0
+
+
+async def _sign_in(args: argparse.Namespace, client: GatewayClient) -> int:
+    given: dict[str, str] = dict(pair.partition("=")[::2] for pair in args.values)
+    for name, value in given.items():
+        if value == "-":  # typed, not on the command line (where `ps` and the shell's history would keep it)
+            given[name] = (getpass.getpass(f"{name}: ") if sys.stdin.isatty()
+                           else sys.stdin.readline().rstrip("\n"))
+    values = given or None
+    view = await client.call("task.session.authenticate", {"session_id": args.session_id,
+                                                            "method_id": args.method_id, "values": values})
+    _print(args, view, _view_line(view) + _sign_in_lines(view, args.session_id))
+    return 0 if view["is_agent_running"] else 1
+
+
+async def _delete(args: argparse.Namespace, client: GatewayClient) -> int:
+    await client.call("task.session.delete", {"session_id": args.session_id})
+    _print(args, {"deleted": args.session_id}, f"deleted {args.session_id}")
+    return 0
+
+
+async def _fork(args: argparse.Namespace, client: GatewayClient) -> int:
+    fork_params = {"session_id": args.session_id, **{k: v for k, v in (("title", args.title), ("name", args.name))
                                                    if v}}
-        view = await client.call("task.session.fork", fork_params)
-        _print(args, view, _view_line(view) + f"\nforked from {view['forked_from']}: "
-               f"acp-gateway prompt {view['name'] or view['session_id']} '…' goes on from there")
-    elif command == "cancel-turn":
-        view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
-        _print(args, view, _view_line(view))
-    elif command == "cancel":
-        await client.close()
-        osc = OwnerSessionClient(args.url, token)
-        osc.start()
-        await asyncio.wait_for(osc.connected.wait(), 30)
-        try:
-            result = await osc.cancel(args.session_id)
-        finally:
-            await osc.close()
-        _print(args, result, f"{result['state']}")
-    elif command == "history":
-        page = await client.call("task.session.history", {"session_id": args.session_id, "after": args.after,
-                                                          "limit": args.limit})
-        lines = [f"[{e['kind']}{' ' + e['name'] if e['name'] else ''}] {e['content']}".rstrip()
-                 for e in page["entries"]]
-        if page["next"] is not None:
-            lines.append(f"(more: --after {page['next']})")
-        _print(args, page, "\n".join(lines) or "no history")
-    elif command == "permission":
-        return await _permission(args, client)
-    elif command == "answer":
-        action = "decline" if args.decline else "cancel" if args.cancel else "accept"
-        reply: dict[str, Any] = {"session_id": args.session_id, "request_id": args.request_id, "action": action}
-        if action == "accept" and not args.open:
-            reply["content"] = form_answer(await _question_schema(client, args.session_id, args.request_id),
-                                           args.fields)
-        answered = await client.call("task.session.elicitation.respond", reply)
-        _print(args, answered, f"answered: {answered['action']}")
-    elif command == "prompt":
-        return await _prompt(args, client)
-    elif command == "watch":
-        await client.close()
-        return await _watch(args, token)
+    view = await client.call("task.session.fork", fork_params)
+    _print(args, view, _view_line(view) + f"\nforked from {view['forked_from']}: "
+           f"acp-gateway prompt {view['name'] or view['session_id']} '…' goes on from there")
+    return 0
+
+
+async def _cancel_turn(args: argparse.Namespace, client: GatewayClient) -> int:
+    view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
+    _print(args, view, _view_line(view))
+    return 0
+
+
+async def _cancel(args: argparse.Namespace, client: GatewayClient) -> int:
+    """On the owner-session client, which takes an "already terminal" answer as success."""
+    await client.close()
+    osc = OwnerSessionClient(args.url, args.token)
+    osc.start()
+    await asyncio.wait_for(osc.connected.wait(), 30)
+    try:
+        result = await osc.cancel(args.session_id)
+    finally:
+        await osc.close()
+    _print(args, result, f"{result['state']}")
+    return 0
+
+
+async def _history(args: argparse.Namespace, client: GatewayClient) -> int:
+    page = await client.call("task.session.history", {"session_id": args.session_id, "after": args.after,
+                                                      "limit": args.limit})
+    lines = [f"[{e['kind']}{' ' + e['name'] if e['name'] else ''}] {e['content']}".rstrip()
+             for e in page["entries"]]
+    if page["next"] is not None:
+        lines.append(f"(more: --after {page['next']})")
+    _print(args, page, "\n".join(lines) or "no history")
+    return 0
+
+
+async def _answer(args: argparse.Namespace, client: GatewayClient) -> int:
+    action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+    reply: dict[str, Any] = {"session_id": args.session_id, "request_id": args.request_id, "action": action}
+    if action == "accept" and not args.open:
+        reply["content"] = form_answer(await _question_schema(client, args.session_id, args.request_id),
+                                       args.fields)
+    answered = await client.call("task.session.elicitation.respond", reply)
+    _print(args, answered, f"answered: {answered['action']}")
     return 0
 
 
@@ -329,10 +279,11 @@ async def _resume(args: argparse.Namespace, client: GatewayClient) -> int:
     return 0 if view["is_agent_running"] else 1
 
 
-async def _watch(args: argparse.Namespace, token: str | None) -> int:
+async def _watch(args: argparse.Namespace, connected: GatewayClient) -> int:
     """Every event, as it happens, across reconnects: the client library keeps the cursor, resubscribes from it
     after a lost connection (a gateway restart), and this says when the link went and came back."""
-    said = {"lost": False}
+    await connected.close()  # the owner-session client below connects (and reconnects) on its own
+    token, said = args.token, {"lost": False}
 
     def on_link(up: bool, cursor: int | None) -> None:
         if up and said["lost"]:
@@ -348,7 +299,7 @@ async def _watch(args: argparse.Namespace, token: str | None) -> int:
             return
         if args.session_id and event.get("session_id") not in wanted:
             return
-        print(orjson.dumps(event).decode() if args.json else _describe_event(event), flush=True)
+        print(orjson.dumps(event).decode() if args.json else describe_event(event), flush=True)
 
     client = OwnerSessionClient(args.url, token,
                                 connector=lambda _url, tok: GatewayClient.connect(_reaimed(client, args), tok))
@@ -391,7 +342,7 @@ async def _directory_session(args: argparse.Namespace, client: GatewayClient) ->
     print(f"acp-gateway prompt: started session {view['session_id']} for {cwd} (agent {view['agent']})",
           file=sys.stderr)
     if view["state"] in TERMINAL:
-        raise RpcCallError(-32013, f"the session's agent could not start: {view['error_message']}")
+        raise RpcCallError(NOT_RESUMABLE, f"the session's agent could not start: {view['error_message']}")
     return str(view["session_id"])
 
 
@@ -416,38 +367,17 @@ def _start_choices(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _option_line(option: dict[str, Any], chosen: dict[str, Any]) -> str:
-    current = option.get("currentValue")
-    shown = str(current).lower() if isinstance(current, bool) else current
-    values = [o.get("value") for o in option.get("options") or [] if isinstance(o, dict)]
-    values += [v.get("value") for g in option.get("options") or [] if isinstance(g, dict)
-               for v in g.get("options") or [] if isinstance(v, dict)]
-    choice = chosen.get(str(option.get("id")))
-    by = f" (chosen by {choice['by']})" if choice else ""
-    kind = "true | false" if option.get("type") == "boolean" else " | ".join(str(v) for v in values if v)
-    return f"{option.get('id')}: {shown}{by}    [{kind}]  {option.get('name') or ''}".rstrip()
-
-
-def _unapplied(config: dict[str, Any]) -> list[str]:
-    return [f"not applied: {u['message']}" for u in config.get("unapplied") or []]
-
-
-def _describe_command(command: dict[str, Any]) -> str:
-    hint = (command.get("input") or {}).get("hint") if isinstance(command.get("input"), dict) else None
-    return f"/{command.get('name')}" + (f" {hint}" if hint else "") + f"    {command.get('description') or ''}"
-
-
 async def _config(args: argparse.Namespace, client: GatewayClient) -> int:
     view = await client.call("task.session.get", {"session_id": args.session_id})
     config = view["config"]
     if args.option_id is None:
-        lines = [_option_line(o, config["chosen"]) for o in config["options"]]
+        lines = [option_line(o, config["chosen"]) for o in config["options"]]
         usage = config.get("usage")
         if isinstance(usage, dict) and "used" in usage:
             cost = usage.get("cost") or {}
             lines.append(f"usage: {usage['used']} of {usage.get('size')} tokens"
                          + (f", {cost.get('amount')} {cost.get('currency')}" if cost else ""))
-        lines += _unapplied(config)
+        lines += unapplied_lines(config)
         _print(args, config, "\n".join(lines) or "the agent offers no options for this session")
         return 0
     if args.unset:
@@ -472,26 +402,8 @@ async def _config(args: argparse.Namespace, client: GatewayClient) -> int:
     view = await client.call("task.session.set_config_option", {"session_id": args.session_id,
                                                                "config_id": option_id, "value": value})
     updated = next((o for o in view["config"]["options"] if o.get("id") == option_id), None)
-    _print(args, view["config"], _option_line(updated, view["config"]["chosen"]) if updated else "set")
+    _print(args, view["config"], option_line(updated, view["config"]["chosen"]) if updated else "set")
     return 0
-
-
-def _describe_event(event: dict[str, Any]) -> str:
-    data = event.get("data", {})
-    if event["type"] == "session_config":
-        values = ", ".join(f"{o.get('id')}={o.get('currentValue')}" for o in data.get("options") or [])
-        return f"{event['session_id']} session_config ({data.get('cause')}): {values}" + "".join(
-            f"; {line}" for line in _unapplied(data))
-    if event["type"] == "terminal_output":
-        return f"{event['session_id']} terminal_output {data.get('terminal_id')}: " + terminal_text(
-            str(data.get("text", "")), colour=False).rstrip("\n")
-    if event["type"] == "session_update":
-        update = data.get("update") or {}
-        content = update.get("content")
-        text = content.get("text") if isinstance(content, dict) else None
-        tag = " (replay)" if data.get("replay") else ""
-        return f"{event['session_id']} {update.get('sessionUpdate')}{tag}: {text if text is not None else ''}"
-    return f"{event['session_id']} {event['type']}: {orjson.dumps(data).decode()[:300]}"
 
 
 async def _pending(client: GatewayClient, session_id: str) -> list[dict[str, Any]]:
@@ -509,7 +421,7 @@ async def _pending(client: GatewayClient, session_id: str) -> list[dict[str, Any
 async def _permission(args: argparse.Namespace, client: GatewayClient) -> int:
     if args.request_id is None:
         pending = await _pending(client, args.session_id)
-        _print(args, pending, "\n".join(_describe_request(p) for p in pending) or "no permission request is waiting")
+        _print(args, pending, "\n".join(describe_request(p) for p in pending) or "no permission request is waiting")
         return 0
     if bool(args.option_id) == bool(args.cancel):
         print("acp-gateway permission: give an OPTION_ID or --cancel", file=sys.stderr)
@@ -519,14 +431,6 @@ async def _permission(args: argparse.Namespace, client: GatewayClient) -> int:
     await client.call("task.session.permission.respond", answer)
     _print(args, {"answered": args.request_id}, "answered")
     return 0
-
-
-def _describe_request(data: dict[str, Any]) -> str:
-    tool = data.get("tool_call") or {}
-    where = ", ".join(str(loc.get("path")) for loc in tool.get("locations") or [] if isinstance(loc, dict))
-    options = "  ".join(f"{o.get('optionId')} ({o.get('name')})" for o in data.get("options") or [])
-    return (f"permission request {data['request_id']}: {tool.get('title') or tool.get('kind') or 'a tool call'}"
-            + (f" on {where}" if where else "") + f"\n  options: {options}")
 
 
 async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
@@ -562,14 +466,14 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
             elif str(event.get("type")).startswith("terminal_"):
                 chat.terminal(str(event["type"]), event["data"], colour=sys.stdout.isatty())
             elif event.get("type") == "permission_requested":
-                chat.note(_describe_request(event["data"]))
+                chat.note(describe_request(event["data"]))
                 if interactive and (asking is None or asking.done()):
                     asking = asyncio.ensure_future(_ask(client, args.session_id, event["data"], chat))
                 elif not interactive:
                     chat.note(f"  answer with: acp-gateway permission {args.session_id} "
                               f"{event['data']['request_id']} OPTION_ID")
             elif event.get("type") == "elicitation_requested":
-                chat.note(_describe_question(event["data"]))
+                chat.note(describe_question(event["data"]))
                 if interactive and (asking is None or asking.done()):
                     asking = asyncio.ensure_future(_ask_question(client, args.session_id, event["data"], chat))
                 elif not interactive:
@@ -601,7 +505,7 @@ def form_answer(schema: dict[str, Any] | None, fields: list[str]) -> dict[str, A
     for pair in fields:
         name, sep, value = pair.partition("=")
         if not sep:
-            raise RpcCallError(-32602, f"{pair!r}: give each field as FIELD=VALUE", {"field": pair})
+            raise RpcCallError(INVALID_PARAMS, f"{pair!r}: give each field as FIELD=VALUE", {"field": pair})
         kind = (properties.get(name) or {}).get("type")
         if kind == "integer" and value.lstrip("-").isdigit():
             content[name] = int(value)
@@ -629,17 +533,6 @@ async def _question_schema(client: GatewayClient, session_id: str, request_id: s
             return schema
         if event.get("type") == "caught_up":
             return None
-
-
-def _describe_question(data: dict[str, Any]) -> str:
-    if data.get("mode") == "url":
-        return f"the agent asks ({data['request_id']}): {data.get('message')}\n  open: {data.get('url')}"
-    schema = data.get("requested_schema") or {}
-    required = set(schema.get("required") or [])
-    fields = "  ".join(f"{name}{'*' if name in required else ''} ({prop.get('type')}"
-                       + (f": {'|'.join(map(str, prop['enum']))}" if prop.get("enum") else "") + ")"
-                       for name, prop in (schema.get("properties") or {}).items())
-    return f"the agent asks ({data['request_id']}): {data.get('message')}\n  fields: {fields}"
 
 
 async def _ask_question(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter) -> None:
@@ -685,3 +578,93 @@ async def _ask(client: GatewayClient, session_id: str, data: dict[str, Any], cha
         await client.call("task.session.permission.respond", answer)
     except RpcCallError as err:
         chat.note(f"  not taken: {err.message}")
+
+
+# The verbs, in the order `acp-gateway --help` lists them: name -> help, arguments (after CONNECTION's), handler.
+VERBS: dict[str, Verb] = {
+    "sessions": Verb("list your sessions, newest first", (
+        arg("--state", action="append", dest="states", default=None, help="only sessions in this state (repeatable)"),
+    ), _sessions),
+    "start": Verb("start a session (its id is printed; the agent is ready when it returns)", (
+        arg("--agent", help="agent profile id (default: the gateway's default agent)"),
+        arg("--cwd", default=None, help="the session's working directory (default: here)"),
+        arg("--title", help="a title for the session"),
+        arg("--name", help="a name for the session, accepted wherever its id is (unique among yours)"),
+        arg("--description", help="the task: sent as the first prompt"),
+        arg("--task-id", help="group the session under this task id of yours"),
+        arg("--no-wait", action="store_true", help="return once the session exists, before its agent is ready"),
+        arg("--mode", help="the session's mode (kept across restores)"),
+        arg("--config", action="append", default=[], metavar="ID=VALUE",
+            help="an option to choose, by its id, e.g. model=sonnet (repeatable; true/false for a boolean option; "
+                 "kept across restores)"),
+        arg("--add-dir", action="append", default=[], metavar="DIR", dest="add_dirs",
+            help="an additional directory the agent may work in (repeatable)"),
+        arg("--mcp-server", action="append", default=[], metavar="JSON", dest="mcp_servers",
+            help="an MCP server, as ACP's McpServer JSON (repeatable)"),
+    ), _start),
+    "status": Verb("a session's status: state, whether its agent runs, whether it needs a resume", (SESSION,), _status),
+    "resume": Verb("bring a session's agent back (by the restore rules)", (SESSION,), _resume),
+    "prompt": Verb("send a prompt and stream the answer; permission requests and questions are asked here on a "
+                   "terminal", (
+        arg("session_id", nargs="?", help="the session's id or name (default: this directory's session, started if "
+            "there is none)"),
+        arg("--agent", help="the agent of a session started for this directory (default: the gateway's default "
+            "agent)"),
+        arg("text", help="the prompt"),
+    ), _prompt),
+    "history": Verb("what a session recorded: your messages, the agent's, tool calls", (
+        SESSION,
+        arg("--after", type=int, default=0, help="only entries after this entry id"),
+        arg("--limit", type=int, default=100, help="at most this many entries (max 1000)"),
+    ), _history),
+    "permission": Verb("answer a permission request (list the pending ones without REQUEST_ID)", (
+        SESSION,
+        arg("request_id", nargs="?", help="the request (from `permission_requested`)"),
+        arg("option_id", nargs="?", help="the option to choose (its optionId)"),
+        arg("--cancel", action="store_true", help="answer `cancelled` instead of an option"),
+    ), _permission),
+    "sign-in": Verb("sign a session's agent in with one of the methods it offers (VAR=VALUE for an API key), and "
+                    "start it", (
+        SESSION,
+        arg("method_id", help="one of the methods `acp-gateway status ID` lists"),
+        arg("values", nargs="*", metavar="VAR=VALUE", help="an API-key method's variables (kept for your agents of "
+            "this profile, never shown again); VAR=- asks for the value (or reads it from standard input), so it is "
+            "not on the command line"),
+    ), _sign_in),
+    "sign-out": Verb("sign a session's agent out, and forget what you gave its profile's agents to sign in",
+                     (SESSION,), _sign_out),
+    "answer": Verb("answer an agent's question (an elicitation): FIELD=VALUE … for its form, or "
+                   "--open/--decline/--cancel", (
+        SESSION,
+        arg("request_id", help="the question (from `elicitation_requested`, as `prompt` prints it)"),
+        arg("fields", nargs="*", metavar="FIELD=VALUE", help="the form's answer, a field at a time (numbers, "
+            "true/false and comma-separated lists as the form asks)"),
+        OneOf((arg("--open", action="store_true", help="a link: say you opened it (accept)"),
+               arg("--decline", action="store_true", help="decline to answer"),
+               arg("--cancel", action="store_true", help="cancel the question"))),
+    ), _answer),
+    "config": Verb("a session's options (mode, model, …) and what was chosen; with ID VALUE, set one and keep it", (
+        SESSION,
+        arg("option_id", nargs="?", help="the option to set (its id; `mode` and `model` also name the agent's mode "
+            "and model whatever their ids)"),
+        arg("value", nargs="?", help="the value (true or false for a boolean option)"),
+        arg("--unset", action="store_true", help="forget the choice of OPTION_ID: the agent keeps its value, and no "
+            "restore sets it again"),
+    ), _config),
+    "commands": Verb("the agent's slash commands in a session (send one as a prompt: acp-gateway prompt ID "
+                     "'/name …')", (SESSION,), _commands),
+    "fork": Verb("a new session with a session's conversation so far, where its agent forks sessions; the original "
+                 "goes on", (
+        SESSION,
+        arg("--title", help="the new session's title (default: the original's, marked (fork))"),
+        arg("--name", help="a name for the new session, accepted wherever its id is"),
+    ), _fork),
+    "cancel-turn": Verb("stop the running turn; the session stays", (SESSION,), _cancel_turn),
+    "cancel": Verb("end a session for good", (SESSION,), _cancel),
+    "delete": Verb("delete a session and its history", (SESSION,), _delete),
+    "watch": Verb("print your events as they happen; reconnects and goes on from where it was across gateway "
+                  "restarts", (
+        arg("--session", dest="session_id", default=None, help="only this session's events"),
+        arg("--since", type=int, default=None, help="replay the events after this event id first"),
+    ), _watch),
+}

@@ -1,18 +1,29 @@
-"""The `acp-gateway` command line: one subcommand per job (docs/architecture.md: Profiles)."""
+"""The `acp-gateway` command line: one subcommand per job (docs/architecture.md: Profiles).
+
+Each subcommand is a row of `SUBCOMMANDS` (at the end): its name, help, arguments and handler. `_parser` builds
+argparse's parsers from the rows, `_main` runs the row the command line names: a new subcommand is a new row.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acp.replay.agent import add_arguments as replay_arguments
 from agents.catalog import load_profiles
 from agents.paths import default_state_dir
 from agents.profiles import AgentProfile, ProfileError, adhoc_profile
 
 from .. import __version__
+from .agents import add_arguments as agents_arguments
+from .argspec import AddedBy, Argument, add_arguments, arg
+from .frontend import CONNECTION, VERBS, run_frontend
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -22,9 +33,9 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-# Flags every frontend command takes, also accepted before the command's name (`acp-gateway --json sessions`):
-# the flag and how many values it takes.
-GLOBAL_FLAGS = {"--url": 1, "--token": 1, "--state-dir": 1, "--json": 0}
+# Flags every frontend command takes (frontend.CONNECTION), also accepted before the command's name
+# (`acp-gateway --json sessions`): the flag and how many values it takes.
+GLOBAL_FLAGS = {flag.names[0]: 0 if flag.options.get("action") == "store_true" else 1 for flag in CONNECTION}
 
 
 def hoist_global_flags(argv: list[str]) -> list[str]:
@@ -34,122 +45,40 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
     moved: list[str] = []
     i = 0
     while i < len(argv):
-        arg = argv[i]
-        flag = arg.split("=", 1)[0]
+        item = argv[i]
+        flag = item.split("=", 1)[0]
         if flag in GLOBAL_FLAGS:
-            width = 1 + (GLOBAL_FLAGS[flag] if "=" not in arg else 0)
+            width = 1 + (GLOBAL_FLAGS[flag] if "=" not in item else 0)
             moved += argv[i:i + width]
             i += width
-        elif arg.startswith("-"):
-            before.append(arg)
+        elif item.startswith("-"):
+            before.append(item)
             i += 1
         else:  # the subcommand
-            return [*before, arg, *moved, *argv[i + 1:]]
+            return [*before, item, *moved, *argv[i + 1:]]
     return argv
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A row of `SUBCOMMANDS`: `acp-gateway NAME`, its line in the listing (`help`), its own --help's usage and
+    description where argparse's would not do, its arguments, and what runs it (given the command after `--`)."""
+
+    name: str
+    help: str
+    arguments: tuple[Argument, ...]
+    run: Callable[[argparse.Namespace, list[str]], int]
+    usage: str | None = None
+    description: str | None = None
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="acp-gateway", description="ACP session gateway")
     parser.add_argument("--version", action="version", version=f"acp-gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="one-shot headless ACP client: launch, restore or start, prompt, report",
-                         usage="acp-gateway run (--agent ID | -- CMD ARGS...) [--agents-dir DIR] [--cwd DIR] "
-                               "[--resume-token TOKEN] [--prompt TEXT] [--json]")
-    run.add_argument("--agent", help="agent profile id (see `acp-gateway agents`)")
-    run.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
-    run.add_argument("--state-dir", type=Path, help="where agents added from the registry are (default: serve's)")
-    run.add_argument("--cwd", default=os.getcwd(), help="the session's working directory (default: here)")
-    run.add_argument("--resume-token", help="ACP session id saved from an earlier run")
-    run.add_argument("--prompt", help="send this prompt once the session is ready")
-    run.add_argument("--json", action="store_true", help="updates as JSON lines; the last line is a summary")
-    serve = sub.add_parser("serve", help="run the gateway: JSON-RPC over WebSocket, web UI, lazy resume")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1, loopback only)")
-    serve.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
-    serve.add_argument("--state-dir", help="where the database and token live (default: per-user state dir)")
-    serve.add_argument("--agents-dir", action="append", default=[], help="extra profile directory (repeatable)")
-    serve.add_argument("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)")
-    serve.add_argument("--store", metavar="URL", help="a SQLite path (default: STATE_DIR/gateway.db) or a "
-                       "postgresql://user@host/db URL")
-    serve.add_argument("--node-id", help="this node's name in a cluster (PostgreSQL store; default: the host name)")
-    serve.add_argument("--config", type=Path, help="TOML configuration file (every flag has a key)")
-    serve.add_argument("--default-agent", help="agent used when task.session.start names none")
-    serve.add_argument("--record-dir", help="record each agent process's ACP traffic under DIR/<session id>/ "
-                       "(secrets redacted): replayable with `acp-gateway replay`")
-    serve.add_argument("--log-format", choices=["text", "json"], help="json: one object a line, with session_id, "
-                       "agent and each restore's plan, attempts and outcome as fields (default text)")
-    serve.add_argument("--sandbox", choices=["none", "bwrap"], help="confine agents' own processes: bwrap runs each "
-                       "under bubblewrap (default none; docs/security.md)")
-    serve.add_argument("--allow-unconfined-agents", action="store_true", default=None,
-                       help="serve several owners with agents unconfined (each could read the others' work)")
-    serve.add_argument("--workspace-root", dest="workspace_roots", action="append", default=[],
-                       help="a directory sessions may run in (repeatable; default: your home directory)")
-    check = sub.add_parser("check", help="run the ACP conformance checks against an agent",
-                           usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] [--prompt KEY=TEXT] "
-                                 "[--offer NAME=on|off] [--setup-timeout S] [--turn-timeout S] [--quiet-timeout S] "
-                                 "[--seed S] [--auth-method ID] "
-                                 "(--agent ID | -- CMD ARGS...)")
-    check.add_argument("--json", action="store_true", help="print the JSON report (with failing transcripts)")
-    check.add_argument("--only", nargs="+", default=[], metavar="ID", help="run only these checks")
-    check.add_argument("--list", action="store_true", help="list the checks and exit")
-    check.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML (for CI)")
-    check.add_argument("--agent", help="check this agent profile (its command and env) instead of -- CMD")
-    check.add_argument("--agents-dir", action="append", default=[], type=Path, help="extra profile directory")
-    check.add_argument("--state-dir", type=Path, help="where agents added from the registry are (default: serve's)")
-    check.add_argument("--prompt", action="append", default=[], metavar="KEY=TEXT",
-                       help="what a check says to the agent: short, long, longer, permission, tools, mode_change or "
-                            "client_method (repeatable; over the profile's [check] table; default: plain requests)")
-    check.add_argument("--offer", action="append", default=[], metavar="NAME=on|off",
-                       help="what the checker offers the agent in initialize, for every check that does not judge "
-                            "that very capability: fs-read, fs-write (on by default), terminal, terminal-auth, "
-                            "elicitation-form, elicitation-url, boolean-config (off by default); repeatable")
-    check.add_argument("--setup-timeout", type=float, default=60.0, metavar="S",
-                       help="wait this long for initialize, authenticate and session set-up (default 60, as the "
-                            "gateway)")
-    check.add_argument("--turn-timeout", type=float, default=120.0, metavar="S",
-                       help="wait this long for one prompt turn (default 120)")
-    check.add_argument("--quiet-timeout", type=float, default=25.0, metavar="S",
-                       help="a turn with no update and no answer this long is taken as not running (its model "
-                            "unreachable): the checks needing a turn are blocked (default 25)")
-    check.add_argument("--agent-cwd", type=Path, metavar="DIR", help="run the agent in DIR (default: here)")
-    check.add_argument("--seed", help="draw the made-up values the checks send (unknown session ids, words to "
-                       "remember, values not offered) from this seed: the same every run, so a recorded run replays")
-    check.add_argument("--auth-method", metavar="ID", help="authenticate with this advertised method when asked "
-                       "(default: the profile's auth_method, else one whose env vars are set, else an agent-run one)")
-    rec = sub.add_parser("record", help="a transparent stdio proxy that records ACP traffic to JSONL",
-                         usage="acp-gateway record --out FILE.jsonl -- CMD ARGS...")
-    rec.add_argument("--out", required=True, help="the fixture to write (appended to); a directory (or a path "
-                     "ending in /): a new NNN.jsonl in it for each process")
-    rec.add_argument("--redact-env", action="append", default=[], metavar="NAME",
-                     help="write the value of this environment variable (an API key) as [secret]; repeatable")
-    rec.add_argument("--portable", action="store_true",
-                     help="write the working directory as <cwd> and $HOME as <home> (a fixture to share)")
-    rec.add_argument("--alias", action="append", default=[], metavar="NAME=PATH",
-                     help="write the host path PATH (where the agent is installed, say) as <NAME>; repeatable")
-    rep = sub.add_parser("replay", help="an ACP agent that plays recordings back")
-    from acp.replay.agent import add_arguments as replay_arguments
-
-    replay_arguments(rep)
-    fixtures = sub.add_parser("fixtures", help="compare recordings of an agent")
-    fixtures_sub = fixtures.add_subparsers(dest="fixtures_command", required=True)
-    fdiff = fixtures_sub.add_parser("diff", help="what changed between two recordings of an agent (a corpus "
-                                    "directory or one recording each): capabilities, answers, error codes, update "
-                                    "kinds, timing classes")
-    fdiff.add_argument("old", type=Path)
-    fdiff.add_argument("new", type=Path)
-    fdiff.add_argument("--json", action="store_true", help="the changes as JSON")
-    from .frontend import add_parsers
-
-    add_parsers(sub)
-    doctor = sub.add_parser("doctor", help="what serve would make of this configuration and machine: the store, "
-                            "owners, agents' confinement and whether it can run here, each agent")
-    doctor.add_argument("--config", type=Path, help="the TOML configuration file serve would read")
-    doctor.add_argument("--state-dir", help="as serve's")
-    doctor.add_argument("--agents-dir", action="append", default=[], help="as serve's (repeatable)")
-    doctor.add_argument("--sandbox", choices=["none", "bwrap"], help="as serve's")
-    doctor.add_argument("--allow-unconfined-agents", action="store_true", default=None, help="as serve's")
-    from .agents import add_parser as add_agents_parser
-
-    add_agents_parser(sub)
+    for row in SUBCOMMANDS:
+        add_arguments(sub.add_parser(row.name, help=row.help, usage=row.usage, description=row.description),
+                      row.arguments)
     return parser
 
 
@@ -176,61 +105,13 @@ def _main(argv: list[str] | None) -> int:
     if unknown:  # argparse would print the top-level usage; the subcommand's own says what it takes
         _subparsers(parser)[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        if args.command == "run":
-            return _run(parser, args, command)
-        from .frontend import COMMANDS, run_frontend
-
-        if args.command in COMMANDS:
-            import asyncio
-
-            try:
-                return asyncio.run(run_frontend(args))
-            except KeyboardInterrupt:
-                return 0
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "check":
-            return _check(args, command)
-        if args.command == "record":
-            from acp.replay.record import record_command
-
-            if not command:
-                print("acp-gateway record: give the agent's command after --", file=sys.stderr)
-                return 2
-            return record_command(command, args.out, args.redact_env, args.portable, args.alias)
-        if args.command == "replay":
-            from acp.replay.agent import run_replay
-
-            return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions, args.pace)
-        if args.command == "fixtures":
-            from acp.replay.fixtures import diff_command
-
-            return diff_command(args.old, args.new, args.json)
-        if args.command == "doctor":
-            from ..config import ConfigError, load_config
-            from .doctor import report
-
-            try:
-                config = load_config(args.config, {
-                    "state_dir": args.state_dir, "agents_dir": args.agents_dir, "sandbox": args.sandbox,
-                    "allow_unconfined_agents": args.allow_unconfined_agents})
-            except ConfigError as exc:
-                print(f"acp-gateway doctor: {exc}", file=sys.stderr)
-                return 2
-            return report(config)
-        if args.command == "agents":
-            from .agents import run as run_agents
-
-            return run_agents(args)
+        return {row.name: row for row in SUBCOMMANDS}[args.command].run(args, command)
     except ProfileError as exc:
         print(f"acp-gateway: {exc}", file=sys.stderr)
         return 2
-    parser.error(f"unknown command {args.command!r}")
-    return 2
 
 
 def _check(args: argparse.Namespace, command: list[str]) -> int:
-    import asyncio
     import time
 
     import orjson
@@ -301,14 +182,12 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
 
 async def _tick(progress: Any) -> None:
     """Redraw the live progress line twice a second (it only draws on a terminal)."""
-    import asyncio
-
     while True:
         await asyncio.sleep(0.5)
         progress.tick()
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, command: list[str]) -> int:
     from ..app import serve_command
     from ..config import ConfigError, load_config
 
@@ -349,15 +228,176 @@ def _chosen_agent(subcommand: str, args: argparse.Namespace, command: list[str])
     return profiles[args.agent]
 
 
-def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:
+def _run(args: argparse.Namespace, command: list[str]) -> int:
     from .run import RunOptions, run_command
 
     profile = _chosen_agent("run", args, command)
     if profile is None:
         return 2
-    opts = RunOptions(profile=profile, cwd=args.cwd, resume_token=args.resume_token, prompt=args.prompt,
-                      json=args.json)
+    cwd = os.getcwd() if args.cwd is None else args.cwd  # here: where the command runs
+    opts = RunOptions(profile=profile, cwd=cwd, resume_token=args.resume_token, prompt=args.prompt, json=args.json)
     return run_command(opts)
+
+
+def _record(args: argparse.Namespace, command: list[str]) -> int:
+    from acp.replay.record import record_command
+
+    if not command:
+        print("acp-gateway record: give the agent's command after --", file=sys.stderr)
+        return 2
+    return record_command(command, args.out, args.redact_env, args.portable, args.alias)
+
+
+def _replay(args: argparse.Namespace, command: list[str]) -> int:
+    from acp.replay.agent import run_replay
+
+    return run_replay(args.fixture, args.realtime, args.strict, args.forget_sessions, args.pace)
+
+
+def _fixtures(args: argparse.Namespace, command: list[str]) -> int:
+    from acp.replay.fixtures import diff_command
+
+    return diff_command(args.old, args.new, args.json)
+
+
+def _fixtures_arguments(parser: argparse.ArgumentParser) -> None:
+    verbs = parser.add_subparsers(dest="fixtures_command", required=True)
+    add_arguments(verbs.add_parser("diff", help="what changed between two recordings of an agent (a corpus directory "
+                                   "or one recording each): capabilities, answers, error codes, update kinds, "
+                                   "timing classes"), (
+        arg("old", type=Path),
+        arg("new", type=Path),
+        arg("--json", action="store_true", help="the changes as JSON"),
+    ))
+
+
+def _frontend(args: argparse.Namespace, command: list[str]) -> int:
+    """A wire-only verb (frontend.py): a client of a running gateway."""
+    try:
+        return asyncio.run(run_frontend(args))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _doctor(args: argparse.Namespace, command: list[str]) -> int:
+    from ..config import ConfigError, load_config
+    from .doctor import report
+
+    try:
+        config = load_config(args.config, {
+            "state_dir": args.state_dir, "agents_dir": args.agents_dir, "sandbox": args.sandbox,
+            "allow_unconfined_agents": args.allow_unconfined_agents})
+    except ConfigError as exc:
+        print(f"acp-gateway doctor: {exc}", file=sys.stderr)
+        return 2
+    return report(config)
+
+
+def _agents(args: argparse.Namespace, command: list[str]) -> int:
+    from .agents import run as run_agents
+
+    return run_agents(args)
+
+
+RUN_ARGUMENTS: tuple[Argument, ...] = (
+    arg("--agent", help="agent profile id (see `acp-gateway agents`)"),
+    arg("--agents-dir", action="append", default=[], type=Path, help="extra profile directory"),
+    arg("--state-dir", type=Path, help="where agents added from the registry are (default: serve's)"),
+    arg("--cwd", default=None, help="the session's working directory (default: here)"),
+    arg("--resume-token", help="ACP session id saved from an earlier run"),
+    arg("--prompt", help="send this prompt once the session is ready"),
+    arg("--json", action="store_true", help="updates as JSON lines; the last line is a summary"),
+)
+SERVE_ARGUMENTS: tuple[Argument, ...] = (
+    arg("--host", help="bind address (default 127.0.0.1, loopback only)"),
+    arg("--port", type=int, help="port (default 8765; 0 picks a free one)"),
+    arg("--state-dir", help="where the database and token live (default: per-user state dir)"),
+    arg("--agents-dir", action="append", default=[], help="extra profile directory (repeatable)"),
+    arg("--token", help="the single owner's token (or ACP_GATEWAY_TOKEN)"),
+    arg("--store", metavar="URL", help="a SQLite path (default: STATE_DIR/gateway.db) or a postgresql://user@host/db "
+        "URL"),
+    arg("--node-id", help="this node's name in a cluster (PostgreSQL store; default: the host name)"),
+    arg("--config", type=Path, help="TOML configuration file (every flag has a key)"),
+    arg("--default-agent", help="agent used when task.session.start names none"),
+    arg("--record-dir", help="record each agent process's ACP traffic under DIR/<session id>/ (secrets redacted): "
+        "replayable with `acp-gateway replay`"),
+    arg("--log-format", choices=["text", "json"], help="json: one object a line, with session_id, agent and each "
+        "restore's plan, attempts and outcome as fields (default text)"),
+    arg("--sandbox", choices=["none", "bwrap"], help="confine agents' own processes: bwrap runs each under bubblewrap "
+        "(default none; docs/security.md)"),
+    arg("--allow-unconfined-agents", action="store_true", default=None,
+        help="serve several owners with agents unconfined (each could read the others' work)"),
+    arg("--workspace-root", dest="workspace_roots", action="append", default=[],
+        help="a directory sessions may run in (repeatable; default: your home directory)"),
+)
+CHECK_ARGUMENTS: tuple[Argument, ...] = (
+    arg("--json", action="store_true", help="print the JSON report (with failing transcripts)"),
+    arg("--only", nargs="+", default=[], metavar="ID", help="run only these checks"),
+    arg("--list", action="store_true", help="list the checks and exit"),
+    arg("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML (for CI)"),
+    arg("--agent", help="check this agent profile (its command and env) instead of -- CMD"),
+    arg("--agents-dir", action="append", default=[], type=Path, help="extra profile directory"),
+    arg("--state-dir", type=Path, help="where agents added from the registry are (default: serve's)"),
+    arg("--prompt", action="append", default=[], metavar="KEY=TEXT",
+        help="what a check says to the agent: short, long, longer, permission, tools, mode_change or client_method "
+             "(repeatable; over the profile's [check] table; default: plain requests)"),
+    arg("--offer", action="append", default=[], metavar="NAME=on|off",
+        help="what the checker offers the agent in initialize, for every check that does not judge that very "
+             "capability: fs-read, fs-write (on by default), terminal, terminal-auth, elicitation-form, "
+             "elicitation-url, boolean-config (off by default); repeatable"),
+    arg("--setup-timeout", type=float, default=60.0, metavar="S",
+        help="wait this long for initialize, authenticate and session set-up (default 60, as the gateway)"),
+    arg("--turn-timeout", type=float, default=120.0, metavar="S", help="wait this long for one prompt turn (default "
+        "120)"),
+    arg("--quiet-timeout", type=float, default=25.0, metavar="S",
+        help="a turn with no update and no answer this long is taken as not running (its model unreachable): the "
+             "checks needing a turn are blocked (default 25)"),
+    arg("--agent-cwd", type=Path, metavar="DIR", help="run the agent in DIR (default: here)"),
+    arg("--seed", help="draw the made-up values the checks send (unknown session ids, words to remember, values not "
+        "offered) from this seed: the same every run, so a recorded run replays"),
+    arg("--auth-method", metavar="ID", help="authenticate with this advertised method when asked (default: the "
+        "profile's auth_method, else one whose env vars are set, else an agent-run one)"),
+)
+RECORD_ARGUMENTS: tuple[Argument, ...] = (
+    arg("--out", required=True, help="the fixture to write (appended to); a directory (or a path ending in /): a new "
+        "NNN.jsonl in it for each process"),
+    arg("--redact-env", action="append", default=[], metavar="NAME",
+        help="write the value of this environment variable (an API key) as [secret]; repeatable"),
+    arg("--portable", action="store_true",
+        help="write the working directory as <cwd> and $HOME as <home> (a fixture to share)"),
+    arg("--alias", action="append", default=[], metavar="NAME=PATH",
+        help="write the host path PATH (where the agent is installed, say) as <NAME>; repeatable"),
+)
+DOCTOR_ARGUMENTS: tuple[Argument, ...] = (
+    arg("--config", type=Path, help="the TOML configuration file serve would read"),
+    arg("--state-dir", help="as serve's"),
+    arg("--agents-dir", action="append", default=[], help="as serve's (repeatable)"),
+    arg("--sandbox", choices=["none", "bwrap"], help="as serve's"),
+    arg("--allow-unconfined-agents", action="store_true", default=None, help="as serve's"),
+)
+
+# The subcommands, in the order `acp-gateway --help` lists them. Each one's help is its line in that listing.
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("run", "one-shot headless ACP client: launch, restore or start, prompt, report", RUN_ARGUMENTS, _run,
+               usage="acp-gateway run (--agent ID | -- CMD ARGS...) [--agents-dir DIR] [--cwd DIR] "
+                     "[--resume-token TOKEN] [--prompt TEXT] [--json]"),
+    Subcommand("serve", "run the gateway: JSON-RPC over WebSocket, web UI, lazy resume", SERVE_ARGUMENTS, _serve),
+    Subcommand("check", "run the ACP conformance checks against an agent", CHECK_ARGUMENTS, _check,
+               usage="acp-gateway check [--json] [--junit FILE] [--only ID ...] [--prompt KEY=TEXT] "
+                     "[--offer NAME=on|off] [--setup-timeout S] [--turn-timeout S] [--quiet-timeout S] "
+                     "[--seed S] [--auth-method ID] (--agent ID | -- CMD ARGS...)"),
+    Subcommand("record", "a transparent stdio proxy that records ACP traffic to JSONL", RECORD_ARGUMENTS, _record,
+               usage="acp-gateway record --out FILE.jsonl -- CMD ARGS..."),
+    Subcommand("replay", "an ACP agent that plays recordings back", (AddedBy(replay_arguments),), _replay),
+    Subcommand("fixtures", "compare recordings of an agent", (AddedBy(_fixtures_arguments),), _fixtures),
+    *(Subcommand(name, verb.help, verb.parser_arguments, _frontend, description=verb.help)
+      for name, verb in VERBS.items()),
+    Subcommand("doctor", "what serve would make of this configuration and machine: the store, owners, agents' "
+               "confinement and whether it can run here, each agent", DOCTOR_ARGUMENTS, _doctor),
+    Subcommand("agents", "agent profiles, and agents from the ACP registry: search, add (pinned), update, remove, "
+               "doctor, matrix", (AddedBy(agents_arguments),), _agents,
+               description="Without a subcommand: list the agents."),
+)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from ..error_codes import ALREADY_TERMINAL, INTERNAL_ERROR, METHOD_NOT_FOUND, RESYNC_REQUIRED
 from .policy import (
     HEALTH_SAMPLE_INTERVAL,
     HEARTBEAT_INTERVAL,
@@ -101,7 +102,7 @@ class GatewayClient:
             return
         if "error" in item:
             err = item["error"] if isinstance(item["error"], dict) else {}
-            fut.set_exception(RpcCallError(err.get("code", -32603), err.get("message", ""), err.get("data")))
+            fut.set_exception(RpcCallError(err.get("code", INTERNAL_ERROR), err.get("message", ""), err.get("data")))
         else:
             fut.set_result(item.get("result"))
 
@@ -140,10 +141,6 @@ class GatewayClient:
 # ---------------------------------------------------------------------------------------------------
 # The owner-session client of docs/architecture.md: The clients: a live event stream that survives disconnects.
 # ---------------------------------------------------------------------------------------------------
-
-ALREADY_TERMINAL = -32009
-RESYNC_REQUIRED = -32012
-METHOD_NOT_FOUND = -32601
 
 
 class Clock(Protocol):

@@ -24,19 +24,51 @@ var AcpGateway = (() => {
   // src/index.ts
   var index_exports = {};
   __export(index_exports, {
-    ALREADY_TERMINAL: () => ALREADY_TERMINAL2,
+    AGENT_FAILED: () => AGENT_FAILED,
+    ALREADY_TERMINAL: () => ALREADY_TERMINAL,
+    BUSY: () => BUSY,
+    CONFIG_REFUSED: () => CONFIG_REFUSED,
     ConnectionLost: () => ConnectionLost,
     ERROR_MEANINGS: () => ERROR_MEANINGS,
     GatewayConnection: () => GatewayConnection,
+    INTERNAL_ERROR: () => INTERNAL_ERROR,
+    INVALID_PARAMS: () => INVALID_PARAMS,
+    INVALID_REQUEST: () => INVALID_REQUEST,
+    LIMIT_EXCEEDED: () => LIMIT_EXCEEDED,
+    METHOD_NOT_FOUND: () => METHOD_NOT_FOUND,
+    NOT_FOUND: () => NOT_FOUND,
+    NOT_RESUMABLE: () => NOT_RESUMABLE,
     NotConnected: () => NotConnected,
     OwnerSessionClient: () => OwnerSessionClient,
+    PARSE_ERROR: () => PARSE_ERROR,
     RESYNC_REQUIRED: () => RESYNC_REQUIRED,
     RpcError: () => RpcError,
+    STORAGE_FAILED: () => STORAGE_FAILED,
     Session: () => Session,
     Turn: () => Turn,
+    UNAUTHORIZED: () => UNAUTHORIZED,
+    WORKSPACE_MISSING: () => WORKSPACE_MISSING,
     policy: () => policy_exports,
     rpcUrl: () => rpcUrl
   });
+
+  // src/codes.ts
+  var PARSE_ERROR = -32700;
+  var INVALID_REQUEST = -32600;
+  var METHOD_NOT_FOUND = -32601;
+  var INVALID_PARAMS = -32602;
+  var INTERNAL_ERROR = -32603;
+  var UNAUTHORIZED = -32001;
+  var NOT_FOUND = -32002;
+  var ALREADY_TERMINAL = -32009;
+  var BUSY = -32010;
+  var WORKSPACE_MISSING = -32011;
+  var RESYNC_REQUIRED = -32012;
+  var NOT_RESUMABLE = -32013;
+  var LIMIT_EXCEEDED = -32014;
+  var AGENT_FAILED = -32015;
+  var STORAGE_FAILED = -32016;
+  var CONFIG_REFUSED = -32017;
 
   // src/connection.ts
   var RpcError = class extends Error {
@@ -172,7 +204,7 @@ var AcpGateway = (() => {
       if (!waiting) return;
       this.pending.delete(msg.id);
       if (msg.error) {
-        waiting.reject(new RpcError(msg.error.code ?? -32603, msg.error.message ?? "", msg.error.data, waiting.method));
+        waiting.reject(new RpcError(msg.error.code ?? INTERNAL_ERROR, msg.error.message ?? "", msg.error.data, waiting.method));
       } else {
         waiting.resolve(msg.result ?? null);
       }
@@ -277,7 +309,6 @@ var AcpGateway = (() => {
   }
 
   // src/session.ts
-  var ALREADY_TERMINAL = -32009;
   var Session = class {
     constructor(client, id) {
       this.client = client;
@@ -434,9 +465,6 @@ var AcpGateway = (() => {
   };
 
   // src/client.ts
-  var ALREADY_TERMINAL2 = -32009;
-  var RESYNC_REQUIRED = -32012;
-  var METHOD_NOT_FOUND = -32601;
   var now = () => performance.now() / 1e3;
   var OwnerSessionClient = class {
     constructor(options) {

@@ -5,6 +5,8 @@ import { setHealth, connect } from "./connection.js";
 import { openView } from "./session_actions.js";
 import { updatePalette } from "./palette.js";
 
+const { AGENT_FAILED } = AcpGateway;  // the gateway's error codes (clients/typescript/src/codes.ts)
+
 export function wireForms() {
   $("login-form").onsubmit = (ev) => {
     ev.preventDefault();
@@ -39,6 +41,6 @@ async function sendPrompt(ev) {
     // The turn is the session's, not this page's: a lost connection only lost the wait; the outcome arrives
     // as turn_ended once the stream is back (or as "interrupted" if the gateway itself went down).
     if (e.code === -1) showErrorAt("prompt-error", { message: "Connection lost while the turn ran: its outcome will show in the transcript." });
-    else if (e.code !== -32015) showErrorAt("prompt-error", e);  // an agent's failure is the transcript's (turn failed: …)
+    else if (e.code !== AGENT_FAILED) showErrorAt("prompt-error", e);  // an agent's failure is the transcript's (turn failed: …)
   }
 }

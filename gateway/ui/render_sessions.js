@@ -5,14 +5,7 @@ import { TERMINAL } from "./fold.js";
 import { renderConfig } from "./render_config.js";
 import { renderRaw } from "./render_transcript.js";
 import { openView, resumeViewed, recover, cancelSession } from "./session_actions.js";
-
-const REASONS = {
-  agent_not_running: "the agent is not running; its ACP session was saved and can be restored",
-  agent_not_running_fresh_start: "the agent is not running and no ACP session was saved: a resume starts a fresh one",
-  not_started: "the agent has not been started",
-  stale_execution: "another gateway instance ran this session moments ago: wait",
-  error_recovery: "the last restore failed and kept the saved session",
-};
+import { RESUME_REASONS } from "./resume_reasons.js";  // the CLI's words too (gateway/clients/resume_reasons.py)
 
 export function renderList() {
   const ul = $("sessions"); ul.replaceChildren();
@@ -90,7 +83,7 @@ function renderStatusLine(s) {
   if (!status || TERMINAL.includes(s.state) || s.is_agent_running) { line.hidden = true; return; }
   if (status.resume_reason === "error_recovery") {
     line.dataset.kind = "error_recovery"; line.hidden = false;
-    line.append(el("span", "", `Restore failed: ${s.error_message || REASONS.error_recovery}`));
+    line.append(el("span", "", `Restore failed: ${s.error_message || RESUME_REASONS.error_recovery}`));
     const retry = el("button", "", "Recover: retry"); retry.id = "recover-retry";
     retry.onclick = () => recover("retry");
     const fresh = el("button", "", "Recover: start fresh"); fresh.id = "recover-fresh";
@@ -104,7 +97,7 @@ function renderStatusLine(s) {
     line.dataset.kind = "needs_resume"; line.hidden = false;
     const agent = state.agents.get(s.agent);
     const manual = agent && agent.auto_resume === false ? " — auto-resume is off for this agent: press Resume" : "";
-    line.append(el("span", "", `Needs resume: ${REASONS[status.resume_reason] || status.resume_reason}${manual}`));
+    line.append(el("span", "", `Needs resume: ${RESUME_REASONS[status.resume_reason] || status.resume_reason}${manual}`));
     if (s.error_message) line.append(el("div", "muted", `Last error: ${s.error_message}`));
   } else { line.hidden = true; }
 }

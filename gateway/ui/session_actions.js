@@ -6,7 +6,7 @@ import { renderTranscript, renderRaw } from "./render_transcript.js";
 import { openLog } from "./transcript_log.js";
 import { agentsOpen } from "./agents_page.js";
 
-const ALREADY_TERMINAL = AcpGateway.ALREADY_TERMINAL;
+const { ALREADY_TERMINAL, NOT_FOUND } = AcpGateway;  // the gateway's error codes (clients/typescript/src/codes.ts)
 
 export async function openView(sid, again = false) {
   if (document.body.classList.contains("agents-open")) agentsOpen(false);
@@ -29,7 +29,7 @@ export async function openView(sid, again = false) {
       await resumeViewed("automatically");
     }
   } catch (e) {
-    if (e.code === -32002 && sid === state.viewed) { select(null); renderHead(); renderTranscript(); }
+    if (e.code === NOT_FOUND && sid === state.viewed) { select(null); renderHead(); renderTranscript(); }
     if (e.code !== -1) showErrorAt("head-error", e);
   }
 }

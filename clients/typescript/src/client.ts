@@ -6,10 +6,7 @@ import type { ApiMethods, Event, MethodName, SessionStartParams, SessionSummary 
 import { HEARTBEAT_INTERVAL, MalformedCounter, SILENT_AFTER, backoffDelay, isNew, isValidEvent, nextLink, nextReconcileDelay,
          silenceDeadline, type LinkEvent, type LinkState } from "./policy.js";
 import { Session } from "./session.js";
-
-export const ALREADY_TERMINAL = -32009;
-export const RESYNC_REQUIRED = -32012;
-const METHOD_NOT_FOUND = -32601;
+import { METHOD_NOT_FOUND, RESYNC_REQUIRED } from "./codes.js";
 
 export interface ClientOptions {
   /** The gateway's /rpc endpoint, e.g. ws://127.0.0.1:8765/rpc */

@@ -1,6 +1,7 @@
 // One WebSocket connection to the gateway's /rpc: calls with ids, answers matched to their promises, notifications
 // and every frame handed on. The resilient client (client.ts) is built on it.
 import type { ApiMethods, MethodName } from "./generated/api.js";
+import { INTERNAL_ERROR } from "./codes.js";
 
 /** What the client needs of a WebSocket: the browser's, Node's (22+), or the `ws` package's. */
 export interface WebSocketLike {
@@ -138,7 +139,7 @@ export class GatewayConnection {
     if (!waiting) return;
     this.pending.delete(msg.id as number);
     if (msg.error) {
-      waiting.reject(new RpcError(msg.error.code ?? -32603, msg.error.message ?? "", msg.error.data, waiting.method));
+      waiting.reject(new RpcError(msg.error.code ?? INTERNAL_ERROR, msg.error.message ?? "", msg.error.data, waiting.method));
     } else {
       waiting.resolve(msg.result ?? null);
     }

@@ -1,5 +1,6 @@
 // The ACP session gateway's client for frontends (browsers and Node.js ≥ 20): see README.md and docs/clients.md.
-export { OwnerSessionClient, ALREADY_TERMINAL, RESYNC_REQUIRED } from "./client.js";
+export { OwnerSessionClient } from "./client.js";
+export * from "./codes.js";
 export type { ClientOptions, EventListener, LinkListener, ResyncListener } from "./client.js";
 export { GatewayConnection, RpcError, NotConnected, ConnectionLost, rpcUrl } from "./connection.js";
 export type { WebSocketLike, WebSocketConstructor, Notification } from "./connection.js";

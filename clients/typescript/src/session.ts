@@ -3,8 +3,7 @@
 import type { OwnerSessionClient } from "./client.js";
 import { ConnectionLost, RpcError } from "./connection.js";
 import type { ElicitationAnswer, Event, HistoryItem, PermissionAnswer, SessionView, StatusView } from "./generated/api.js";
-
-const ALREADY_TERMINAL = -32009;
+import { ALREADY_TERMINAL } from "./codes.js";
 
 /** What a turn ended with: the `turn_ended` event's data (stop_reason; error and message when the agent failed). */
 export interface TurnEnd { stop_reason: string | null; error?: unknown; message?: string; [k: string]: unknown }
