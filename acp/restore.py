@@ -2,8 +2,9 @@
 
 Rules of this file:
 - Everything that decides how a saved ACP session is brought back lives here, and nothing else.
-- No I/O: the inputs are the profile's flags, the saved token, what `initialize` advertised and
-  the attempts made so far; the output is the next call to make or the final outcome.
+- No I/O: the inputs are the profile's flags, the saved token, what `initialize` advertised (its sign-in
+  methods too) and the attempts made so far; the output is the next call to make (an `authenticate`
+  included) or the final outcome.
 - It does not know which agent it talks to or how; `acp.session_setup` performs the steps.
 - A situation the rules do not cover raises instead of being guessed at.
 
@@ -13,17 +14,22 @@ Rows (see the tables in docs/restore.md):
   R3  native resume + token, no resume but `loadSession`         -> session/load
   R3' native resume + token, neither advertised                  -> nothing sent; unsupported -> session/new
   R4  no native resume, or no token                              -> session/new
+  AU1 a sign-in method is named (the owner's or the profile's)   -> authenticate, before the first call
+  AU2 a call answered -32000, none sent yet, a method chosen     -> authenticate, then the same call once more
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from .auth import choose_auth_method
 from .errors import AUTH_REQUIRED, METHOD_NOT_FOUND, REQUEST_CANCELLED, RESOURCE_NOT_FOUND
+from .models import AuthMethod
 
 
 class RestoreMethod(StrEnum):
@@ -110,6 +116,14 @@ class Finished:
 Step = Call | Finished
 
 
+@dataclass(frozen=True)
+class Authenticate:
+    """Send `authenticate` with `method_id` (AU1: before the first call; AU2: then the call that asked, once more)."""
+
+    method_id: str
+    rule: str
+
+
 def initial_call(inputs: RestoreInputs) -> Call:
     """The first row of §3.1 that applies (R1, R3, R3' or R4)."""
     if not inputs.wants_restore:
@@ -168,6 +182,24 @@ def _after(inputs: RestoreInputs, call: Call, attempt: RestoreAttempt, earlier: 
     if cls in FALLBACK_CLASSES:
         return Call(RestoreMethod.NEW, call.rule, fallback=cls)
     return Finished(Outcome.PRESERVED, cls, call.rule)
+
+
+def authenticate_first(named: str | None) -> Authenticate | None:
+    """AU1: the method the owner chose for the session, else the profile's `auth_method`, is sent before the first
+    call; None when neither names one. What it answers is kept to tell; the calls go on either way."""
+    return Authenticate(named, "AU1") if named else None
+
+
+def authenticate_then_retry(code: int | None, auth_tried: bool, advertised: Sequence[AuthMethod],
+                            named: str | None, environ: Mapping[str, str]) -> Authenticate | None:
+    """AU2: a call answered `code` -32000 (authentication required) and no `authenticate` was sent yet in this
+    negotiation: sign in with the named method, else the first `env_var` method whose variables are all set in the
+    agent's environment (`acp.auth.choose_auth_method`: never an invented credential), then send the same call once
+    more. None: the failure stands as the call's (a second -32000 included: `auth_tried` by then)."""
+    if code != AUTH_REQUIRED or auth_tried:
+        return None
+    chosen = choose_auth_method(advertised, named, environ)
+    return None if chosen is None else Authenticate(chosen, "AU2")
 
 
 _NOT_FOUND = re.compile(

@@ -1,4 +1,5 @@
-"""The restore driver: performs the steps `acp.restore.plan_restore` decides, and traces them.
+"""The restore driver: performs the steps `acp.restore` decides (the calls of `plan_restore`, and the sign-ins of
+`authenticate_first` and `authenticate_then_retry`), and traces them.
 
 Spans: `acp.session.restore` around the whole negotiation, with one child per request really sent
 (`acp.session.resume`, `acp.session.load`, `acp.session.new`).
@@ -16,9 +17,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from pydantic import ValidationError
 
-from .auth import choose_auth_method
 from .client import AcpClient
-from .errors import AUTH_REQUIRED, INTERNAL_ERROR, RequestTimeout, RpcError, TransportError
+from .errors import INTERNAL_ERROR, RequestTimeout, RpcError, TransportError
 from .models import NewSessionResponse
 from .restore import (
     Call,
@@ -30,6 +30,8 @@ from .restore import (
     RestoreAttempt,
     RestoreInputs,
     RestoreMethod,
+    authenticate_first,
+    authenticate_then_retry,
     plan_name,
     plan_restore,
 )
@@ -120,9 +122,10 @@ async def establish_session(
         span.set_attribute("acp.restore.plan", result.plan)
         span.set_attribute("acp.restore.has_token", bool(inputs.resume_token))
         auth_tried = False
-        if auth_method:
+        first = authenticate_first(auth_method)
+        if first is not None:
             try:
-                await client.authenticate(auth_method)
+                await client.authenticate(first.method_id)
             except (RpcError, TransportError) as err:
                 result.auth_error = str(err)
             auth_tried = True
@@ -182,21 +185,20 @@ async def _perform(
                 response = _validate_response(step.method, raw)
                 return RestoreAttempt(step.method), response, auth_tried
             except RpcError as err:
-                if err.code == AUTH_REQUIRED and not auth_tried:
-                    chosen = None if client.init is None else choose_auth_method(
-                        client.init.authMethods, auth_method, environ
-                    )
-                    if chosen is not None:
-                        auth_tried = True
-                        try:
-                            await client.authenticate(chosen)
-                        except RpcError as auth_err:
-                            err = auth_err
-                        except TransportError as exc:
-                            failure = Failure(FailureKind.TRANSPORT, message=str(exc), auth_tried=True)
-                            return _failed(span, step, failure, client), None, auth_tried
-                        else:
-                            continue
+                retry = None if client.init is None else authenticate_then_retry(
+                    err.code, auth_tried, client.init.authMethods, auth_method, environ
+                )
+                if retry is not None:  # AU2: sign in, then the same call once more
+                    auth_tried = True
+                    try:
+                        await client.authenticate(retry.method_id)
+                    except RpcError as auth_err:
+                        err = auth_err
+                    except TransportError as exc:
+                        failure = Failure(FailureKind.TRANSPORT, message=str(exc), auth_tried=True)
+                        return _failed(span, step, failure, client), None, auth_tried
+                    else:
+                        continue
                 failure = Failure(FailureKind.ERROR, err.code, err.message, err.data, auth_tried)
             except asyncio.CancelledError:
                 if not cancel.is_set():

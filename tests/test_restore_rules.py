@@ -1,10 +1,13 @@
-"""docs/restore.md as tables: one row per row of the planning table and of the failure table."""
+"""docs/restore.md as tables: one row per row of the planning table, of the sign-in table and of the failure
+table."""
 
 from __future__ import annotations
 
 import pytest
 
+from acp.models import AuthMethod
 from acp.restore import (
+    Authenticate,
     Call,
     Failure,
     FailureClass,
@@ -14,6 +17,8 @@ from acp.restore import (
     RestoreAttempt,
     RestoreInputs,
     RestoreMethod,
+    authenticate_first,
+    authenticate_then_retry,
     classify_restore_failure,
     plan_name,
     plan_restore,
@@ -141,3 +146,37 @@ CLASS_TABLE = [
 @pytest.mark.parametrize(("name", "failure", "cancelled", "expected"), CLASS_TABLE, ids=[r[0] for r in CLASS_TABLE])
 def test_failure_classes(name: str, failure: Failure, cancelled: bool, expected: FailureClass) -> None:
     assert classify_restore_failure(failure, token=TOKEN, cancelled=cancelled) is expected
+
+
+# One row per row of the sign-in table (AU1, AU2), with the boundaries of AU2: once, and never an invented credential.
+ADVERTISED = [AuthMethod.model_validate(m) for m in [
+    {"id": "login", "name": "Log in"},
+    {"id": "key", "name": "API key", "type": "env_var", "vars": [{"name": "VENDOR_KEY"}]},
+]]
+KEY_SET = {"VENDOR_KEY": "k"}
+
+
+@pytest.mark.parametrize(("named", "expected"), [("login", Authenticate("login", "AU1")), (None, None), ("", None)])
+def test_authenticate_first(named: str | None, expected: Authenticate | None) -> None:
+    assert authenticate_first(named) == expected
+
+
+AUTH_TABLE: list[tuple[str, int | None, bool, str | None, dict[str, str], Authenticate | None]] = [
+    # name, the call's error code, authenticate sent already, the named method, the agent's environment -> step
+    ("AU2 the named method", -32000, False, "login", {}, Authenticate("login", "AU2")),
+    ("AU2 an env_var method whose variables are set", -32000, False, None, KEY_SET, Authenticate("key", "AU2")),
+    ("AU2 the named method wins over a set env_var one", -32000, False, "login", KEY_SET, Authenticate("login", "AU2")),
+    ("no credential invented: nothing named, variables unset", -32000, False, None, {}, None),
+    ("no credential invented: a variable set empty", -32000, False, None, {"VENDOR_KEY": ""}, None),
+    ("once: authenticate already sent", -32000, True, "login", KEY_SET, None),
+    ("another error: -32603", -32603, False, "login", KEY_SET, None),
+    ("another error: -32601", -32601, False, "login", KEY_SET, None),
+    ("no code: a transport failure", None, False, "login", KEY_SET, None),
+]
+
+
+@pytest.mark.parametrize(("name", "code", "tried", "named", "environ", "expected"), AUTH_TABLE,
+                         ids=[r[0] for r in AUTH_TABLE])
+def test_authenticate_then_retry(name: str, code: int | None, tried: bool, named: str | None,
+                                 environ: dict[str, str], expected: Authenticate | None) -> None:
+    assert authenticate_then_retry(code, tried, ADVERTISED, named, environ) == expected

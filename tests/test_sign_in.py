@@ -1,7 +1,7 @@
-"""Signing an agent in: the methods as people see them and what an answer may carry (acp.auth, by table), then a
-real gateway whose agent answers auth_required — the session waits for a sign-in instead of failing, an env_var
-method's value is kept write-only and given to the agent at every launch, an agent method is sent as
-`authenticate`, a failing login leaves the session asking."""
+"""Signing an agent in: the methods as people see them, what an answer may carry and whether a sign-in goes ahead
+(acp.auth and gateway.runtime.sign_in_rules, by table), then a real gateway whose agent answers auth_required — the
+session waits for a sign-in instead of failing, an env_var method's value is kept write-only and given to the agent
+at every launch, an agent method is sent as `authenticate`, a failing login leaves the session asking."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from acp.auth import describe_methods, sign_in_refusal
 from acp.models import AuthMethod
 from gateway.clients.client import RpcCallError
+from gateway.runtime.sign_in_rules import SignInFacts, SignInRefused, login_failure, sign_in_decision
 from tests.gateway_harness import GatewayProcess, agent_said, metrics_text, reference_profile, running, subscribed
 
 DUMMY = "dummy-sign-in-key-0123456789"
@@ -52,6 +53,61 @@ REFUSALS: list[tuple[str, dict[str, str] | None, str | None]] = [
 def test_what_a_sign_in_may_carry(method_id: str, values: dict[str, str] | None, field: str | None) -> None:
     refused = sign_in_refusal(METHODS, method_id, values)
     assert (refused[0] if refused else None) == field
+
+
+def facts(method_id: str, values: dict[str, str] | None = None, *, running: bool = False, asked: bool = True,
+          confined: bool = False, methods: list[dict[str, Any]] | None = None) -> SignInFacts:
+    auth = {"methods": METHODS if methods is None else methods, "reason": "auth_required"} if asked else None
+    return SignInFacts("s-1", "vendor", running, auth, method_id, values, confined)
+
+
+ODD = {"id": "odd", "name": "Odd", "kind": "carrier_pigeon"}
+LOADS = {"id": "key", "name": "k", "kind": "env_var", "vars": ["VENDOR_KEY", "LD_PRELOAD"]}
+LOADING = {"VENDOR_KEY": "k", "LD_PRELOAD": "/x.so"}
+# One row per rule of gateway.runtime.sign_in_rules (SI-1…5), and the methods that go ahead.
+DECISIONS: list[tuple[str, SignInFacts, str | None, str | None]] = [
+    # name, the facts -> the rule that refuses (None: it goes ahead), the field at fault
+    ("SI-1 the agent is running", facts("login", running=True), "SI-1", "method_id"),
+    ("SI-2 no sign-in asked", facts("login", asked=False), "SI-2", "method_id"),
+    ("SI-3 a method not offered", facts("nope"), "SI-3", "method_id"),
+    ("SI-3 values a method does not take", facts("login", {"X": "1"}), "SI-3", "values"),
+    ("SI-4 an env_var method's loading variable, unconfined", facts("key", LOADING, methods=[LOADS]), "SI-4", "values"),
+    ("SI-4 an env_var method's loading variable, confined", facts("key", LOADING, confined=True, methods=[LOADS]),
+     None, None),
+    ("SI-4 a terminal method's loading env, unconfined", facts("tui", methods=[
+        {"id": "tui", "name": "t", "kind": "terminal", "args": [], "env": {"LD_PRELOAD": "/x.so"}}]), "SI-4", "values"),
+    ("SI-4 a terminal method's loading env, confined", facts("tui", confined=True, methods=[
+        {"id": "tui", "name": "t", "kind": "terminal", "args": [], "env": {"LD_PRELOAD": "/x.so"}}]), None, None),
+    ("SI-5 a kind the gateway does not know", facts("odd", methods=[ODD]), "SI-5", "method_id"),
+    ("an agent method", facts("login"), None, None),
+    ("an env_var method", facts("key", {"VENDOR_KEY": "k"}), None, None),
+    ("a terminal method", facts("tui"), None, None),
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("name", "given", "rule", "field"), DECISIONS, ids=[r[0] for r in DECISIONS])
+def test_whether_a_sign_in_goes_ahead(name: str, given: SignInFacts, rule: str | None, field: str | None) -> None:
+    decided = sign_in_decision(given)
+    if rule is None:
+        assert not isinstance(decided, SignInRefused)
+        assert decided["id"] == given.method_id
+    else:
+        assert isinstance(decided, SignInRefused)
+        assert (decided.rule, decided.field) == (rule, field)
+        assert "s-1" in decided.message or "gateway does not know" in decided.message
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("status", "said"), [
+    ({"exitCode": 0}, None),
+    ({"exitCode": 2}, "the sign-in of agent 'vendor' (Terminal) ended with exit code 2: "),
+    ({"exitCode": None, "signal": "SIGKILL"},
+     "the sign-in of agent 'vendor' (Terminal) ended with killed by SIGKILL: "),
+])
+def test_what_a_failed_login_says(status: dict[str, Any], said: str | None) -> None:  # SI-6
+    failed = login_failure(status, "vendor", "Terminal")
+    assert failed is None if said is None else (failed or "").startswith(said)
 
 
 @pytest.fixture

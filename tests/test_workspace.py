@@ -12,7 +12,8 @@ import pytest
 from acp import fs
 from acp.errors import RpcError
 from gateway.clients.client import RpcCallError
-from gateway.runtime.workspace import WorkspaceRefusal, refusal
+from gateway.runtime.settings import Settings
+from gateway.runtime.workspace import Unfit, WorkspaceRefusal, refusal, unfit
 from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
 
 R = WorkspaceRefusal
@@ -39,6 +40,24 @@ ROWS = [
 @pytest.mark.parametrize(("cwd", "expected"), ROWS)
 def test_refusal(cwd: str, expected: WorkspaceRefusal | None) -> None:
     assert refusal(Path(cwd), ROOTS, PROTECTED) == expected
+
+
+@pytest.mark.unit
+def test_the_one_check_of_a_directory_an_agent_is_given(tmp_path: Path) -> None:
+    """`unfit`, for a session's cwd and an additional directory alike: missing, refused by a rule, or fit."""
+    state, work, bob = tmp_path / "work" / "state", tmp_path / "work" / "project", tmp_path / "bob"
+    for directory in (state, work, bob):
+        directory.mkdir(parents=True)
+    settings = Settings(state_dir=state, workspace_roots=(tmp_path / "work",), protected_paths=(state,),
+                        owner_workspace_roots={"bob": (bob,)})
+    assert unfit(settings, "alice", str(work)) is None
+    assert unfit(settings, "alice", str(work / "gone")) == Unfit(None, "it no longer exists")
+    assert unfit(settings, "alice", str(state)) == Unfit(
+        R.INSIDE_GATEWAY_FILES, f"workspace {state} lies inside the gateway's own files: choose a project directory "
+        "elsewhere")
+    refused = unfit(settings, "alice", str(bob))  # another owner's root: not alice's
+    assert refused is not None and refused.rule is R.OUTSIDE_WORKSPACE_ROOTS
+    assert unfit(settings, "bob", str(bob)) is None
 
 
 def test_fs_never_serves_protected_or_system_paths(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 wedge one.
 
 Where a command enters: `manager.SessionManager` (the facade the JSON-RPC adapter calls). Where it is decided
-on: the pure tables — `commands`, `states`, `status`, `permissions`, `history`, `resume_context`. Where it
-leaves: `writer` (persist, then publish) and the agent, through `launcher`, `turns` and `broker`.
+on: the pure tables — `commands`, `states`, `status`, `permissions`, `history`, `resume_context`, `sign_in_rules`.
+Where it leaves: `writer` (persist, then publish) and the agent, through `launcher`, `turns` and `broker`.
 """
 
 from .manager import SessionManager

@@ -41,6 +41,7 @@ from acp.session_config import (
 
 from ..errors import agent_failed, config_refused, log_fault
 from ..store import ConfigRow, SessionRow, StoreBase
+from .workspace import Unfit
 from .writer import SessionWriter
 
 log = logging.getLogger(__name__)
@@ -323,12 +324,12 @@ async def stored(store: StoreBase, session_id: str) -> SessionConfig:
     return SessionConfig.from_row(await store.configs.get(session_id))
 
 
-def setup_plan(config: SessionConfig, caps: AgentCapabilities, refused_directory: Callable[[str], str | None]) \
+def setup_plan(config: SessionConfig, caps: AgentCapabilities, unfit: Callable[[str], Unfit | None]) \
         -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """What a session set-up sends (ACP wants the MCP servers and directories again on every load and resume): the
-    servers of types the agent takes now, the directories that still pass the workspace rules (`refused_directory`:
-    a directory -> why it no longer may be used, or None) if the agent takes directories; and a finding for each
-    left out."""
+    servers of types the agent takes now, the directories that still pass the workspace rules (`unfit`: a directory
+    -> why it no longer may be used, or None; `workspace.unfit`) if the agent takes directories; and a finding for
+    each left out."""
     transports = caps.mcp_transports
     servers, found = [], []
     for server in config.mcp_servers:
@@ -341,7 +342,8 @@ def setup_plan(config: SessionConfig, caps: AgentCapabilities, refused_directory
                           "offered": sorted(transports)})
     directories: list[str] = []
     for directory in config.additional_directories:
-        why = refused_directory(directory)
+        refused = unfit(directory)
+        why = None if refused is None else refused.message
         if not caps.takes_additional_directories:
             why = "the agent does not take additional directories (sessionCapabilities.additionalDirectories)"
         if why is None:

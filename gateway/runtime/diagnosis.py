@@ -1,6 +1,7 @@
 """What an agent said on stderr, made part of the error a user sees: bounded, secrets redacted, a failed download
 named. An agent that fails `initialize`, `session/new`, a restore or a turn usually says why only there (a missing
-API key, an unreachable model, npx offline), while its JSON-RPC error says "Internal error"."""
+API key, an unreachable model, npx offline), while its JSON-RPC error says "Internal error". And what its exit
+says of the profile's limits it ran into."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from collections.abc import Sequence
 from acp import mcp
 from acp.process import AgentProcess
 from agents.profiles import AgentProfile, download_failed
+
+from . import sandbox
+from .live import LiveSession
 
 TAIL_LINES = 5  # what is shown: the last lines, where the reason usually is
 SCAN_LINES = 40  # what is searched for a package runner's download failure (npm prints a dozen lines)
@@ -32,3 +36,14 @@ def stderr_said(process: AgentProcess, profile: AgentProfile, secrets: Sequence[
     hint = download_failed(profile.argv(), lines)  # the command as configured (the launch may wrap it)
     shown = " | ".join(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in lines[-TAIL_LINES:])
     return mcp.scrub((f"; {hint}" if hint else "") + f" (agent stderr: {shown})", hidden_values(profile, secrets))
+
+
+def limit_said(live: LiveSession) -> str:
+    """`: it hit its file_size limit (…)` when the agent's exit says it ran into one of its profile's limits."""
+    limits = sandbox.Limits(**live.profile.limits.model_dump())
+    hit = sandbox.limit_hit(live.client.process.returncode, live.client.process.stderr.tail_lines(20), limits)
+    if hit is None:
+        return ""
+    value = getattr(limits, hit, None)
+    return (f": it hit its {hit} limit" + (f" (limits.{hit} = {value} in profile {live.profile.id!r})"
+                                           if value is not None else ""))

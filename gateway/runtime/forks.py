@@ -28,8 +28,8 @@ from ..store import SessionRow, StoreBase
 from .config import setup_plan
 from .live import LiveSession
 from .settings import Settings
-from .spawning import directory_refusal
 from .states import SessionState, TaskState
+from .workspace import unfit
 from .writer import SessionWriter
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settin
     through = await store.history.last_id(row.id)
     config, init = live.config, live.client.init
     assert init is not None  # fork_refusal said so
-    servers, directories, _ = setup_plan(config, init.agentCapabilities,
-                                         lambda d: directory_refusal(settings, row.owner, d))
+    servers, directories, _ = setup_plan(config, init.agentCapabilities, lambda d: unfit(settings, row.owner, d))
     try:
         forked = await asyncio.wait_for(
             live.client.fork_session(live.acp_session_id, row.cwd, servers, directories), settings.request_timeout)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shlex
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ from acp import mcp
 from acp.auth import describe_methods
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
-from acp.models import AgentCapabilities, AuthMethod, Implementation
+from acp.models import AuthMethod, Implementation
 from acp.replay.recording import record_process
 from acp.restore import FailureClass, Outcome, RestoreMethod
 from acp.session_config import ConfigOffer
@@ -36,14 +34,15 @@ from agents.registry.installs import current_version, launch_refusal, profile_at
 from .. import metrics
 from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
 from ..store import SessionRow, StoreBase
-from . import reaper, sandbox, workspace
+from . import reaper, workspace
 from .broker import PermissionBroker
+from .capabilities import CapabilityProbe
 from .cluster import Cluster
 from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
-from .diagnosis import hidden_values, stderr_said
+from .diagnosis import hidden_values, limit_said, stderr_said
 from .elicitations import ElicitationBroker
 from .history import HistoryCoalescer
-from .homes import PROBE_OWNER, HomeRefused, ensure_home
+from .homes import HomeRefused, ensure_home
 from .key_proxy import KeyProxy
 from .launch_words import FailureFacts, ReturnFacts, failure_said, return_said
 from .live import LiveSession
@@ -51,14 +50,13 @@ from .quotas import Usage
 from .settings import Settings
 from .sign_in import SignInSecrets
 from .spawn_env import Spawn
-from .spawning import AgentSpawner, agent_argv, directory_refusal
+from .spawning import AgentSpawner, SpawnSite
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
 from .terminals import TERMINAL_MARKER, SessionTerminals, TerminalCounts
 from .writer import HistoryWriter, SessionWriter
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -98,13 +96,11 @@ class LaunchResult:
 
 
 def check_workspace(settings: Settings, owner: str, session_id: str | None, cwd: str) -> None:
-    """-32011 when `cwd` does not exist, or may not be this owner's workspace (`workspace.refusal` says why)."""
-    if not os.path.isdir(cwd):
-        raise workspace_missing(session_id, cwd)
-    roots = settings.roots_of(owner)
-    refused = workspace.refusal(workspace.resolved(cwd), roots, settings.protected_paths)
-    if refused is not None:
-        raise workspace_refused(session_id, cwd, refused.value, workspace.explain(refused, cwd, roots))
+    """-32011 when `cwd` does not exist, or may not be this owner's workspace (`workspace.unfit` says why)."""
+    why = workspace.unfit(settings, owner, cwd)
+    if why is not None:
+        raise (workspace_missing(session_id, cwd) if why.rule is None
+               else workspace_refused(session_id, cwd, why.rule.value, why.message))
 
 
 def check_resumable(row: SessionRow, settings: Settings) -> None:
@@ -113,17 +109,6 @@ def check_resumable(row: SessionRow, settings: Settings) -> None:
         raise not_resumable(row.id, row.state, f"session {row.id} is {row.state} and cannot be resumed; "
                             "start a new session")
     check_workspace(settings, row.owner, row.id, row.cwd)
-
-
-def limit_said(live: LiveSession) -> str:
-    """`: it hit its file_size limit (…)` when the agent's exit says it ran into one of its profile's limits."""
-    limits = sandbox.Limits(**live.profile.limits.model_dump())
-    hit = sandbox.limit_hit(live.client.process.returncode, live.client.process.stderr.tail_lines(20), limits)
-    if hit is None:
-        return ""
-    value = getattr(limits, hit, None)
-    return (f": it hit its {hit} limit" + (f" (limits.{hit} = {value} in profile {live.profile.id!r})"
-                                           if value is not None else ""))
 
 
 class Launcher:
@@ -150,11 +135,7 @@ class Launcher:
         self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
         self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
         self.spawner = AgentSpawner(settings, self.keys)
-        # What each profile's agent said it supports in its last `initialize` here (MCP transports, additional
-        # directories): a start is checked against it before the session exists (`capabilities`).
-        self.capabilities: dict[str, AgentCapabilities] = {}
-        self._unreachable: dict[str, float] = {}  # profile id -> when it last could not be asked (monotonic)
-        self._asking: dict[str, asyncio.Future[AgentCapabilities | None]] = {}
+        self.probe = CapabilityProbe(settings)  # what each profile's agent supports, learned at every `initialize`
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -294,18 +275,18 @@ class Launcher:
         prevented one, the additional directories the agent was not given)."""
         row, profile, config, client = run.row, run.profile, run.config, run.client
         assert client is not None and run.identity is not None
-        result: RestoreResult | None = None
+        result: RestoreResult | None = None  # set only when the negotiation ran to its end
         failure: Exception | None = None
         found: list[dict[str, Any]] = []
         try:
             await self.writer.stage(row, "initializing")
             init = await client.initialize()
             caps = init.agentCapabilities
-            self.capabilities[profile.id] = caps
+            self.probe.learned(profile.id, caps)
             config.capabilities = capabilities_json(caps)
             config.agent_info = _agent_info(init.agentInfo)
-            servers, directories, found = setup_plan(
-                config, caps, lambda d: directory_refusal(self.settings, row.owner, d))
+            servers, directories, found = setup_plan(config, caps,
+                                                     lambda d: workspace.unfit(self.settings, row.owner, d))
             client.extra_roots = tuple(directories)  # its file methods may reach them too
             restoring = bool(run.token) and profile.native_session_resume
             auth_method = config.auth_method or profile.auth_method  # the owner's choice, else the profile's
@@ -317,13 +298,13 @@ class Launcher:
         except (AcpError, TimeoutError) as exc:
             failure = exc
         await run.identity
-        _count_restore(row.owner, profile.id, result if failure is None else None)
-        if result is not None and failure is None:
+        _count_restore(row.owner, profile.id, result)
+        if result is not None:
             restore = result.to_json()
             log.info("session %s: agent %s %s (plan %s, attempts %s)", row.id, profile.id, restore["outcome"],
                      restore["plan"], [a["method"] for a in restore["attempts"]],
                      extra={"session_id": row.id, "agent": profile.id, "restore": restore})
-        return (result if failure is None else None), failure, found
+        return result, failure, found
 
     async def _settle_failure(self, run: LaunchRun, result: RestoreResult | None,
                               failure: Exception | None) -> LaunchResult | None:
@@ -436,8 +417,8 @@ class Launcher:
         """The agent's command line: under bubblewrap where its profile or the gateway says so (its workspace, its
         additional directories and its owner's home writable; the gateway's own files masked; rlimits applied),
         else under the parent-death signal alone."""
-        return self.spawner.spawn(profile, row, config, env, home, profile.argv(token, str(self.settings.state_dir)),
-                              row.cwd, env)
+        return self.spawner.spawn(SpawnSite(profile, row, config, env, home),
+                                  profile.argv(token, str(self.settings.state_dir)), row.cwd, env)
 
     def confined(self, profile: AgentProfile) -> bool:
         return self.spawner.confined(profile)
@@ -445,11 +426,15 @@ class Launcher:
     def _terminal_host(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, env: Mapping[str, str],
                        home: Path, history: HistoryWriter) -> SessionTerminals:
         """The session's terminals, run as its agent is (`_confined`), their events in its journal."""
+        site = SpawnSite(profile, row, config, env, home)
+
+        def refused_directory(directory: str) -> str | None:  # a terminal's own cwd: the workspace rules hold
+            why = workspace.unfit(self.settings, row.owner, directory)
+            return None if why is None else why.message
+
         return SessionTerminals(
             row, self.settings, self.terminal_counts, env, reaper.MARKER, self.confined(profile),
-            lambda command, cwd, program_env: self.spawner.spawn(profile, row, config, env, home, command, cwd,
-                                                              program_env),
-            lambda directory: directory_refusal(self.settings, row.owner, directory),
+            lambda command, cwd, program_env: self.spawner.spawn(site, command, cwd, program_env), refused_directory,
             lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
 
     async def login(self, row: SessionRow, method: Mapping[str, Any]) -> dict[str, Any]:
@@ -474,7 +459,7 @@ class Launcher:
         program = [method["command"]] if method.get("command") else profile.argv(None, str(self.settings.state_dir))
         command = [*program, *(method.get("args") or [])]
         env[TERMINAL_MARKER] = f"t-{uuid.uuid4().hex}"
-        spawn = self.spawner.spawn(profile, row, config, env, home, command, row.cwd, env)
+        spawn = self.spawner.spawn(SpawnSite(profile, row, config, env, home), command, row.cwd, env)
         spec = TerminalSpec(spawn.argv, spawn.cwd, spawn.env, self.settings.terminal_output_bytes,
                             shlex.join(command), TERMINAL_MARKER, spawn.fds, host.pace)
 
@@ -592,45 +577,6 @@ class Launcher:
 
         return on_update
 
-    async def agent_capabilities(self, profile: AgentProfile, cwd: str,
-                                 timeout: float = 30.0) -> AgentCapabilities | None:
-        """What the profile's agent supports, as its last `initialize` here said, else as a short-lived process of
-        it says now (started, initialized, stopped); None when it cannot be asked (the launch then decides). An
-        agent that could not be asked is not asked again for a minute."""
-        known = self.capabilities.get(profile.id)
-        if known is not None:
-            return known
-        if time.monotonic() - self._unreachable.get(profile.id, -1e9) < 60.0:
-            return None
-        asking = self._asking.get(profile.id)
-        if asking is None:  # callers at once share one process
-            asking = self._asking[profile.id] = asyncio.ensure_future(self._ask(profile, cwd, timeout))
-            asking.add_done_callback(lambda _: self._asking.pop(profile.id, None))
-        return await asyncio.shield(asking)
-
-    async def _ask(self, profile: AgentProfile, cwd: str, timeout: float) -> AgentCapabilities | None:
-        env = profile.launch_env(self.settings.environ, ensure_home(self.settings.state_dir, PROBE_OWNER, profile))
-        argv = agent_argv(profile.argv(None, str(self.settings.state_dir)), env, self.settings.agents_die_with_gateway)
-        try:
-            # Started in /, not in the owner's workspace: the probe runs unconfined, and a workspace is the owner's
-            # (`python -m` would put a package planted there first on the agent's import path).
-            client = await AcpClient.launch(argv, cwd=cwd, env=env, process_cwd="/", options=ClientOptions(
-                initialize_timeout=min(self.settings.initialize_timeout, timeout), stop_grace=self.settings.stop_grace))
-        except AcpError as exc:
-            log.info("agent %s could not be asked what it supports: %s", profile.id, exc)
-            self._unreachable[profile.id] = time.monotonic()
-            return None
-        try:
-            init = await client.initialize()
-        except (AcpError, TimeoutError) as exc:
-            log.info("agent %s could not be asked what it supports: %s", profile.id, exc)
-            self._unreachable[profile.id] = time.monotonic()
-            return None
-        finally:
-            await client.stop()
-        self.capabilities[profile.id] = init.agentCapabilities
-        return init.agentCapabilities
-
     async def _on_permission(self, session_id: str, params: dict[str, Any]) -> dict[str, Any]:
         live = self.live.get(session_id)
         row = live.row if live is not None else await self.store.sessions.get(session_id)
@@ -676,7 +622,6 @@ class Launcher:
         with contextlib.suppress(Exception):
             await live.client.stop()
         metrics.EXITS.labels(live.owner, live.profile.id, status).inc()
-
 
     def _running_execution(self, session_id: str) -> str | None:
         live = self.live.get(session_id)

@@ -1,6 +1,6 @@
 """The session runtime's facade: what the JSON-RPC adapter calls. Each method checks, then hands the work to the
-room that owns it — `launcher` (launch, restore, stop), `turns`, `broker` (permissions), `views` (reads),
-`writer` (persist, then publish) — and awaits the outcome.
+room that owns it — `admission` (whether a start may go ahead, and with what), `launcher` (launch, restore, stop),
+`turns`, `broker` (permissions), `views` (reads), `writer` (persist, then publish) — and awaits the outcome.
 
 Whatever changes a session runs as a task of the runtime and is awaited shielded: a client whose connection
 closes mid-call only stops waiting; the change (a turn, a cancel, a launch) finishes for everyone else.
@@ -12,18 +12,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
-from acp import mcp
-from acp.auth import sign_in_refusal
 from acp.models import AgentCapabilities
 from acp.session_config import MODE, MODEL
-from agents.profiles import SHIPPED_DIR, AgentProfile
-from agents.registry import installs
-from agents.registry.installs import installed_profiles
+from agents.profiles import AgentProfile
 
 from ..errors import (
     WORKSPACE_MISSING,
@@ -31,34 +25,32 @@ from ..errors import (
     agent_failed,
     already_terminal,
     invalid_params,
-    limit_exceeded,
     log_fault,
     not_found,
     not_resumable,
-    workspace_refused,
 )
 from ..journal import EventBus, Subscription
 from ..store import SessionRow, StoreBase
+from .admission import Admission
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
-from .config import ConfigKeeper, starting_choices, stored
+from .config import ConfigKeeper, stored
 from .confinement import bwrap_trial
 from .elicitations import ElicitationBroker
 from .forks import fork_session
 from .forwardable import forwardable, forwarded_method
+from .installed import InstalledAgents, installed_facts
 from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
 from .recovery import recover_after_crash
 from .settings import Settings
-from .spawn_env import Source, refusal
-from .spawning import directory_refusal
+from .sign_in_rules import SignInFacts, SignInRefused, login_failure, sign_in_decision
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
 from .turns import TurnRunner, content_blocks
 from .views import SessionViews
 from .writer import SessionWriter
 
 log = logging.getLogger(__name__)
-SESSION_ID_FORM = re.compile(r"^s-[0-9a-f]{32}$")  # what `sessions.create` makes: a name never looks like one
 T = TypeVar("T")
 
 
@@ -78,12 +70,11 @@ class SessionManager:
         self.store = store
         self.bus = bus
         self.profiles = profiles
-        self._installed_seen: tuple[tuple[str, int], ...] | None = None  # what refresh_installed last read
+        self.installed = InstalledAgents(settings.state_dir, profiles)  # `agents add` while serving counts
         self.settings = settings
         self.instance_id = instance_id
         self.live: dict[str, LiveSession] = {}
         self._cancels: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._starting: dict[str, int] = {}  # owner -> starts between their limit check and their launch
         self._background: set[asyncio.Task[Any]] = set()
         self.writer = SessionWriter(store, bus, self._refresh_live_row)
         self.broker = PermissionBroker(store, self.writer, profiles.get)
@@ -95,6 +86,7 @@ class SessionManager:
         self.keeper = ConfigKeeper(store, self.writer, settings.request_timeout)
         self.launcher = Launcher(store, self.writer, self.broker, profiles, settings, instance_id, self.live,
                                  self._spawn, self._initial_prompt, self.cluster, self.keeper, self.elicitations)
+        self.admission = Admission(store, settings, self.launcher.probe, self.live, self.launcher.launches)
         self.turns = TurnRunner(store, bus, self.writer, self.broker, self.elicitations,
                                 lambda live: self.launcher.stop(live, "exited"), self.launcher.stop,
                                 settings.cancel_grace, settings.stop_grace)
@@ -269,60 +261,13 @@ class SessionManager:
                 raise agent_failed(None, agent, f"agent {agent!r} runs in a bubblewrap sandbox, which cannot start "
                                    f"here: {why}", None, False)
         if name is not None:
-            await self._check_name(owner, name)
-        setup = await self._setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
-                                  additional_directories or [])
+            await self.admission.check_name(owner, name)
+        setup = await self.admission.setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
+                                           additional_directories or [])
         await self.launcher.usage.check_start(owner)  # what the owner stores, how fast it starts (-32014)
-        self._check_live_limit(owner)
-        self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
+        self.admission.admit(owner)  # the slot is taken now, before any await
         return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup,
                                              name))
-
-    async def _check_name(self, owner: str, name: str) -> None:
-        if SESSION_ID_FORM.match(name):
-            raise invalid_params("name", f"name {name!r} has the form of a session id: choose another")
-        holder = await self.store.sessions.named(owner, name)
-        if holder is not None:
-            row = await self.store.sessions.get(holder, owner)
-            raise invalid_params("name", f"name {name!r} is taken by session {holder}"
-                                 + (f" ({row.state})" if row else "") + ": choose another, or delete that session "
-                                 f"(acp-gateway delete {name})")
-
-    async def _setup(self, owner: str, profile: AgentProfile, cwd: str, config: Mapping[str, Any],
-                     servers: Sequence[Any], directories: Sequence[str]) -> dict[str, Any]:
-        """What a session starts with (the profile's defaults, then the start's own), checked before it exists: a
-        refused server or directory changes nothing. The agent's capabilities are those its last `initialize` here
-        said, or asked of it now, where the start needs them."""
-        try:
-            given = mcp.parse([*servers])
-            mcp.check_servers(given, stdio_allowed=self.settings.stdio_mcp_allowed(owner), transports=None,
-                              agent=profile.id)
-        except mcp.McpRefusal as refused:
-            raise invalid_params(refused.field, refused.message) from None
-        wanted = [*dict.fromkeys(directories)]
-        for index, directory in enumerate(wanted):
-            if not os.path.isabs(directory):
-                raise invalid_params(f"additional_directories.{index}", "each additional directory must be an "
-                                     f"absolute path, not {directory!r}")
-            why = directory_refusal(self.settings, owner, directory)
-            if why is not None:
-                raise workspace_refused(None, directory, "additional_directory",
-                                        f"additional directory {directory}: {why}")
-        if wanted or any(s.type != "stdio" for s in given):
-            caps = await self.launcher.agent_capabilities(profile, cwd)
-            if caps is not None:
-                try:
-                    mcp.check_servers(given, stdio_allowed=True, transports=caps.mcp_transports, agent=profile.id)
-                except mcp.McpRefusal as refused:
-                    raise invalid_params(refused.field, refused.message) from None
-                if wanted and not caps.takes_additional_directories:
-                    raise invalid_params("additional_directories", f"agent {profile.id!r} does not take additional "
-                                         "directories (its initialize does not advertise sessionCapabilities."
-                                         "additionalDirectories): start without them, or use another agent")
-        chosen = {**starting_choices(profile.config, "profile"), **starting_choices(config, "user")}
-        return {"chosen": {k: c.to_json() for k, c in chosen.items()},
-                "mcp_servers": [mcp.wire(s) for s in mcp.merged(profile.servers(), given)],
-                "additional_directories": [*dict.fromkeys([*profile.additional_directories, *wanted])]}
 
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
                      task_id: str | None, wait_ready: bool, setup: dict[str, Any],
@@ -344,14 +289,14 @@ class SessionManager:
                 row = await make()
             except Exception as exc:
                 if name is not None and "unique" in str(exc).lower():  # two starts raced for one name
-                    await self._check_name(owner, name)
+                    await self.admission.check_name(owner, name)
                 raise
             self.launcher.usage.created(owner)
             await self.writer.publish(row, "session_created", await self.views.view(row))
             await self.cluster.acquire(row.id)  # a new session: no other node can hold it
             return row
         finally:
-            self._starting[owner] -= 1
+            self.admission.started(owner)
 
     @forwardable("resume")
     async def resume(self, row: SessionRow, *, wait_ready: bool = True, forwarded: bool = False) -> dict[str, Any]:
@@ -361,7 +306,7 @@ class SessionManager:
         if routed:
             return dict(answer)
         if row.id not in self.launcher.launches:
-            self._check_live_limit(row.owner)
+            self.admission.check_live_limit(row.owner)
         holder, row = await self._take(row, forwarded)
         if holder is not None:
             return dict(await self.forward(holder, row, "resume", {"wait_ready": wait_ready}))
@@ -379,7 +324,7 @@ class SessionManager:
         if live is not None and action == "retry":
             return {**await self.views.get(row.owner, row.id), "already_running": True}
         if live is None and row.id not in self.launcher.launches:
-            self._check_live_limit(row.owner)
+            self.admission.check_live_limit(row.owner)
         return await self._owned(self._recover(row, live, action == "fresh_start"))
 
     async def _recover(self, row: SessionRow, live: LiveSession | None, fresh: bool) -> dict[str, Any]:
@@ -393,18 +338,6 @@ class SessionManager:
             await self.store.executors.set_token(row.id, None)
         await asyncio.shield(self.launcher.launch_once(row, fresh_start=fresh))
         return {**await self.views.get(row.owner, row.id), "already_running": False}
-
-    def _check_live_limit(self, owner: str) -> None:
-        """The owner's own agents only: live, launching, or being started. Synchronous, and each caller takes
-        its slot before its next await, so concurrent calls cannot all pass the same check."""
-        launching = self.launcher.launches
-        live = (sum(1 for s in self.live.values() if s.owner == owner)
-                + sum(1 for sid, launch in launching.items() if launch.owner == owner and sid not in self.live)
-                + self._starting.get(owner, 0))
-        limit = self.settings.max_live_sessions_per_owner
-        if live >= limit:
-            raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first",
-                                 "max_live_sessions_per_owner")
 
     # -- turns ---------------------------------------------------------------------------
     @forwardable("prompt")
@@ -491,23 +424,10 @@ class SessionManager:
         return await self.views.get(row.owner, row.id)
 
     def refresh_installed(self) -> None:
-        """Agents added or updated with `acp-gateway agents add` while serving: their current versions, without a
-        restart (their profiles read again only when an agent's current version changed: one stat per agent). A
-        profile of `--agents-dir` with the same id keeps winning over an install, as at start; an install wins over
-        the shipped profile."""
-        seen = installs.currents_signature(self.settings.state_dir)
-        if seen == self._installed_seen:
-            return
-        self._installed_seen = seen
-        for agent_id, profile in installed_profiles(self.settings.state_dir).items():
-            current = self.profiles.get(agent_id)
-            if current is None or current.install is not None or Path(current.source).parent == SHIPPED_DIR:
-                self.profiles[agent_id] = profile  # type: ignore[index]
+        """Agents added or updated with `acp-gateway agents add` while serving: their current versions (`installed`)."""
+        self.installed.refresh()
 
-    @staticmethod
-    def installed_facts(profile: AgentProfile) -> dict[str, Any]:
-        """An agent installed from the registry as `gateway.info` shows it: its versions, sign-in state, last check."""
-        return {k: v for k, v in installs.facts(profile).items() if k != "auth_methods"}  # named per session
+    installed_facts = staticmethod(installed_facts)
 
     async def agent_capabilities(self, agent: str, owner: str) -> AgentCapabilities | None:
         """What an agent profile's agent supports (its last `initialize` here, or asked now in one of the owner's
@@ -516,7 +436,7 @@ class SessionManager:
         roots = [r for r in self.settings.roots_of(owner) if r.is_dir()]
         if profile is None or not roots:
             return None
-        return await self.launcher.agent_capabilities(profile, str(roots[0]), timeout=10.0)
+        return await self.launcher.probe.ask(profile, str(roots[0]), timeout=10.0)
 
     async def _ensure_live(self, row: SessionRow) -> LiveSession:
         live = self.live.get(row.id)
@@ -524,7 +444,7 @@ class SessionManager:
             return live
         check_resumable(row, self.settings)
         if row.id not in self.launcher.launches:  # a lazy resume starts an agent like any other
-            self._check_live_limit(row.owner)
+            self.admission.check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)
         try:
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
@@ -568,42 +488,25 @@ class SessionManager:
         return await self._owned(self._authenticate(row, method_id, values))
 
     async def _authenticate(self, row: SessionRow, method_id: str, values: dict[str, str] | None) -> dict[str, Any]:
-        if row.id in self.live:
-            raise invalid_params("method_id", f"the agent of session {row.id} is running: it asks for no sign-in")
+        """Performs what `sign_in_rules` decides (SI-1…6), then launches the agent again."""
+        running = row.id in self.live  # as it is when asked, before the store is read
         config = await stored(self.store, row.id)
-        if config.auth is None:
-            raise invalid_params("method_id", f"the agent of session {row.id} asks for no sign-in (config.auth is "
-                                 "null): resume the session instead")
-        methods = config.auth.get("methods") or []
-        refused = sign_in_refusal(methods, method_id, values)
-        if refused is not None:
-            raise invalid_params(refused[0], f"session {row.id}: {refused[1]}")
-        method = next(m for m in methods if m.get("id") == method_id)
         profile = self.profiles.get(row.agent)
-        confined = profile is not None and self.launcher.confined(profile)
-        given = method.get("env") if method["kind"] == "terminal" else values
-        refused_env = refusal(((str(k), str(v)) for k, v in (given or {}).items()), Source.SIGN_IN, confined)
-        if refused_env is not None:
-            raise invalid_params("values", f"session {row.id}, agent {row.agent!r}, sign-in method {method_id!r}: "
-                                 f"{refused_env}")
+        method = sign_in_decision(SignInFacts(row.id, row.agent, running, config.auth, method_id, values,
+                                              profile is not None and self.launcher.confined(profile)))
+        if isinstance(method, SignInRefused):
+            raise invalid_params(method.field, method.message)
         if method["kind"] == "env_var":
             self.launcher.sign_in.put(row.owner, row.agent, dict(values or {}))
         elif method["kind"] == "agent":
             config.auth_method = method_id
             await self.store.configs.save(row.id, **config.columns("capabilities"))
-        elif method["kind"] == "terminal":  # its login program, watched by every frontend; then a launch
-            status = await self.launcher.login(row, method)
-            if status.get("exitCode") != 0:
-                how = (f"exit code {status['exitCode']}" if status.get("exitCode") is not None
-                       else f"killed by {status.get('signal')}")
-                raise agent_failed(row.id, row.agent, f"the sign-in of agent {row.agent!r} ({method['name']}) "
-                                   f"ended with {how}: its output is in the session's terminal events; sign in "
-                                   "again, or choose another method", None, False)
-        else:
-            raise invalid_params("method_id", f"method {method_id!r} is a {method['kind']} sign-in, a kind this "
-                                 "gateway does not know: choose another method")
+        else:  # a terminal one (SI-5 lets no other kind through): its login program, watched by every frontend
+            failed = login_failure(await self.launcher.login(row, method), row.agent, method["name"])
+            if failed is not None:
+                raise agent_failed(row.id, row.agent, failed, None, False)
         check_resumable(row, self.settings)
-        self._check_live_limit(row.owner)
+        self.admission.check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
@@ -647,9 +550,9 @@ class SessionManager:
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: its agent can fork it no more")
         if name is not None:
-            await self._check_name(row.owner, name)
+            await self.admission.check_name(row.owner, name)
         await self.launcher.usage.check_start(row.owner)  # a fork is a start: the owner's quotas hold (-32014)
-        self._check_live_limit(row.owner)  # and it runs an agent of its own
+        self.admission.check_live_limit(row.owner)  # and it runs an agent of its own
         live, answer = await self._bring_up(row, forwarded, "fork", {"title": title, "name": name})
         if live is None:
             return dict(answer)
@@ -657,8 +560,7 @@ class SessionManager:
 
     async def _fork(self, live: LiveSession, title: str | None, name: str | None) -> dict[str, Any]:
         owner = live.owner
-        self._check_live_limit(owner)
-        self._starting[owner] = self._starting.get(owner, 0) + 1  # the slot is taken now, before any await
+        self.admission.admit(owner)  # the slot is taken now, before any await
         row = await self._register(owner, name, lambda: fork_session(self.store, self.writer, self.settings, live,
                                                                      title, name))
         await self.writer.message(row, "info", f"Forked from session {live.session_id}: the conversation so far is "

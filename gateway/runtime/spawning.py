@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import agents as agents_package
@@ -27,15 +28,6 @@ SETPRIV = shutil.which("setpriv")
 BWRAP, PRLIMIT = shutil.which("bwrap"), shutil.which("prlimit")
 UNSHARE, SLIRP4NETNS = shutil.which("unshare"), shutil.which("slirp4netns")
 NICE = shutil.which("nice")
-
-
-def directory_refusal(settings: Settings, owner: str, directory: str) -> str | None:
-    """Why an additional directory may not be given to an agent (the workspace rules of `cwd`), or None."""
-    if not os.path.isdir(directory):
-        return "it no longer exists"
-    roots = settings.roots_of(owner)
-    refused = workspace.refusal(workspace.resolved(directory), roots, settings.protected_paths)
-    return None if refused is None else workspace.explain(refused, directory, roots)
 
 
 def sandbox_reads(profile: AgentProfile, program: str, relayed: bool = False) -> list[str]:
@@ -66,6 +58,19 @@ def agent_argv(argv: list[str], env: Mapping[str, str], die_with_gateway: bool) 
     return [SETPRIV, "--pdeathsig", "KILL", "--", command, *argv[1:]] if command else argv
 
 
+@dataclass(frozen=True)
+class SpawnSite:
+    """Where and as whom a session's agent runs, the same for the agent and each of its terminals: its profile, its
+    session, its configuration (the additional directories), its launch environment (the operator's: its PATH finds
+    the program) and its owner's home."""
+
+    profile: AgentProfile
+    row: SessionRow
+    config: SessionConfig
+    env: Mapping[str, str]
+    home: Path
+
+
 class AgentSpawner:
     """The spawn site of a session's agent and its terminals (ENV-1…5, `spawn_env.py`)."""
 
@@ -90,12 +95,11 @@ class AgentSpawner:
                              f"the agent of session {row.id}", "max_agent_requests_per_session", owner,
                              refusal_rate=settings.agent_refusal_rate)
 
-    def spawn(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
-                  home: Path, argv: list[str], cwd: str, program_env: Mapping[str, str]) -> Spawn:
-        """How to start `argv` in `cwd` with `program_env` as the session's agent runs: the agent itself, and each of
-        its terminals. `env` is the agent's launch environment (the operator's): its PATH finds the program.
-        Confined, the gateway starts only wrappers, with a fixed environment, in / (ENV-1); the program gets
-        `program_env` and `cwd` inside the sandbox (ENV-2)."""
+    def spawn(self, site: SpawnSite, argv: list[str], cwd: str, program_env: Mapping[str, str]) -> Spawn:
+        """How to start `argv` in `cwd` with `program_env` as the session's agent runs (`site`): the agent itself,
+        and each of its terminals. Confined, the gateway starts only wrappers, with a fixed environment, in /
+        (ENV-1); the program gets `program_env` and `cwd` inside the sandbox (ENV-2)."""
+        profile, row, env = site.profile, site.row, site.env
         limits = sandbox.Limits(**profile.limits.model_dump())
         niceness = self.settings.agent_niceness
         lowered = [NICE, "-n", str(niceness)] if niceness and NICE else []  # nice execs: the same process
@@ -110,15 +114,15 @@ class AgentSpawner:
             wrapped = [PRLIMIT, *limits.prlimit_args(), "--", *bare] if limits.prlimit_args() and PRLIMIT else bare
             return Spawn([*lowered, *wrapped], dict(program_env), cwd)
         program = found or argv[0]
-        directories = [d for d in config.additional_directories
-                       if directory_refusal(self.settings, row.owner, d) is None]
+        directories = [d for d in site.config.additional_directories
+                       if workspace.unfit(self.settings, row.owner, d) is None]
         protected = [str(p) for p in self.settings.protected_paths]
         network = profile.network or self.settings.network
         writable = [*dict.fromkeys([row.cwd, *directories, cwd])]  # a terminal may run in another allowed directory
         command = [program, *argv[1:]]
         plan = sandbox.SandboxPlan(
             command=key_relayed(command, SANDBOX_SOCKET, urls) if urls else command, cwd=cwd, writable=writable,
-            home=str(home), readable=sandbox_reads(profile, program, relayed=bool(urls)),
+            home=str(site.home), readable=sandbox_reads(profile, program, relayed=bool(urls)),
             system=sandbox.system_directories(),
             masked_dirs=[p for p in protected if os.path.isdir(p)],
             masked_files=[p for p in protected if not os.path.isdir(p)],

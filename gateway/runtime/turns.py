@@ -24,9 +24,8 @@ from ..journal import EventBus
 from ..store import HistoryEntry, SessionRow, StoreBase
 from .broker import PermissionBroker
 from .commands import Command, CommandDecision, decide
-from .diagnosis import stderr_said
+from .diagnosis import limit_said, stderr_said
 from .elicitations import ElicitationBroker
-from .launcher import limit_said
 from .live import LiveSession
 from .resume_context import render_resume_context
 from .states import SessionEvent, SessionState

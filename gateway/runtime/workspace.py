@@ -1,4 +1,5 @@
-"""Which directories a session may run in: a pure rule over resolved paths, with one reason per refusal.
+"""Which directories a session may run in: a pure rule over resolved paths, with one reason per refusal, and the
+one check (`unfit`) that applies it to a directory on disk, for every directory an agent is given.
 
 The agent's file reads and writes are served by the gateway process, so a session's `cwd` decides what an
 owner can read through it. A `cwd` must lie inside one of the owner's workspace roots; it must not be a
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+
+from .settings import Settings
 
 SYSTEM_DIRECTORIES = (Path("/proc"), Path("/sys"), Path("/dev"))
 
@@ -57,3 +61,22 @@ def explain(refused: WorkspaceRefusal, cwd: str, roots: Sequence[Path]) -> str:
     shown = ", ".join(str(r) for r in roots) or "(none)"
     return (f"workspace {cwd} is outside this owner's workspace roots ({shown}): choose a directory inside one, "
             "or add a root with the `workspace_roots` configuration key")
+
+
+@dataclass(frozen=True)
+class Unfit:
+    """Why a directory may not be given to an agent: `rule` is None when there is no such directory (any more), else
+    the rule it breaks; `message` is what the person reads (for a missing one, after the directory's name)."""
+
+    rule: WorkspaceRefusal | None
+    message: str
+
+
+def unfit(settings: Settings, owner: str, directory: str) -> Unfit | None:
+    """The one check of a directory an owner's agent is given — its session's `cwd`, an additional directory, a
+    terminal's `cwd`: it exists now, and `refusal` lets it be, by the owner's roots; None when it may be used."""
+    if not os.path.isdir(directory):
+        return Unfit(None, "it no longer exists")
+    roots = settings.roots_of(owner)
+    refused = refusal(resolved(directory), roots, settings.protected_paths)
+    return None if refused is None else Unfit(refused, explain(refused, directory, roots))
