@@ -1,8 +1,10 @@
 """gateway.api.acp_server.protocol and .updates as tables: the rule ids of the protocol's docstring, one row each, and
-what each journal event becomes for a remote ACP client."""
+what each journal event becomes for a remote ACP client; and gateway.api.answering, by which `/acp` (and `/rpc`)
+answer a failed call."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -10,12 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway import errors
 from gateway.api.acp_server.protocol import (
-    Decision,
+    AcpDecision,
+    AcpPhase,
     Kind,
     Malformed,
     Message,
-    Phase,
+    acp_error_code,
     classify,
     decide,
     gateway_choice,
@@ -25,12 +29,13 @@ from gateway.api.acp_server.updates import (
     CaughtUp,
     Deleted,
     Notify,
-    Offer,
+    QuestionOffer,
     Withdraw,
     permission_answer,
     session_info,
     translate,
 )
+from gateway.api.answering import error_frame, error_response, failure
 from gateway.journal import synthetic_frame
 from gateway.store import EventRow
 
@@ -81,39 +86,74 @@ def notification(method: str) -> Message:
 
 
 RESPONSE = Message(Kind.RESPONSE, 1, result={})
-WAITING, READY = Phase.AWAITING_INITIALIZE, Phase.READY
+WAITING, READY = AcpPhase.AWAITING_INITIALIZE, AcpPhase.READY
 
 DECIDE_TABLE = [
-    ("C1", WAITING, request("session/new"), Decision.REFUSE_NOT_INITIALIZED, WAITING),
-    ("C1 unknown", WAITING, request("nope"), Decision.REFUSE_NOT_INITIALIZED, WAITING),
-    ("C2 notification", WAITING, notification("session/cancel"), Decision.IGNORE, WAITING),
-    ("C2 response", WAITING, RESPONSE, Decision.IGNORE, WAITING),
-    ("C3", WAITING, request("initialize"), Decision.INITIALIZE, READY),
-    ("C4", READY, request("initialize"), Decision.REFUSE_REINITIALIZE, READY),
-    ("C5 new", READY, request("session/new"), Decision.DISPATCH, READY),
-    ("C5 load", READY, request("session/load"), Decision.DISPATCH, READY),
-    ("C5 resume", READY, request("session/resume"), Decision.DISPATCH, READY),
-    ("C5 list", READY, request("session/list"), Decision.DISPATCH, READY),
-    ("C5 prompt", READY, request("session/prompt"), Decision.DISPATCH, READY),
-    ("C5 close", READY, request("session/close"), Decision.DISPATCH, READY),
-    ("C5 authenticate", READY, request("authenticate"), Decision.DISPATCH, READY),
-    ("C5 configuration", READY, request("session/set_mode"), Decision.DISPATCH, READY),
-    ("C6", READY, request("session/fork"), Decision.REFUSE_UNKNOWN_METHOD, READY),
-    ("C6 a notification's name as a request", READY, request("session/cancel"), Decision.REFUSE_UNKNOWN_METHOD, READY),
-    ("C6 extension", READY, request("_vendor/x"), Decision.REFUSE_UNKNOWN_METHOD, READY),
-    ("C7 cancel", READY, notification("session/cancel"), Decision.DISPATCH, READY),
-    ("C7 cancel_request", READY, notification("$/cancel_request"), Decision.DISPATCH, READY),
-    ("C8", READY, notification("_vendor/x"), Decision.IGNORE, READY),
-    ("C8 a request's name as a notification", READY, notification("session/prompt"), Decision.IGNORE, READY),
-    ("C9", READY, RESPONSE, Decision.DELIVER_RESPONSE, READY),
+    ("C1", WAITING, request("session/new"), AcpDecision.REFUSE_NOT_INITIALIZED, WAITING),
+    ("C1 unknown", WAITING, request("nope"), AcpDecision.REFUSE_NOT_INITIALIZED, WAITING),
+    ("C2 notification", WAITING, notification("session/cancel"), AcpDecision.IGNORE, WAITING),
+    ("C2 response", WAITING, RESPONSE, AcpDecision.IGNORE, WAITING),
+    ("C3", WAITING, request("initialize"), AcpDecision.INITIALIZE, READY),
+    ("C4", READY, request("initialize"), AcpDecision.REFUSE_REINITIALIZE, READY),
+    ("C5 new", READY, request("session/new"), AcpDecision.DISPATCH, READY),
+    ("C5 load", READY, request("session/load"), AcpDecision.DISPATCH, READY),
+    ("C5 resume", READY, request("session/resume"), AcpDecision.DISPATCH, READY),
+    ("C5 list", READY, request("session/list"), AcpDecision.DISPATCH, READY),
+    ("C5 prompt", READY, request("session/prompt"), AcpDecision.DISPATCH, READY),
+    ("C5 close", READY, request("session/close"), AcpDecision.DISPATCH, READY),
+    ("C5 authenticate", READY, request("authenticate"), AcpDecision.DISPATCH, READY),
+    ("C5 configuration", READY, request("session/set_mode"), AcpDecision.DISPATCH, READY),
+    ("C6", READY, request("session/fork"), AcpDecision.REFUSE_UNKNOWN_METHOD, READY),
+    ("C6 a notification's name as a request", READY, request("session/cancel"), AcpDecision.REFUSE_UNKNOWN_METHOD,
+     READY),
+    ("C6 extension", READY, request("_vendor/x"), AcpDecision.REFUSE_UNKNOWN_METHOD, READY),
+    ("C7 cancel", READY, notification("session/cancel"), AcpDecision.DISPATCH, READY),
+    ("C7 cancel_request", READY, notification("$/cancel_request"), AcpDecision.DISPATCH, READY),
+    ("C8", READY, notification("_vendor/x"), AcpDecision.IGNORE, READY),
+    ("C8 a request's name as a notification", READY, notification("session/prompt"), AcpDecision.IGNORE, READY),
+    ("C9", READY, RESPONSE, AcpDecision.DELIVER_RESPONSE, READY),
 ]
 
 
 @pytest.mark.parametrize(("rule", "phase", "message", "decision", "after"), DECIDE_TABLE,
                          ids=[r[0] for r in DECIDE_TABLE])
-def test_decide(rule: str, phase: Phase, message: Message, decision: Decision, after: Phase) -> None:
+def test_decide(rule: str, phase: AcpPhase, message: Message, decision: AcpDecision, after: AcpPhase) -> None:
     assert decide(phase, message) is decision
     assert next_phase(phase, decision) is after
+
+
+ERROR_CODE_TABLE = [
+    ("E1", -32017, -32602),  # a refused configuration value: ACP has no code for it
+    ("E1 other codes as they are", -32002, -32002),
+    ("E1 invalid params", -32602, -32602),
+    ("E1 a bug", -32603, -32603),
+]
+
+
+@pytest.mark.parametrize(("rule", "code", "answered"), ERROR_CODE_TABLE, ids=[r[0] for r in ERROR_CODE_TABLE])
+def test_acp_error_code(rule: str, code: int, answered: int) -> None:
+    assert acp_error_code(code) == answered
+
+
+def test_a_gateway_error_is_answered_as_it_is(caplog: pytest.LogCaptureFixture) -> None:
+    refused = errors.not_found("s-1")
+    assert failure(refused, logging.getLogger("test.answering"), "method x") is refused
+    assert caplog.records == []  # the client's own error: nothing to log
+    assert error_response(7, refused.code, refused.message, refused.data) == {"jsonrpc": "2.0", "id": 7, "error": {
+        "code": -32002, "message": "session s-1 not found", "data": {"session_id": "s-1"}}}
+    assert error_response(None, -32700, "Parse error") == {"jsonrpc": "2.0", "id": None,
+                                                           "error": {"code": -32700, "message": "Parse error"}}
+
+
+def test_a_bug_is_answered_without_its_text_under_an_id_the_log_has(caplog: pytest.LogCaptureFixture) -> None:
+    bug = failure(KeyError("secret internals"), logging.getLogger("test.answering"), "method x")
+    assert bug.data is not None
+    error_id = bug.data["error_id"]
+    assert (bug.code, bug.data) == (-32603, {"error_id": error_id})
+    answered = orjson.loads(error_frame(1, bug.code, bug.message, bug.data))
+    assert "secret" not in orjson.dumps(answered).decode() and error_id in answered["error"]["message"]
+    [record] = caplog.records
+    assert record.getMessage() == f"method x failed (error id {error_id})" and record.exc_info is not None
 
 
 def test_gateway_choice() -> None:
@@ -153,10 +193,10 @@ TRANSLATE_TABLE: list[tuple[str, bytes, Any]] = [
      Notify(tuple(update({"sessionUpdate": "user_message_chunk", "content": b}) for b in BLOCKS), tuple(BLOCKS))),
     ("a permission request", event("permission_requested", {"request_id": "perm-1", "tool_call": {"toolCallId": "c"},
                                                             "options": [{"optionId": "o"}]}),
-     Offer("perm-1", {"sessionId": "s-1", "toolCall": {"toolCallId": "c"}, "options": [{"optionId": "o"}]})),
+     QuestionOffer("perm-1", {"sessionId": "s-1", "toolCall": {"toolCallId": "c"}, "options": [{"optionId": "o"}]})),
     ("its re-offer", synthetic_frame("permission_requested", {"request_id": "perm-1", "tool_call": None,
                                                               "options": None, "reoffered": True}, "s-1"),
-     Offer("perm-1", {"sessionId": "s-1", "toolCall": None, "options": []})),
+     QuestionOffer("perm-1", {"sessionId": "s-1", "toolCall": None, "options": []})),
     ("its answer", event("permission_resolved", {"request_id": "perm-1", "outcome": {}, "by": "user"}),
      Withdraw("perm-1")),
     ("a title", event("session_title", {"title": "T"}),

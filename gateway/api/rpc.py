@@ -3,7 +3,8 @@
 This is where a frontend frame is decided on: parse (-32700), shape (-32600), method (-32601),
 params (-32602, naming the field), then the handler. No exception text reaches a client: handlers
 raise `GatewayError` for what the user must know; anything else becomes a bare -32603 with an id
-to find it in the log. Batches are answered per member, as the JSON-RPC spec says.
+to find it in the log (`gateway.api.answering`, the rule `/acp` answers by too). Batches are answered
+per member, as the JSON-RPC spec says.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from jsonrpcserver import Error, Success
 from jsonrpcserver.async_dispatcher import dispatch_request
 from jsonrpcserver.dispatcher import create_request, to_response
 from jsonrpcserver.response import InvalidRequestResponse, to_serializable
+from jsonrpcserver.result import Result
 from jsonrpcserver.sentinels import NOID
 from oslash.either import Left  # type: ignore[import-untyped]  # jsonrpcserver's own result type
 from pydantic import ValidationError
@@ -36,11 +38,11 @@ from ..errors import (
     limit_exceeded,
     params_refused,
     subscription_not_found,
-    unexpected,
 )
 from ..journal import EventBus, Sink, Subscription
 from ..runtime import SessionManager
 from . import openrpc
+from .answering import error_frame, error_response, failure
 from .contract import (
     METHODS,
     SESSION_ID_PATTERN,
@@ -72,7 +74,7 @@ class RpcContext:
     liveness_changed: Callable[[], None] | None = None  # wakes the connection's watchdog after a new promise
 
 
-Handler = Callable[[RpcContext, Any], Awaitable[Any]]
+RpcHandler = Callable[[RpcContext, Any], Awaitable[Any]]
 
 
 class RpcAdapter:
@@ -86,7 +88,7 @@ class RpcAdapter:
         self.info = info or {}
         self._agents_cache: tuple[float, list[dict[str, Any]]] | None = None
         # The handler of each method of the contract (gateway.api.contract: its params model and result shape).
-        self.handlers: dict[str, Handler] = {
+        self.handlers: dict[str, RpcHandler] = {
             "gateway.info": self._info,
             "gateway.ping": self._ping,
             "task.session.start": self._start,
@@ -204,7 +206,7 @@ class RpcAdapter:
         ctx.subscriptions.clear()
 
     # -- dispatch ----------------------------------------------------------------------
-    def _wrap(self, name: str, model: type[Params], handler: Handler) -> Callable[..., Awaitable[Any]]:
+    def _wrap(self, name: str, model: type[Params], handler: RpcHandler) -> Callable[..., Awaitable[Any]]:
         # The label children are looked up once per owner: `labels()` on every call cost more than the rest of the
         # metrics.
         calls = metrics.RPC_CALLS
@@ -218,24 +220,20 @@ class RpcAdapter:
             try:
                 parsed = model.model_validate(params)
             except ValidationError as exc:
-                refused = params_refused(exc)
-                return Error(refused.code, refused.message, refused.data)
+                return _answer_error(params_refused(exc))
             started, outcome = time.perf_counter(), "ok"
             try:
                 given = getattr(parsed, "session_id", None) if named else None
                 if isinstance(given, str) and not SESSION_ID.match(given):
                     parsed = parsed.model_copy(update={"session_id": await self.sessions.named(ctx.owner, given)})
                 return Success(await handler(ctx, parsed))
-            except GatewayError as err:
-                outcome = str(err.code)
-                return Error(err.code, err.message, err.data) if err.data is not None else Error(err.code, err.message)
             except asyncio.CancelledError:
                 outcome = "cancelled"
                 raise
-            except Exception as exc:
-                failed = unexpected(log, f"method {name}", exc)
+            except Exception as exc:  # answered by the rule both edges share (gateway.api.answering)
+                failed = failure(exc, log, f"method {name}")
                 outcome = str(failed.code)
-                return Error(failed.code, failed.message, failed.data)
+                return _answer_error(failed)
             finally:
                 mine = children.get(ctx.owner)
                 if mine is None:
@@ -254,13 +252,13 @@ class RpcAdapter:
         try:
             message = orjson.loads(frame)
         except orjson.JSONDecodeError:
-            return _error(PARSE_ERROR, "Parse error: the frame is not valid JSON")
+            return error_frame(None, PARSE_ERROR, "Parse error: the frame is not valid JSON")
         if isinstance(message, list):
             if not message:
-                return _error(INVALID_REQUEST, "Invalid request: empty batch")
+                return error_frame(None, INVALID_REQUEST, "Invalid request: empty batch")
             if len(message) > self.max_batch:
-                return _error(INVALID_REQUEST, f"Invalid request: a batch of {len(message)} requests; at most "
-                              f"{self.max_batch} (max_batch): split it")
+                return error_frame(None, INVALID_REQUEST, f"Invalid request: a batch of {len(message)} requests; "
+                                   f"at most {self.max_batch} (max_batch): split it")
             # One member at a time, yielding between members: every other connection is served meanwhile.
             answers = []
             for member in message:
@@ -283,14 +281,15 @@ class RpcAdapter:
             # Every method of this API takes its params by name; `[]` would otherwise pass as "no params".
             if "id" not in message:
                 return None
-            return {"jsonrpc": "2.0", "id": message["id"], "error": {
-                "code": INVALID_PARAMS, "message": "Invalid params: params must be an object (by-name)",
-                "data": {"field": "params"}}}
+            return error_response(message["id"], INVALID_PARAMS, "Invalid params: params must be an object (by-name)",
+                                  {"field": "params"})
         try:
             request, result = await dispatch_request(self.methods, ctx, create_request(message))
         except Exception:
+            # jsonrpcserver itself failed (every method answers its own exceptions, `_wrap`): a bare -32603, as it
+            # always was, without the error_id the methods' bugs get
             log.exception("dispatch failed")
-            return {"jsonrpc": "2.0", "error": {"code": INTERNAL_ERROR, "message": "Internal error"}, "id": None}
+            return error_response(None, INTERNAL_ERROR, "Internal error")
         if request.id is NOID:
             return None  # a notification is never answered
         return _serializable(to_response(request, result))
@@ -316,5 +315,6 @@ def _validate_request(message: Any) -> Any:
     return message
 
 
-def _error(code: int, message: str) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})
+def _answer_error(err: GatewayError) -> Result:
+    """A method's error as jsonrpcserver's result: its `data` only when there is some (gateway.api.answering)."""
+    return Error(err.code, err.message, err.data) if err.data is not None else Error(err.code, err.message)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...journal import Subscription
-from .updates import CaughtUp, Deleted, Notify, Offer, Out, Withdraw, translate, translate_all, without_booleans
+from .updates import CaughtUp, Deleted, Notify, Out, QuestionOffer, Withdraw, translate, translate_all, without_booleans
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Wire(Protocol):
     def booleans(self) -> bool:
         """The client takes boolean config options (it said so at initialize)."""
 
-    def offer(self, attachment: Attachment, offer: Offer) -> None: ...
+    def offer(self, attachment: Attachment, offer: QuestionOffer) -> None: ...
 
     def withdraw(self, attachment: Attachment, request_id: str) -> None: ...
 
@@ -68,7 +68,7 @@ class Attachment:
     on_caught_up: Callable[[], None] | None = None  # writes the answer of a session/load or session/resume
     subscription: Subscription | None = None
     live: bool = False  # the replay is over (`caught_up` came): events are live, permission requests are put
-    deferred: list[Offer] = field(default_factory=list)  # re-offers that came during the replay
+    deferred: list[QuestionOffer] = field(default_factory=list)  # re-offers that came during the replay
     states: dict[str, tuple[bytes, ...]] = field(default_factory=dict)  # the replay's latest state report of a kind
     offers: dict[str, int] = field(default_factory=dict)  # gateway permission request id -> this connection's id
 
@@ -78,7 +78,7 @@ class Attachment:
         out = translate(frame)
         if isinstance(out, CaughtUp):
             self._caught_up()
-        elif isinstance(out, Offer):
+        elif isinstance(out, QuestionOffer):
             if self.live:
                 self.wire.offer(self, out)
             else:
@@ -130,7 +130,7 @@ class Attachment:
 
     # -- -------------------------------------------------------------------------------------------------------
     def _control(self, out: Out) -> None:
-        if isinstance(out, Offer):
+        if isinstance(out, QuestionOffer):
             self.wire.offer(self, out)
         elif isinstance(out, Withdraw):
             self.wire.withdraw(self, out.request_id)

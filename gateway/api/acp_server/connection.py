@@ -25,8 +25,6 @@ from acp import mcp
 from ... import metrics
 from ...errors import (
     ALREADY_TERMINAL,
-    CONFIG_REFUSED,
-    INVALID_PARAMS,
     GatewayError,
     agent_failed,
     internal_error,
@@ -34,30 +32,31 @@ from ...errors import (
     limit_exceeded,
     log_fault,
     params_refused,
-    unexpected,
 )
 from ...journal import EventBus
 from ...runtime import SessionManager
+from ..answering import error_frame, failure
 from .attachment import Attachment
 from .protocol import (
     META_KEY,
     PARAMS,
+    AcpAttachParams,
+    AcpCancelRequestParams,
+    AcpDecision,
+    AcpInitializeParams,
+    AcpListParams,
+    AcpMethod,
+    AcpNewSessionParams,
     AcpParams,
-    AttachParams,
-    CancelRequestParams,
-    Decision,
-    InitializeParams,
-    ListParams,
+    AcpPhase,
+    AcpPromptParams,
+    AcpSessionParams,
+    AcpSetConfigOptionParams,
+    AcpSetModelParams,
+    AcpSetModeParams,
     Malformed,
     Message,
-    Method,
-    NewSessionParams,
-    Phase,
-    PromptParams,
-    SessionParams,
-    SetConfigOptionParams,
-    SetModelParams,
-    SetModeParams,
+    acp_error_code,
     classify,
     decide,
     gateway_choice,
@@ -65,7 +64,7 @@ from .protocol import (
     refusal,
 )
 from .updates import (
-    Offer,
+    QuestionOffer,
     agent_options,
     elicitation_answer,
     for_client,
@@ -83,7 +82,9 @@ INITIALIZE_WAIT = 3.0  # seconds `initialize` waits for the default agent to say
 LIST_PAGE = 50
 
 
-class Outbox(Protocol):
+class AcpOutbox(Protocol):
+    """What an ACP connection needs of its socket's outbox (the server's `gateway.api.outbox.Outbox`)."""
+
     def send(self, frame: bytes, batchable: bool = True) -> None: ...
 
     def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
@@ -111,11 +112,11 @@ class _Answered:
 
 
 ANSWERED = _Answered()
-Handler = Callable[[Any, int | str], Awaitable[Any]]
+AcpHandler = Callable[[Any, int | str], Awaitable[Any]]
 
 
 class AcpConnection:
-    def __init__(self, sessions: SessionManager, bus: EventBus, owner: str, outbox: Outbox, info: EdgeInfo,
+    def __init__(self, sessions: SessionManager, bus: EventBus, owner: str, outbox: AcpOutbox, info: EdgeInfo,
                  connection_id: str) -> None:
         self.sessions = sessions
         self.bus = bus
@@ -123,7 +124,7 @@ class AcpConnection:
         self.outbox = outbox
         self.info = info
         self.connection_id = connection_id
-        self.phase = Phase.AWAITING_INITIALIZE
+        self.phase = AcpPhase.AWAITING_INITIALIZE
         self.booleans = False  # the client takes boolean config options (initialize's clientCapabilities)
         self.elicitation_modes: set[str] = set()  # the elicitation modes the client offered (initialize)
         self.attachments: dict[str, Attachment] = {}
@@ -137,22 +138,22 @@ class AcpConnection:
         self.in_flight = 0
         self._ids = itertools.count(0)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.handlers: dict[Method, Handler] = {
-            Method.INITIALIZE: self._initialize,
-            Method.AUTHENTICATE: self._authenticate,
-            Method.SESSION_NEW: self._new,
-            Method.SESSION_LOAD: self._load,
-            Method.SESSION_RESUME: self._resume,
-            Method.SESSION_LIST: self._list,
-            Method.SESSION_PROMPT: self._prompt,
-            Method.SESSION_CLOSE: self._close,
-            Method.SESSION_SET_CONFIG_OPTION: self._set_config_option,
-            Method.SESSION_SET_MODE: self._set_mode,
-            Method.SESSION_SET_MODEL: self._set_model,
+        self.handlers: dict[AcpMethod, AcpHandler] = {
+            AcpMethod.INITIALIZE: self._initialize,
+            AcpMethod.AUTHENTICATE: self._authenticate,
+            AcpMethod.SESSION_NEW: self._new,
+            AcpMethod.SESSION_LOAD: self._load,
+            AcpMethod.SESSION_RESUME: self._resume,
+            AcpMethod.SESSION_LIST: self._list,
+            AcpMethod.SESSION_PROMPT: self._prompt,
+            AcpMethod.SESSION_CLOSE: self._close,
+            AcpMethod.SESSION_SET_CONFIG_OPTION: self._set_config_option,
+            AcpMethod.SESSION_SET_MODE: self._set_mode,
+            AcpMethod.SESSION_SET_MODEL: self._set_model,
         }
-        self.notification_handlers: dict[Method, Callable[[Any], None]] = {
-            Method.SESSION_CANCEL: self._cancel,
-            Method.CANCEL_REQUEST: self._cancel_request,
+        self.notification_handlers: dict[AcpMethod, Callable[[Any], None]] = {
+            AcpMethod.SESSION_CANCEL: self._cancel,
+            AcpMethod.CANCEL_REQUEST: self._cancel_request,
         }
 
     # -- frames in ------------------------------------------------------------------------------------------------
@@ -163,39 +164,39 @@ class AcpConnection:
                 self._error(message.id, message.code, message.message)
             return
         decision = decide(self.phase, message)
-        if decision is Decision.INITIALIZE and message.id is not None:
+        if decision is AcpDecision.INITIALIZE and message.id is not None:
             try:  # C3: an initialize refused for its params leaves the connection awaiting one
-                parse_params(Method.INITIALIZE, message.params)
+                parse_params(AcpMethod.INITIALIZE, message.params)
             except GatewayError as err:
-                self._error(message.id, err.code, err.message, err.data)
+                self._refuse(message.id, err)
                 return
         self.phase = next_phase(self.phase, decision)
-        if decision in (Decision.INITIALIZE, Decision.DISPATCH):
+        if decision in (AcpDecision.INITIALIZE, AcpDecision.DISPATCH):
             if message.id is None:
                 self._notification(message)
             else:
                 await self._request(message)
-        elif decision is Decision.DELIVER_RESPONSE:
+        elif decision is AcpDecision.DELIVER_RESPONSE:
             self._response(message)
-        elif decision is not Decision.IGNORE:
+        elif decision is not AcpDecision.IGNORE:
             code, text = refusal(decision, message.method)
             self._error(message.id, code, text)
 
     async def _request(self, message: Message) -> None:
         assert message.id is not None and message.method is not None
-        method = Method(message.method)
+        method = AcpMethod(message.method)
         calls = metrics.ACP_CALLS
         if self.in_flight >= MAX_IN_FLIGHT:
             calls.labels(self.owner, method.value, "limit").inc()
-            err = limit_exceeded(MAX_IN_FLIGHT, f"at most {MAX_IN_FLIGHT} requests of one connection at once: wait "
-                                 "for answers first", "requests_in_flight_per_connection")
-            self._error(message.id, err.code, err.message, err.data)
+            self._refuse(message.id, limit_exceeded(
+                MAX_IN_FLIGHT, f"at most {MAX_IN_FLIGHT} requests of one connection at once: wait for answers first",
+                "requests_in_flight_per_connection"))
             return
         try:
             params = parse_params(method, message.params)
         except GatewayError as err:
             calls.labels(self.owner, method.value, str(err.code)).inc()
-            self._error(message.id, err.code, err.message, err.data)
+            self._refuse(message.id, err)
             return
         self.in_flight += 1
         started, outcome = time.perf_counter(), "ok"
@@ -203,25 +204,20 @@ class AcpConnection:
             result = await self.handlers[method](params, message.id)
             if result is not ANSWERED:
                 self._result(message.id, result)
-        except GatewayError as err:
-            outcome = str(err.code)
-            # ACP knows no code for a refused configuration value: it is the request's invalid params.
-            code = INVALID_PARAMS if err.code == CONFIG_REFUSED else err.code
-            self._error(message.id, code, err.message, err.data)
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
-        except Exception as exc:
-            failed = unexpected(log, f"ACP method {method.value} (connection {self.connection_id})", exc)
+        except Exception as exc:  # answered by the rule both edges share (gateway.api.answering)
+            failed = failure(exc, log, f"ACP method {method.value} (connection {self.connection_id})")
             outcome = str(failed.code)
-            self._error(message.id, failed.code, failed.message, failed.data)
+            self._refuse(message.id, failed)
         finally:
             self.in_flight -= 1
             calls.labels(self.owner, method.value, outcome).inc()
             metrics.ACP_SECONDS.labels(self.owner, method.value).observe(time.perf_counter() - started)
 
     def _notification(self, message: Message) -> None:
-        method = Method(str(message.method))
+        method = AcpMethod(str(message.method))
         try:
             params = parse_params(method, message.params)
         except GatewayError as err:  # a notification is never answered: the log says why it was dropped
@@ -293,14 +289,16 @@ class AcpConnection:
     def _result(self, msg_id: int | str, result: Any) -> None:
         self.send(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}))
 
-    def _error(self, msg_id: int | str | None, code: int, message: str, data: Any = None) -> None:
-        error: dict[str, Any] = {"code": code, "message": message}
-        if data is not None:
-            error["data"] = data
-        self.send(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "error": error}))
+    def _error(self, msg_id: int | str | None, code: int, message: str) -> None:
+        """A frame or request refused by the protocol (F1-F3, C1, C4, C6)."""
+        self.send(error_frame(msg_id, code, message))
+
+    def _refuse(self, msg_id: int | str, err: GatewayError) -> None:
+        """A request the gateway refused: its error, with ACP's code for it (E1)."""
+        self.send(error_frame(msg_id, acp_error_code(err.code), err.message, err.data))
 
     # -- the Wire of attachments: permission requests and what follows them ------------------------------------
-    def offer(self, attachment: Attachment, offer: Offer) -> None:
+    def offer(self, attachment: Attachment, offer: QuestionOffer) -> None:
         if offer.request_id in attachment.offers:
             return  # re-offered while this client already has it
         if offer.method == "elicitation/create" and offer.mode not in self.elicitation_modes:
@@ -387,7 +385,7 @@ class AcpConnection:
             task.cancel()
 
     # -- handlers -------------------------------------------------------------------------------------------------
-    async def _initialize(self, p: InitializeParams, msg_id: int | str) -> dict[str, Any]:
+    async def _initialize(self, p: AcpInitializeParams, msg_id: int | str) -> dict[str, Any]:
         info = p.clientInfo or {}
         session = (p.clientCapabilities or {}).get("session")
         config_options = session.get("configOptions") if isinstance(session, dict) else None
@@ -413,7 +411,7 @@ class AcpConnection:
         raise invalid_params("methodId", "this gateway advertises no authMethods: it authenticates the WebSocket "
                              "handshake (Authorization: Bearer TOKEN, or ?token=TOKEN)")
 
-    async def _new(self, p: NewSessionParams, msg_id: int | str) -> Any:
+    async def _new(self, p: AcpNewSessionParams, msg_id: int | str) -> Any:
         try:
             choice = gateway_choice(p.meta)
         except ValidationError as exc:
@@ -450,7 +448,7 @@ class AcpConnection:
                     "for this owner (allow_stdio_mcp_servers)"} for s in parsed if s.type == "stdio"]
         return kept, ignored
 
-    async def _load(self, p: AttachParams, msg_id: int | str) -> Any:
+    async def _load(self, p: AcpAttachParams, msg_id: int | str) -> Any:
         view = await self._check_attach(p)
         result = {**offer_answer(view["config"], self.booleans), **_ignored(_kept_own(p.mcpServers))}
         for attempt in range(2):
@@ -464,19 +462,19 @@ class AcpConnection:
                     raise
         raise AssertionError("unreachable")
 
-    async def _resume(self, p: AttachParams, msg_id: int | str) -> Any:
+    async def _resume(self, p: AcpAttachParams, msg_id: int | str) -> Any:
         view = await self._check_attach(p)
         result = {**offer_answer(view["config"], self.booleans), **_ignored(_kept_own(p.mcpServers))}
         await self._attach(p.sessionId, None, answer_when_caught_up=lambda: self._result(msg_id, result))
         return ANSWERED
 
-    async def _check_attach(self, p: AttachParams) -> dict[str, Any]:
+    async def _check_attach(self, p: AcpAttachParams) -> dict[str, Any]:
         view = await self.sessions.get(self.owner, p.sessionId)  # another owner's session is not found
         if p.cwd != view["cwd"]:
             raise invalid_params("cwd", f"session {p.sessionId} works in {view['cwd']}, not {p.cwd}: send its cwd")
         return view
 
-    async def _list(self, p: ListParams, msg_id: int | str) -> dict[str, Any]:
+    async def _list(self, p: AcpListParams, msg_id: int | str) -> dict[str, Any]:
         views: list[dict[str, Any]] = []
         cursor = p.cursor
         for _ in range(20):  # a cwd filter may thin pages out: a few more, never the whole store
@@ -490,7 +488,7 @@ class AcpConnection:
             answer["nextCursor"] = cursor
         return answer
 
-    async def _prompt(self, p: PromptParams, msg_id: int | str) -> dict[str, Any]:
+    async def _prompt(self, p: AcpPromptParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)
         blocks = tuple(p.prompt)
         self.own_prompts.setdefault(p.sessionId, []).append(blocks)
@@ -511,7 +509,7 @@ class AcpConnection:
                 self.cancel_pending.discard(p.sessionId)
         return {"stopReason": result["stop_reason"]}
 
-    async def _close(self, p: SessionParams, msg_id: int | str) -> dict[str, Any]:
+    async def _close(self, p: AcpSessionParams, msg_id: int | str) -> dict[str, Any]:
         attachment = self.attachments.get(p.sessionId)
         if attachment is None:
             await self.sessions.row(self.owner, p.sessionId)  # -32002 for a session that is not there
@@ -521,7 +519,7 @@ class AcpConnection:
         self._detach(attachment)
         return {}
 
-    async def _set_config_option(self, p: SetConfigOptionParams, msg_id: int | str) -> dict[str, Any]:
+    async def _set_config_option(self, p: AcpSetConfigOptionParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)
         if (p.type == "boolean") != isinstance(p.value, bool):
             raise invalid_params("value", "a boolean value goes with type: \"boolean\", and only a boolean does")
@@ -529,18 +527,18 @@ class AcpConnection:
         options = view["config"]["options"]
         return {"configOptions": for_client(agent_options(options) or options, self.booleans)}
 
-    async def _set_mode(self, p: SetModeParams, msg_id: int | str) -> dict[str, Any]:
+    async def _set_mode(self, p: AcpSetModeParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)
         await self.sessions.set_mode(self.owner, p.sessionId, p.modeId)
         return {}
 
-    async def _set_model(self, p: SetModelParams, msg_id: int | str) -> dict[str, Any]:
+    async def _set_model(self, p: AcpSetModelParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)
         await self.sessions.set_model(self.owner, p.sessionId, p.modelId)
         return {}
 
     # -- notifications --------------------------------------------------------------------------------------------
-    def _cancel(self, p: SessionParams) -> None:
+    def _cancel(self, p: AcpSessionParams) -> None:
         attachment = self.attachments.get(p.sessionId)
         if attachment is None:
             return
@@ -548,10 +546,10 @@ class AcpConnection:
             self.cancel_pending.add(p.sessionId)
         self._spawn(self._cancel_turn(p.sessionId))
 
-    def _cancel_request(self, p: CancelRequestParams) -> None:
+    def _cancel_request(self, p: AcpCancelRequestParams) -> None:
         session_id = self.prompts.get(p.requestId)
         if session_id is not None:  # a session/prompt: its turn is cancelled, and it answers `cancelled`
-            self._cancel(SessionParams(sessionId=session_id))
+            self._cancel(AcpSessionParams(sessionId=session_id))
 
     async def _cancel_turn(self, session_id: str) -> None:
         try:
@@ -567,7 +565,7 @@ class AcpConnection:
         task.add_done_callback(self._tasks.discard)
 
 
-def parse_params(method: Method, params: Any) -> Any:
+def parse_params(method: AcpMethod, params: Any) -> Any:
     if params is not None and not isinstance(params, dict):
         raise invalid_params("params", "Invalid params: params must be an object")
     try:

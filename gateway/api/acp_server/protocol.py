@@ -20,6 +20,8 @@ Rows (the RFD's WebSocket mode and ACP's initialization; tests/test_acp_server_p
   C7  ready: a notification the gateway acts on                       -> dispatched
   C8  ready: any other notification                                   -> ignored (a notification is never answered)
   C9  ready: a response                                               -> to the request the gateway sent with its id
+  E1  a call the gateway refused with -32017 (a configuration value)  -> -32602 (ACP has no such code), its message
+      and data as they are; every other error as `gateway.api.answering` answers it, on `/rpc` too
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from typing import Annotated, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from acp.errors import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from acp.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
-PROTOCOL_VERSION = 1  # the ACP version the gateway speaks to remote clients
+from ...error_codes import CONFIG_REFUSED
+
+SERVED_PROTOCOL_VERSION = 1  # the ACP version the gateway speaks to remote clients
 
 
-class Method(StrEnum):
+class AcpMethod(StrEnum):
     """The agent-side ACP methods the gateway serves on `/acp`."""
 
     INITIALIZE = "initialize"
@@ -54,16 +58,20 @@ class Method(StrEnum):
     CANCEL_REQUEST = "$/cancel_request"  # a notification
 
 
-NOTIFICATIONS = frozenset({Method.SESSION_CANCEL, Method.CANCEL_REQUEST})
-REQUESTS = frozenset(Method) - NOTIFICATIONS
+NOTIFICATIONS = frozenset({AcpMethod.SESSION_CANCEL, AcpMethod.CANCEL_REQUEST})
+REQUESTS = frozenset(AcpMethod) - NOTIFICATIONS
 
 
-class Phase(Enum):
+class AcpPhase(Enum):
+    """Where an `/acp` connection is in ACP's lifecycle."""
+
     AWAITING_INITIALIZE = "awaiting_initialize"
     READY = "ready"
 
 
-class Decision(Enum):
+class AcpDecision(Enum):
+    """What the connection does with a well-formed message (`decide`): the rule ids of this file's docstring."""
+
     INITIALIZE = "initialize"  # C3
     DISPATCH = "dispatch"  # C5, C7
     DELIVER_RESPONSE = "deliver_response"  # C9
@@ -136,38 +144,45 @@ def classify(frame: str | bytes) -> Message | Malformed:
                      usable_id)
 
 
-def decide(phase: Phase, message: Message) -> Decision:
+def decide(phase: AcpPhase, message: Message) -> AcpDecision:
     """C1-C9: what the connection does with a well-formed message in its phase."""
-    if phase is Phase.AWAITING_INITIALIZE:
+    if phase is AcpPhase.AWAITING_INITIALIZE:
         if message.kind is Kind.REQUEST:
-            return Decision.INITIALIZE if message.method == Method.INITIALIZE else Decision.REFUSE_NOT_INITIALIZED
-        return Decision.IGNORE
+            if message.method == AcpMethod.INITIALIZE:
+                return AcpDecision.INITIALIZE
+            return AcpDecision.REFUSE_NOT_INITIALIZED
+        return AcpDecision.IGNORE
     if message.kind is Kind.RESPONSE:
-        return Decision.DELIVER_RESPONSE
+        return AcpDecision.DELIVER_RESPONSE
     if message.kind is Kind.NOTIFICATION:
-        return Decision.DISPATCH if message.method in NOTIFICATIONS else Decision.IGNORE
-    if message.method == Method.INITIALIZE:
-        return Decision.REFUSE_REINITIALIZE
-    return Decision.DISPATCH if message.method in REQUESTS else Decision.REFUSE_UNKNOWN_METHOD
+        return AcpDecision.DISPATCH if message.method in NOTIFICATIONS else AcpDecision.IGNORE
+    if message.method == AcpMethod.INITIALIZE:
+        return AcpDecision.REFUSE_REINITIALIZE
+    return AcpDecision.DISPATCH if message.method in REQUESTS else AcpDecision.REFUSE_UNKNOWN_METHOD
 
 
-def next_phase(phase: Phase, decision: Decision) -> Phase:
-    return Phase.READY if decision is Decision.INITIALIZE else phase
+def next_phase(phase: AcpPhase, decision: AcpDecision) -> AcpPhase:
+    return AcpPhase.READY if decision is AcpDecision.INITIALIZE else phase
 
 
-REFUSALS: dict[Decision, tuple[int, str]] = {
-    Decision.REFUSE_NOT_INITIALIZED: (INVALID_REQUEST, "Invalid request: send initialize first (ACP's lifecycle: "
-                                                       "initialize, then sessions)"),
-    Decision.REFUSE_REINITIALIZE: (INVALID_REQUEST, "Invalid request: this connection is already initialized; open a "
-                                                    "new connection to initialize again"),
-    Decision.REFUSE_UNKNOWN_METHOD: (METHOD_NOT_FOUND, "Method not found: {method}; the gateway serves "
-                                     + ", ".join(sorted(Method))),
+REFUSALS: dict[AcpDecision, tuple[int, str]] = {
+    AcpDecision.REFUSE_NOT_INITIALIZED: (INVALID_REQUEST, "Invalid request: send initialize first (ACP's lifecycle: "
+                                                          "initialize, then sessions)"),
+    AcpDecision.REFUSE_REINITIALIZE: (INVALID_REQUEST, "Invalid request: this connection is already initialized; "
+                                                       "open a new connection to initialize again"),
+    AcpDecision.REFUSE_UNKNOWN_METHOD: (METHOD_NOT_FOUND, "Method not found: {method}; the gateway serves "
+                                        + ", ".join(sorted(AcpMethod))),
 }
 
 
-def refusal(decision: Decision, method: str | None) -> tuple[int, str]:
+def refusal(decision: AcpDecision, method: str | None) -> tuple[int, str]:
     code, text = REFUSALS[decision]
     return code, text.replace("{method}", str(method))
+
+
+def acp_error_code(code: int) -> int:
+    """E1: the code an ACP client is answered with for a gateway error's."""
+    return INVALID_PARAMS if code == CONFIG_REFUSED else code
 
 
 # -- params: ACP's names (camelCase); unknown fields and `_meta` are kept, as the protocol allows -----------------
@@ -181,27 +196,27 @@ SessionIdField = Field(min_length=1, max_length=200)
 CwdField = Field(min_length=1, max_length=4096)
 
 
-class InitializeParams(AcpParams):
+class AcpInitializeParams(AcpParams):
     protocolVersion: int = Field(ge=0, le=65535)
     clientCapabilities: dict[str, Any] | None = None
     clientInfo: dict[str, Any] | None = None
 
 
-class AuthenticateParams(AcpParams):
+class AcpAuthenticateParams(AcpParams):
     methodId: str = Field(max_length=200)
 
 
-class NewSessionParams(AcpParams):
+class AcpNewSessionParams(AcpParams):
     cwd: str = CwdField
     mcpServers: list[dict[str, Any]] = Field(default_factory=list, max_length=100)
     additionalDirectories: list[str] | None = Field(default=None, max_length=100)
 
 
-class SessionParams(AcpParams):
+class AcpSessionParams(AcpParams):
     sessionId: str = SessionIdField
 
 
-class AttachParams(SessionParams):
+class AcpAttachParams(AcpSessionParams):
     """session/load and session/resume."""
 
     cwd: str = CwdField
@@ -209,47 +224,47 @@ class AttachParams(SessionParams):
     additionalDirectories: list[str] | None = Field(default=None, max_length=100)
 
 
-class ListParams(AcpParams):
+class AcpListParams(AcpParams):
     cwd: str | None = Field(default=None, max_length=4096)
     cursor: str | None = Field(default=None, max_length=100)
 
 
-class PromptParams(SessionParams):
+class AcpPromptParams(AcpSessionParams):
     prompt: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
 
 
-class CancelRequestParams(AcpParams):
+class AcpCancelRequestParams(AcpParams):
     requestId: int | str
 
 
-class SetConfigOptionParams(SessionParams):
+class AcpSetConfigOptionParams(AcpSessionParams):
     configId: str = Field(min_length=1, max_length=200)
     value: Annotated[str, Field(max_length=1000)] | bool
     type: str | None = Field(default=None, max_length=100)  # "boolean" for a boolean value
 
 
-class SetModeParams(SessionParams):
+class AcpSetModeParams(AcpSessionParams):
     modeId: str = Field(min_length=1, max_length=200)
 
 
-class SetModelParams(SessionParams):
+class AcpSetModelParams(AcpSessionParams):
     modelId: str = Field(min_length=1, max_length=200)
 
 
-PARAMS: dict[Method, type[AcpParams]] = {
-    Method.INITIALIZE: InitializeParams,
-    Method.AUTHENTICATE: AuthenticateParams,
-    Method.SESSION_NEW: NewSessionParams,
-    Method.SESSION_LOAD: AttachParams,
-    Method.SESSION_RESUME: AttachParams,
-    Method.SESSION_LIST: ListParams,
-    Method.SESSION_PROMPT: PromptParams,
-    Method.SESSION_CLOSE: SessionParams,
-    Method.SESSION_SET_CONFIG_OPTION: SetConfigOptionParams,
-    Method.SESSION_SET_MODE: SetModeParams,
-    Method.SESSION_SET_MODEL: SetModelParams,
-    Method.SESSION_CANCEL: SessionParams,
-    Method.CANCEL_REQUEST: CancelRequestParams,
+PARAMS: dict[AcpMethod, type[AcpParams]] = {
+    AcpMethod.INITIALIZE: AcpInitializeParams,
+    AcpMethod.AUTHENTICATE: AcpAuthenticateParams,
+    AcpMethod.SESSION_NEW: AcpNewSessionParams,
+    AcpMethod.SESSION_LOAD: AcpAttachParams,
+    AcpMethod.SESSION_RESUME: AcpAttachParams,
+    AcpMethod.SESSION_LIST: AcpListParams,
+    AcpMethod.SESSION_PROMPT: AcpPromptParams,
+    AcpMethod.SESSION_CLOSE: AcpSessionParams,
+    AcpMethod.SESSION_SET_CONFIG_OPTION: AcpSetConfigOptionParams,
+    AcpMethod.SESSION_SET_MODE: AcpSetModeParams,
+    AcpMethod.SESSION_SET_MODEL: AcpSetModelParams,
+    AcpMethod.SESSION_CANCEL: AcpSessionParams,
+    AcpMethod.CANCEL_REQUEST: AcpCancelRequestParams,
 }
 
 

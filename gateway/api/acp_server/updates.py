@@ -23,7 +23,7 @@ import orjson
 
 from acp.models import STATE_UPDATE_KINDS
 
-from .protocol import META_KEY, PROTOCOL_VERSION
+from .protocol import META_KEY, SERVED_PROTOCOL_VERSION
 
 # Updates that report a state (what the agent offers, its commands, its usage, the title) rather than the
 # conversation: a session/load sends the latest of each after its answer, not every past one before it.
@@ -40,7 +40,7 @@ class Notify:
 
 
 @dataclass(frozen=True)
-class Offer:
+class QuestionOffer:
     """A question to put to the client: a permission request (`session/request_permission`) or an agent's
     elicitation (`elicitation/create`, to a client that offered its `mode`)."""
 
@@ -67,7 +67,7 @@ class Deleted:
     """The session is gone."""
 
 
-Out = Notify | Offer | Withdraw | CaughtUp | Deleted
+Out = Notify | QuestionOffer | Withdraw | CaughtUp | Deleted
 
 
 def update_frame(session_id: str, update: Any, meta: Any = None) -> bytes:
@@ -103,13 +103,13 @@ def translate_event(event: dict[str, Any]) -> Out | None:
         return Notify(tuple(update_frame(session_id, {"sessionUpdate": "user_message_chunk", "content": b})
                             for b in blocks), prompt=blocks)
     if kind == "permission_requested":
-        return Offer(str(data.get("request_id")), {"sessionId": session_id, "toolCall": data.get("tool_call"),
-                                                   "options": data.get("options") or []})
+        return QuestionOffer(str(data.get("request_id")), {"sessionId": session_id, "toolCall": data.get("tool_call"),
+                                                           "options": data.get("options") or []})
     if kind == "permission_resolved":
         return Withdraw(str(data.get("request_id")))
     if kind == "elicitation_requested":
-        return Offer(str(data.get("request_id")), elicitation_params(session_id, data), "elicitation/create",
-                     str(data.get("mode")))
+        return QuestionOffer(str(data.get("request_id")), elicitation_params(session_id, data), "elicitation/create",
+                             str(data.get("mode")))
     if kind == "elicitation_resolved":
         return Withdraw(str(data.get("request_id")))
     if kind == "session_title":
@@ -183,7 +183,7 @@ def initialize_result(prompt_capabilities: dict[str, bool], version: str, defaul
     if directories:
         sessions["additionalDirectories"] = {}
     return {
-        "protocolVersion": PROTOCOL_VERSION,
+        "protocolVersion": SERVED_PROTOCOL_VERSION,
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": prompt_capabilities,
