@@ -21,6 +21,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from acp.client import AcpClient
 from tests.contract_check import ContractCheck
 
+# The gateway worlds (`world`, `gateway_world`, `module_gateway`) and `start`: tests/support/world.py.
+pytest_plugins = ["tests.support.world"]
+
 _EXPORTER = InMemorySpanExporter()
 _provider = TracerProvider()
 _provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
@@ -29,20 +32,19 @@ trace.set_tracer_provider(_provider)
 
 @pytest.fixture(autouse=True)
 def gateway_logs_have_no_traceback() -> Iterator[None]:
-    """A gateway's log holds no traceback after any test: a traceback is a bug, whatever the test provoked."""
+    """A gateway's log holds no traceback after any test: a traceback is a bug, whatever the test provoked. A module's
+    shared gateway (GatewayProcess.kept) is checked for what it logged during the test."""
     from tests.gateway_harness import GatewayProcess
 
     GatewayProcess.started.clear()
     yield
     for gw in GatewayProcess.started:  # a test that failed half-way leaves no gateway running behind it
-        if gw.proc is not None and gw.proc.returncode is None:
+        if gw not in GatewayProcess.kept and gw.proc is not None and gw.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(gw.proc.pid, signal.SIGKILL)
-    for gw in GatewayProcess.started:
-        log = "".join(gw.stderr_lines)
-        at = log.find("Traceback")
-        # The traceback itself, with what led to it (the log's tail may be far past it).
-        assert at < 0, f"the gateway logged a traceback:\n{log[max(0, at - 1500):at + 4000]}"
+    for gw in dict.fromkeys([*GatewayProcess.started, *GatewayProcess.kept]):
+        traceback = gw.unchecked_traceback()
+        assert traceback is None, f"the gateway logged a traceback:\n{traceback}"
 
 
 # The unit tests (`make check`): pure rules and in-process units, no agent process, gateway, database, browser,

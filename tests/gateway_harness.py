@@ -39,6 +39,9 @@ def reference_profile(agents_dir: Path, agent_state: Path, agent_id: str, *flags
 class GatewayProcess:
     # Every gateway a test started: after the test, none may have logged a traceback (see conftest).
     started: ClassVar[list[GatewayProcess]] = []
+    # Gateways kept across the tests of a module (tests/support/world.py): not killed after each test; what each
+    # logged during a test is checked after it.
+    kept: ClassVar[list[GatewayProcess]] = []
 
     def __init__(self, state_dir: Path, agents_dir: Path, *extra: str, token: str | None = TOKEN,
                  config: Path | None = None, port: int = 0) -> None:
@@ -53,6 +56,7 @@ class GatewayProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self.stderr_lines: list[str] = []
+        self.checked = 0  # how many of `stderr_lines` were checked for a traceback (`unchecked_traceback`)
 
     @property
     def url(self) -> str:
@@ -109,8 +113,10 @@ class GatewayProcess:
         await self._drained()
 
     async def stop(self) -> int:
-        if self.proc is None or self.proc.returncode is not None:
-            return self.proc.returncode if self.proc else 0
+        if self.proc is None:
+            return 0
+        if self.proc.returncode is not None:
+            return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         try:
             rc = await asyncio.wait_for(self.proc.wait(), 30)
@@ -126,6 +132,18 @@ class GatewayProcess:
             if task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(task), 5)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def unchecked_traceback(self) -> str | None:
+        """A traceback in what the gateway logged since the last check, with what led to it (the log's tail may be
+        far past it), or None; what it logged so far counts as checked from now on."""
+        log = "".join(self.stderr_lines[self.checked:])
+        self.checked = len(self.stderr_lines)
+        at = log.find("Traceback")
+        return None if at < 0 else log[max(0, at - 1500):at + 4000]
 
 
 def two_owner_gateway(tmp_path: Path, config: str = "", bob: str = "") -> GatewayProcess:
@@ -153,9 +171,11 @@ async def running(gw: GatewayProcess) -> AsyncIterator[GatewayProcess]:
         await gw.stop()
 
 
-async def subscribed(gw: GatewayProcess, since: int | None = None, **extra: Any) -> tuple[GatewayClient, EventLog]:
-    """A new client of `gw`, subscribed (after `since`, with `extra` params) and caught up."""
-    client = await gw.client()
+async def subscribed(gw: GatewayProcess, since: int | None = None, *, token: str | None = None,
+                     **extra: Any) -> tuple[GatewayClient, EventLog]:
+    """A new client of `gw` (with `token`, or the gateway's), subscribed (after `since`, with `extra` params) and
+    caught up."""
+    client = await gw.client(token)
     log = EventLog(client)
     params: dict[str, Any] = dict(extra)
     if since is not None:
@@ -222,10 +242,9 @@ class EventLog:
             note = await self.client.next_notification(timeout)
             if note.get("method") != "task.session.event":
                 continue
-            event = note["params"]
-            self.events.append(event)
-            if predicate(event):
-                return event
+            self.events.append(note["params"])
+            if predicate(self.events[-1]):
+                return self.events[-1]
 
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == type_]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.gateway_harness import BOB, agent_said, running, two_owner_gateway
-from tests.test_sandbox import terminal_said
+from tests.support.probes import terminal_said
+from tests.support.world import start
 
 NICENESS = "cut -d' ' -f19 /proc/self/stat"  # the 19th field of a process's stat: its nice value
 
@@ -20,8 +21,7 @@ async def test_an_agent_and_its_terminals_run_below_the_gateway(tmp_path: Path, 
     gw = two_owner_gateway(tmp_path, config=f'{unconfined}sandbox = "{sandbox}"\n')
     async with running(gw):
         bob = await gw.client(BOB)
-        sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
-                                                     "wait_ready": True}))["session_id"]
+        sid = (await start(bob, tmp_path / "work"))["session_id"]
         mine = os.getpriority(os.PRIO_PROCESS, 0)
         assert (await agent_said(gw, BOB, sid, f"/sh {NICENESS}")).split()[0] == str(mine + 10)
         assert (await terminal_said(gw, BOB, sid, NICENESS)).split()[0] == str(mine + 10)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import orjson
 import pytest
 
 from gateway.clients.client import GatewayClient
-from tests.gateway_harness import GatewayProcess, processes_naming, reference_profile, running, subscribed
+from tests.gateway_harness import processes_naming, reference_profile
+from tests.support.world import Layout, Spec, World, WorldFactory, start
 
 
 def escaping_profile(agents: Path, agent_id: str, agent_state: Path, tag: str, sandboxed: bool = False) -> None:
@@ -32,8 +34,11 @@ def escaping_profile(agents: Path, agent_id: str, agent_state: Path, tag: str, s
 
 
 @pytest.fixture
-def tag(tmp_path: Path) -> str:
-    return f"acp-escaper-{os.getpid()}-{tmp_path.name}"
+def tag(tmp_path: Path) -> Iterator[str]:
+    tag = f"acp-escaper-{os.getpid()}-{tmp_path.name}"
+    yield tag
+    if children(tag):  # a failed test leaves nothing behind either
+        subprocess.run(["pkill", "-9", "-f", tag], check=False)
 
 
 def children(tag: str) -> list[str]:
@@ -53,27 +58,21 @@ def agents_of(tmp_path: Path) -> list[int]:
     return pids
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path, tag: str) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (tmp_path / "work").mkdir()
-    escaping_profile(agents, "escaper", tmp_path / "agent-state", tag)
-    # Under bubblewrap its state is kept where it may write: in the workspace.
-    escaping_profile(agents, "escaper-sandboxed", tmp_path / "work" / ".agent-state", tag, sandboxed=True)
-    reference_profile(agents, tmp_path / "agent-state", "stubborn", "--ignore-cancel")
-    config = tmp_path / "gw.toml"
-    config.write_text("cancel_grace = 0.5\nstop_grace = 0.5\n")
-    gw = GatewayProcess(tmp_path / "state", agents, config=config)
-    async with running(gw):
-        yield gw
-    if children(tag):  # a failed test leaves nothing behind either
-        await (await asyncio.create_subprocess_exec("pkill", "-9", "-f", tag)).wait()
+def spec(tag: str) -> Spec:
+    """Escaping agents whose children name `tag`, and one that ignores a cancel. A gateway of each test's own: its
+    profiles name the test's `tag`, and the sandboxed agent keeps its state in the test's workspace."""
+    def profiles(at: Layout) -> None:
+        escaping_profile(at.agents, "escaper", at.agent_state, tag)
+        # Under bubblewrap its state is kept where it may write: in the workspace.
+        escaping_profile(at.agents, "escaper-sandboxed", at.root / "work" / ".agent-state", tag, sandboxed=True)
+        reference_profile(at.agents, at.agent_state, "stubborn", "--ignore-cancel")
+
+    return Spec(agents=profiles, config="cancel_grace = 0.5\nstop_grace = 0.5\n")
 
 
-async def start(client: GatewayClient, tmp_path: Path, agent: str) -> str:
-    view = await client.call("task.session.start", {"agent": agent, "cwd": str(tmp_path / "work"),
-                                                    "wait_ready": True})
+async def ready(client: GatewayClient, world: World, agent: str) -> str:
+    """A session of `agent`, its agent ready."""
+    view = await start(client, world.work, agent)
     assert view["state"] == "WAITING_FOR_INPUT", view
     return str(view["session_id"])
 
@@ -84,13 +83,14 @@ def agent_exited(sid: str) -> Any:
 
 
 @pytest.mark.parametrize("agent", ["escaper", "escaper-sandboxed"])
-async def test_an_agent_that_exits_takes_its_escaped_children_with_it(gateway: GatewayProcess, tmp_path: Path,
-                                                                      tag: str, agent: str) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path, agent)
+async def test_an_agent_that_exits_takes_its_escaped_children_with_it(
+        gateway_world: WorldFactory, tag: str, agent: str) -> None:
+    own = await gateway_world(spec(tag))
+    client, log = await own.subscribed()
+    sid = await ready(client, own, agent)
     assert len(children(tag)) == 2  # one in the agent's group, one that left it
-    [agent] = agents_of(tmp_path)
-    os.kill(agent, signal.SIGKILL)  # it exits while idle; its children hold its stdout open
+    [pid] = agents_of(own.layout.root)
+    os.kill(pid, signal.SIGKILL)  # it exits while idle; its children hold its stdout open
     await log.wait(agent_exited(sid))
     status = await client.call("task.session.status", {"session_id": sid})
     assert (status["state"], status["is_agent_running"], status["needs_resume"]) == ("WAITING_FOR_INPUT", False, True)
@@ -99,9 +99,10 @@ async def test_an_agent_that_exits_takes_its_escaped_children_with_it(gateway: G
 
 
 async def test_an_agent_that_crashes_mid_turn_takes_its_escaped_children_with_it(
-        gateway: GatewayProcess, tmp_path: Path, tag: str) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path, "escaper")
+        gateway_world: WorldFactory, tag: str) -> None:
+    own = await gateway_world(spec(tag))
+    client, log = await own.subscribed()
+    sid = await ready(client, own, "escaper")
     assert len(children(tag)) == 2
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "/crash"}))
     ended = await log.wait(lambda e: e["type"] == "turn_ended")
@@ -114,37 +115,39 @@ async def test_an_agent_that_crashes_mid_turn_takes_its_escaped_children_with_it
     await client.close()
 
 
-async def test_stopping_a_session_stops_its_escaped_children(gateway: GatewayProcess, tmp_path: Path,
-                                                              tag: str) -> None:
-    client, _ = await subscribed(gateway)
-    sid = await start(client, tmp_path, "escaper")
+async def test_stopping_a_session_stops_its_escaped_children(gateway_world: WorldFactory, tag: str) -> None:
+    own = await gateway_world(spec(tag))
+    client, _ = await own.subscribed()
+    sid = await ready(client, own, "escaper")
     assert len(children(tag)) == 2
     view = await client.call("task.session.cancel", {"session_id": sid})
     assert view["state"] == "CANCELLED"
-    assert children(tag) == [] and agents_of(tmp_path) == []
+    assert children(tag) == [] and agents_of(own.layout.root) == []
     await client.close()
 
 
-async def test_kill_9_of_the_gateway_leaves_no_escaped_child_after_restart(gateway: GatewayProcess,
-                                                                          tmp_path: Path, tag: str) -> None:
-    client, _ = await subscribed(gateway)
-    sid = await start(client, tmp_path, "escaper")
+async def test_kill_9_of_the_gateway_leaves_no_escaped_child_after_restart(
+        gateway_world: WorldFactory, tag: str) -> None:
+    own = await gateway_world(spec(tag))
+    client, _ = await own.subscribed()
+    sid = await ready(client, own, "escaper")
     assert len(children(tag)) == 2
-    await gateway.kill9()
+    await own.gateway.kill9()
     await client.close()
     assert len(children(tag)) >= 1  # the one in its own session outlives the gateway: nothing kills it but us
-    await gateway.start()  # recovery reaps what the crashed gateway's agents left
-    assert children(tag) == [] and agents_of(tmp_path) == []
-    c2 = await gateway.client()
+    await own.gateway.start()  # recovery reaps what the crashed gateway's agents left
+    assert children(tag) == [] and agents_of(own.layout.root) == []
+    c2 = await own.client()
     status = await c2.call("task.session.status", {"session_id": sid})
     assert (status["is_agent_running"], status["needs_resume"]) == (False, True)
     await c2.close()
 
 
 async def test_a_cancel_the_agent_never_answers_ends_the_turn_and_the_next_prompt_resumes(
-        gateway: GatewayProcess, tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path, "stubborn")
+        gateway_world: WorldFactory, tag: str) -> None:
+    own = await gateway_world(spec(tag))
+    client, log = await own.subscribed()
+    sid = await ready(client, own, "stubborn")
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "/hang"}))
     await log.wait(lambda e: e["type"] == "turn_started")
     await log.wait(lambda e: e["type"] == "session_update" and "hanging" in str(e["data"]["update"]))
@@ -155,7 +158,7 @@ async def test_a_cancel_the_agent_never_answers_ends_the_turn_and_the_next_promp
     ended = await log.wait(lambda e: e["type"] == "turn_ended")
     assert ended["data"]["stop_reason"] == "cancelled"
     assert "did not end the turn within 0.5s of the cancel" in ended["data"]["message"]
-    assert agents_of(tmp_path) == []
+    assert agents_of(own.layout.root) == []
     history = await client.call("task.session.history", {"session_id": sid})
     assert any("hanging until cancelled" in str(entry) for entry in history["entries"])  # what the turn did is kept
     # The next prompt resumes the session (the agent is restored) and is answered.

@@ -5,8 +5,6 @@ keeps the question open, and is cancelled with the turn."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from acp.elicitation import AnswerRefusal, Elicitation, check_answer, check_request
 from acp.errors import RpcError
 from gateway.clients.client import RpcCallError
-from tests.gateway_harness import GatewayProcess, reference_profile, running, subscribed
+from tests.support.world import World, start
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "minLength": 1},
                                            "age": {"type": "integer", "minimum": 0},
@@ -88,22 +86,10 @@ def test_check_answer(rule: str, question: Elicitation, action: str, content: An
         assert got == expected
 
 
-# -- a real gateway ------------------------------------------------------------------------------------------------
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (tmp_path / "work").mkdir()
-    reference_profile(agents, tmp_path / "agent-state", "ref")
-    gw = GatewayProcess(tmp_path / "state", agents)
-    async with running(gw):
-        yield gw
-
-
-async def test_a_question_answered_by_a_second_frontend_after_the_first_left(gateway: GatewayProcess,
-                                                                             tmp_path: Path) -> None:
-    first, log1 = await subscribed(gateway)
-    view = await first.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"), "wait_ready": True})
+# -- a real gateway: the module's, an owner of its own for each test ---------------------------------------------------
+async def test_a_question_answered_by_a_second_frontend_after_the_first_left(world: World) -> None:
+    first, log1 = await world.subscribed()
+    view = await start(first, world.work)
     sid = view["session_id"]
     turn = asyncio.ensure_future(first.call("task.session.prompt", {"session_id": sid, "prompt": "/elicit form"}))
     asked = (await log1.wait(lambda e: e["type"] == "elicitation_requested"))["data"]
@@ -111,7 +97,7 @@ async def test_a_question_answered_by_a_second_frontend_after_the_first_left(gat
     await first.close()  # the asking frontend goes away: the question stays
     with pytest.raises(ConnectionError):
         await turn
-    second, log2 = await subscribed(gateway)
+    second, log2 = await world.subscribed()
     reoffered = (await log2.wait(lambda e: e["type"] == "elicitation_requested"))["data"]
     assert reoffered["request_id"] == asked["request_id"]
     status = await second.call("task.session.status", {"session_id": sid})
@@ -143,10 +129,9 @@ async def test_a_question_answered_by_a_second_frontend_after_the_first_left(gat
     await second.close()
 
 
-async def test_url_mode_bad_schemas_and_a_cancel(gateway: GatewayProcess, tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    view = await client.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
-                                                    "wait_ready": True})
+async def test_url_mode_bad_schemas_and_a_cancel(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work)
     sid = view["session_id"]
     # A URL: accepted (the person opened it), then the agent says it is complete.
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "/elicit url"}))

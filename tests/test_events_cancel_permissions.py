@@ -3,41 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acp.models import STATE_UPDATE_KINDS
-from gateway.clients.client import GatewayClient, RpcCallError
-from tests.gateway_harness import EventLog, GatewayProcess, agent_log, reference_profile, subscribed
+from gateway.clients.client import RpcCallError
+from tests.gateway_harness import EventLog, agent_log, reference_profile
+from tests.support.world import Layout, Spec, World, WorldFactory, start
 
 
-@pytest.fixture
-def paths(tmp_path: Path) -> dict[str, Path]:
-    p = {"state": tmp_path / "state", "agents": tmp_path / "agents", "work": tmp_path / "work",
-         "agent_state": tmp_path / "agent-state", "log": tmp_path / "agent.log"}
-    p["agents"].mkdir()
-    p["work"].mkdir()
-    reference_profile(p["agents"], p["agent_state"], "ref", log=p["log"])
-    reference_profile(p["agents"], p["agent_state"], "ref-load", "--no-resume", log=p["log"])
-    reference_profile(p["agents"], p["agent_state"], "stubborn", "--ignore-cancel", log=p["log"])
+def profiles(at: Layout) -> None:
+    a, s, log = at.agents, at.agent_state, at.log
+    reference_profile(a, s, "ref", log=log)
+    reference_profile(a, s, "ref-load", "--no-resume", log=log)
+    reference_profile(a, s, "stubborn", "--ignore-cancel", log=log)
     for policy in ("allow_all", "deny_all"):
-        reference_profile(p["agents"], p["agent_state"], f"ref-{policy}", log=p["log"],
-                          extra=f'permission_policy = "{policy}"\n')
-    reference_profile(p["agents"], p["agent_state"], "ref-timeout", log=p["log"], extra="permission_timeout = 0.2\n")
-    return p
+        reference_profile(a, s, f"ref-{policy}", log=log, extra=f'permission_policy = "{policy}"\n')
+    reference_profile(a, s, "ref-timeout", log=log, extra="permission_timeout = 0.2\n")
 
 
-@pytest.fixture
-async def gateway(paths: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
-    config = paths["state"].parent / "gw.toml"
-    config.write_text("event_retention = 10\ncancel_grace = 1.0\n")
-    gw = GatewayProcess(paths["state"], paths["agents"], config=config)
-    await gw.start()
-    yield gw
-    await gw.stop()
+# The module's gateway, for the tests that leave it running (`world`: an owner of its own on it); a test that stops
+# or kills it has a gateway of its own, of this spec or another.
+GATEWAY = Spec(agents=profiles, config="cancel_grace = 1.0\n")
+RETAINING_10 = Spec(agents=profiles, config="event_retention = 10\ncancel_grace = 1.0\n")
 
 
 async def eventually(fetch: Any, ok: Any, timeout: float = 15.0) -> Any:
@@ -50,25 +39,18 @@ async def eventually(fetch: Any, ok: Any, timeout: float = 15.0) -> Any:
     return await asyncio.wait_for(loop(), timeout)
 
 
-async def start(client: GatewayClient, cwd: Path, agent: str = "ref") -> dict[str, Any]:
-    view: dict[str, Any] = await client.call("task.session.start", {"agent": agent, "cwd": str(cwd),
-                                                                    "wait_ready": True})
-    return view
-
-
-async def test_replay_from_cursor_after_disconnect_loses_and_repeats_nothing(gateway: GatewayProcess,
-                                                                            paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"])
+async def test_replay_from_cursor_after_disconnect_loses_and_repeats_nothing(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work)
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "one"})
     await log.wait(lambda e: e["type"] == "turn_ended")
     cursor = log.ids()[-1]
     await client.close()
     # While nobody listens, more happens.
-    other = await gateway.client()
+    other = await world.client()
     await other.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "two"})
     await other.close()
-    again, log2 = await subscribed(gateway, since=cursor)
+    again, log2 = await world.subscribed(since=cursor)
     replayed = log2.ids()
     await again.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "three"})
     await log2.wait(lambda e: e["type"] == "turn_ended" and e["id"] not in replayed)
@@ -83,18 +65,19 @@ async def test_replay_from_cursor_after_disconnect_loses_and_repeats_nothing(gat
     await again.close()
 
 
-async def test_resync_required(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client = await gateway.client()
-    view = await start(client, paths["work"])
+async def test_resync_required(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(RETAINING_10)
+    client = await own.client()
+    view = await start(client, own.work)
     for i in range(6):  # well past a retention of 10 events, and past the prune interval of the journal
         await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": f"p{i}"})
     head = (await client.call("task.session.list"))["event_cursor"]
     with pytest.raises(RpcCallError) as ahead:
         await client.call("task.session.subscribe", {"since": head + 100})
     assert ahead.value.code == -32012 and ahead.value.data["reason"] == "cursor_ahead"
-    await gateway.stop()  # the journal is pruned to its horizon when a gateway opens it
-    await gateway.start()
-    client2 = await gateway.client()
+    await own.gateway.stop()  # the journal is pruned to its horizon when a gateway opens it
+    await own.gateway.start()
+    client2 = await own.client()
     with pytest.raises(RpcCallError) as behind:
         await client2.call("task.session.subscribe", {"since": 1})
     assert behind.value.code == -32012 and behind.value.data["reason"] == "too_far_behind"
@@ -104,13 +87,14 @@ async def test_resync_required(gateway: GatewayProcess, paths: dict[str, Path]) 
     await client2.close()
 
 
-async def test_load_replay_is_marked_and_not_recorded(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client = await gateway.client()
-    view = await start(client, paths["work"], "ref-load")
+async def test_load_replay_is_marked_and_not_recorded(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work, "ref-load")
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "remember"})
-    await gateway.kill9()
-    await gateway.start()
-    c2, log = await subscribed(gateway)
+    await own.gateway.kill9()
+    await own.gateway.start()
+    c2, log = await own.subscribed()
     await c2.call("task.session.resume", {"session_id": view["session_id"]})
     await log.wait(lambda e: e["type"] == "session_update"
                    and e["data"]["update"]["content"]["text"] == "echo: remember")
@@ -123,11 +107,11 @@ async def test_load_replay_is_marked_and_not_recorded(gateway: GatewayProcess, p
     await c2.close()
 
 
-async def test_events_are_owner_scoped_and_session_filtered(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, _ = await subscribed(gateway)
-    a = await start(client, paths["work"])
-    b = await start(client, paths["work"])
-    filt, flog = await subscribed(gateway, session_id=b["session_id"])
+async def test_events_are_owner_scoped_and_session_filtered(world: World) -> None:
+    client, _ = await world.subscribed()
+    a = await start(client, world.work)
+    b = await start(client, world.work)
+    filt, flog = await world.subscribed(session_id=b["session_id"])
     await client.call("task.session.prompt", {"session_id": a["session_id"], "prompt": "to a"})
     await client.call("task.session.prompt", {"session_id": b["session_id"], "prompt": "to b"})
     await flog.wait(lambda e: e["type"] == "turn_ended")
@@ -139,9 +123,9 @@ async def test_events_are_owner_scoped_and_session_filtered(gateway: GatewayProc
     await filt.close()
 
 
-async def test_cancel_twice_second_is_already_terminal(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"])
+async def test_cancel_twice_second_is_already_terminal(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work)
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/hang"}))
     await log.wait(lambda e: e["type"] == "turn_started")
@@ -155,7 +139,8 @@ async def test_cancel_twice_second_is_already_terminal(gateway: GatewayProcess, 
     await log.wait(lambda e: e["type"] == "session_status" and e["data"]["state"] == "CANCELLED")
     types = [e["type"] for e in log.events]
     assert types.index("session_cancel_requested") < max(i for i, t in enumerate(types) if t == "session_status")
-    methods = [e["method"] for e in agent_log(paths["log"])]
+    methods = [e["method"] for e in agent_log(world.layout.log)
+               if (e.get("params") or {}).get("sessionId") == view["acp_session_id"]]
     assert "session/cancel" in methods and "session/close" in methods
     with pytest.raises(RpcCallError) as resume:
         await client.call("task.session.resume", {"session_id": view["session_id"]})
@@ -163,9 +148,9 @@ async def test_cancel_twice_second_is_already_terminal(gateway: GatewayProcess, 
     await client.close()
 
 
-async def test_cancel_an_agent_that_ignores_cancel(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"], "stubborn")
+async def test_cancel_an_agent_that_ignores_cancel(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work, "stubborn")
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/hang"}))
     await log.wait(lambda e: e["type"] == "turn_started")
@@ -174,22 +159,23 @@ async def test_cancel_an_agent_that_ignores_cancel(gateway: GatewayProcess, path
     await client.close()
 
 
-async def test_crash_between_cancel_request_and_agent_stop(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"], "stubborn")
+async def test_crash_between_cancel_request_and_agent_stop(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client, log = await own.subscribed()
+    view = await start(client, own.work, "stubborn")
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/hang"}))
     await log.wait(lambda e: e["type"] == "turn_started")
     cancel = asyncio.ensure_future(client.call("task.session.cancel", {"session_id": view["session_id"]}))
     # The request is durable once its event is out; the agent ignores cancel, so the gateway is still waiting.
     await log.wait(lambda e: e["type"] == "session_cancel_requested")
-    await gateway.kill9()
+    await own.gateway.kill9()
     await client.close()
     for pending in (turn, cancel):
         with pytest.raises(ConnectionError):
             await pending
-    await gateway.start()
-    c2 = await gateway.client()
+    await own.gateway.start()
+    c2 = await own.client()
     status = await c2.call("task.session.status", {"session_id": view["session_id"]})
     assert (status["state"], status["task_state"], status["needs_resume"]) == ("CANCELLED", "CANCELLED", False)
     with pytest.raises(RpcCallError) as info:
@@ -198,16 +184,15 @@ async def test_crash_between_cancel_request_and_agent_stop(gateway: GatewayProce
     await c2.close()
 
 
-async def test_permission_asked_while_nobody_listens_is_reoffered(gateway: GatewayProcess,
-                                                                  paths: dict[str, Path]) -> None:
-    client = await gateway.client()
-    view = await start(client, paths["work"])
+async def test_permission_asked_while_nobody_listens_is_reoffered(world: World) -> None:
+    client = await world.client()
+    view = await start(client, world.work)
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/permission"}))
     # Nobody is subscribed. A frontend connects later, with no cursor at all.
     await eventually(lambda: client.call("task.session.status", {"session_id": view["session_id"]}),
                      lambda s: s["pending_permissions"] == 1)
-    late, log = await subscribed(gateway)
+    late, log = await world.subscribed()
     offer = next(e for e in log.of_type("permission_requested"))
     assert offer["data"]["reoffered"] is True and offer["session_id"] == view["session_id"]
     assert [o["optionId"] for o in offer["data"]["options"]] == ["allow-once", "reject-once"]
@@ -223,10 +208,10 @@ async def test_permission_asked_while_nobody_listens_is_reoffered(gateway: Gatew
     await late.close()
 
 
-async def test_two_frontends_answer_the_same_permission(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    one, log1 = await subscribed(gateway)
-    two, log2 = await subscribed(gateway)
-    view = await start(one, paths["work"])
+async def test_two_frontends_answer_the_same_permission(world: World) -> None:
+    one, log1 = await world.subscribed()
+    two, log2 = await world.subscribed()
+    view = await start(one, world.work)
     turn = asyncio.ensure_future(one.call("task.session.prompt", {"session_id": view["session_id"],
                                                                   "prompt": "/permission"}))
     req1 = await log1.wait(lambda e: e["type"] == "permission_requested")
@@ -252,9 +237,9 @@ async def test_two_frontends_answer_the_same_permission(gateway: GatewayProcess,
     await two.close()
 
 
-async def test_permission_answered_cancelled_by_cancel_turn(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"])
+async def test_permission_answered_cancelled_by_cancel_turn(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work)
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/permission"}))
     await log.wait(lambda e: e["type"] == "permission_requested")
@@ -271,10 +256,9 @@ async def test_permission_answered_cancelled_by_cancel_turn(gateway: GatewayProc
     ("ref-deny_all", {"outcome": "selected", "optionId": "reject-once"}, "policy"),
     ("ref-timeout", {"outcome": "selected", "optionId": "reject-once"}, "timeout"),
 ])
-async def test_permission_policies(gateway: GatewayProcess, paths: dict[str, Path], agent: str,
-                                   expected: dict[str, Any], by: str) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"], agent)
+async def test_permission_policies(world: World, agent: str, expected: dict[str, Any], by: str) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work, agent)
     assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/permission"}) == \
         {"stop_reason": "end_turn"}
     resolved = await log.wait(lambda e: e["type"] == "permission_resolved")
@@ -282,9 +266,9 @@ async def test_permission_policies(gateway: GatewayProcess, paths: dict[str, Pat
     await client.close()
 
 
-async def test_unknown_update_kind_reaches_the_frontend(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"])
+async def test_unknown_update_kind_reaches_the_frontend(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work)
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/unknown-update"})
     event = await log.wait(lambda e: e["type"] == "session_update"
                            and e["data"]["update"]["sessionUpdate"] not in STATE_UPDATE_KINDS)
@@ -292,28 +276,22 @@ async def test_unknown_update_kind_reaches_the_frontend(gateway: GatewayProcess,
     await client.close()
 
 
-async def test_a_long_replay_arrives_whole_and_in_order(paths: dict[str, Path]) -> None:
+async def test_a_long_replay_arrives_whole_and_in_order(world: World) -> None:
     """More events than one replay page (5,000 ids) and one group commit: paged, paced, none lost."""
-    gw = GatewayProcess(paths["state"], paths["agents"])
-    await gw.start()
-    try:
-        client = await gw.client()
-        view = await start(client, paths["work"])
-        await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/flood 12000 10"})
-        head = (await client.call("task.session.list"))["event_cursor"]
-        await client.close()
-        reader, log = await subscribed(gw, since=0)
-        ids = [e["id"] for e in log.events if e["id"] is not None]
-        assert ids == list(range(1, head + 1))
-        assert len(log.of_type("session_update")) >= 12000
-        await reader.close()
-    finally:
-        await gw.stop()
+    client = await world.client()
+    view = await start(client, world.work)
+    await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/flood 12000 10"})
+    head = (await client.call("task.session.list"))["event_cursor"]
+    await client.close()
+    _, log = await world.subscribed(since=0)
+    ids = [e["id"] for e in log.events if e["id"] is not None]
+    assert ids == list(range(1, head + 1))
+    assert len(log.of_type("session_update")) >= 12000
 
 
-async def test_a_turn_is_staged_prompting_then_ready(gateway: GatewayProcess, paths: dict[str, Path]) -> None:
-    client, log = await subscribed(gateway)
-    view = await start(client, paths["work"])
+async def test_a_turn_is_staged_prompting_then_ready(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work)
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "hello"})
     await log.wait(lambda e: e["type"] == "session_active_stage" and e["data"]["stage"] == "ready"
                    and any(p["type"] == "turn_ended" for p in log.events))
@@ -324,22 +302,15 @@ async def test_a_turn_is_staged_prompting_then_ready(gateway: GatewayProcess, pa
     await client.close()
 
 
-async def test_a_quiet_subscription_gets_heartbeats_with_the_head(paths: dict[str, Path]) -> None:
-    config = paths["state"].parent / "gw-heartbeat.toml"
-    config.write_text("heartbeat_interval = 0.2\n")
-    gw = GatewayProcess(paths["state"], paths["agents"], config=config)
-    await gw.start()
-    try:
-        client = await gw.client()
-        log = EventLog(client)
-        sub = await client.call("task.session.subscribe")
-        beats = []
-        for _ in range(2):  # two in a row: they keep coming
-            beats.append(await log.wait(lambda e: e["type"] == "heartbeat" and e not in beats, timeout=10))
-        head = (await client.call("task.session.list"))["event_cursor"]
-        for beat in beats:
-            assert beat["id"] is None  # not a journal event: ids stay strictly increasing
-            assert beat["data"] == {"subscription_id": sub["subscription_id"], "cursor": head}
-        await client.close()
-    finally:
-        await gw.stop()
+async def test_a_quiet_subscription_gets_heartbeats_with_the_head(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(Spec(agents=profiles, config="heartbeat_interval = 0.2\n"))
+    client = await own.client()
+    log = EventLog(client)
+    sub = await client.call("task.session.subscribe")
+    beats: list[dict[str, Any]] = []
+    for _ in range(2):  # two in a row: they keep coming
+        beats.append(await log.wait(lambda e: e["type"] == "heartbeat" and e not in beats, timeout=10))
+    head = (await client.call("task.session.list"))["event_cursor"]
+    for beat in beats:
+        assert beat["id"] is None  # not a journal event: ids stay strictly increasing
+        assert beat["data"] == {"subscription_id": sub["subscription_id"], "cursor": head}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,11 @@ import pytest
 from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.runtime.resume_context import HistoryEntry, render_resume_context
 from tests.gateway_harness import EventLog, GatewayProcess, agent_log, journal_events, reference_profile
+from tests.support.world import Layout, Spec, World, WorldFactory, start
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, Path]:
-    paths = {"state": tmp_path / "state", "agents": tmp_path / "agents", "agent_state": tmp_path / "agent-state",
-             "work": tmp_path / "work", "log": tmp_path / "agent.log"}
-    paths["agents"].mkdir()
-    paths["work"].mkdir()
-    a, s, log = paths["agents"], paths["agent_state"], paths["log"]
+def profiles(at: Layout) -> None:
+    a, s, log = at.agents, at.agent_state, at.log
     reference_profile(a, s, "ref", log=log)
     reference_profile(a, s, "ref-load", "--no-resume", log=log)
     reference_profile(a, s, "ref-inject", native=False, history=True, log=log)
@@ -32,50 +27,34 @@ def env(tmp_path: Path) -> dict[str, Path]:
         reference_profile(a, s, f"ref-once-{kind}", "--fault-once", f"session/resume={kind}", log=log)
     (a / "missing.toml").write_text('id = "missing"\ncommand = ["/nonexistent/agent-binary"]\n'
                                     "native_session_resume = true\n")
-    return paths
 
 
-@pytest.fixture
-async def gateway(env: dict[str, Path]) -> AsyncIterator[GatewayProcess]:
-    gw = GatewayProcess(env["state"], env["agents"])
-    await gw.start()
-    yield gw
-    await gw.stop()
-
-
-@pytest.fixture
-async def client(gateway: GatewayProcess) -> AsyncIterator[GatewayClient]:
-    c = await gateway.client()
-    yield c
-    await c.close()
-
-
-async def start(c: GatewayClient, cwd: Path, agent: str = "ref", **extra: Any) -> dict[str, Any]:
-    view: dict[str, Any] = await c.call("task.session.start", {"agent": agent, "cwd": str(cwd), "wait_ready": True,
-                                                               **extra})
-    return view
+# The module's gateway, for the tests that leave it running (`world`: an owner of its own on it); a test that kills
+# it has a gateway of its own (`gateway_world(GATEWAY)`).
+GATEWAY = Spec(agents=profiles)
 
 
 def sent_methods(log: Path, method: str) -> list[dict[str, Any]]:
     return [e for e in agent_log(log) if e["method"] == method]
 
 
-async def restart(gateway: GatewayProcess) -> GatewayClient:
-    await gateway.kill9()
-    await gateway.start()
-    return await gateway.client()
+async def restart(own: World) -> GatewayClient:
+    await own.gateway.kill9()
+    await own.gateway.start()
+    return await own.client()
 
 
 @pytest.mark.parametrize(("agent", "method"), [("ref", "session/resume"), ("ref-load", "session/load")])
-async def test_kill9_then_lazy_resume_keeps_the_same_acp_session(gateway: GatewayProcess, client: GatewayClient,
-                                                                  env: dict[str, Path], agent: str,
-                                                                  method: str) -> None:
-    view = await start(client, env["work"], agent)
+async def test_kill9_then_lazy_resume_keeps_the_same_acp_session(
+        gateway_world: WorldFactory, agent: str, method: str) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work, agent)
     acp_id = view["acp_session_id"]
     assert view["state"] == "WAITING_FOR_INPUT" and view["task_state"] == "REVIEW" and acp_id
     assert await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "first"}) == \
         {"stop_reason": "end_turn"}
-    c2 = await restart(gateway)
+    c2 = await restart(own)
     status = await c2.call("task.session.status", {"session_id": view["session_id"]})
     assert (status["needs_resume"], status["is_resumable"], status["resume_reason"]) == \
         (True, True, "agent_not_running")
@@ -83,9 +62,9 @@ async def test_kill9_then_lazy_resume_keeps_the_same_acp_session(gateway: Gatewa
     resumed = await c2.call("task.session.resume", {"session_id": view["session_id"]})
     assert resumed["already_running"] is False and resumed["acp_session_id"] == acp_id
     assert resumed["state"] == "WAITING_FOR_INPUT" and resumed["task_state"] == "REVIEW"
-    assert [e["params"]["sessionId"] for e in sent_methods(env["log"], method)] == [acp_id]
+    assert [e["params"]["sessionId"] for e in sent_methods(own.layout.log, method)] == [acp_id]
     # the relaunch is said, with how the session came back (a user of a paid agent wants to know)
-    db = sqlite3.connect(env["state"] / "gateway.db")
+    db = sqlite3.connect(own.layout.state / "gateway.db")
     said = [e["data"] for e in journal_events(db) if e["type"] == "session_message"]
     db.close()
     assert said == [{"level": "info", "text": f"Agent {agent} relaunched; session {acp_id} restored by {method}"
@@ -99,9 +78,11 @@ async def test_kill9_then_lazy_resume_keeps_the_same_acp_session(gateway: Gatewa
     await c2.close()
 
 
-async def test_lazy_resume_on_prompt(gateway: GatewayProcess, client: GatewayClient, env: dict[str, Path]) -> None:
-    view = await start(client, env["work"])
-    c2 = await restart(gateway)
+async def test_lazy_resume_on_prompt(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work)
+    c2 = await restart(own)
     assert await c2.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "after restart"}) == \
         {"stop_reason": "end_turn"}
     assert (await c2.call("task.session.status", {"session_id": view["session_id"]}))["resume_reason"] == \
@@ -117,26 +98,27 @@ def null_token(state: Path, session_id: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["no native resume", "token never stored"])
-async def test_fresh_start_injects_resume_context_once(gateway: GatewayProcess, client: GatewayClient,
-                                                      env: dict[str, Path], case: str) -> None:
+async def test_fresh_start_injects_resume_context_once(gateway_world: WorldFactory, case: str) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
     agent = "ref-inject" if case == "no native resume" else "ref-native-inject"
-    view = await start(client, env["work"], agent)
+    view = await start(client, own.work, agent)
     sid = view["session_id"]
     await client.call("task.session.prompt", {"session_id": sid, "prompt": "/tool ls README.md"})
     await client.call("task.session.prompt", {"session_id": sid, "prompt": "first question"})
-    await gateway.kill9()
+    await own.gateway.kill9()
     if case == "token never stored":
-        null_token(env["state"], sid)
-    await gateway.start()
-    c2 = await gateway.client()
+        null_token(own.layout.state, sid)
+    await own.gateway.start()
+    c2 = await own.client()
     status = await c2.call("task.session.status", {"session_id": sid})
     expected_reason = "agent_not_running" if case == "no native resume" else "agent_not_running_fresh_start"
     assert (status["needs_resume"], status["resume_reason"]) == (True, expected_reason)
     await c2.call("task.session.resume", {"session_id": sid})
-    prompts_before = len(sent_methods(env["log"], "session/prompt"))
+    prompts_before = len(sent_methods(own.layout.log, "session/prompt"))
     await c2.call("task.session.prompt", {"session_id": sid, "prompt": "next question"})
     await c2.call("task.session.prompt", {"session_id": sid, "prompt": "and another"})
-    prompts = sent_methods(env["log"], "session/prompt")[prompts_before:]
+    prompts = sent_methods(own.layout.log, "session/prompt")[prompts_before:]
     expected = render_resume_context([
         HistoryEntry("user_message", "/tool ls README.md"), HistoryEntry("tool_call", name="ls"),
         HistoryEntry("tool_result", "README.md", "ls"), HistoryEntry("user_message", "first question"),
@@ -153,11 +135,12 @@ async def test_fresh_start_injects_resume_context_once(gateway: GatewayProcess, 
     await c2.close()
 
 
-async def test_forgotten_session_falls_back_to_new(gateway: GatewayProcess, client: GatewayClient,
-                                                   env: dict[str, Path]) -> None:
-    view = await start(client, env["work"], "ref-forget")
+async def test_forgotten_session_falls_back_to_new(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work, "ref-forget")
     old = view["acp_session_id"]
-    c2 = await restart(gateway)
+    c2 = await restart(own)
     sub_events: list[dict[str, Any]] = []
     resumed = await c2.call("task.session.resume", {"session_id": view["session_id"]})
     assert resumed["state"] == "WAITING_FOR_INPUT" and resumed["task_state"] == "REVIEW"
@@ -165,7 +148,7 @@ async def test_forgotten_session_falls_back_to_new(gateway: GatewayProcess, clie
     assert resumed["error_message"] is None
     status = await c2.call("task.session.status", {"session_id": view["session_id"]})
     assert status["resume_reason"] == "agent_running"
-    db = sqlite3.connect(env["state"] / "gateway.db")
+    db = sqlite3.connect(own.layout.state / "gateway.db")
     messages = [str(e["data"]) for e in journal_events(db) if e["type"] == "session_message"]
     assert any("no longer knew session" in m and old in m for m in messages), (messages, sub_events)
     await c2.close()
@@ -173,11 +156,12 @@ async def test_forgotten_session_falls_back_to_new(gateway: GatewayProcess, clie
 
 @pytest.mark.parametrize(("agent", "cls"), [("ref-once-auth", "authentication"), ("ref-once-crash", "transport"),
                                            ("ref-once-internal", "inconclusive")])
-async def test_preserving_failures_keep_the_token(gateway: GatewayProcess, client: GatewayClient,
-                                                  env: dict[str, Path], agent: str, cls: str) -> None:
-    view = await start(client, env["work"], agent)
+async def test_preserving_failures_keep_the_token(gateway_world: WorldFactory, agent: str, cls: str) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work, agent)
     sid, token = view["session_id"], view["acp_session_id"]
-    c2 = await restart(gateway)
+    c2 = await restart(own)
     resumed = await c2.call("task.session.resume", {"session_id": sid})
     assert resumed["state"] == "WAITING_FOR_INPUT" and resumed["task_state"] == "REVIEW"
     assert resumed["acp_session_id"] == token and cls in resumed["error_message"]
@@ -195,13 +179,15 @@ async def test_preserving_failures_keep_the_token(gateway: GatewayProcess, clien
     await c2.close()
 
 
-async def test_recover_fresh_start(gateway: GatewayProcess, client: GatewayClient, env: dict[str, Path]) -> None:
-    view = await start(client, env["work"], "ref-once-internal")
-    c2 = await restart(gateway)
+async def test_recover_fresh_start(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work, "ref-once-internal")
+    c2 = await restart(own)
     await c2.call("task.session.resume", {"session_id": view["session_id"]})
     fresh = await c2.call("task.session.recover", {"session_id": view["session_id"], "action": "fresh_start"})
     assert fresh["acp_session_id"] != view["acp_session_id"] and fresh["is_agent_running"] is True
-    db = sqlite3.connect(env["state"] / "gateway.db")
+    db = sqlite3.connect(own.layout.state / "gateway.db")
     said = [e["data"] for e in journal_events(db) if e["type"] == "session_message"]
     db.close()
     assert said[-1] == {"level": "info", "text": f"Agent ref-once-internal relaunched with a fresh session "
@@ -209,26 +195,28 @@ async def test_recover_fresh_start(gateway: GatewayProcess, client: GatewayClien
     await c2.close()
 
 
-async def test_twenty_concurrent_resumes_launch_one_agent(gateway: GatewayProcess, client: GatewayClient,
-                                                         env: dict[str, Path]) -> None:
-    view = await start(client, env["work"])
-    c2 = await restart(gateway)
-    before = len(sent_methods(env["log"], "initialize"))
+async def test_twenty_concurrent_resumes_launch_one_agent(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
+    view = await start(client, own.work)
+    c2 = await restart(own)
+    before = len(sent_methods(own.layout.log, "initialize"))
     results = await asyncio.gather(*(c2.call("task.session.resume", {"session_id": view["session_id"]})
                                      for _ in range(20)))
-    assert len(sent_methods(env["log"], "initialize")) - before == 1
-    assert len(sent_methods(env["log"], "session/resume")) == 1
+    assert len(sent_methods(own.layout.log, "initialize")) - before == 1
+    assert len(sent_methods(own.layout.log, "session/resume")) == 1
     assert {r["acp_session_id"] for r in results} == {view["acp_session_id"]}
     assert all(r["state"] == "WAITING_FOR_INPUT" and r["is_agent_running"] for r in results)
     # A resume of a live session never kills it.
     again = await c2.call("task.session.resume", {"session_id": view["session_id"]})
     assert again["already_running"] is True
-    assert len(sent_methods(env["log"], "initialize")) - before == 1
+    assert len(sent_methods(own.layout.log, "initialize")) - before == 1
     await c2.close()
 
 
-async def test_launch_failure_marks_failed_and_resume_is_refused(client: GatewayClient, env: dict[str, Path]) -> None:
-    view = await start(client, env["work"], "missing")
+async def test_launch_failure_marks_failed_and_resume_is_refused(world: World) -> None:
+    client = await world.client()
+    view = await start(client, world.work, "missing")
     assert view["state"] == "FAILED" and view["task_state"] == "FAILED"
     assert "agent command not found" in view["error_message"] and "/nonexistent/agent-binary" in view["error_message"]
     with pytest.raises(RpcCallError) as info:
@@ -238,14 +226,16 @@ async def test_launch_failure_marks_failed_and_resume_is_refused(client: Gateway
     assert (status["is_resumable"], status["resume_reason"]) == (False, "terminal_state")
 
 
-async def test_missing_cwd(gateway: GatewayProcess, client: GatewayClient, env: dict[str, Path]) -> None:
+async def test_missing_cwd(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
     with pytest.raises(RpcCallError) as info:
-        await start(client, env["work"] / "nope")
+        await start(client, own.work / "nope")
     assert info.value.code == -32011
-    work = env["work"] / "project"
+    work = own.work / "project"
     work.mkdir()
     view = await start(client, work)
-    c2 = await restart(gateway)
+    c2 = await restart(own)
     work.rmdir()
     with pytest.raises(RpcCallError) as info:
         await c2.call("task.session.resume", {"session_id": view["session_id"]})
@@ -256,8 +246,9 @@ async def test_missing_cwd(gateway: GatewayProcess, client: GatewayClient, env: 
     await c2.close()
 
 
-async def test_failed_turn_is_not_a_failed_session(client: GatewayClient, env: dict[str, Path]) -> None:
-    view = await start(client, env["work"])
+async def test_failed_turn_is_not_a_failed_session(world: World) -> None:
+    client = await world.client()
+    view = await start(client, world.work)
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/fail"})
     # The agent's own -32603 is the agent's failure, not the gateway's: -32015 carries it as `agent_error`.
@@ -269,8 +260,9 @@ async def test_failed_turn_is_not_a_failed_session(client: GatewayClient, env: d
         {"stop_reason": "end_turn"}
 
 
-async def test_agent_dies_mid_turn_keeps_token(client: GatewayClient, env: dict[str, Path]) -> None:
-    view = await start(client, env["work"])
+async def test_agent_dies_mid_turn_keeps_token(world: World) -> None:
+    client = await world.client()
+    view = await start(client, world.work)
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/crash"})
     assert info.value.code == -32015 and "exited during the turn" in info.value.message
@@ -282,10 +274,11 @@ async def test_agent_dies_mid_turn_keeps_token(client: GatewayClient, env: dict[
         {"stop_reason": "end_turn"}
 
 
-async def test_busy_while_a_turn_runs(client: GatewayClient, env: dict[str, Path]) -> None:
+async def test_busy_while_a_turn_runs(world: World) -> None:
+    client = await world.client()
     events = EventLog(client)
     await client.call("task.session.subscribe")
-    view = await start(client, env["work"])
+    view = await start(client, world.work)
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": view["session_id"],
                                                                      "prompt": "/hang"}))
     await events.wait(lambda e: e["type"] == "session_status" and e["data"]["state"] == "RUNNING")
@@ -297,22 +290,24 @@ async def test_busy_while_a_turn_runs(client: GatewayClient, env: dict[str, Path
     assert (await client.call("task.session.get", {"session_id": view["session_id"]}))["state"] == "WAITING_FOR_INPUT"
 
 
-async def test_initial_prompt_on_first_launch_only(gateway: GatewayProcess, client: GatewayClient,
-                                                  env: dict[str, Path]) -> None:
+async def test_initial_prompt_on_first_launch_only(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    client = await own.client()
     events = EventLog(client)
     await client.call("task.session.subscribe")
-    view = await client.call("task.session.start", {"agent": "ref", "cwd": str(env["work"]),
+    view = await client.call("task.session.start", {"agent": "ref", "cwd": str(own.work),
                                                     "description": "do the task", "wait_ready": True})
     await events.wait(lambda e: e["type"] == "turn_ended" and e["session_id"] == view["session_id"])
-    assert [p["params"]["prompt"][0]["text"] for p in sent_methods(env["log"], "session/prompt")] == ["do the task"]
-    c2 = await restart(gateway)
+    assert [p["params"]["prompt"][0]["text"] for p in sent_methods(own.layout.log, "session/prompt")] == ["do the task"]
+    c2 = await restart(own)
     await c2.call("task.session.resume", {"session_id": view["session_id"]})
-    assert len(sent_methods(env["log"], "session/prompt")) == 1
+    assert len(sent_methods(own.layout.log, "session/prompt")) == 1
     await c2.close()
 
 
-async def test_list_get_title_delete_and_paging(client: GatewayClient, env: dict[str, Path]) -> None:
-    ids = [(await start(client, env["work"]))["session_id"] for _ in range(3)]
+async def test_list_get_title_delete_and_paging(world: World) -> None:
+    client = await world.client()
+    ids = [(await start(client, world.work))["session_id"] for _ in range(3)]
     page = await client.call("task.session.list", {"limit": 2})
     assert [s["session_id"] for s in page["sessions"]] == ids[::-1][:2] and page["next_cursor"]
     assert isinstance(page["event_cursor"], int) and page["event_cursor"] > 0
@@ -322,33 +317,37 @@ async def test_list_get_title_delete_and_paging(client: GatewayClient, env: dict
     titled = await client.call("task.session.set_title", {"session_id": ids[0], "title": "renamed"})
     assert titled["title"] == "renamed"
     assert (await client.call("task.session.get", {"session_id": ids[0]}))["title"] == "renamed"
-    token = (await client.call("task.session.get", {"session_id": ids[0]}))["acp_session_id"]
+    tokens = [(await client.call("task.session.get", {"session_id": sid}))["acp_session_id"] for sid in ids]
+    token = tokens[0]
     assert await client.call("task.session.delete", {"session_id": ids[0]}) is None
     with pytest.raises(RpcCallError) as info:
         await client.call("task.session.get", {"session_id": ids[0]})
     assert info.value.code == -32002
-    # Its agent advertises session/delete: it was told to forget the session too.
-    assert [p["params"]["sessionId"] for p in sent_methods(env["log"], "session/delete")] == [token]
-    assert not any(env["agent_state"].glob(f"{token}*.json"))
+    # Its agent advertises session/delete: it was told to forget the session too (and none other of this owner's;
+    # the log is the module gateway's, its other owners' sessions in it too).
+    assert [p["params"]["sessionId"] for p in sent_methods(world.layout.log, "session/delete")
+            if p["params"]["sessionId"] in tokens] == [token]
+    assert not any(world.layout.agent_state.glob(f"{token}*.json"))
 
 
-async def test_info(client: GatewayClient) -> None:
+async def test_info(world: World) -> None:
+    client = await world.client()
     info = await client.call("gateway.info")
     assert info["protocol_version"] == 1 and info["default_agent"] == "reference"
     assert {"ref", "reference", "codex"} <= {a["id"] for a in info["agents"]}
 
 
-async def test_second_gateway_on_same_state_dir_refuses(gateway: GatewayProcess, env: dict[str, Path]) -> None:
-    second = await asyncio.create_subprocess_exec(*GatewayProcess(env["state"], env["agents"]).argv(),
+async def test_second_gateway_on_same_state_dir_refuses(world: World) -> None:
+    second = await asyncio.create_subprocess_exec(*GatewayProcess(world.layout.state, world.layout.agents).argv(),
                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(second.communicate(), 30)
     assert second.returncode == 2
     assert b"another gateway (pid" in err and b"Traceback" not in err
 
 
-async def test_state_dir_and_database_permissions(gateway: GatewayProcess, env: dict[str, Path]) -> None:
-    assert (env["state"].stat().st_mode & 0o777) == 0o700
-    assert ((env["state"] / "gateway.db").stat().st_mode & 0o777) == 0o600
+async def test_state_dir_and_database_permissions(world: World) -> None:
+    assert (world.layout.state.stat().st_mode & 0o777) == 0o700
+    assert ((world.layout.state / "gateway.db").stat().st_mode & 0o777) == 0o600
 
 
 def test_pure_modules_are_importable_without_io() -> None:

@@ -30,7 +30,7 @@ from gateway.store.notices import (
     notice_key,
     read_notice,
 )
-from tests.test_shared_journal import Frames
+from tests.support.frames import Frames
 
 SECRET = b"cluster-secret-for-the-notice-tests-0123456789"
 KEY = notice_key(SECRET)

@@ -16,9 +16,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.clients.client import GatewayClient, RpcCallError
+from gateway.clients.client import RpcCallError
 from tests.gateway_harness import BOB, GatewayProcess, agent_said, reference_profile, running, two_owner_gateway
-from tests.test_sandbox import terminal_said
+from tests.support.probes import terminal_said
+from tests.support.world import start
 
 NETWORKS = ["none", "host", "outbound"]
 
@@ -73,12 +74,6 @@ def sandboxed_gateway(tmp_path: Path, network: str, sandbox: str = "bwrap") -> G
     return gw
 
 
-async def started(client: GatewayClient, agent: str, work: Path) -> str:
-    """A session of `agent` in `work`, its agent ready (or asking to be signed in)."""
-    view = await client.call("task.session.start", {"agent": agent, "cwd": str(work), "wait_ready": True})
-    return str(view["session_id"])
-
-
 @pytest.fixture(autouse=True)
 def tools() -> None:
     assert shutil.which("bwrap") and shutil.which("cc"), "make test installs bubblewrap; cc builds the payload"
@@ -91,7 +86,7 @@ async def test_nothing_b_plants_runs_outside_the_sandbox(tmp_path: Path, network
     work = tmp_path / "work"
     async with running(gw):
         bob = await gw.client(BOB)
-        sid = await started(bob, "ref", work)
+        sid = (await start(bob, work, "ref"))["session_id"]
         planted = plant(work, outside)
         # A terminal with each variable, then all of them at once; the planted `gateway` package is in the
         # workspace all along (a relaunch and every terminal start there).
@@ -112,7 +107,7 @@ async def test_nothing_b_plants_runs_outside_the_sandbox(tmp_path: Path, network
         assert resumed["is_agent_running"], resumed
         await terminal_said(gw, BOB, sid, "echo after-a-relaunch")
         # The env_var sign-in naming LD_PRELOAD: the value reaches the agent inside its sandbox only.
-        signin = await started(bob, "signin", work)
+        signin = (await start(bob, work, "signin"))["session_id"]
         await bob.call("task.session.authenticate", {"session_id": signin, "method_id": "reference-env",
                                                      "values": {"LD_PRELOAD": planted["LD_PRELOAD"]}})
         assert "pong" in await agent_said(gw, BOB, signin, "/sh echo pong")
@@ -130,13 +125,13 @@ async def test_unconfined_the_loading_variables_are_refused_with_what_to_do(tmp_
     work = tmp_path / "work"
     async with running(gw):
         bob = await gw.client(BOB)
-        sid = await started(bob, "ref", work)
+        sid = (await start(bob, work, "ref"))["session_id"]
         planted = plant(work, outside)
         said = await agent_said(gw, BOB, sid, f"/term --env LD_PRELOAD={planted['LD_PRELOAD']} echo ran")
         assert "LD_PRELOAD changes how programs load" in said and 'sandbox = "bwrap"' in said, said
         allowed = await terminal_said(gw, BOB, sid, "--env GREETING=hello echo $GREETING")
         assert "hello" in allowed
-        signin = await started(bob, "signin", work)
+        signin = (await start(bob, work, "signin"))["session_id"]
         with pytest.raises(RpcCallError) as refused:
             await bob.call("task.session.authenticate", {"session_id": signin, "method_id": "reference-env",
                                                          "values": {"LD_PRELOAD": planted["LD_PRELOAD"]}})
@@ -179,7 +174,7 @@ async def test_a_terminal_sign_in_naming_ld_preload_never_loads_it_outside(tmp_p
                                             'network = "outbound"\n')
     async with running(gw):
         bob = await gw.client(BOB)
-        sid = await started(bob, "tui", work)
+        sid = (await start(bob, work, "tui"))["session_id"]
         plant(work, outside)
         ask = {"session_id": sid, "method_id": "reference-tui"}
         if sandbox == "none":

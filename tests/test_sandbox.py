@@ -18,7 +18,9 @@ import pytest
 from gateway.clients.client import GatewayClient, RpcCallError
 from gateway.runtime.sandbox import Limits, SandboxPlan, bwrap_argv, limit_hit, owner_uid
 from tests.conftest import wait_until
-from tests.gateway_harness import ALICE, BOB, GatewayProcess, agent_said, processes_naming, running, two_owner_gateway
+from tests.gateway_harness import ALICE, BOB, agent_said, processes_naming, running, two_owner_gateway
+from tests.support.probes import terminal_said
+from tests.support.world import Layout, Spec, World, WorldFactory, start
 
 PG_SECRET = "dummy-pg-password-for-the-sandbox-4711"
 
@@ -88,13 +90,30 @@ def reference_without_state(agents: Path, agent_id: str, extra: str = "") -> Non
                                             f"native_session_resume = true\n{extra}")
 
 
-async def shell(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:
-    return await agent_said(gw, token, sid, f"/sh {command}")
+def sref(at: Layout) -> None:
+    reference_without_state(at.agents, "sref")
 
 
-async def start(client: GatewayClient, cwd: Path) -> str:
+def profiles(at: Layout) -> None:
+    reference_without_state(at.agents, "sref")
+    reference_without_state(at.agents, "small", "[limits]\nfile_size = 1048576\n")
+    for network in ("outbound", "host"):
+        reference_without_state(at.agents, f"sref-{network}", f'network = "{network}"\n')
+
+
+# The module's gateway, under bwrap (`world`: an owner of its own on it); a test that kills its gateway, or runs it
+# unconfined or with another PATH, has one of its own.
+GATEWAY = Spec(agents=profiles, config='sandbox = "bwrap"\n')
+
+
+async def shell(world: World, sid: str, command: str) -> str:
+    return await agent_said(world.gateway, world.token, sid, f"/sh {command}")
+
+
+async def session(client: GatewayClient, cwd: Path, agent: str = "sref") -> str:
+    """A session of `agent` in `cwd` (made), its agent ready."""
     cwd.mkdir(parents=True, exist_ok=True)
-    view = await client.call("task.session.start", {"agent": "sref", "cwd": str(cwd), "wait_ready": True})
+    view = await start(client, cwd, agent)
     assert view["state"] == "WAITING_FOR_INPUT", view["error_message"]
     return str(view["session_id"])
 
@@ -109,129 +128,93 @@ ATTEMPTS = {  # what owner B's agent tries, through its own shell: each must fai
 }
 
 
-async def attempts(gw: GatewayProcess, tmp_path: Path, sid_b: str) -> dict[str, str]:
+def places(bob: World, alice: World, outside: Path) -> dict[str, Path | str]:
+    """What B's attempts name: the gateway's files, A's workspace and home, and a directory outside them all."""
     from gateway.runtime.homes import owner_dir_name
 
-    where = {"state": gw.state_dir, "config": tmp_path / "gw.toml", "work_a": tmp_path / "work" / "alice",
-             "home_a": gw.state_dir / "homes" / owner_dir_name("alice"), "pg": PG_SECRET, "outside": tmp_path}
-    return {what: await shell(gw, BOB, sid_b, command.format(**where)) for what, command in ATTEMPTS.items()}
+    return {"state": bob.gateway.state_dir, "config": bob.layout.config, "work_a": alice.work,
+            "home_a": bob.gateway.state_dir / "homes" / owner_dir_name(alice.owner), "pg": PG_SECRET,
+            "outside": outside}
 
 
-async def test_an_owners_agent_sees_only_its_owners_world_under_bwrap(tmp_path: Path,
+async def attempts(bob: World, alice: World, outside: Path, sid_b: str) -> dict[str, str]:
+    where = places(bob, alice, outside)
+    return {what: await shell(bob, sid_b, command.format(**where)) for what, command in ATTEMPTS.items()}
+
+
+async def test_an_owners_agent_sees_only_its_owners_world_under_bwrap(gateway_world: WorldFactory, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGPASSWORD", PG_SECRET)
-    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
-    reference_without_state(tmp_path / "agents", "sref")
-    async with running(gw):
-        alice, bob = await gw.client(ALICE), await gw.client(BOB)
-        sid_a = await start(alice, tmp_path / "work" / "alice")
-        (tmp_path / "work" / "alice" / "notes.txt").write_text("alice's notes\n")
-        assert "wrote" in await shell(gw, ALICE, sid_a, "echo hidden-value-42 > ~/.secret && echo wrote")
-        sid_b = await start(bob, tmp_path / "work" / "bob")
-        tried = await attempts(gw, tmp_path, sid_b)
-        assert "SQLite" not in tried["the state database"], tried
-        assert "auth.tokens" not in tried["the configuration"] and ALICE not in tried["the configuration"], tried
-        assert "alice's notes" not in tried["owner A's workspace"], tried
-        assert "hidden-value-42" not in tried["owner A's agent home"], tried
-        assert tried["the gateway's environment"].strip() == "0", tried
-        # a write outside lands nowhere: the sandbox's /tmp is its own, the system read-only
-        assert "wrote-etc" not in tried["writing outside"] and not (tmp_path / "dropped").exists(), tried
-        # its own world works: its workspace, its home; its processes are its own, as its owner's uid
-        own = await shell(gw, BOB, sid_b, "echo mine > here.txt && cat here.txt; echo h > ~/h && cat ~/h; "
-                                          "ls /proc | grep -c '^[0-9]'; id -u")
-        lines = own.split()
-        assert lines[:2] == ["mine", "h"] and int(lines[2]) < 10 and lines[3] == str(owner_uid("bob")), own
-        assert (tmp_path / "work" / "bob" / "here.txt").read_text() == "mine\n"
-        # a restart restores the session: its agent's own store is in its owner's home
-        await gw.kill9()
-        await wait_until(lambda: not running_agents(tmp_path), 10, "no sandboxed agent left behind")
-        await gw.start()
-        bob = await gw.client(BOB)
-        resumed = await bob.call("task.session.resume", {"session_id": sid_b})
-        assert resumed["is_agent_running"] and "restored by session/resume" in (resumed["how"] or ""), resumed
-        await alice.close()
-        await bob.close()
+    alice = await gateway_world(Spec(agents=sref, config='sandbox = "bwrap"\n'))  # its own: it is killed
+    bob = alice.another()
+    alice_client, bob_client = await alice.client(), await bob.client()
+    sid_a = await session(alice_client, alice.work)
+    (alice.work / "notes.txt").write_text("alice's notes\n")
+    assert "wrote" in await shell(alice, sid_a, "echo hidden-value-42 > ~/.secret && echo wrote")
+    sid_b = await session(bob_client, bob.work)
+    tried = await attempts(bob, alice, tmp_path, sid_b)
+    assert "SQLite" not in tried["the state database"], tried
+    assert "auth.tokens" not in tried["the configuration"] and alice.token not in tried["the configuration"], tried
+    assert "alice's notes" not in tried["owner A's workspace"], tried
+    assert "hidden-value-42" not in tried["owner A's agent home"], tried
+    assert tried["the gateway's environment"].strip() == "0", tried
+    # a write outside lands nowhere: the sandbox's /tmp is its own, the system read-only
+    assert "wrote-etc" not in tried["writing outside"] and not (tmp_path / "dropped").exists(), tried
+    # its own world works: its workspace, its home; its processes are its own, as its owner's uid
+    own = await shell(bob, sid_b, "echo mine > here.txt && cat here.txt; echo h > ~/h && cat ~/h; "
+                                  "ls /proc | grep -c '^[0-9]'; id -u")
+    lines = own.split()
+    assert lines[:2] == ["mine", "h"] and int(lines[2]) < 10 and lines[3] == str(owner_uid(bob.owner)), own
+    assert (bob.work / "here.txt").read_text() == "mine\n"
+    # a restart restores the session: its agent's own store is in its owner's home
+    await alice.gateway.kill9()
+    await wait_until(lambda: not running_agents(tmp_path), 10, "no sandboxed agent left behind")
+    await alice.gateway.start()
+    bob_client = await bob.client()
+    resumed = await bob_client.call("task.session.resume", {"session_id": sid_b})
+    assert resumed["is_agent_running"] and "restored by session/resume" in (resumed["how"] or ""), resumed
 
 
-async def terminal_said(gw: GatewayProcess, token: str | None, sid: str, command: str) -> str:
-    """What `command` wrote in a terminal the agent asked for (its `terminal_output` events)."""
-    client = await gw.client(token)
-    try:
-        await client.call("task.session.subscribe", {"session_id": sid})
-        await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/term {command}"})
-        out: list[str] = []
-        while True:
-            event = (await client.next_notification(20))["params"]
-            if event["type"] == "terminal_output":
-                out.append(event["data"]["text"])
-            elif event["type"] == "turn_ended":
-                return "".join(out)
-    finally:
-        await client.close()
+async def test_an_agents_terminal_is_confined_as_the_agent_is(world: World, tmp_path: Path) -> None:
+    alice, bob = world, world.another()
+    alice_client, bob_client = await alice.client(), await bob.client()
+    await session(alice_client, alice.work)
+    (alice.work / "notes.txt").write_text("alice's notes\n")
+    sid_b = await session(bob_client, bob.work)
+    where = places(bob, alice, tmp_path)
+    tried = {what: await terminal_said(bob.gateway, bob.token, sid_b, command.format(**where))
+             for what, command in ATTEMPTS.items()}
+    assert "SQLite" not in tried["the state database"], tried
+    assert "auth.tokens" not in tried["the configuration"], tried
+    assert "alice's notes" not in tried["owner A's workspace"], tried
+    assert "wrote-etc" not in tried["writing outside"] and not (tmp_path / "dropped").exists(), tried
+    own = await terminal_said(bob.gateway, bob.token, sid_b,
+                              "echo mine > t.txt && cat t.txt; ls /proc | grep -c '^[0-9]'; id -u")
+    lines = own.split()
+    assert lines[0] == "mine" and int(lines[1]) < 10 and lines[2] == str(owner_uid(bob.owner)), own
 
 
-async def test_an_agents_terminal_is_confined_as_the_agent_is(tmp_path: Path) -> None:
-    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
-    reference_without_state(tmp_path / "agents", "sref")
-    async with running(gw):
-        alice, bob = await gw.client(ALICE), await gw.client(BOB)
-        await start(alice, tmp_path / "work" / "alice")
-        (tmp_path / "work" / "alice" / "notes.txt").write_text("alice's notes\n")
-        sid_b = await start(bob, tmp_path / "work" / "bob")
-        from gateway.runtime.homes import owner_dir_name
-
-        where = {"state": gw.state_dir, "config": tmp_path / "gw.toml", "work_a": tmp_path / "work" / "alice",
-                 "home_a": gw.state_dir / "homes" / owner_dir_name("alice"), "pg": PG_SECRET, "outside": tmp_path}
-        tried = {what: await terminal_said(gw, BOB, sid_b, command.format(**where))
-                 for what, command in ATTEMPTS.items()}
-        assert "SQLite" not in tried["the state database"], tried
-        assert "auth.tokens" not in tried["the configuration"], tried
-        assert "alice's notes" not in tried["owner A's workspace"], tried
-        assert "wrote-etc" not in tried["writing outside"] and not (tmp_path / "dropped").exists(), tried
-        own = await terminal_said(gw, BOB, sid_b, "echo mine > t.txt && cat t.txt; ls /proc | grep -c '^[0-9]'; id -u")
-        lines = own.split()
-        assert lines[0] == "mine" and int(lines[1]) < 10 and lines[2] == str(owner_uid("bob")), own
-        await alice.close()
-        await bob.close()
+async def test_the_same_attempts_succeed_unconfined(gateway_world: WorldFactory, tmp_path: Path) -> None:
+    bob = await gateway_world(Spec(agents=sref, args=("--default-agent", "sref")))  # its own: unconfined
+    alice = bob.another()
+    (alice.work / "notes.txt").write_text("alice's notes\n")
+    sid_b = await session(await bob.client(), bob.work)
+    tried = await attempts(bob, alice, tmp_path, sid_b)
+    assert "SQLite" in tried["the state database"], tried
+    assert "auth.tokens" in tried["the configuration"], tried
+    assert "alice's notes" in tried["owner A's workspace"], tried
+    assert (tmp_path / "dropped").exists()
 
 
-async def test_the_same_attempts_succeed_unconfined(tmp_path: Path) -> None:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    reference_without_state(agents, "sref")
-    config = tmp_path / "gw.toml"
-    config.write_text(f'[[auth.tokens]]\ntoken = "{BOB}"\nowner = "bob"\n')
-    gw = GatewayProcess(tmp_path / "state", agents, "--default-agent", "sref", token=None, config=config)
-    gw.token = BOB
-    async with running(gw):
-        (tmp_path / "work" / "alice").mkdir(parents=True)
-        (tmp_path / "work" / "alice" / "notes.txt").write_text("alice's notes\n")
-        bob = await gw.client()
-        sid_b = await start(bob, tmp_path / "work" / "bob")
-        tried = await attempts(gw, tmp_path, sid_b)
-        assert "SQLite" in tried["the state database"], tried
-        assert "auth.tokens" in tried["the configuration"], tried
-        assert "alice's notes" in tried["owner A's workspace"], tried
-        assert (tmp_path / "dropped").exists()
-        await bob.close()
-
-
-async def test_an_agent_over_its_limit_gets_a_named_error_and_the_rest_carry_on(tmp_path: Path) -> None:
-    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
-    reference_without_state(tmp_path / "agents", "sref")
-    reference_without_state(tmp_path / "agents", "small", "[limits]\nfile_size = 1048576\n")
-    async with running(gw):
-        alice = await gw.client(ALICE)
-        other = await start(alice, tmp_path / "work" / "other")
-        (tmp_path / "work" / "small").mkdir(parents=True)
-        view = await alice.call("task.session.start", {"agent": "small", "cwd": str(tmp_path / "work" / "small"),
-                                                       "wait_ready": True})
-        with pytest.raises(RpcCallError) as failed:
-            await alice.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "/fill 4194304"})
-        assert failed.value.code == -32015  # (Python ignores SIGXFSZ: the write fails, the agent answers an error)
-        assert "it hit its file_size limit (limits.file_size = 1048576 in profile 'small')" in failed.value.message
-        assert "ok" in await shell(gw, ALICE, other, "echo ok")  # the other session carries on
-        await alice.close()
+async def test_an_agent_over_its_limit_gets_a_named_error_and_the_rest_carry_on(world: World) -> None:
+    client = await world.client()
+    other = await session(client, world.work / "other")
+    small = await session(client, world.work / "small", "small")
+    with pytest.raises(RpcCallError) as failed:
+        await client.call("task.session.prompt", {"session_id": small, "prompt": "/fill 4194304"})
+    assert failed.value.code == -32015  # (Python ignores SIGXFSZ: the write fails, the agent answers an error)
+    assert "it hit its file_size limit (limits.file_size = 1048576 in profile 'small')" in failed.value.message
+    assert "ok" in await shell(world, other, "echo ok")  # the other session carries on
 
 
 def running_agents(tmp_path: Path) -> list[str]:
@@ -269,7 +252,7 @@ PROBE = ("import socket, sys\nfor port in sys.argv[1:]:\n    try:\n        socke
 
 
 @pytest.mark.parametrize(("network", "reachable"), [("outbound", False), ("host", True)])
-async def test_outbound_has_a_way_out_but_no_loopback_services(tmp_path: Path, pg_url: str, network: str,
+async def test_outbound_has_a_way_out_but_no_loopback_services(world: World, pg_url: str, network: str,
                                                               reachable: bool) -> None:
     """Under `outbound` the agent's namespace has a default route out (through slirp4netns) and reaches neither the
     test PostgreSQL server nor the gateway's own port on loopback; under `host` it reaches both (so this can fail).
@@ -277,19 +260,14 @@ async def test_outbound_has_a_way_out_but_no_loopback_services(tmp_path: Path, p
     from urllib.parse import urlparse
 
     pg_port = urlparse(pg_url).port or 5432
-    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
-    reference_without_state(tmp_path / "agents", "sref", f'network = "{network}"\n')
-    (tmp_path / "probe.py").write_text(PROBE)
-    async with running(gw):
-        alice = await gw.client(ALICE)
-        sid = await start(alice, tmp_path / "work" / "a")
-        (tmp_path / "work" / "a" / "probe.py").write_text(PROBE)
-        said = await shell(gw, ALICE, sid, f"{sys.executable} probe.py {pg_port} {gw.port}")
-        lines = dict(line.split(" ", 1) for line in said.strip().splitlines())
-        assert lines[str(pg_port)].startswith("reachable" if reachable else "unreachable"), said
-        assert lines[str(gw.port)].startswith("reachable" if reachable else "unreachable"), said
-        assert int(lines["routes"]) >= 1, said  # a default route out
-        await alice.close()
+    client = await world.client()
+    sid = await session(client, world.work, f"sref-{network}")
+    (world.work / "probe.py").write_text(PROBE)
+    said = await shell(world, sid, f"{sys.executable} probe.py {pg_port} {world.gateway.port}")
+    lines = dict(line.split(" ", 1) for line in said.strip().splitlines())
+    assert lines[str(pg_port)].startswith("reachable" if reachable else "unreachable"), said
+    assert lines[str(world.gateway.port)].startswith("reachable" if reachable else "unreachable"), said
+    assert int(lines["routes"]) >= 1, said  # a default route out
 
 
 def test_doctor_says_what_serve_would_make_of_it(tmp_path: Path) -> None:
@@ -308,7 +286,7 @@ def test_doctor_says_what_serve_would_make_of_it(tmp_path: Path) -> None:
         "outbound" in confined.stdout
 
 
-async def test_a_start_whose_sandbox_cannot_run_is_refused_at_once(tmp_path: Path,
+async def test_a_start_whose_sandbox_cannot_run_is_refused_at_once(gateway_world: WorldFactory, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine that loses what a sandbox needs after `serve` started (user namespaces turned off, say): the next
     start of a sandboxed agent is a typed error naming why, and nothing is created."""
@@ -322,15 +300,11 @@ async def test_a_start_whose_sandbox_cannot_run_is_refused_at_once(tmp_path: Pat
                     f"exit 1; fi\nexec {real} \"$@\"\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    gw = two_owner_gateway(tmp_path, config='sandbox = "bwrap"\n')
-    reference_without_state(tmp_path / "agents", "sref")
-    async with running(gw):
-        alice = await gw.client(ALICE)
-        broken.touch()
-        (tmp_path / "work" / "a").mkdir(parents=True)
-        with pytest.raises(RpcCallError) as refused:
-            await alice.call("task.session.start", {"agent": "sref", "cwd": str(tmp_path / "work" / "a")})
-        assert refused.value.code == -32015 and refused.value.data["session_id"] is None
-        assert "sandbox, which cannot start here: bwrap: setting up uid map: Permission denied" in refused.value.message
-        assert (await alice.call("task.session.list", {}))["sessions"] == []
-        await alice.close()
+    world = await gateway_world(Spec(agents=sref, config='sandbox = "bwrap"\n'))  # its own, on that PATH
+    client = await world.client()
+    broken.touch()
+    with pytest.raises(RpcCallError) as refused:
+        await start(client, world.work, "sref", wait_ready=False)
+    assert refused.value.code == -32015 and refused.value.data["session_id"] is None
+    assert "sandbox, which cannot start here: bwrap: setting up uid map: Permission denied" in refused.value.message
+    assert (await client.call("task.session.list", {}))["sessions"] == []

@@ -6,33 +6,29 @@ each get their answer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from gateway.clients.client import RpcCallError
-from tests.gateway_harness import GatewayProcess, agent_log, agent_said, reference_profile, running, subscribed
+from tests.gateway_harness import agent_log, agent_said, reference_profile
+from tests.support.world import Layout, Spec, World, WorldFactory, start
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (tmp_path / "work").mkdir()
-    reference_profile(agents, tmp_path / "agent-state", "ref", log=tmp_path / "agent.log")
-    reference_profile(agents, tmp_path / "agent-state", "no-fork", "--no-fork")
-    reference_profile(agents, tmp_path / "agent-state", "forgetful", "--no-load", "--no-resume", history=True)
-    gw = GatewayProcess(tmp_path / "state", agents)
-    async with running(gw):
-        yield gw
+def profiles(at: Layout) -> None:
+    reference_profile(at.agents, at.agent_state, "ref", log=at.log)
+    reference_profile(at.agents, at.agent_state, "no-fork", "--no-fork")
+    reference_profile(at.agents, at.agent_state, "forgetful", "--no-load", "--no-resume", history=True)
 
 
-async def test_a_fork_has_the_conversation_so_far_and_goes_its_own_way(gateway: GatewayProcess,
-                                                                       tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    view = await client.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
-                                                    "wait_ready": True, "title": "plan"})
+# The module's gateway (`world`: an owner of its own on it); the test that crashes it has a gateway of its own.
+GATEWAY = Spec(agents=profiles)
+
+
+async def test_a_fork_has_the_conversation_so_far_and_goes_its_own_way(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    gateway = own.gateway
+    client, log = await own.subscribed()
+    view = await start(client, own.work, title="plan")
     sid = view["session_id"]
     assert view["config"]["can_fork"] is True and view["forked_from"] is None
     for text in ("one", "two"):
@@ -45,7 +41,7 @@ async def test_a_fork_has_the_conversation_so_far_and_goes_its_own_way(gateway: 
     assert fork["acp_session_id"] not in (None, view["acp_session_id"])
     # The agent forked the original's ACP session, let the fork go in the original's process, and the fork's own
     # process restored it (the restore rules: resume first).
-    sent = [(m.get("method"), (m.get("params") or {}).get("sessionId")) for m in agent_log(tmp_path / "agent.log")]
+    sent = [(m.get("method"), (m.get("params") or {}).get("sessionId")) for m in agent_log(own.layout.log)]
     assert ("session/fork", view["acp_session_id"]) in sent
     assert ("session/close", fork["acp_session_id"]) in sent
     assert ("session/resume", fork["acp_session_id"]) in sent
@@ -60,9 +56,9 @@ async def test_a_fork_has_the_conversation_so_far_and_goes_its_own_way(gateway: 
 
     # The two go their own ways: the agent of each remembers its own conversation only.
     await client.call("task.session.prompt", {"session_id": sid, "prompt": "three"})
-    assert "recall: 4 prompts: one | two | three | /recall" in await agent_said(gateway, gateway.token, sid,
+    assert "recall: 4 prompts: one | two | three | /recall" in await agent_said(gateway, own.token, sid,
                                                                                 "/recall")
-    assert "recall: 3 prompts: one | two | /recall" in await agent_said(gateway, gateway.token, "branch", "/recall")
+    assert "recall: 3 prompts: one | two | /recall" in await agent_said(gateway, own.token, "branch", "/recall")
     listed = await client.call("task.session.list", {})
     assert {s["session_id"]: s["forked_from"] for s in listed["sessions"]} == {sid: None, fid: sid}
 
@@ -70,22 +66,20 @@ async def test_a_fork_has_the_conversation_so_far_and_goes_its_own_way(gateway: 
     await gateway.kill9()
     await gateway.start()
     assert "recall: 4 prompts: one | two | /recall | /recall" in await agent_said(
-        gateway, gateway.token, "branch", "/recall")
+        gateway, own.token, "branch", "/recall")
 
 
-async def test_what_cannot_be_forked_is_refused_with_the_reason(gateway: GatewayProcess, tmp_path: Path) -> None:
-    client = await gateway.client()
-    plain = await client.call("task.session.start", {"agent": "no-fork", "cwd": str(tmp_path / "work"),
-                                                     "wait_ready": True})
+async def test_what_cannot_be_forked_is_refused_with_the_reason(world: World) -> None:
+    client = await world.client()
+    plain = await start(client, world.work, "no-fork")
     assert plain["config"]["can_fork"] is False
     with pytest.raises(RpcCallError) as refused:
         await client.call("task.session.fork", {"session_id": plain["session_id"]})
     assert refused.value.code == -32602 and "does not fork" in refused.value.message
 
-    view = await client.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
-                                                    "wait_ready": True})
+    view = await start(client, world.work)
     sid = view["session_id"]
-    watcher, log = await subscribed(gateway, session_id=sid)
+    watcher, log = await world.subscribed(session_id=sid)
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "/hang"}))
     await log.wait(lambda e: e["type"] == "turn_started")
     with pytest.raises(RpcCallError) as busy:  # mid-turn: what would the fork hold?
@@ -106,11 +100,9 @@ async def test_what_cannot_be_forked_is_refused_with_the_reason(gateway: Gateway
     await watcher.close()
 
 
-async def test_a_fork_its_agent_cannot_restore_elsewhere_starts_fresh_with_the_history(
-        gateway: GatewayProcess, tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    view = await client.call("task.session.start", {"agent": "forgetful", "cwd": str(tmp_path / "work"),
-                                                    "wait_ready": True})
+async def test_a_fork_its_agent_cannot_restore_elsewhere_starts_fresh_with_the_history(world: World) -> None:
+    client, log = await world.subscribed()
+    view = await start(client, world.work, "forgetful")
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "remember me"})
     fork = await client.call("task.session.fork", {"session_id": view["session_id"]})
     assert fork["is_agent_running"] is True

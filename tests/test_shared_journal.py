@@ -7,42 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 import pytest
 
 from gateway.journal import EventBus
 from gateway.store import open_store
-
-
-class Frames:
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.changed = asyncio.Event()
-        self.caught_up_after = -1  # how many events came before `caught_up`
-
-    def send(self, frame: bytes) -> None:
-        self.send_many([frame])
-
-    def full(self) -> bool:
-        return False
-
-    def send_many(self, frames: list[bytes], message: bytes | None = None, batch: bool = False,
-                  shared: dict[str, Any] | None = None) -> None:
-        for frame in frames:
-            params = orjson.loads(frame)["params"]
-            if params["id"] is not None:
-                self.ids.append(params["id"])
-            elif params["type"] == "caught_up":
-                self.caught_up_after = len(self.ids)
-        self.changed.set()
-
-    async def drain(self) -> None:
-        return None
-
-    async def until(self, count: int) -> None:
-        while len(self.ids) < count:
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), 15)
+from tests.support.frames import Frames
 
 
 async def test_two_writers_one_owner_ids_gap_free_and_every_subscriber_sees_all_in_order(pg_url: str) -> None:

@@ -3,7 +3,6 @@ lost, and the gateway carries on once there is room again."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sqlite3
@@ -16,6 +15,8 @@ import pytest
 
 from gateway.clients.client import RpcCallError
 from tests.gateway_harness import GatewayProcess, reference_profile
+from tests.support.probes import healthz
+from tests.support.world import start
 
 CAP = 8 << 20
 
@@ -82,15 +83,6 @@ def disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Disk]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-async def healthz(port: int) -> str:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    await writer.drain()
-    status = (await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)).decode().strip()
-    writer.close()
-    return status
-
-
 async def test_a_full_disk_is_a_typed_error_and_nothing_acknowledged_is_lost(tmp_path: Path, disk: Disk) -> None:
     agents, work = tmp_path / "agents", tmp_path / "work"
     agents.mkdir()
@@ -102,7 +94,7 @@ async def test_a_full_disk_is_a_typed_error_and_nothing_acknowledged_is_lost(tmp
     await gw.start()
     try:
         client = await gw.client()
-        view = await client.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True})
+        view = await start(client, work)
         sid = view["session_id"]
         assert await client.call("task.session.prompt", {"session_id": sid, "prompt": "before"}) == \
             {"stop_reason": "end_turn"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,8 @@ from acp.terminals import OutputBuffer, incomplete_tail
 from gateway.clients.client import GatewayClient
 from gateway.runtime.settings import Settings
 from gateway.runtime.terminals import PUBLISHED_BYTES, refusal
-from tests.gateway_harness import EventLog, GatewayProcess, processes_naming, reference_profile, running, subscribed
+from tests.gateway_harness import EventLog, processes_naming, reference_profile
+from tests.support.world import Layout, Spec, World, WorldFactory, start
 
 
 def test_output_is_cut_from_the_beginning_at_a_character_boundary() -> None:
@@ -85,26 +85,15 @@ def test_refusal(fields: dict[str, Any], in_session: int, of_owner: int, refused
 
 
 # -- a real gateway ------------------------------------------------------------------------------------------------
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (tmp_path / "work" / "sub").mkdir(parents=True)
-    reference_profile(agents, tmp_path / "agent-state", "ref")
+def profiles(at: Layout) -> None:
+    reference_profile(at.agents, at.agent_state, "ref")
     # An agent that calls terminal methods though not offered them (a fault): the gateway refuses them.
-    reference_profile(agents, tmp_path / "agent-state", "no-terminals", "--ignore-client-capabilities",
+    reference_profile(at.agents, at.agent_state, "no-terminals", "--ignore-client-capabilities",
                       extra="terminals = false\n")
-    config = tmp_path / "gw.toml"
-    config.write_text("max_terminals_per_session = 1\n")
-    gw = GatewayProcess(tmp_path / "state", agents, config=config)
-    async with running(gw):
-        yield gw
 
 
-async def start(client: GatewayClient, tmp_path: Path, agent: str = "ref") -> str:
-    view = await client.call("task.session.start", {"agent": agent, "cwd": str(tmp_path / "work"),
-                                                    "wait_ready": True})
-    return str(view["session_id"])
+# The module's gateway (`world`: an owner of its own on it); the test that kills it has a gateway of its own.
+GATEWAY = Spec(agents=profiles, config="max_terminals_per_session = 1\n")
 
 
 async def said(client: GatewayClient, log: EventLog, sid: str, prompt: str) -> tuple[str, list[dict[str, Any]]]:
@@ -118,15 +107,14 @@ async def said(client: GatewayClient, log: EventLog, sid: str, prompt: str) -> t
     return text, events
 
 
-async def test_a_command_runs_in_a_terminal_its_output_streamed_and_kept(gateway: GatewayProcess,
-                                                                        tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path)
+async def test_a_command_runs_in_a_terminal_its_output_streamed_and_kept(world: World) -> None:
+    client, log = await world.subscribed()
+    sid = (await start(client, world.work))["session_id"]
     text, events = await said(client, log, sid, "/term printf 'hello \\033[31mred\\033[0m\\n'; pwd")
     started = next(e["data"] for e in events if e["type"] == "terminal_started")
-    assert started["command"].startswith("sh -c") and started["cwd"] == str(tmp_path / "work")
+    assert started["command"].startswith("sh -c") and started["cwd"] == str(world.work)
     output = "".join(e["data"]["text"] for e in events if e["type"] == "terminal_output")
-    assert output == f"hello \033[31mred\033[0m\n{tmp_path / 'work'}\n"
+    assert output == f"hello \033[31mred\033[0m\n{world.work}\n"
     exited = next(e["data"] for e in events if e["type"] == "terminal_exited")
     assert (exited["terminal_id"], exited["exit_code"], exited["signal"], exited["complete"]) == (
         started["terminal_id"], 0, None, True)
@@ -141,9 +129,9 @@ async def test_a_command_runs_in_a_terminal_its_output_streamed_and_kept(gateway
     await client.close()
 
 
-async def test_a_flooding_command_is_bounded(gateway: GatewayProcess, tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path)
+async def test_a_flooding_command_is_bounded(world: World) -> None:
+    client, log = await world.subscribed()
+    sid = (await start(client, world.work))["session_id"]
     text, events = await said(client, log, sid, "/term --limit 1000 head -c 3000000 /dev/zero | tr '\\0' x")
     assert "kept 1000 bytes, truncated True" in text  # what the agent gets: the limit it asked for
     streamed = sum(len(e["data"]["text"]) for e in events if e["type"] == "terminal_output")
@@ -153,20 +141,21 @@ async def test_a_flooding_command_is_bounded(gateway: GatewayProcess, tmp_path: 
     await client.close()
 
 
-async def test_terminals_refused_where_they_may_not_run(gateway: GatewayProcess, tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path)
+async def test_terminals_refused_where_they_may_not_run(world: World) -> None:
+    (world.work / "sub").mkdir()
+    client, log = await world.subscribed()
+    sid = (await start(client, world.work))["session_id"]
     for prompt, says in [
         ("/term --cwd /etc ls", "error -32602: terminal/create: cwd /etc is refused"),
         ("/term --cwd work/sub ls", "error -32602: terminal/create: cwd must be an absolute path"),
-        (f"/term --cwd {tmp_path}/work/../.. ls", "error -32602: terminal/create: cwd"),
+        (f"/term --cwd {world.work}/../.. ls", "error -32602: terminal/create: cwd"),
         ("/term --limit -1 ls", "error -32602: terminal/create: outputByteLimit must be between 0 and"),
         ("/term --limit 99999999999999 ls", "error -32602: terminal/create: outputByteLimit"),
     ]:
         text, events = await said(client, log, sid, prompt)
         assert says in text, (prompt, text)
         assert not any(e["type"].startswith("terminal_") for e in events)  # nothing started
-    text, _ = await said(client, log, sid, f"/term --cwd {tmp_path}/work/sub pwd")  # another allowed directory
+    text, _ = await said(client, log, sid, f"/term --cwd {world.work}/sub pwd")  # another allowed directory
     assert "exitCode\":0" in text
     # The cap: one live terminal per session here; a kept one counts until released.
     text, _ = await said(client, log, sid, "/term --keep true")
@@ -178,19 +167,19 @@ async def test_terminals_refused_where_they_may_not_run(gateway: GatewayProcess,
     await client.close()
 
 
-async def test_a_profile_may_offer_no_terminals(gateway: GatewayProcess, tmp_path: Path) -> None:
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path, "no-terminals")
+async def test_a_profile_may_offer_no_terminals(world: World) -> None:
+    client, log = await world.subscribed()
+    sid = (await start(client, world.work, "no-terminals"))["session_id"]
     text, _ = await said(client, log, sid, "/term true")
     assert "terminal/create error -32601: terminal/create: this client did not offer terminals" in text
     await client.close()
 
 
-async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway: GatewayProcess,
-                                                                       tmp_path: Path) -> None:
-    tag = f"acp-terminal-{os.getpid()}-{tmp_path.name}"
-    client, log = await subscribed(gateway)
-    sid = await start(client, tmp_path)
+async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway_world: WorldFactory) -> None:
+    own = await gateway_world(GATEWAY)
+    tag = f"acp-terminal-{os.getpid()}-{own.dir.name}"
+    client, log = await own.subscribed()
+    sid = (await start(client, own.work))["session_id"]
     # Cancelling the session kills its running terminal.
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
                                                                      "prompt": f"/term sleep 1000; : {tag}-a"}))
@@ -201,18 +190,18 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway: 
     assert processes_naming(f"{tag}-a") == []
     # A kill -9 of the gateway mid-command: after the restart nothing of it is left, and the agent asking for that
     # terminal's output is told it is gone.
-    sid = await start(client, tmp_path)
+    sid = (await start(client, own.work))["session_id"]
     cut = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
                                                                     "prompt": f"/term sleep 1000; : {tag}-b"}))
     started = await log.wait(lambda e: e["type"] == "terminal_started" and e["session_id"] == sid)
     assert processes_naming(f"{tag}-b")
-    await gateway.kill9()
+    await own.gateway.kill9()
     await client.close()
     with pytest.raises(ConnectionError):
         await cut
-    await gateway.start()
+    await own.gateway.start()
     assert processes_naming(f"{tag}-b") == []
-    client, log = await subscribed(gateway)
+    client, log = await own.subscribed()
     text, _ = await said(client, log, sid, f"/termout {started['data']['terminal_id']}")
     assert f"terminal/output error -32002: terminal {started['data']['terminal_id']} is not known" in text
     assert "the gateway restarted since it was created" in text
