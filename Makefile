@@ -95,7 +95,7 @@ test: lint browser sandbox interop sdk postgres ts
 	$(VENV)/bin/pytest -q -m serial
 
 # Benchmarks (not tests): one table, each figure beside a baseline from the same run. See bench/README.md.
-# `make test` runs it at CI size (tests/test_bench_smoke.py), so a bench that hangs or fails is caught there.
+# `make test` runs it at CI size (tests/bench/test_bench_smoke.py), so a bench that hangs or fails is caught there.
 bench: $(STAMP) sdk sandbox postgres
 	env -u PYTHONUNBUFFERED $(PY) bench/run.py
 

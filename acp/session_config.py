@@ -10,7 +10,7 @@ Rules of this file:
   `mode` / `model` where no config option already covers them (ACP: config options, where given, replace modes).
 - It does not know how the calls are sent; `gateway.runtime.config` performs them.
 
-Rows (tests/test_session_config_rules.py holds them as tables, by these ids):
+Rows (tests/acp/test_session_config_rules.py holds them as tables, by these ids):
   Resolving a choice (a frontend's set, a start's config, a re-apply):
   S1  the id names a config option                             -> session/set_config_option (`type: boolean` for one)
   S2  the id names the modes (no config option covers them)     -> session/set_mode

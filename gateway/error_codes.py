@@ -3,7 +3,8 @@
 The server's errors (gateway/errors.py) give each code its message and `data` shape; the clients (gateway/clients/,
 the CLI's wire-only verbs) compare answers with the same names. This module imports nothing but the ACP side's own
 codes (acp/errors.py, the standard library only), so a client may import it and nothing of the server comes along.
-The TypeScript client's copy (clients/typescript/src/codes.ts) is held equal to this one by tests/test_errors.py.
+The TypeScript client's copy (clients/typescript/src/codes.ts) is held equal to this one by
+tests/gateway/test_errors.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A raw ACP client over WebSocket for the `/acp` tests: every frame it gets is kept in arrival order, so a test can
-say what came before what. (The official SDKs' clients are tested separately: tests/test_acp_sdk_clients.py.)"""
+say what came before what. (The official SDKs' clients are tested separately:
+tests/gateway/api/test_acp_sdk_clients.py.)"""
 
 from __future__ import annotations
 

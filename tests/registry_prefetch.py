@@ -2,7 +2,7 @@
 
 Installing minion-code (a 700 MB venv) takes over a minute, mostly pip unpacking wheels while the rest of the
 suite waits on its own subprocesses. The run's first process (pytest itself, or the controller of pytest-xdist's
-workers) starts the installs when it is configured, where the run includes tests/test_registry_installs.py, and
+workers) starts the installs when it is configured, where the run includes tests/agents/test_registry_installs.py, and
 says where in the environment its workers inherit; the install tests wait for the result file (with a timeout).
 The installs are the same `acp-gateway agents add` a user runs; the tests assert on their outcome."""
 
@@ -22,7 +22,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("claude-acp@0.101.0", "minion-code@0.1.45")
-TEST_FILE = "tests/test_registry_installs.py"
+TEST_FILE = "tests/agents/test_registry_installs.py"
 STATE_ENV = "ACP_TEST_REGISTRY_STATE"
 RESULT = "prefetch.json"  # written last, in the state directory: the installs are done
 

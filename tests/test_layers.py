@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "gateway"
+from tests.support.paths import REPO
+
+ROOT = REPO / "gateway"
 
 # wing -> the gateway modules (first component under gateway/) it must not import
 FORBIDDEN = {

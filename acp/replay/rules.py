@@ -4,7 +4,7 @@ Rules of this file:
 - Everything that decides whether a live frame matches a recorded one lives here; the replay agent
   (`agent.py`) only reads, writes and waits.
 - Each tolerance is a rule with an id, shared by this docstring, the code, docs/agent-authors.md and
-  `tests/test_replay_rules.py`. Tolerant mode applies all of them; strict mode only those marked (strict),
+  `tests/acp/replay/test_replay_rules.py`. Tolerant mode applies all of them; strict mode only those marked (strict),
   the differences no two runs can avoid.
 - Matching binds names (session ids, paths) on first sight; a match returns the new bindings, a mismatch
   says where and why. Nothing is mutated.

@@ -2,7 +2,8 @@
 
 The CLI (`acp-gateway sessions`) shows them from here. The web UI is static files with no Python behind them and the
 status view carries only the reason's code, so its copy, gateway/ui/resume_reasons.js, is generated from this table
-(`python -m gateway.clients.resume_reasons`; tests/ui/test_resume_reasons.py fails while it is stale). The reasons
+(`python -m gateway.clients.resume_reasons`; tests/gateway/ui/test_resume_reasons.py fails while it is stale). The
+reasons
 themselves, and what a frontend should do for each, are docs/restore.md's.
 """
 

@@ -1,5 +1,6 @@
 """What the key proxy decides, as pure functions of a request (rule ids KEY-1…6, shared by the code, docs/security.md
-and tests/test_key_rules.py): which stand-in a request carries, and the upstream request that carries the real key.
+and tests/gateway/runtime/test_key_rules.py): which stand-in a request carries, and the upstream request that
+carries the real key.
 
 KEY-1  A stand-in is found in the credential headers (`authorization: Bearer …`, `x-api-key`, `x-goog-api-key`,
        `api-key`) or the `key` query parameter; a request without one is refused (401).

@@ -1,5 +1,6 @@
 """What a launch tells people, as tables: why it failed (LW-1…3) and how an agent came back (LW-4…8). Pure: the
-launcher gathers the facts, this chooses the rule and its words, and `tests/test_launch_words.py` holds the table.
+launcher gathers the facts, this chooses the rule and its words, and `tests/gateway/runtime/test_launch_words.py`
+holds the table.
 
 A rule id names each case in the code, the docs and the tests alike; the words say what the person can do next.
 """

@@ -1,5 +1,6 @@
 """Whether a person's sign-in (`task.session.authenticate`) may go ahead, and what a failed login program tells them:
-a pure decision by table (rule ids SI-n, shared by `manager.py`, docs/architecture.md and tests/test_sign_in.py).
+a pure decision by table (rule ids SI-n, shared by `manager.py`, docs/architecture.md and
+tests/gateway/runtime/test_sign_in.py).
 The manager gathers the facts and performs what is decided: an `env_var` method's values kept for the owner's
 agents of the profile, an `agent` method chosen for the session, a `terminal` method's login program run.
 

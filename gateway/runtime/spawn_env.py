@@ -1,5 +1,5 @@
 """What every process the gateway spawns for an agent starts with: a pure decision by table (rule ids ENV-n, shared by
-`launcher.py`, docs/security.md and tests/test_spawn_env.py).
+`launcher.py`, docs/security.md and tests/gateway/runtime/test_spawn_env.py).
 
 An agent may be hostile to the gateway and to every other owner. Between the gateway and an agent's program stand
 wrappers the gateway runs as itself — `setpriv`, `prlimit`, `python -I -m gateway.runtime.outbound` (its network),

@@ -292,7 +292,7 @@ class SqliteStore(StoreBase):
         The statement runs to its end in one job on the connection's thread (`execute_fetchall`): as a cursor opened
         by one job and read by the next, it kept the connection's read transaction open in between, and another
         subscriber's read on the same connection then saw that older snapshot — without the events committed
-        since, which its feeder took for a gap (found by tests/test_subscription_model.py)."""
+        since, which its feeder took for a gap (found by tests/gateway/journal/test_subscription_model.py)."""
         if self._reader is None:
             return await self.fetchall(sql, params)
         return list(await self._reader.execute_fetchall(sql, params))

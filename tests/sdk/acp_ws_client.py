@@ -1,5 +1,5 @@
 """A remote ACP client built on the official Python SDK's WebSocket transport (`agent-client-protocol[http]`), run in
-its own venv (`make sdk`) by tests/test_acp_sdk_clients.py against a gateway's `/acp`.
+its own venv (`make sdk`) by tests/gateway/api/test_acp_sdk_clients.py against a gateway's `/acp`.
 
     acp_ws_client.py create URL TOKEN CWD               new session, two prompts
     acp_ws_client.py reload URL TOKEN CWD SESSION_ID    session/load it, then one more prompt

@@ -1,5 +1,5 @@
 // A remote ACP client built on the official TypeScript SDK (@agentclientprotocol/sdk, its WebSocket stream), run with
-// the Node.js that `make interop` installs, by tests/test_acp_sdk_clients.py against a gateway's `/acp`.
+// the Node.js that `make interop` installs, by tests/gateway/api/test_acp_sdk_clients.py against a gateway's `/acp`.
 //
 //   node acp_ws_client.mjs create URL TOKEN CWD              new session, two prompts
 //   node acp_ws_client.mjs reload URL TOKEN CWD SESSION_ID   session/load it, then one more prompt

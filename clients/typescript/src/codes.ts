@@ -1,5 +1,5 @@
 // The gateway's JSON-RPC error codes, each named once for the TypeScript client and the web UI that runs on it: the
-// names and numbers of gateway/error_codes.py (tests/test_errors.py holds them equal). ERROR_MEANINGS says what each
+// names and numbers of gateway/error_codes.py (tests/gateway/test_errors.py holds them equal). ERROR_MEANINGS says what each
 // one means.
 export const PARSE_ERROR = -32700;
 export const INVALID_REQUEST = -32600;

@@ -5,7 +5,8 @@ Rules of this file:
   sockets or the store; `gateway.api.acp_server.connection` performs what it decides.
 - A frame is classified once (`classify`), then the phase table (`decide`) says what happens to it.
 
-Rows (the RFD's WebSocket mode and ACP's initialization; tests/test_acp_server_protocol.py holds them as tables):
+Rows (the RFD's WebSocket mode and ACP's initialization; tests/gateway/api/test_acp_server_protocol.py holds them
+as tables):
   F1  a text frame that is not JSON                                  -> -32700, id null
   F2  a JSON array (a batch: ACP has none)                            -> -32600, id null
   F3  JSON that is not a JSON-RPC 2.0 message                         -> -32600 (with its id when it had a usable one)
