@@ -29,8 +29,9 @@ from agents.profiles import AgentProfile
 
 from . import __version__, metrics
 from .api.acp_server import AcpConnection, EdgeInfo
+from .api.outbox import Outbox
 from .api.rpc import RpcAdapter
-from .api.server import AcpFactory, AcpPeer, GatewayServer, Outbox, ui_files, ui_pages
+from .api.server import AcpFactory, AcpPeer, GatewayServer, ui_files, ui_pages
 from .config import ServeConfig
 from .errors import is_storage_error
 from .journal import EventBus

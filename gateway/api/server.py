@@ -33,7 +33,7 @@ from . import openrpc
 from .eager import start_eagerly
 from .liveness import CLOSE_CODE as HEARTBEAT_CLOSE_CODE
 from .liveness import Liveness
-from .outbox import Outbox as Outbox  # re-exported: gateway.app types the `/acp` peer's outbox with it
+from .outbox import Outbox
 from .rpc import RpcAdapter, RpcContext
 
 log = logging.getLogger(__name__)
