@@ -4,9 +4,12 @@ package manager's own integrity checks, its files recorded, and a profile writte
 - npm (`npx` entries): `npm install --save-exact` into a private prefix; the lockfile it writes holds every
   package's `integrity` hash, is kept beside the install, and a reinstall of the same version runs `npm ci` from it,
   which refuses a tarball that does not match.
-- PyPI (`uvx` entries): a venv of the gateway's own Python; pip resolves the package once (`--dry-run --report`),
-  the resolution is written as a requirements file with every distribution's SHA-256, and pip installs from it with
-  `--require-hashes --no-deps`: nothing is installed that the file does not name and hash.
+- PyPI (`uvx` entries): installed as uvx installs them, by uv itself (a dependency of the gateway): a venv of the
+  gateway's own Python; `uv pip compile --generate-hashes` resolves the package once into a requirements file with
+  the SHA-256 of every distribution of each pinned version, and `uv pip install --require-hashes --no-deps` installs
+  from it: nothing is installed that the file does not name and hash. Where two of the install's packages declare
+  the console script that is the agent's command (a wrapper package and the package it wraps), which file stays in
+  `bin/` depends on the order they were unpacked in; the command is made the one whose module the install holds.
 - binary entries: the registry gives no checksum, so the archive's SHA-256 is one the user supplies (`--sha256`)
   or, only when asked (`--trust-on-first-use`), the one of what is downloaded now, recorded: a reinstall must match.
 
@@ -19,6 +22,7 @@ the profile) is out of their reach, and what it reads of the tree is refused whe
 from __future__ import annotations
 
 import configparser
+import contextlib
 import hashlib
 import os
 import platform
@@ -49,6 +53,11 @@ MAX_ARCHIVE_BYTES = 1 << 30
 KNOWN_PROFILES = {"claude-acp": "claude", "codex-acp": "codex", "gemini": "gemini", "auggie": "auggie",
                   "github-copilot": "copilot", "opencode": "opencode", "amp-acp": "amp"}
 KNOWLEDGE = ("native_session_resume", "history_context_injection", "resume_args", "sign_in_vars", "auto_resume")
+# A console script's target (`module.sub:object.attr`, optionally `[extras]`): what the gateway writes a launcher
+# for; anything else is not one it can vouch for.
+ENTRY_POINT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*:\s*"
+                         r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*(?:\[[^\]]*\])?\s*$")
+SCRIPT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class InstallError(RuntimeError):
@@ -129,13 +138,13 @@ def _run(runner: Runner, argv: list[str], what: str, cwd: Path | None = None, wr
         raise InstallError(f"{what}: gave up after {timeout:.0f} s") from None
     if done.returncode != 0:
         output = done.stderr or done.stdout
-        wanted = re.search(r"Requires-Python ([^;]+);[^\n]*\n[^\n]*Could not find a version", output)
+        wanted = re.search(r"does\s+not\s+satisfy\s+Python\s*(\S+?),?\s+and\s", output)  # uv wraps its lines
         if wanted:
             raise InstallError(f"{what} failed: it needs Python {wanted.group(1).strip()}, and this gateway runs "
                                f"Python {platform.python_version()} (a uvx agent is installed with the gateway's "
                                "own Python)")
         said = [line.strip()[:300] for line in output.splitlines()
-                if line.strip() and not line.lstrip().startswith("WARNING:")]
+                if line.strip() and not line.lstrip().lower().startswith("warning:")]
         tail = "\n  ".join(said[-6:]) or f"exit status {done.returncode}"
         raise InstallError(f"{what} failed:\n  {tail}")
     return done.stdout
@@ -204,55 +213,169 @@ def _install_npm(runner: Runner, p: Plan, tree: Path, directory: Path,
     return [f"node_modules/.bin/{name}"], "package-lock.json"
 
 
+def _uv() -> str:
+    """The uv of the gateway's own environment (the `uv` package installs it beside the gateway's Python)."""
+    found = None
+    with contextlib.suppress(ImportError, FileNotFoundError):
+        from uv import find_uv_bin
+
+        found = find_uv_bin()
+    found = found or shutil.which("uv")
+    if found is None:
+        raise InstallError("uv is not installed here: a uvx agent is installed with uv (`pip install uv` into the "
+                           "gateway's environment; it is one of the gateway's dependencies)")
+    return found
+
+
 def _install_pypi(runner: Runner, p: Plan, tree: Path, directory: Path,
                   reuse_lock: Path | None) -> tuple[list[str], str]:
+    uv = _uv()
     tree.mkdir(parents=True)  # the only place the install writes: made here, filled there
-    _run(runner, [sys.executable, "-m", "venv", str(tree)], "creating the agent's venv", writable=tree)
+    _run(runner, [uv, "venv", "--quiet", "--no-project", "--python", sys.executable, str(tree)],
+         "creating the agent's venv", writable=tree)
     python = tree / "bin" / "python"
     requirements = directory / "requirements.txt"
     if reuse_lock is None:
-        report = tree / ".acp-gateway-resolution.json"
-        _run(runner, [str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-                      str(report), f"{p.package}=={p.version}"], f"resolving {p.package}=={p.version} with pip",
-             writable=tree)
-        lines = []
-        resolution = orjson.loads(_inside(tree, report.name).read_bytes())
-        report.unlink()
-        for item in resolution.get("install", []):
-            meta, info = item.get("metadata", {}), item.get("download_info", {})
-            digest = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
-            if not digest:
-                raise InstallError(f"pip gave no SHA-256 for {meta.get('name')} {meta.get('version')} "
-                                   f"({info.get('url')}): it cannot be installed with --require-hashes")
-            lines.append(f"{meta['name']}=={meta['version']} --hash=sha256:{digest}")
-        requirements.write_text("\n".join(sorted(lines, key=str.lower)) + "\n")
+        request, resolution = tree / ".acp-gateway-request.txt", tree / ".acp-gateway-resolution.txt"
+        for path in (request, resolution):
+            path.unlink(missing_ok=True)  # a link planted there would be written through
+        request.write_text(f"{p.package}=={p.version}\n")
+        _run(runner, [uv, "pip", "compile", "--quiet", "--no-header", "--generate-hashes", "--python", str(python),
+                      "--output-file", str(resolution), str(request)],
+             f"resolving {p.package}=={p.version} with uv", cwd=tree, writable=tree)
+        text = _inside(tree, resolution.name).read_text()
+        for path in (request, resolution):
+            path.unlink()
+        for name, (version, hashes) in requirement_pins(text).items():
+            if not hashes:
+                raise InstallError(f"uv gave no SHA-256 for {name} {version}: it cannot be installed with "
+                                   "--require-hashes")
+        requirements.write_text(text)
     else:
         shutil.copyfile(reuse_lock, requirements)
-    given = tree / ".acp-gateway-requirements.txt"  # where the confined pip can read it
+    given = tree / ".acp-gateway-requirements.txt"  # where the confined uv can read it
     given.unlink(missing_ok=True)  # a link planted there would be written through
     shutil.copyfile(requirements, given)
-    _run(runner, [str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r",
-                  str(given)], f"pip install --require-hashes of {p.package}=={p.version}", writable=tree)
+    # --compile-bytecode: the tree is read-only once installed, so what is not compiled now is compiled at every start
+    _run(runner, [uv, "pip", "install", "--quiet", "--require-hashes", "--no-deps", "--compile-bytecode",
+                  "--python", str(python), "-r", str(given)],
+         f"uv pip install --require-hashes of {p.package}=={p.version}", cwd=tree, writable=tree)
     given.unlink(missing_ok=True)
-    base = p.package.split("[", 1)[0]
-    script = tree / "bin" / base
-    if not script.is_file():
-        scripts = _console_scripts(tree, base)
-        if len(scripts) != 1:
-            raise InstallError(f"{base} has no command named {base}" + (
-                f" and several others ({', '.join(scripts)})" if scripts else " and no other"))
-        script = tree / "bin" / scripts[0]
-    return [f"bin/{script.name}"], "requirements.txt"
+    return [f"bin/{_command_script(tree, p.package.split('[', 1)[0])}"], "requirements.txt"
 
 
-def _console_scripts(tree: Path, name: str) -> list[str]:
-    wanted = name.lower().replace("-", "_").replace(".", "_")
-    for info in tree.glob("lib/python*/site-packages/*.dist-info"):
-        if info.name.lower().split("-", 1)[0] == wanted and (info / "entry_points.txt").is_file():
-            parser = configparser.ConfigParser()
-            parser.read(_inside(tree, str((info / "entry_points.txt").relative_to(tree))))
-            return list(parser["console_scripts"]) if parser.has_section("console_scripts") else []
-    return []
+def requirement_pins(text: str) -> dict[str, tuple[str, list[str]]]:
+    """A requirements file with hashes (as `uv pip compile --generate-hashes` writes it, or one requirement a
+    line) -> {normalized name: (version, [sha256 hex...])}."""
+    joined = re.sub(r"\\\n", " ", text)
+    pins: dict[str, tuple[str, list[str]]] = {}
+    for line in joined.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):  # an option line (`--index-url`…), not a requirement
+            continue
+        spec, *options = line.split()
+        name, _, version = spec.partition("==")
+        hashes = [o.removeprefix("--hash=sha256:") for o in options if o.startswith("--hash=sha256:")]
+        pins[_normalized(name)] = (version, hashes)
+    return pins
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _site_packages(tree: Path) -> list[Path]:
+    return sorted(tree.glob("lib/python*/site-packages"))
+
+
+def _console_scripts(tree: Path) -> dict[str, list[tuple[str, str]]]:
+    """Every console script the install's distributions declare: name -> [(distribution, target)...], in the
+    distributions' order by name."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for site in _site_packages(tree):
+        for info in sorted(site.glob("*.dist-info")):
+            if not (info / "entry_points.txt").is_file():
+                continue
+            parser = configparser.ConfigParser(interpolation=None, strict=False)
+            parser.optionxform = str  # type: ignore[assignment,method-assign]  # script names keep their case
+            try:
+                parser.read_string(_inside(tree, str((info / "entry_points.txt").relative_to(tree))).read_text())
+            except configparser.Error:
+                continue
+            if parser.has_section("console_scripts"):
+                distribution = _normalized(info.name.split("-", 1)[0])
+                for name, target in parser.items("console_scripts"):
+                    found.setdefault(name, []).append((distribution, target))
+    return found
+
+
+def _module_installed(tree: Path, module: str) -> bool:
+    """Whether the install holds `module` (a file or package of its site-packages, or the standard library's):
+    read from the files, never imported (importing runs the package's code)."""
+    if module.split(".")[0] in sys.stdlib_module_names:
+        return True
+    parts = module.split(".")
+    for site in _site_packages(tree):
+        relative = site.relative_to(tree).joinpath(*parts)
+        folder = relative.parent
+        candidates = [relative / "__init__.py", relative.with_name(parts[-1] + ".py")]
+        if (tree / folder).is_dir():
+            candidates += [folder / f.name for f in (tree / folder).iterdir()
+                           if f.name.startswith(parts[-1] + ".") and f.name.endswith((".so", ".pyc"))]
+        if any(_inside(tree, str(c)).is_file() for c in candidates) or _inside(tree, str(relative)).is_dir():
+            return True
+    return False
+
+
+def _command_script(tree: Path, package: str) -> str:
+    """The script of `bin/` that is the package's command: the one named as the package, else its only console
+    script. Where several installed distributions declare that script, which one's file stayed depends on the
+    order they were unpacked in: the file is written for the package's own target when the install holds its
+    module, else for the first other distribution's whose module it holds. A command whose module the install
+    does not hold fails the install here, not at the agent's first start."""
+    scripts = _console_scripts(tree)
+    own = _normalized(package)
+    if (tree / "bin" / package).is_file() or package in scripts:
+        name = package
+    else:
+        declared = sorted(n for n, targets in scripts.items() if any(d == own for d, _ in targets))
+        if len(declared) != 1:
+            raise InstallError(f"{package} has no command named {package}" + (
+                f" and several others ({', '.join(declared)})" if declared else " and no other"))
+        name = declared[0]
+    if not SCRIPT_NAME.match(name):  # a name of the package's choosing, made a path of the tree below
+        raise InstallError(f"{package}'s command {name[:60]!r} is not a file name: refused")
+    targets = scripts.get(name, [])
+    if not targets:
+        return name  # a script file the package ships as it is (not an entry point)
+    runnable = sorted(((d, t) for d, t in targets if (m := ENTRY_POINT.match(t)) and _module_installed(tree, m[1])),
+                      key=lambda pair: pair[0] != own)
+    if not runnable:
+        shown = "; ".join(f"{d}: {t.strip()}" for d, t in targets)
+        raise InstallError(f"{package}'s command {name} runs code the install does not hold ({shown}): it cannot "
+                           "start. Another version may be packaged right: add ID@VERSION installs one")
+    if len(targets) > 1:
+        _write_launcher(tree, name, *runnable[0])
+    return name
+
+
+def _write_launcher(tree: Path, name: str, distribution: str, target: str) -> None:
+    """`bin/NAME` as an installer writes a console script, for `distribution`'s target."""
+    match = ENTRY_POINT.match(target)
+    if match is None or not SCRIPT_NAME.match(name):
+        raise InstallError(f"the console script {name[:60]!r} ({target[:80]!r}) is not one the gateway can write")
+    module, attribute = match[1], match[2]
+    script = _inside(tree, f"bin/{name}")
+    script.unlink(missing_ok=True)  # a link planted there would be written through
+    script.write_text(
+        f"#!{tree / 'bin' / 'python'}\n"
+        f"# {name}: {distribution}'s console script ({module}:{attribute}), written by acp-gateway: another\n"
+        "# distribution of this install declares a script of the same name, whose module it does not hold.\n"
+        "import sys\n"
+        f"from {module} import {attribute.split('.', 1)[0]}\n"
+        "if __name__ == '__main__':\n"
+        f"    sys.exit({attribute}())\n")
+    script.chmod(0o755)
 
 
 def _download(url: str, to: Path) -> None:
@@ -361,7 +484,7 @@ def install(state_dir: Path, p: Plan, *, force: bool = False, archive: Path | No
         return installs.read_record(directory)
     previous = installs.read_record(directory) if (directory / "install.json").is_file() else None
     with tempfile.TemporaryDirectory() as scratch:
-        # A reinstall of the same version installs what was recorded: npm ci from the lockfile, pip from the hashes.
+        # A reinstall of the same version installs what was recorded: npm ci from the lockfile, uv from the hashes.
         reuse = None
         if previous is not None and previous.lock and (directory / previous.lock).is_file():
             reuse = Path(scratch) / previous.lock

@@ -1,12 +1,13 @@
-"""Running a registry install's package manager confined (`agents add`, `agents update`): npm's and pip's install
-scripts, and a source package's build, are their authors' code, and run here in a bubblewrap sandbox that shows
+"""Running a registry install's package manager confined (`agents add`, `agents update`): npm's install scripts and
+a Python source package's build are their authors' code, and run here in a bubblewrap sandbox that shows
 them the system, the package manager's and Python's own directories read-only, the install's tree read-write and
 a scratch HOME — not the gateway's state, configuration, workspaces or the caller's home.
 
 Its network is `outbound` (the registries; not the host's loopback services: the gateway, its database) where
 slirp4netns is installed, else the host's; its environment is fixed (ENV-1, ENV-2): PATH, a locale, the scratch HOME,
-and the package managers' own settings of the caller's environment (`PIP_*`, `npm_config_*`, proxies, CA bundles),
-with the caller's `~/.npmrc` and pip configuration copied into the scratch HOME (a private registry's token in
+and the package managers' own settings of the caller's environment (`UV_*`, `npm_config_*`, proxies, CA bundles;
+not those naming the caller's own directories, which the sandbox does not show), with the caller's `~/.npmrc` and
+uv configuration copied into the scratch HOME (a private registry's token in
 `.npmrc` is then the install's to use, as it would be unconfined).
 """
 
@@ -25,15 +26,19 @@ from . import sandbox
 from .spawn_env import WRAPPER_ENV, WRAPPER_PATH, args_fd, bwrap_env_args
 
 BWRAP, UNSHARE, SLIRP4NETNS = shutil.which("bwrap"), shutil.which("unshare"), shutil.which("slirp4netns")
-PASSED = ("PIP_*", "npm_config_*", "NPM_CONFIG_*", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
+PASSED = ("UV_*", "npm_config_*", "NPM_CONFIG_*", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
           "https_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
           "LANG", "LC_*", "TZ")
-CONFIG_FILES = (".npmrc", ".config/pip/pip.conf", ".pip/pip.conf")  # copied from the caller's home
+CONFIG_FILES = (".npmrc", ".config/uv/uv.toml")  # copied from the caller's home
+# uv settings that name the caller's own directories: the sandbox shows none of them, so they are left out
+UV_OWN_DIRS = ("UV_CACHE_DIR", "UV_TOOL_DIR", "UV_TOOL_BIN_DIR", "UV_PYTHON_INSTALL_DIR", "UV_PYTHON_BIN_DIR",
+               "UV_PROJECT_ENVIRONMENT")
 
 
 def install_env(caller: Mapping[str, str], home: str, path: str) -> dict[str, str]:
     """What the package manager runs with: the passed settings of `caller`, and PATH and HOME of its own."""
-    env = {name: value for name, value in caller.items() if any(fnmatch.fnmatchcase(name, p) for p in PASSED)}
+    env = {name: value for name, value in caller.items()
+           if any(fnmatch.fnmatchcase(name, p) for p in PASSED) and name not in UV_OWN_DIRS}
     env.update({"PATH": path, "HOME": home, "TMPDIR": "/tmp"})
     env.setdefault("LANG", "C.UTF-8")
     return env

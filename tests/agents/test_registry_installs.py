@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
+from agents.registry import installer
 from agents.registry.index import SNAPSHOT
 from tests.gateway_harness import GatewayProcess, running
 from tests.support.paths import REPO
@@ -98,9 +99,10 @@ def test_adds_are_pinned_by_version_and_hashes_and_never_run_a_package_runner(st
     assert package["version"] == "0.101.0" and package["integrity"].startswith("sha512-")
     assert all("integrity" in p for name, p in lock["packages"].items() if name and not p.get("link"))
     minion = state / "agents" / "installs" / "minion-code" / "0.1.45"
-    requirements = (minion / "requirements.txt").read_text().splitlines()
-    assert any(line.startswith("minion-code==0.1.45 --hash=sha256:") for line in requirements)
-    assert all(" --hash=sha256:" in line for line in requirements) and len(requirements) > 10
+    pins = installer.requirement_pins((minion / "requirements.txt").read_text())  # as `uv pip compile` wrote it
+    assert pins["minion-code"][0] == "0.1.45"
+    assert all(len(digest) == 64 for _, hashes in pins.values() for digest in hashes)
+    assert all(hashes for _, hashes in pins.values()) and len(pins) > 10
     listing = agents_cli(state, "list", "--json")
     rows = {r["id"]: r for r in orjson.loads(listing.stdout)}
     assert rows["claude-acp"]["version"] == "0.101.0" and rows["minion-code"]["version"] == "0.1.45"
