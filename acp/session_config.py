@@ -39,12 +39,19 @@ Rows (tests/acp/test_session_config_rules.py holds them as tables, by these ids)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 Value = str | bool
+
+
+def shown(value: Any) -> str:
+    """A value as people read it in a message: JSON (`true`, `"sonnet"`, `null`), never Python's `True`/`None`."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
 
 MODE, MODEL = "mode", "model"  # the categories ACP gives the mode and model selectors, and the ids of their stand-ins
 SELECT, BOOLEAN = "select", "boolean"
@@ -318,10 +325,10 @@ def resolve(offer: ConfigOffer, option_id: str, value: Value, category: str | No
                        "set", (), "N3")
     if not option.takes(value):
         wanted = "true or false" if option.type == BOOLEAN else "one of its values (a string)"
-        return Refused(Reason.WRONG_TYPE, f"option {option.id!r} is a {option.type}: give {wanted}, not {value!r}",
+        return Refused(Reason.WRONG_TYPE, f"option {option.id!r} is a {option.type}: give {wanted}, not {shown(value)}",
                        option.values, "N3")
     if option.type == SELECT and value not in option.values:
-        return Refused(Reason.VALUE_NOT_OFFERED, f"option {option.id!r} has no value {value!r}; its values: "
+        return Refused(Reason.VALUE_NOT_OFFERED, f"option {option.id!r} has no value {shown(value)}; its values: "
                        f"{', '.join(option.values) or '(none)'}", option.values, "N2")
     via_rule = {Via.CONFIG_OPTION: "S1", Via.MODE: "S2", Via.MODEL: "S3"}[option.via]
     return Call(option.via, option.id, value, option.type == BOOLEAN, rule or via_rule)
@@ -392,11 +399,11 @@ def findings(choices: Mapping[str, Choice], offer: ConfigOffer,
             continue
         if errors.get(choice_id) is not None:
             yield Finding(choice_id, choice.value, Reason.AGENT_REFUSED,
-                          f"the agent refused {choice_id} = {choice.value!r}: {errors[choice_id]}")
+                          f"the agent refused {choice_id} = {shown(choice.value)}: {errors[choice_id]}")
         else:
             yield Finding(choice_id, choice.value, Reason.NOT_TAKEN,
-                          f"the agent accepted {choice_id} = {choice.value!r} but reports "
-                          f"{option.current if option else None!r}")
+                          f"the agent accepted {choice_id} = {shown(choice.value)} but reports "
+                          f"{shown(option.current if option else None)}")
 
 
 # -- the agent's own changes -----------------------------------------------------------------------------------------

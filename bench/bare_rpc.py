@@ -15,10 +15,11 @@ from typing import Any
 import orjson
 from websockets.asyncio.server import ServerConnection, serve
 
-STATUS = {"session_id": "s-0", "task_id": "t-0", "agent": "ref", "cwd": "/tmp", "title": None,
+STATUS: dict[str, Any] = {"session_id": "s-0", "task_id": "t-0", "agent": "ref", "cwd": "/tmp", "title": None,
           "state": "WAITING_FOR_INPUT", "task_state": "REVIEW", "error_message": None, "is_agent_running": True,
           "has_resume_token": True, "acp_session_id": "a-0", "created_at": time.time(), "updated_at": time.time(),
-          "needs_resume": False, "is_resumable": True, "resume_reason": "agent_running", "pending_permissions": 0}
+          "needs_resume": False, "is_resumable": True, "resume_reason": "agent_running", "pending_permissions": [],
+          "pending_elicitations": []}
 METHODS: dict[str, Callable[[dict[str, Any]], Any]] = {"task.session.status": lambda params: STATUS}
 
 

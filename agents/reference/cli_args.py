@@ -72,6 +72,8 @@ def _auth_flags(p: argparse.ArgumentParser) -> None:
                    "runs them): this program with --login")
     p.add_argument("--login", action="store_true", help="the terminal sign-in: print a device code, then sign in")
     p.add_argument("--auth-fails", action="store_true", help="authenticate always fails (-32000)")
+    p.add_argument("--prompt-key", metavar="VAR", help="make sessions without a key, but answer every prompt -32000 "
+                   "'Authentication required' unless VAR is set (as claude-agent-acp does), offering no method")
 
 
 def _process_fault_flags(p: argparse.ArgumentParser) -> None:

@@ -91,6 +91,9 @@ class Config:
     auth_terminal_env: dict[str, str] = field(default_factory=lambda: {"REF_LOGIN": "1"})  # the terminal method's env
     login: bool = False
     auth_fails: bool = False
+    # Sessions are made without a key, but prompts answer auth_required unless this variable is set (as
+    # claude-agent-acp does without ANTHROPIC_API_KEY), offering no method for it
+    prompt_key: str | None = None
     ignore_cancel: bool = False
     slow_init: float = 0.0  # seconds before initialize is answered
     brief_turns: bool = False  # every turn is one update and its answer, whatever the prompt asks

@@ -83,6 +83,8 @@ class ReferenceAgent(ExampleAgent):
             await asyncio.sleep(self.config.slow_init)
         if method.startswith("session/") and method != "session/cancel" and not self.authenticated:
             raise RpcError(AUTH_REQUIRED, "Authentication required: call authenticate first")
+        if method == "session/prompt" and self.config.prompt_key and not os.environ.get(self.config.prompt_key):
+            raise RpcError(AUTH_REQUIRED, "Authentication required")
         if method.startswith("_") and "silent-unknown" in self.config.quirks:  # no handler's name starts with `_`
             await asyncio.Event().wait()
         return await super().handle(method, params)

@@ -258,12 +258,35 @@ class SessionView(SessionSummary):
     config: ConfigView
 
 
+class PermissionOptionView(Result):
+    option_id: str
+    name: str
+    kind: str = Field(description="ACP's PermissionOptionKind: allow_once, allow_always, reject_once, reject_always")
+
+
+class PendingPermission(Result):
+    request_id: str = Field(description="answer it with task.session.permission.respond")
+    title: str | None = Field(description="the tool call's title, as the agent gave it")
+    tool_call_id: str | None
+    options: list[PermissionOptionView] = Field(description="what it may be answered with")
+
+
+class PendingElicitation(Result):
+    request_id: str = Field(description="answer it with task.session.elicitation.respond")
+    title: str = Field(description="the agent's message")
+    mode: Literal["form", "url"]
+    requested_schema: dict[str, Any] | None = Field(default=None, description="form: the JSON Schema of the answer")
+    url: str | None = Field(default=None, description="url: the page to open")
+
+
 class StatusView(SessionView):
     needs_resume: bool
     is_resumable: bool
     resume_reason: ResumeReasonName
-    pending_permissions: int
-    pending_elicitations: int = Field(default=0, description="questions of the agent's still open (a live session's)")
+    pending_permissions: list[PendingPermission] = Field(description="the agent's permission requests waiting for "
+                                                         "an answer, oldest first")
+    pending_elicitations: list[PendingElicitation] = Field(default_factory=list, description="the agent's questions "
+                                                           "still open (a live session's), oldest first")
 
 
 class ResumeView(SessionView):
@@ -332,8 +355,13 @@ class AgentInfo(Result):
     installed_versions: list[str] = Field(default_factory=list, description="every version of it installed "
                                           "(sessions keep the one they started with)")
     auth_state: Literal["signed_in", "needs_sign_in", "unknown", "not_probed"] | None = Field(
-        default=None, description="what its last probe (`acp-gateway agents add` or `doctor`) found: a session was "
-        "given, or it asked to be signed in")
+        default=None, description="yours: needs_sign_in until a variable that signs it in is set (its profile's env, "
+        "or a value you gave it) or it signed you in (a method, a turn it answered), and again after it asked to be "
+        "signed in; else, for an agent added from the ACP registry, what its last probe found; null when nothing "
+        "is known")
+    sign_in_vars: list[str] = Field(default_factory=list, description="the variables that sign it in (names, never "
+                                    "values): its profile's sign_in_vars, its registry entry's, its own env_var "
+                                    "methods'")
     last_check: LastCheck | None = Field(default=None, description="its last conformance checks")
 
 
@@ -344,7 +372,8 @@ class GatewayInfo(Result):
     default_agent: str
     agents: list[AgentInfo]
     workspace_roots: list[str] = Field(description="where your sessions may run: a cwd must lie inside one")
-    instance_id: str
+    instance_id: str = Field(description="this gateway process's id, new at every start: a client that sees it "
+                             "change knows the gateway restarted (sessions whose agent it ran need a resume)")
 
 
 class Pong(Result):

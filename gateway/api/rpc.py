@@ -33,6 +33,7 @@ from ..errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     PARSE_ERROR,
     GatewayError,
     limit_exceeded,
@@ -134,7 +135,7 @@ class RpcAdapter:
             "protocol_version": 1,
             "owner": ctx.owner,
             "default_agent": self.default_agent,
-            "agents": self._agents(),
+            "agents": self.sessions.with_sign_in(ctx.owner, self._agents()),
             "workspace_roots": [str(root) for root in self.sessions.settings.roots_of(ctx.owner)],
             **self.info,
         }
@@ -283,6 +284,12 @@ class RpcAdapter:
                 return None
             return error_response(message["id"], INVALID_PARAMS, "Invalid params: params must be an object (by-name)",
                                   {"field": "params"})
+        if message["method"] not in self.methods:
+            # Answered here, not by jsonrpcserver (whose `data` is the bare name): one object shape per code.
+            if "id" not in message:
+                return None
+            return error_response(message["id"], METHOD_NOT_FOUND, f"Method not found: {message['method']}",
+                                  {"method": message["method"]})
         try:
             request, result = await dispatch_request(self.methods, ctx, create_request(message))
         except Exception:

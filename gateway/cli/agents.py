@@ -252,6 +252,8 @@ def _say_probe(found: dict[str, Any]) -> None:
               + (f", {info.get('name')} {info.get('version')}" if info else "") + ")")
         print(f"sign-in methods: {methods or 'none'}")
         print(f"session/new: {found['session_new']['status'].replace('_', ' ')}")
+        if found.get("missing_vars"):
+            print(f"sign-in: needs {' or '.join(found['missing_vars'])} (not set for it)")
     else:
         print(f"initialize: FAILED: {init.get('message')}")
     for step in found.get("next", []):

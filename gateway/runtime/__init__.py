@@ -2,7 +2,8 @@
 wedge one.
 
 Where a command enters: `manager.SessionManager` (the facade the JSON-RPC adapter calls). Where it is decided
-on: the pure tables — `commands`, `states`, `status`, `permissions`, `history`, `resume_context`, `sign_in_rules`.
+on: the pure tables — `commands`, `states`, `status`, `permissions`, `history`, `resume_context`, `sign_in_rules`,
+`sign_in_needs`.
 Where it leaves: `writer` (persist, then publish) and the agent, through `launcher`, `turns` and `broker`.
 """
 

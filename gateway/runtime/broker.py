@@ -20,6 +20,18 @@ from .questions import QuestionBroker
 from .writer import SessionWriter
 
 
+def pending_permission(request_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A permission request as the status view lists it: its id, the tool call's title, the options to answer with."""
+    found = params.get("toolCall")
+    call: dict[str, Any] = found if isinstance(found, dict) else {}
+    options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+    title = call.get("title")
+    return {"request_id": request_id, "title": title if isinstance(title, str) else None,
+            "tool_call_id": call.get("toolCallId") if isinstance(call.get("toolCallId"), str) else None,
+            "options": [{"option_id": str(o.get("optionId")), "name": str(o.get("name") or o.get("optionId")),
+                         "kind": str(o.get("kind") or "")} for o in options]}
+
+
 class PermissionBroker(QuestionBroker):
     KIND = "permission request"
     REQUESTED = "permission_requested"
@@ -39,6 +51,9 @@ class PermissionBroker(QuestionBroker):
 
     def resolved_data(self, request_id: str, answer: dict[str, Any], by: str) -> dict[str, Any]:
         return {"request_id": request_id, "outcome": answer, "by": by}
+
+    def pending_view(self, request_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        return pending_permission(request_id, params)
 
     async def ask(self, row: SessionRow, params: dict[str, Any]) -> dict[str, Any]:
         """An agent asks (called on the agent's request task): the answer to send back to it."""

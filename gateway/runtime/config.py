@@ -37,6 +37,7 @@ from acp.session_config import (
     adopt,
     next_step,
     resolve,
+    shown,
 )
 
 from ..errors import agent_failed, config_refused, log_fault
@@ -240,7 +241,8 @@ class ConfigKeeper:
             except RpcError as err:
                 said = mcp.scrub(agent_said(err), config.secrets())
                 raise config_refused(row.id, option_id, value, Reason.AGENT_REFUSED,
-                                     f"agent {agent!r} of session {row.id} refused {option_id} = {value!r}: {said}",
+                                     f"agent {agent!r} of session {row.id} refused {option_id} = "
+                                     f"{shown(value)}: {said}",
                                      [], {"code": err.code, "message": said}) from None
             except TransportError as exc:
                 raise agent_failed(row.id, agent, f"agent {agent!r} of session {row.id} did not answer "
@@ -290,7 +292,7 @@ class ConfigKeeper:
             config.changed()
             await self.store.configs.save(row.id, **config.columns())
             await self.writer.publish(row, "session_config", {"cause": cause, **config.settings()})
-            applied = [f"{a.choice_id} = {a.call.value!r}" for a in attempts if a.error is None]
+            applied = [f"{a.choice_id} = {shown(a.call.value)}" for a in attempts if a.error is None]
             if applied:  # what the agent did not have, and was given
                 what = "Chosen for this session and set on its agent" if cause == "launch" else \
                     "Set again on the agent (it had not kept them)"

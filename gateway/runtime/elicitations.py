@@ -32,6 +32,12 @@ def offer(request_id: str, elicitation: Elicitation, params: dict[str, Any]) -> 
             "acp_session_id": params.get("sessionId")}
 
 
+def pending_elicitation(request_id: str, elicitation: Elicitation) -> dict[str, Any]:
+    """An elicitation as the status view lists it: its id, the agent's message, how it is answered."""
+    return {"request_id": request_id, "title": elicitation.message, "mode": elicitation.mode,
+            "requested_schema": elicitation.schema, "url": elicitation.url}
+
+
 class ElicitationBroker(QuestionBroker):
     KIND = "elicitation"
     REQUESTED = "elicitation_requested"
@@ -49,6 +55,9 @@ class ElicitationBroker(QuestionBroker):
 
     def resolved_data(self, request_id: str, answer: dict[str, Any], by: str) -> dict[str, Any]:
         return {"request_id": request_id, "action": answer["action"], "by": by}
+
+    def pending_view(self, request_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        return pending_elicitation(request_id, check_request(params))
 
     def handler(self, row_of: Callable[[], SessionRow]) -> SessionElicitations:
         """The `acp.client.ElicitationHandler` of one session (`row_of`: its current row)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.profiles import SHIPPED_DIR, AgentProfile
 from agents.registry import installs
+from agents.registry.credentials import offered_vars
 
 
 class InstalledAgents:
@@ -35,5 +36,11 @@ class InstalledAgents:
 
 
 def installed_facts(profile: AgentProfile) -> dict[str, Any]:
-    """An agent installed from the registry as `gateway.info` shows it: its versions, sign-in state, last check."""
-    return {k: v for k, v in installs.facts(profile).items() if k != "auth_methods"}  # named per session
+    """An agent installed from the registry as `gateway.info` shows it: its versions, sign-in state (as its probe
+    found it: the owner's own is worked out per call), last check, and the variables of the env_var methods its
+    probe was offered (the methods themselves are named per session)."""
+    found = installs.facts(profile)
+    shown = {k: v for k, v in found.items() if k != "auth_methods"}
+    if found:
+        shown["sign_in_vars"] = offered_vars(found.get("auth_methods") or [])
+    return shown

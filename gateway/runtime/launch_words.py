@@ -1,4 +1,4 @@
-"""What a launch tells people, as tables: why it failed (LW-1…3) and how an agent came back (LW-4…8). Pure: the
+"""What a launch tells people, as tables: why it failed (LW-1…3) and how an agent came back (LW-4…9). Pure: the
 launcher gathers the facts, this chooses the rule and its words, and `tests/gateway/runtime/test_launch_words.py`
 holds the table.
 
@@ -30,6 +30,8 @@ RETURN_WORDS = {
     "LW-7": ("info", "Agent {agent} relaunched with a fresh session {session}: its profile does not restore sessions "
                      "natively."),
     "LW-8": ("info", "Agent {agent} relaunched with a fresh session {session}: no ACP session was saved."),
+    "LW-9": ("info", "Agent {agent} started for this fork of session {forked_from} with session {session}, which "
+                     "it made by session/fork; taken up by {settled_by}{replayed}."),
 }
 REPLAYED = ", which replayed the conversation"
 
@@ -56,6 +58,7 @@ class ReturnFacts:
     failure_class: str | None = None
     settled_by: str = ""
     replayed: bool = False
+    forked_from: str | None = None  # the gateway session this one was forked from
 
 
 def failure_rule(facts: FailureFacts) -> str:
@@ -75,6 +78,8 @@ def return_rule(facts: ReturnFacts) -> str | None:
     """Which way back the session's transcript tells of; None for a first launch, which tells nothing."""
     if facts.outcome is Outcome.FALLBACK_NEW:
         return "LW-4"
+    if facts.outcome is Outcome.RESTORED and facts.first_launch and facts.forked_from is not None:
+        return "LW-9"  # a fork's first start: the forked session taken up in its own process, not a relaunch
     if facts.outcome is Outcome.RESTORED:  # a relaunch the user should see (it may cost a paid agent's start)
         return "LW-5"
     if facts.first_launch:
@@ -92,4 +97,4 @@ def return_said(facts: ReturnFacts) -> tuple[str, str] | None:
     level, words = RETURN_WORDS[rule]
     return level, words.format(agent=facts.agent, token=facts.token, session=facts.session,
                                failure_class=facts.failure_class, settled_by=facts.settled_by,
-                               replayed=REPLAYED if facts.replayed else "")
+                               replayed=REPLAYED if facts.replayed else "", forked_from=facts.forked_from)

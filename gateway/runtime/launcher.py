@@ -24,11 +24,12 @@ from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
 from acp.models import AuthMethod, Implementation
 from acp.replay.recording import record_process
-from acp.restore import FailureClass, Outcome, RestoreMethod
+from acp.restore import Outcome, RestoreMethod
 from acp.session_config import ConfigOffer
 from acp.session_setup import RestoreResult, establish_session
 from acp.terminals import Terminal, TerminalSpec
 from agents.profiles import AgentProfile
+from agents.registry.credentials import given, keep_vars, offered_vars, required_vars
 from agents.registry.installs import current_version, launch_refusal, profile_at
 
 from .. import metrics
@@ -48,7 +49,9 @@ from .launch_words import FailureFacts, ReturnFacts, failure_said, return_said
 from .live import LiveSession
 from .quotas import Usage
 from .settings import Settings
-from .sign_in import SignInSecrets
+from .sign_in import AuthSeen, SignInSecrets
+from .sign_in_needs import KeyFacts, launch_asks_sign_in, missing_key, sign_in_words
+from .sign_in_rules import NEEDS_SIGN_IN, SIGNED_IN
 from .spawn_env import Spawn
 from .spawning import AgentSpawner, SpawnSite
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
@@ -133,6 +136,7 @@ class Launcher:
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
         self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
+        self.auth_seen = AuthSeen(settings.state_dir)  # what agents last told of each owner's sign-in (auth_state)
         self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
         self.spawner = AgentSpawner(settings, self.keys)
         self.probe = CapabilityProbe(settings)  # what each profile's agent supports, learned at every `initialize`
@@ -187,6 +191,9 @@ class Launcher:
         if settled is not None:
             return settled
         assert result is not None and result.session_id is not None
+        unsigned = await self._key_missing(run, result)
+        if unsigned is not None:
+            return unsigned
         return await self._go_live(run, result, found)
 
     async def _prepare(self, row: SessionRow, fresh_start: bool) -> LaunchRun | LaunchResult:
@@ -283,6 +290,7 @@ class Launcher:
             init = await client.initialize()
             caps = init.agentCapabilities
             self.probe.learned(profile.id, caps)
+            self.auth_seen.offered(profile.id, offered_vars(describe_methods(init.authMethods)))
             config.capabilities = capabilities_json(caps)
             config.agent_info = _agent_info(init.agentInfo)
             servers, directories, found = setup_plan(config, caps,
@@ -314,10 +322,10 @@ class Launcher:
         row, profile, config, client = run.row, run.profile, run.config, run.client
         assert client is not None
         hidden = hidden_values(profile, config.secrets())
-        if result is not None and result.failure_class is FailureClass.AUTHENTICATION:
+        if launch_asks_sign_in(result, failure):
             # The agent wants its person to sign in. Its first launch waits for that instead of failing; a restore
             # keeps the saved session as the restore rules say (`recover` retries it), and says how to sign in too.
-            reason = mcp.scrub(result.describe_failure(), hidden)
+            reason = mcp.scrub(result.describe_failure() if result is not None else str(failure), hidden)
             methods = client.init.authMethods if client.init else []
             if not run.token:
                 await self._stop_unsettled(run, "needs_auth")
@@ -348,12 +356,30 @@ class Launcher:
         await run.history.idle()
         await self.store.executors.set_stopped(run.row.id, status)
 
+    async def _key_missing(self, run: LaunchRun, result: RestoreResult) -> LaunchResult | None:
+        """A new session's agent whose key the gateway knows it reads (its profile's `sign_in_vars`, its registry
+        entry's) and nobody gave (`missing_key` decides): it waits for its person to sign in before its first prompt,
+        not after it failed (claude-agent-acp makes sessions without a key and refuses every prompt)."""
+        row, profile, config, client = run.row, run.profile, run.config, run.client
+        assert client is not None
+        required = required_vars(profile)
+        reason = missing_key(KeyFacts(
+            first_launch=run.first_launch, restoring=bool(run.token), forked=row.forked_from is not None,
+            asked=config.auth is not None, required=required, given=given(required, run.env),
+            signed_in=self.auth_seen.of(row.owner, profile.id) == SIGNED_IN))
+        if reason is None:
+            return None
+        await self._stop_unsettled(run, "needs_auth")
+        await self.needs_auth(row, profile, config, client.init.authMethods if client.init else [], reason)
+        return LaunchResult(False, restore=result, error=reason)
+
     async def _go_live(self, run: LaunchRun, result: RestoreResult, found: list[dict[str, Any]]) -> LaunchResult:
         """The agent has its session: the transcript says how it came back, the session's choices are re-applied,
         and it becomes live (with its initial prompt on a first launch)."""
         row, profile, config, client = run.row, run.profile, run.config, run.client
         assert client is not None and result.session_id is not None
         if config.auth is not None:  # signed in: nothing is asked any more
+            self.auth_seen.said(row.owner, profile.id, SIGNED_IN)
             config.auth = None
             config.changed()
             await self.store.configs.save(row.id, **config.columns("capabilities"))
@@ -406,7 +432,7 @@ class Launcher:
             first_launch=run.first_launch, fresh_start=run.fresh_start,
             native_session_resume=run.profile.native_session_resume,
             failure_class=result.failure_class.value if result.failure_class is not None else None,
-            settled_by=result.settled_by, replayed=result.replayed))
+            settled_by=result.settled_by, replayed=result.replayed, forked_from=run.row.forked_from))
         if said is None:
             return None
         await self.writer.message(run.row, said[0], said[1])
@@ -482,9 +508,11 @@ class Launcher:
 
     async def ask_sign_in(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
                           methods: Sequence[AuthMethod], reason: str) -> None:
-        """`config.auth` names what the agent offers to sign in with, for every frontend (a `session_config`
-        event)."""
-        config.auth = {"methods": describe_methods(methods, profile.sign_in_vars), "reason": reason}
+        """`config.auth` names what the agent offers to sign in with — and the gateway's own `env_var` method for the
+        key it knows the agent reads, where the agent offers none with it —, for every frontend (a `session_config`
+        event); the owner's agent needs a sign-in from now on (gateway.info's `auth_state`)."""
+        self.auth_seen.said(row.owner, profile.id, NEEDS_SIGN_IN)
+        config.auth = {"methods": describe_methods(methods, keep_vars(profile)), "reason": reason}
         config.changed()
         await self.store.configs.save(row.id, **config.columns("capabilities"))
         await self.writer.publish(row, "session_config", {"cause": "auth", **config.settings()})
@@ -494,14 +522,20 @@ class Launcher:
         """The agent answered auth_required at its first launch and no method could sign it in here: the session
         waits for its person to sign in (`config.auth` names the methods; a warning says how)."""
         await self.ask_sign_in(row, profile, config, methods, reason)
-        assert config.auth is not None
-        names = ", ".join(f"{m['name']} ({m['kind']})" for m in config.auth["methods"]) or "none offered"
-        message = (f"agent {profile.id!r} asks to be signed in ({reason}); methods: {names}. Sign in with "
-                   f"task.session.authenticate, or: acp-gateway sign-in {row.id} METHOD_ID [VAR=VALUE]")
+        message = sign_in_words(row.id, profile.id, config, reason)
         current = await self.store.sessions.get(row.id) or row
         event = SessionEvent.TURN_ENDED if SessionState(current.state) != SessionState.CREATED else None
         current = await self.writer.apply(current, event, error_message=message, recovery_pending=False)
         await self.writer.message(current, "warning", message)
+
+    async def sign_in_needed(self, live: LiveSession, reason: str) -> str:
+        """The agent answered a turn `auth_required` (or "Authentication required"): it is stopped (a sign-in
+        relaunches it), and the session waits for its person to sign in, as at a first launch; the words said."""
+        await self.stop(live, "needs_auth")
+        row = await self.store.sessions.get(live.session_id) or live.row
+        await self.needs_auth(row, live.profile, live.config, live.client.init.authMethods if live.client.init else [],
+                              reason)
+        return sign_in_words(row.id, live.profile.id, live.config, reason)
 
     async def fail_first_launch(self, row: SessionRow, reason: str) -> None:
         """The first launch failed before the agent made a session (initialize or session/new): the session is

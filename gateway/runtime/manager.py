@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from acp.models import AgentCapabilities
 from acp.session_config import MODE, MODEL
 from agents.profiles import AgentProfile
+from agents.registry.credentials import given, required_vars
 
 from ..errors import (
     WORKSPACE_MISSING,
@@ -44,11 +45,19 @@ from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
 from .recovery import recover_after_crash
 from .settings import Settings
-from .sign_in_rules import SignInFacts, SignInRefused, login_failure, sign_in_decision
+from .sign_in_rules import (
+    SIGNED_IN,
+    AuthFacts,
+    SignInFacts,
+    SignInRefused,
+    auth_state,
+    login_failure,
+    sign_in_decision,
+)
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
 from .turns import TurnRunner, content_blocks
 from .views import SessionViews
-from .writer import SessionWriter
+from .writer import SessionWriter, status_data
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,9 +98,10 @@ class SessionManager:
         self.admission = Admission(store, settings, self.launcher.probe, self.live, self.launcher.launches)
         self.turns = TurnRunner(store, bus, self.writer, self.broker, self.elicitations,
                                 lambda live: self.launcher.stop(live, "exited"), self.launcher.stop,
-                                settings.cancel_grace, settings.stop_grace)
-        self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending_count,
-                                  self.elicitations.pending_count,
+                                settings.cancel_grace, settings.stop_grace, self.launcher.sign_in_needed,
+                                lambda live: self.launcher.auth_seen.said(live.owner, live.profile.id, SIGNED_IN))
+        self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending,
+                                  self.elicitations.pending,
                                   self.cluster.holder if self.cluster.enabled else None,
                                   self.cluster.running_elsewhere if self.cluster.enabled else None)
 
@@ -135,7 +145,13 @@ class SessionManager:
     async def shutdown(self) -> None:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
         hand the leases back at once, so another node resumes them without waiting for expiry."""
-        await asyncio.gather(*(self._stop_live(live) for live in list(self.live.values())), return_exceptions=True)
+        stopping = list(self.live.values())
+        await asyncio.gather(*(self._stop_live(live) for live in stopping), return_exceptions=True)
+        for live in stopping:  # said on the event stream: a frontend resubscribing after the restart learns it
+            with contextlib.suppress(Exception):
+                row = await self.store.sessions.get(live.session_id)
+                if row is not None and SessionState(row.state) not in TERMINAL_SESSION_STATES:
+                    await self.writer.publish(row, "session_status", status_data(row, False, True))
         await self.keeper.close()
         await self.launcher.keys.close()
         for task in list(self._background):
@@ -429,6 +445,23 @@ class SessionManager:
 
     installed_facts = staticmethod(installed_facts)
 
+    def with_sign_in(self, owner: str, agents: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        """`gateway.info`'s agents as `owner` sees them: each one's `sign_in_vars` (names, never values) and its
+        `auth_state` for this owner (`sign_in_rules.auth_state`, AS-1…5). One read of the owner's kept values."""
+        kept = self.launcher.sign_in.all(owner)
+        return [self._sign_in_of(owner, agent, kept) for agent in agents]
+
+    def _sign_in_of(self, owner: str, agent: dict[str, Any], kept: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+        profile = self.profiles.get(agent["id"])
+        if profile is None:
+            return agent
+        seen = self.launcher.auth_seen
+        required = required_vars(profile)
+        names = list(dict.fromkeys([*required, *agent.get("sign_in_vars", []), *seen.offered_by(profile.id)]))
+        _, state = auth_state(AuthFacts(tuple(required), tuple(given(names, profile.env, kept.get(profile.id, {}))),
+                                        seen.of(owner, profile.id), agent.get("auth_state")))
+        return {**agent, "sign_in_vars": names, "auth_state": state}
+
     async def agent_capabilities(self, agent: str, owner: str) -> AgentCapabilities | None:
         """What an agent profile's agent supports (its last `initialize` here, or asked now in one of the owner's
         workspace roots); None when it cannot be asked."""
@@ -496,6 +529,7 @@ class SessionManager:
                                               profile is not None and self.launcher.confined(profile)))
         if isinstance(method, SignInRefused):
             raise invalid_params(method.field, method.message)
+        self.launcher.auth_seen.forget(row.owner, row.agent)  # what the agent says at its relaunch counts now
         if method["kind"] == "env_var":
             self.launcher.sign_in.put(row.owner, row.agent, dict(values or {}))
         elif method["kind"] == "agent":
@@ -530,6 +564,7 @@ class SessionManager:
                     log.info("session %s: agent %s did not log out: %s", row.id, live.profile.id, exc)
             await self._stop_live(live)
         self.launcher.sign_in.forget(row.owner, row.agent)
+        self.launcher.auth_seen.forget(row.owner, row.agent)
         config = await stored(self.store, row.id)
         if config.auth_method is not None:
             config.auth_method = None

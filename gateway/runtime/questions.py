@@ -33,6 +33,7 @@ class QuestionBroker:
         self.store = store
         self.writer = writer
         self._waiters: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}  # request id -> (session, answer)
+        self._asked: dict[str, dict[str, Any]] = {}  # request id -> its `pending_view`, while it waits here
         self._resolving: set[asyncio.Task[bool]] = set()
 
     # -- what each kind says ------------------------------------------------------------------------------------
@@ -49,13 +50,18 @@ class QuestionBroker:
     def resolved_data(self, request_id: str, answer: dict[str, Any], by: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def pending_view(self, request_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        """What the status view's list of pending questions says of one: its id, a title, what answers it."""
+        raise NotImplementedError
+
     # -- shared -------------------------------------------------------------------------------------------------
     def waiting(self) -> bool:
         """Whether any question waits in this process for an answer."""
         return bool(self._waiters)
 
-    def pending_count(self, session_id: str) -> int:
-        return sum(1 for sid, _ in self._waiters.values() if sid == session_id)
+    def pending(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's questions waiting here for an answer, oldest first (the status view's list)."""
+        return [self._asked[rid] for rid, (sid, _) in self._waiters.items() if sid == session_id and rid in self._asked]
 
     @contextlib.contextmanager
     def _waiting(self, row: SessionRow, request_id: str) -> Iterator[asyncio.Future[dict[str, Any]]]:
@@ -74,10 +80,12 @@ class QuestionBroker:
             raise
         finally:
             self._waiters.pop(request_id, None)
+            self._asked.pop(request_id, None)
 
     async def _offered(self, row: SessionRow, request_id: str, params: dict[str, Any]) -> None:
         """Persisted, then offered to every subscriber (the event's id kept for re-offers)."""
         await self.store.permissions.add(request_id, row.id, row.owner, params)
+        self._asked[request_id] = self.pending_view(request_id, params)
         event = await self.writer.publish(row, self.REQUESTED, self.offer(request_id, params))
         await self.store.permissions.set_event(request_id, event.id)
 

@@ -2,7 +2,10 @@
 
 In order: agent processes still running are ended (`reaper`), so no session can get a second agent; pending
 permission requests expire (no agent waits for them any more); a turn that was running is closed as
-`interrupted` (`turns.close_interrupted`); a cancel that was requested but not finished still ends its session.
+`interrupted` (`turns.close_interrupted`); a cancel that was requested but not finished still ends its session;
+and every other session whose agent was running is said, on the event stream, to need a resume (`session_status`
+with `is_agent_running: false`, `needs_resume`, `resume_reason`): a frontend that resubscribes from its cursor
+learns it without asking. (A gateway that stops cleanly says so of the agents it stops: `SessionManager.shutdown`.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from ..store import StoreBase
 from . import reaper
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState
 from .turns import TurnRunner
-from .writer import SessionWriter
+from .writer import SessionWriter, status_data
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +43,11 @@ async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: Tu
         for session_id in await store.permissions.sessions_pending():
             if await orphaned(session_id):
                 await store.permissions.expire(session_id)
+    closed = set()
     for row in await store.sessions.running():
         if await orphaned(row.id):
-            await turns.close_interrupted(row)
+            await turns.close_interrupted(row)  # its session_status says it needs a resume
+            closed.add(row.id)
     for session_id in await store.cancels.pending():
         if not await orphaned(session_id):
             continue
@@ -50,3 +55,9 @@ async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: Tu
         if cancelled is not None and SessionState(cancelled.state) not in TERMINAL_SESSION_STATES:
             await writer.apply(cancelled, SessionEvent.CANCEL)
         await store.cancels.clear(session_id)
+    for executor in leftovers:
+        if executor.session_id in closed:
+            continue
+        left = await store.sessions.get(executor.session_id)
+        if left is not None and SessionState(left.state) not in TERMINAL_SESSION_STATES:
+            await writer.publish(left, "session_status", status_data(left, False, bool(executor.resume_token)))

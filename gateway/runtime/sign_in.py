@@ -33,6 +33,10 @@ class SignInSecrets:
         return {str(p): {str(k): str(v) for k, v in vals.items()} for p, vals in data.items()
                 if isinstance(vals, dict)} if isinstance(data, dict) else {}
 
+    def all(self, owner: str) -> dict[str, dict[str, str]]:
+        """Every profile's variables `owner` gave, in one read (gateway.info names which are set, never a value)."""
+        return self._read(owner)
+
     def get(self, owner: str, profile: str) -> dict[str, str]:
         """The variables `owner` gave agents of `profile` (empty when none)."""
         return self._read(owner).get(profile, {})
@@ -63,3 +67,61 @@ class SignInSecrets:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
+
+
+class AuthSeen:
+    """What each owner's agents last told of their sign-in (`sign_in_rules.auth_state`, AS-1 and AS-3):
+    `needs_sign_in` after an `auth_required` answer, `signed_in` after a sign-in that went through or a turn the
+    agent answered. Kept in the state directory (`auth_seen.json`, `0600`; names only, never a value) so a restart
+    does not ask a person signed in by the agent's own login to sign in again; forgotten at a sign-out."""
+
+    FILE = "auth_seen.json"
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self._path = state_dir / self.FILE if state_dir is not None else None
+        self._said: dict[str, dict[str, str]] = self._load()  # owner -> profile id -> SIGNED_IN or NEEDS_SIGN_IN
+        self._offered: dict[str, list[str]] = {}  # profile id -> its agent's own env_var methods' variables
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        if self._path is None:
+            return {}
+        try:
+            data = json.loads(self._path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(o): {str(p): str(v) for p, v in said.items()} for o, said in data.items()
+                if isinstance(said, dict)} if isinstance(data, dict) else {}
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        tmp = self._path.with_suffix(".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(self._said, fh)
+            os.replace(tmp, self._path)
+        except OSError:
+            pass  # a hint for gateway.info, not a record: a full disk must not fail a launch over it
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def said(self, owner: str, profile: str, state: str) -> None:
+        if self._said.get(owner, {}).get(profile) != state:
+            self._said.setdefault(owner, {})[profile] = state
+            self._save()
+
+    def of(self, owner: str, profile: str) -> str | None:
+        return self._said.get(owner, {}).get(profile)
+
+    def forget(self, owner: str, profile: str) -> None:
+        if self._said.get(owner, {}).pop(profile, None) is not None:
+            self._save()
+
+    def offered(self, profile: str, names: list[str]) -> None:
+        """The variables of the env_var methods the agent offered at its last `initialize` here."""
+        self._offered[profile] = names
+
+    def offered_by(self, profile: str) -> list[str]:
+        return self._offered.get(profile, [])

@@ -12,6 +12,18 @@ agents of the profile, an `agent` method chosen for the session, a `terminal` me
 - SI-5 the method is of a kind this gateway does not know (`method_id`).
 - otherwise the sign-in goes ahead, with the method as `config.auth` describes it.
 - SI-6 a `terminal` method's login program that did not exit 0 fails the sign-in, saying how it ended.
+
+Whether an owner's agent is signed in (`auth_state` in `gateway.info`; rule ids AS-n), from what is known of it:
+- AS-1 the agent answered one of the owner's sessions `auth_required` (or "Authentication required") since the
+  owner last signed it in: `needs_sign_in`.
+- AS-2 a variable that signs it in is set, in its profile's env or among the values the owner gave it: `signed_in`.
+- AS-3 the owner signed it in with a method, or it answered one of their turns: `signed_in`.
+- AS-4 the gateway knows variables that sign it in (its profile's `sign_in_vars`, its registry entry's) and none is
+  set: `needs_sign_in`.
+- AS-5 otherwise what its install's probe found (null for an agent not installed from the registry).
+
+And whether an agent's error asks for a sign-in (`asks_sign_in`): ACP's `auth_required` (-32000), or any error whose
+message says "Authentication required" (agents that answer it under another code), at any call.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp.auth import sign_in_refusal
+from acp.errors import AUTH_REQUIRED
 
 from .spawn_env import Source, refusal
 
@@ -77,3 +90,32 @@ def login_failure(status: Mapping[str, Any], agent: str, method_name: str) -> st
            else f"killed by {status.get('signal')}")
     return (f"the sign-in of agent {agent!r} ({method_name}) ended with {how}: its output is in the session's "
             "terminal events; sign in again, or choose another method")
+
+
+SIGNED_IN, NEEDS_SIGN_IN = "signed_in", "needs_sign_in"
+
+
+@dataclass(frozen=True)
+class AuthFacts:
+    required: tuple[str, ...]  # the variables the gateway knows sign the agent in (AS-4)
+    given: tuple[str, ...]  # which variables that sign it in are set for the owner (AS-2)
+    agent_said: str | None  # SIGNED_IN or NEEDS_SIGN_IN: the last the agent told of this owner (AS-1, AS-3)
+    probed: str | None  # its install's probe's `auth_state` (AS-5)
+
+
+def auth_state(facts: AuthFacts) -> tuple[str, str | None]:
+    """AS-1…5: (the rule, the owner's agent's `auth_state`)."""
+    if facts.agent_said == NEEDS_SIGN_IN:
+        return "AS-1", NEEDS_SIGN_IN
+    if facts.given:
+        return "AS-2", SIGNED_IN
+    if facts.agent_said == SIGNED_IN:
+        return "AS-3", SIGNED_IN
+    if facts.required:
+        return "AS-4", NEEDS_SIGN_IN
+    return "AS-5", facts.probed
+
+
+def asks_sign_in(code: int | None, message: str | None) -> bool:
+    """An agent's error that asks for a sign-in: `auth_required`, or words saying authentication is required."""
+    return code == AUTH_REQUIRED or "authentication required" in (message or "").lower()

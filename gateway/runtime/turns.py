@@ -28,6 +28,7 @@ from .diagnosis import limit_said, stderr_said
 from .elicitations import ElicitationBroker
 from .live import LiveSession
 from .resume_context import render_resume_context
+from .sign_in_rules import asks_sign_in
 from .states import SessionEvent, SessionState
 from .writer import SessionWriter, status_data
 
@@ -55,6 +56,7 @@ class TurnEnd:
     error: Any = None  # the `error` of turn_ended
     error_message: str | None = None  # kept on the session row
     raise_: GatewayError | None = None
+    sign_in: bool = False  # the agent answered `auth_required` (or "Authentication required"): it wants a sign-in
 
 
 class TurnRunner:
@@ -62,7 +64,8 @@ class TurnRunner:
                  elicitations: ElicitationBroker,
                  on_agent_gone: Callable[[LiveSession], Awaitable[None]],
                  stop_agent: Callable[[LiveSession, str], Awaitable[None]], cancel_grace: float,
-                 stop_grace: float) -> None:
+                 stop_grace: float, sign_in_needed: Callable[[LiveSession, str], Awaitable[str]] | None = None,
+                 answered: Callable[[LiveSession], None] | None = None) -> None:
         self.store = store
         self.bus = bus
         self.writer = writer
@@ -72,6 +75,9 @@ class TurnRunner:
         self._stop_agent = stop_agent  # (live, how its executor row records the stop)
         self.cancel_grace = cancel_grace
         self.stop_grace = stop_grace
+        # (live, the agent's words) -> what the session says of its sign-in: the agent asked for one mid-session
+        self._sign_in_needed = sign_in_needed
+        self._answered = answered  # the agent answered a turn: it is signed in (gateway.info's auth_state)
 
     def start(self, live: LiveSession, blocks: list[dict[str, Any]],
               meta: dict[str, Any] | None = None) -> asyncio.Task[dict[str, Any]]:
@@ -154,6 +160,9 @@ class TurnRunner:
         lost_before = (self.bus.lost.get(row.id, 0), live.history.failures)
         end = await self._ask_agent(live, row, sent, meta)
         await self._close(live, row, end)
+        if end.sign_in and self._sign_in_needed is not None and not live.stopping:
+            said = await self._sign_in_needed(live, end.error_message or "")
+            raise agent_failed(row.id, live.profile.id, said, end.error, False)
         if end.raise_ is not None:
             raise end.raise_
         if (self.bus.lost.get(row.id, 0), live.history.failures) != lost_before:
@@ -179,7 +188,8 @@ class TurnRunner:
             message = scrubber.text(f"agent {agent!r} failed the turn: {exc.message}") + limit_said(live) + stderr_said(
                 live.client.process, live.profile, live.config.secrets(), since=stderr_mark)
             said = scrubber.value(exc.to_dict())
-            return TurnEnd(None, said, message, agent_failed(row.id, agent, message, said, False))
+            return TurnEnd(None, said, message, agent_failed(row.id, agent, message, said, False),
+                           sign_in=asks_sign_in(exc.code, exc.message))
         except TransportError as exc:
             if live.cancel_unanswered:  # stopped because the cancel went unanswered: the turn is cancelled
                 message = (f"agent {agent!r} did not end the turn within {self.cancel_grace:g}s of the cancel "
@@ -199,6 +209,8 @@ class TurnRunner:
         except Exception as exc:
             return self._internal(row, exc)
         live.needs_resume_context = False
+        if self._answered is not None:
+            self._answered(live)
         return TurnEnd(response.stopReason)
 
     @staticmethod

@@ -12,7 +12,9 @@ import orjson
 from ..errors import invalid_params, not_found
 from ..journal import EventBus
 from ..store import SessionRow, StoreBase
+from .broker import pending_permission
 from .config import SessionConfig
+from .elicitations import PREFIX as ELICITATION
 from .live import LiveSession
 from .states import SessionState
 from .status import StatusFacts, evaluate_status
@@ -56,8 +58,8 @@ def live_view(live: LiveSession) -> dict[str, Any]:
 
 class SessionViews:
     def __init__(self, store: StoreBase, bus: EventBus, live: dict[str, LiveSession], instance_id: str,
-                 stale_window: float, pending_permissions: Callable[[str], int],
-                 pending_elicitations: Callable[[str], int],
+                 stale_window: float, pending_permissions: Callable[[str], list[dict[str, Any]]],
+                 pending_elicitations: Callable[[str], list[dict[str, Any]]],
                  held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None,
                  running_elsewhere: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> None:
         self.store = store
@@ -65,7 +67,7 @@ class SessionViews:
         self.live = live
         self.instance_id = instance_id
         self.stale_window = stale_window
-        self._pending_permissions = pending_permissions
+        self._pending_permissions = pending_permissions  # a live session's questions, as the status lists them
         self._pending_elicitations = pending_elicitations  # open only while the agent waits: live sessions only
         self._held_elsewhere = held_elsewhere  # a cluster: the node holding a session's lease, if another
         self._running_elsewhere = running_elsewhere  # a cluster: which of these sessions run on other nodes
@@ -109,7 +111,7 @@ class SessionViews:
         found = await self.store.sessions.with_status_facts(session_id, owner)
         if found is None:
             raise not_found(session_id)
-        row, executor, pending_permissions, config = found
+        row, executor, pending_count, config = found
         other_seen_ago = None
         elsewhere = await self._elsewhere(session_id)
         if self._held_elsewhere is not None:  # case 2 in a cluster: another node holds an unexpired lease
@@ -126,7 +128,14 @@ class SessionViews:
         return {**detail_view(row, token, elsewhere, SessionConfig.from_row(config)),
                 "needs_resume": decision.needs_resume,
                 "is_resumable": decision.is_resumable, "resume_reason": decision.resume_reason.value,
-                "pending_permissions": pending_permissions, "pending_elicitations": 0}
+                "pending_permissions": await self._stored_pending(owner, session_id) if pending_count else [],
+                "pending_elicitations": []}
+
+    async def _stored_pending(self, owner: str, session_id: str) -> list[dict[str, Any]]:
+        """The permission requests the store holds open for a session whose agent does not run here (another node
+        of a cluster waits for their answers), as the status lists them."""
+        return [pending_permission(request_id, params) for request_id, _, _, params
+                in await self.store.permissions.pending(owner, session_id) if not request_id.startswith(ELICITATION)]
 
     async def list(self, owner: str, *, states: list[str] | None, limit: int, cursor: str | None,
                    cwd: str | None = None) -> dict[str, Any]:

@@ -54,8 +54,13 @@ def explain(refused: WorkspaceRefusal, cwd: str, roots: Sequence[Path]) -> str:
     if refused is WorkspaceRefusal.SYSTEM_DIRECTORY:
         return f"workspace {cwd} is a system directory (/proc, /sys, /dev): choose a project directory"
     if refused is WorkspaceRefusal.CONTAINS_GATEWAY_FILES:
+        shown = ", ".join(str(r) for r in roots) or "(none)"
+        # Say what works: a directory inside it only if it lies in a root (/tmp, say, holding a state directory
+        # under it but in no root, has no directory inside it that passes).
+        where = ("a project directory inside it that does not hold them" if any(within(resolved(cwd), r) for r in roots)
+                 else f"a project directory inside your workspace roots ({shown}) that does not hold them")
         return (f"workspace {cwd} contains the gateway's own files (its state directory or configuration): "
-                "an agent there could read every owner's data; choose a project directory inside it")
+                f"an agent there could read every owner's data; choose {where}")
     if refused is WorkspaceRefusal.INSIDE_GATEWAY_FILES:
         return f"workspace {cwd} lies inside the gateway's own files: choose a project directory elsewhere"
     shown = ", ".join(str(r) for r in roots) or "(none)"

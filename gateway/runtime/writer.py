@@ -17,6 +17,7 @@ from ..errors import log_fault
 from ..journal import EventBus
 from ..store import EventRow, HistoryEntry, SessionRow, StoreBase
 from .states import SessionEvent, SessionState, TaskState, transition
+from .status import ResumeReason, StatusFacts, evaluate_status
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,19 @@ class SessionWriter:
         await self.publish(row, "session_message", {"level": level, "text": text})
 
 
-def status_data(row: SessionRow, live: bool) -> dict[str, Any]:
-    """What `session_status` says of a committed row."""
-    return {"state": row.state, "task_state": row.task_state, "error_message": row.error_message,
+def status_data(row: SessionRow, live: bool, has_token: bool | None = None) -> dict[str, Any]:
+    """What `session_status` says of a committed row: its states, and — one shape for every such event — whether it
+    needs a resume and why, by the status rules (`status.evaluate_status`). `has_token`: whether an ACP session is
+    saved for it (None: not read; a session launched before has one)."""
+    data = {"state": row.state, "task_state": row.task_state, "error_message": row.error_message,
             "is_agent_running": live}
+    if live:  # case 1 of the rules, written out: this is on every turn's path
+        return {**data, "needs_resume": False, "resume_reason": ResumeReason.AGENT_RUNNING.value}
+    decision = evaluate_status(StatusFacts(
+        state=SessionState(row.state), has_token=row.launched if has_token is None else has_token,
+        executor_exists=row.launched, live_here=False, other_owner_seen_ago=None, stale_window=0.0,
+        recovery_pending=row.recovery_pending))
+    return {**data, "needs_resume": decision.needs_resume, "resume_reason": decision.resume_reason.value}
 
 
 class HistoryWriter:

@@ -179,8 +179,8 @@ class AcpConnection:
         elif decision is AcpDecision.DELIVER_RESPONSE:
             self._response(message)
         elif decision is not AcpDecision.IGNORE:
-            code, text = refusal(decision, message.method)
-            self._error(message.id, code, text)
+            code, text, data = refusal(decision, message.method)
+            self._error(message.id, code, text, data)
 
     async def _request(self, message: Message) -> None:
         assert message.id is not None and message.method is not None
@@ -289,9 +289,9 @@ class AcpConnection:
     def _result(self, msg_id: int | str, result: Any) -> None:
         self.send(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}))
 
-    def _error(self, msg_id: int | str | None, code: int, message: str) -> None:
+    def _error(self, msg_id: int | str | None, code: int, message: str, data: Any = None) -> None:
         """A frame or request refused by the protocol (F1-F3, C1, C4, C6)."""
-        self.send(error_frame(msg_id, code, message))
+        self.send(error_frame(msg_id, code, message, data))
 
     def _refuse(self, msg_id: int | str, err: GatewayError) -> None:
         """A request the gateway refused: its error, with ACP's code for it (E1)."""

@@ -176,9 +176,11 @@ REFUSALS: dict[AcpDecision, tuple[int, str]] = {
 }
 
 
-def refusal(decision: AcpDecision, method: str | None) -> tuple[int, str]:
+def refusal(decision: AcpDecision, method: str | None) -> tuple[int, str, dict[str, Any] | None]:
+    """The code, message and `data` of a refused frame: -32601's data names the method (`{"method": …}`, the one
+    shape `/rpc` answers it with too)."""
     code, text = REFUSALS[decision]
-    return code, text.replace("{method}", str(method))
+    return code, text.replace("{method}", str(method)), {"method": method} if code == METHOD_NOT_FOUND else None
 
 
 def acp_error_code(code: int) -> int:

@@ -188,6 +188,7 @@ async def test_bad_input_gets_jsonrpc_errors_and_rpc_is_unaffected(gw: GatewayPr
     assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
     unknown = await wire.request("session/fork", {"sessionId": "s-x"})
     assert unknown["error"]["code"] == -32601 and "session/prompt" in unknown["error"]["message"]
+    assert unknown["error"]["data"] == {"method": "session/fork"}  # the shape /rpc answers -32601 with too
     await wire.notify("_vendor/whatever", {})  # an unknown notification: no answer
     # Malformed frames: not JSON, a batch, not JSON-RPC; a binary frame is ignored (the RFD).
     mark = len(wire.frames)

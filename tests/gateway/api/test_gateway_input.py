@@ -39,6 +39,7 @@ async def test_bad_frames_get_json_rpc_errors_and_the_connection_survives(gatewa
         assert (await raw(ws, "[]"))["error"]["code"] == -32600
         unknown = await raw(ws, '{"jsonrpc": "2.0", "id": 7, "method": "task.session.nope"}')
         assert unknown["error"]["code"] == -32601 and unknown["id"] == 7
+        assert unknown["error"]["data"] == {"method": "task.session.nope"}  # one object shape (api.md, Errors)
         missing = await raw(ws, '{"jsonrpc": "2.0", "id": 8, "method": "task.session.status", "params": {}}')
         assert missing["error"]["code"] == -32602 and missing["error"]["data"] == {"field": "session_id"}
         wrong = await raw(ws, '{"jsonrpc": "2.0", "id": 9, "method": "task.session.prompt", '

@@ -56,6 +56,14 @@ RETURNS = [
     (back(Outcome.NEW, token=None), "LW-8", "info",
      "Agent echo relaunched with a fresh session s-2: no ACP session was saved."),
     (back(Outcome.NEW, first_launch=True, token=None), None, None, None),
+    # A fork's first start takes up the session the agent forked: not a relaunch (issue 45, item 7).
+    (back(Outcome.RESTORED, first_launch=True, token="s-9", session="s-9", settled_by="session/resume",
+          forked_from="s-orig"), "LW-9", "info",
+     "Agent echo started for this fork of session s-orig with session s-9, which it made by session/fork; taken up "
+     "by session/resume."),
+    # A later relaunch of a fork is a relaunch like any other.
+    (back(Outcome.RESTORED, session="s-9", settled_by="session/resume", forked_from="s-orig"), "LW-5", "info",
+     "Agent echo relaunched; session s-9 restored by session/resume."),
 ]
 
 

@@ -191,16 +191,22 @@ async def test_permission_asked_while_nobody_listens_is_reoffered(world: World) 
                                                                      "prompt": "/permission"}))
     # Nobody is subscribed. A frontend connects later, with no cursor at all.
     await eventually(lambda: client.call("task.session.status", {"session_id": view["session_id"]}),
-                     lambda s: s["pending_permissions"] == 1)
+                     lambda s: len(s["pending_permissions"]) == 1)
     late, log = await world.subscribed()
     offer = next(e for e in log.of_type("permission_requested"))
+    # The status lists the request with what answers it (issue 45, item 8): not a count.
+    [pending] = (await late.call("task.session.status", {"session_id": view["session_id"]}))["pending_permissions"]
+    assert pending == {"request_id": offer["data"]["request_id"], "title": offer["data"]["tool_call"]["title"],
+                       "tool_call_id": offer["data"]["tool_call"]["toolCallId"],
+                       "options": [{"option_id": o["optionId"], "name": o["name"], "kind": o["kind"]}
+                                   for o in offer["data"]["options"]]}
     assert offer["data"]["reoffered"] is True and offer["session_id"] == view["session_id"]
     assert [o["optionId"] for o in offer["data"]["options"]] == ["allow-once", "reject-once"]
     answer = await late.call("task.session.permission.respond", {
         "session_id": view["session_id"], "request_id": offer["data"]["request_id"], "option_id": "allow-once"})
     assert answer["outcome"] == {"outcome": "selected", "optionId": "allow-once"}
     assert await asyncio.wait_for(turn, 10) == {"stop_reason": "end_turn"}
-    assert (await late.call("task.session.status", {"session_id": view["session_id"]}))["pending_permissions"] == 0
+    assert (await late.call("task.session.status", {"session_id": view["session_id"]}))["pending_permissions"] == []
     resolved = await log.wait(lambda e: e["type"] == "permission_resolved")
     assert resolved["data"]["by"] == "user"
     await log.wait(lambda e: e["type"] == "session_update" and "permission" in e["data"]["update"]["content"]["text"])

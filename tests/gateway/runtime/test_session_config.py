@@ -199,8 +199,8 @@ async def test_choices_at_start_and_profile_defaults_are_what_the_agent_reports(
     assert await says(client, log, sid, "/config") == "config: mode=plan model=ref-large effort=medium verbose=true"
     said = {e["data"]["level"]: e["data"]["text"] for e in log.events
             if e["type"] == "session_message" and e["session_id"] == sid}
-    assert said == {"info": "Chosen for this session and set on its agent: model = 'ref-large', mode = 'plan', "
-                            "verbose = True.",
+    assert said == {"info": "Chosen for this session and set on its agent: model = \"ref-large\", "
+                            "mode = \"plan\", verbose = true.",
                     "warning": "Not everything chosen for this session could be given to its agent: the agent offers "
                                "no option 'colour'; it offers mode, model, effort, verbose."}
     # A choice given up (value null) is no longer re-applied nor listed; the agent keeps its own value.

@@ -53,6 +53,12 @@ async def test_a_fork_has_the_conversation_so_far_and_goes_its_own_way(gateway_w
                    and fid in e["data"]["text"])
     await log.wait(lambda e: e["session_id"] == fid and e["type"] == "session_message"
                    and sid in e["data"]["text"])
+    # Its first start is not a relaunch (issue 45, item 7): it says it took up the fork (LW-9).
+    started = await log.wait(lambda e: e["session_id"] == fid and e["type"] == "session_message"
+                             and "session/fork" in e["data"]["text"])
+    assert started["data"]["text"].startswith(f"Agent ref started for this fork of session {sid}")
+    assert not [e for e in log.events if e["session_id"] == fid and e["type"] == "session_message"
+                and "relaunched" in e["data"]["text"]]
 
     # The two go their own ways: the agent of each remembers its own conversation only.
     await client.call("task.session.prompt", {"session_id": sid, "prompt": "three"})

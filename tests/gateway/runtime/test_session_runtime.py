@@ -111,7 +111,7 @@ async def test_a_permission_answered_by_another_connection_after_the_asker_left(
     ended = await log.wait(of(sid, "turn_ended"))
     assert ended["data"]["stop_reason"] == "end_turn"
     status = await other.call("task.session.status", {"session_id": sid})
-    assert status["state"] == "WAITING_FOR_INPUT" and status["pending_permissions"] == 0
+    assert status["state"] == "WAITING_FOR_INPUT" and status["pending_permissions"] == []
     await other.close()
 
 

@@ -211,7 +211,7 @@ async def test_the_cli_lists_the_methods_and_signs_in_without_the_key_on_its_com
     assert "the agent asks to be signed in" in out
     assert f"acp-gateway sign-in {sid} reference-env REF_TOKEN=VALUE    # API key (env_var)" in out
     rc, out, err = await cli("sign-in", sid, "reference-env", "REF_TOKEN=-", stdin=f"{DUMMY}\n".encode())
-    assert rc == 0 and "agent running: True" in out, err
+    assert rc == 0 and "agent running: yes" in out, err
     assert DUMMY not in out + err
 
 

@@ -60,6 +60,29 @@ def test_the_one_check_of_a_directory_an_agent_is_given(tmp_path: Path) -> None:
     assert unfit(settings, "bob", str(bob)) is None
 
 
+@pytest.mark.unit
+def test_a_refusal_of_a_directory_holding_the_gateways_files_says_what_works(tmp_path: Path) -> None:
+    """Issue 45, item 8: /tmp holding a state directory, but in no workspace root, was told "choose a project
+    directory inside it", and every directory inside it was then refused (outside the roots): it names the roots."""
+    scratch, home = tmp_path / "tmp", tmp_path / "home"
+    state = scratch / "gw-state"
+    for directory in (state, scratch / "project", home / "project"):
+        directory.mkdir(parents=True)
+    settings = Settings(state_dir=state, workspace_roots=(home,), protected_paths=(state,))
+    refused = unfit(settings, "alice", str(scratch))
+    assert refused is not None and refused.rule is R.CONTAINS_GATEWAY_FILES
+    assert refused.message.endswith(f"choose a project directory inside your workspace roots ({home}) that does not "
+                                    "hold them")
+    inside = unfit(settings, "alice", str(scratch / "project"))  # what it no longer suggests: refused indeed
+    assert inside is not None and inside.rule is R.OUTSIDE_WORKSPACE_ROOTS
+    # A root that holds them: a directory inside it is what works, and it is accepted.
+    settings = Settings(state_dir=state, workspace_roots=(scratch,), protected_paths=(state,))
+    refused = unfit(settings, "alice", str(scratch))
+    assert refused is not None and refused.message.endswith("choose a project directory inside it that does not "
+                                                            "hold them")
+    assert unfit(settings, "alice", str(scratch / "project")) is None
+
+
 def test_fs_never_serves_protected_or_system_paths(tmp_path: Path) -> None:
     secret = tmp_path / "state"
     secret.mkdir()

@@ -7,7 +7,7 @@
  */
 export interface AgentInfo {
   /**
-   * what its last probe (`acp-gateway agents add` or `doctor`) found: a session was given, or it asked to be signed in
+   * yours: needs_sign_in until a variable that signs it in is set (its profile's env, or a value you gave it) or it signed you in (a method, a turn it answered), and again after it asked to be signed in; else, for an agent added from the ACP registry, what its last probe found; null when nothing is known
    */
   auth_state?: ("signed_in" | "needs_sign_in" | "unknown" | "not_probed") | null;
   /**
@@ -34,6 +34,10 @@ export interface AgentInfo {
   last_check?: LastCheck | null;
   name: string;
   native_session_resume: boolean;
+  /**
+   * the variables that sign it in (names, never values): its profile's sign_in_vars, its registry entry's, its own env_var methods'
+   */
+  sign_in_vars?: string[];
   /**
    * the installed version new sessions start with (an agent added from the ACP registry; null for others)
    */
@@ -281,6 +285,9 @@ export interface EventsPage {
 export interface GatewayInfo {
   agents: AgentInfo[];
   default_agent: string;
+  /**
+   * this gateway process's id, new at every start: a client that sees it change knows the gateway restarted (sessions whose agent it ran need a resume)
+   */
   instance_id: string;
   owner: string;
   protocol_version: number;
@@ -311,6 +318,62 @@ export interface HistoryItem {
 export interface HistoryPage {
   entries: HistoryItem[];
   next: number | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "PendingElicitation".
+ */
+export interface PendingElicitation {
+  mode: "form" | "url";
+  /**
+   * answer it with task.session.elicitation.respond
+   */
+  request_id: string;
+  /**
+   * form: the JSON Schema of the answer
+   */
+  requested_schema?: {
+    [k: string]: unknown;
+  } | null;
+  /**
+   * the agent's message
+   */
+  title: string;
+  /**
+   * url: the page to open
+   */
+  url?: string | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "PendingPermission".
+ */
+export interface PendingPermission {
+  /**
+   * what it may be answered with
+   */
+  options: PermissionOptionView[];
+  /**
+   * answer it with task.session.permission.respond
+   */
+  request_id: string;
+  /**
+   * the tool call's title, as the agent gave it
+   */
+  title: string | null;
+  tool_call_id: string | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "PermissionOptionView".
+ */
+export interface PermissionOptionView {
+  /**
+   * ACP's PermissionOptionKind: allow_once, allow_always, reject_once, reject_always
+   */
+  kind: string;
+  name: string;
+  option_id: string;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -503,10 +566,13 @@ export interface StatusView {
   name: string | null;
   needs_resume: boolean;
   /**
-   * questions of the agent's still open (a live session's)
+   * the agent's questions still open (a live session's), oldest first
    */
-  pending_elicitations?: number;
-  pending_permissions: number;
+  pending_elicitations?: PendingElicitation[];
+  /**
+   * the agent's permission requests waiting for an answer, oldest first
+   */
+  pending_permissions: PendingPermission[];
   resume_reason:
     | "agent_running"
     | "stale_execution"
