@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from ..error_codes import ALREADY_TERMINAL, INTERNAL_ERROR, METHOD_NOT_FOUND, RESYNC_REQUIRED
 from .policy import (
@@ -32,11 +32,13 @@ from .policy import (
     is_valid_event,
     next_link,
     next_reconcile_delay,
+    refusal_message,
+    refused_for_good,
     silence_deadline,
 )
 
-__all__ = ["ALREADY_TERMINAL", "RESYNC_REQUIRED", "Clock", "GatewayClient", "Link", "NotConnected",
-           "OwnerSessionClient", "RealClock", "RpcCallError"]
+__all__ = ["ALREADY_TERMINAL", "RESYNC_REQUIRED", "Clock", "GatewayClient", "HandshakeRefused", "Link",
+           "NotConnected", "OwnerSessionClient", "RealClock", "RpcCallError"]
 
 
 class RpcCallError(Exception):
@@ -53,6 +55,15 @@ class NotConnected(ConnectionError):
     """A call made while the client has no live link: it was not sent (send it again once connected)."""
 
 
+class HandshakeRefused(ConnectionError):
+    """The gateway refused the WebSocket handshake for good (HTTP 401: a missing or wrong token; 403: the Origin):
+    trying again would be refused again, so no client retries it. The message says what to fix, never the token."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class GatewayClient:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
@@ -65,8 +76,15 @@ class GatewayClient:
 
     @classmethod
     async def connect(cls, url: str, token: str | None = None, **kwargs: Any) -> GatewayClient:
+        """One connection; raises HandshakeRefused when the gateway refuses the token (or the Origin)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        ws = await connect(url, additional_headers=headers, max_size=None, **kwargs)
+        try:
+            ws = await connect(url, additional_headers=headers, max_size=None, **kwargs)
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if refused_for_good(status):
+                raise HandshakeRefused(refusal_message(url, status, bool(token)), status) from exc
+            raise
         return cls(ws)
 
     async def _read(self) -> None:
@@ -193,6 +211,9 @@ class OwnerSessionClient:
         self._reconcile_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stream_live = False
+        self._silent = False  # on_link_state was told DEGRADED and has not been told LIVE since
+        self.refused: HandshakeRefused | None = None  # why the gateway refused the handshake, which ended the client
+        self._ended = asyncio.Event()  # closed, by close() or by a refused handshake
 
     # -- life ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -205,16 +226,60 @@ class OwnerSessionClient:
         if self.conn is not None:
             await self.conn.close()
         self._move(LinkEvent.CLOSE)
+        self._ended.set()
+
+    async def when_live(self) -> None:
+        """Return once the stream is live (at once if it is). Raises HandshakeRefused if the gateway refused the
+        handshake (a missing or wrong token: the client is closed then, and never retries it), and NotConnected if
+        the client was closed. Other failures (the gateway down, a cut link) are retried with backoff meanwhile."""
+        if not self.connected.is_set() and not self._ended.is_set():
+            live = asyncio.ensure_future(self.connected.wait())
+            ended = asyncio.ensure_future(self._ended.wait())
+            try:
+                await asyncio.wait({live, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                live.cancel()
+                ended.cancel()
+        self._raise_if_refused()
+        if not self.connected.is_set():
+            raise NotConnected(f"the client of the gateway at {self.url} was closed")
+
+    async def wait_closed(self) -> None:
+        """Return once the client is closed by close(); raises HandshakeRefused if the gateway refused the handshake
+        (a watcher that runs until stopped ends with the reason, instead of waiting for a link that never comes)."""
+        await self._ended.wait()
+        self._raise_if_refused()
+
+    def _raise_if_refused(self) -> None:
+        if self.refused is not None:  # a new exception each time: a raised one keeps every traceback it went through
+            raise HandshakeRefused(str(self.refused), self.refused.status) from self.refused
+
+    def _end_refused(self, refused: HandshakeRefused) -> None:
+        """The gateway refused the handshake for good: the client ends, saying why, and never tries again."""
+        self.refused = refused
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        self._move(LinkEvent.CLOSE)
+        self._ended.set()
 
     @property
     def degraded(self) -> bool:
-        """Tell the person watching: the link went silent, or there has been no live stream for a while."""
-        return self.link is Link.DEGRADED or self.health.degraded
+        """Whether to tell the person watching that what they see may be stale. One source with `on_link_state`:
+        true from the moment it is told `degraded` (a silent link, which is then dropped and reconnected) until it
+        is told `live` again. Also true after 45 s (9 samples) without a live stream for any reason: a gateway that
+        is down closes the link outright, which is not a silent link (docs/clients.md: Link states)."""
+        return self._silent or self.health.degraded
 
     def _move(self, event: LinkEvent) -> None:
         state = next_link(self.link, event)
         if state is not self.link:
             self.link = state
+            # before the callbacks: whatever a callback reads of the client agrees with what it is told
+            if state is Link.DEGRADED:
+                self._silent = True
+            elif state in (Link.LIVE, Link.CLOSED):
+                self._silent = False
             for callback in self.on_link_state:
                 callback(state)
 
@@ -247,6 +312,9 @@ class OwnerSessionClient:
         while True:
             try:
                 self.conn = await self.connector(self.url, self.token)
+            except HandshakeRefused as refused:  # the same token would be refused again: never retried
+                self._end_refused(refused)
+                return
             except Exception:
                 self._move(LinkEvent.LOST)
                 await self.clock.sleep(backoff_delay(attempt, self.rand()))

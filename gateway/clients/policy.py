@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 RECONCILE_INTERVAL = 60.0  # a full task.session.list this often...
 RECONCILE_JITTER = 15.0  # ...plus up to this much, so clients do not stampede
@@ -38,7 +39,7 @@ class LinkEvent(StrEnum):
     HEARD = "heard"  # a frame arrived
     LOST = "lost"  # the connection closed, failed to open, or was given up as silent
     RETRY = "retry"  # the backoff is over: connect again
-    CLOSE = "close"  # the client's owner closed it
+    CLOSE = "close"  # the client's owner closed it, or the gateway refused its handshake (refused_for_good)
 
 
 # (state, event) -> next state. Any pair not here is a bug in the client (IllegalLinkTransition), except CLOSE,
@@ -67,6 +68,37 @@ def next_link(state: Link, event: LinkEvent) -> Link:
         return LINK_TRANSITIONS[(state, event)]
     except KeyError:
         raise IllegalLinkTransition(f"{event.value} in {state.value}") from None
+
+
+# HTTP answers to the WebSocket handshake that no retry would change: the token (401: missing or not one of the
+# gateway's) or the page's Origin (403). Every other failure (the gateway down, 429 for too many connections, a cut
+# link) is retried with backoff. The TypeScript client's src/policy.ts holds the same set.
+REFUSED_STATUSES = frozenset({401, 403})
+
+TOKEN_HELP = ("Set ACP_GATEWAY_TOKEN (the client's token) to one of the gateway's tokens: the one `acp-gateway serve` "
+              "printed at its first start and keeps in its state directory's `token` file, or one given to it "
+              "(--token, ACP_GATEWAY_TOKEN or [[auth.tokens]] in its configuration). The client does not retry it.")
+
+
+def refused_for_good(status: int) -> bool:
+    """Whether a handshake the gateway answered with HTTP `status` is final: the client closes, saying why."""
+    return status in REFUSED_STATUSES
+
+
+def refusal_message(url: str, status: int, token_given: bool) -> str:
+    """What a client says when the gateway refused its handshake: which token problem and how to fix it, never the
+    token (the URL is shown without its query, where a browser's token travels, and without user information)."""
+    parts = urlsplit(url)
+    token_given = token_given or "token" in parse_qs(parts.query)
+    where = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    if status == 403:
+        return (f"the gateway at {where} refused the connection (HTTP 403): the page's Origin is not allowed; a "
+                "browser page must come from the gateway itself or from an origin in its `allowed_origins`. The "
+                "client does not retry it.")
+    if not token_given:
+        return f"the gateway at {where} refused the connection (HTTP {status}): no token was given. {TOKEN_HELP}"
+    return (f"the gateway at {where} refused the token (HTTP {status}): it is not one of the gateway's tokens. "
+            f"{TOKEN_HELP}")
 
 
 def silence_deadline(heard_at: float, interval: float) -> float:

@@ -31,6 +31,7 @@ var AcpGateway = (() => {
     ConnectionLost: () => ConnectionLost,
     ERROR_MEANINGS: () => ERROR_MEANINGS,
     GatewayConnection: () => GatewayConnection,
+    HandshakeRefused: () => HandshakeRefused,
     INTERNAL_ERROR: () => INTERNAL_ERROR,
     INVALID_PARAMS: () => INVALID_PARAMS,
     INVALID_REQUEST: () => INVALID_REQUEST,
@@ -70,6 +71,110 @@ var AcpGateway = (() => {
   var STORAGE_FAILED = -32016;
   var CONFIG_REFUSED = -32017;
 
+  // src/policy.ts
+  var policy_exports = {};
+  __export(policy_exports, {
+    BACKOFF_BASE: () => BACKOFF_BASE,
+    BACKOFF_CAP: () => BACKOFF_CAP,
+    DEGRADED_AFTER_SAMPLES: () => DEGRADED_AFTER_SAMPLES,
+    HEALTH_SAMPLE_INTERVAL: () => HEALTH_SAMPLE_INTERVAL,
+    HEARTBEAT_INTERVAL: () => HEARTBEAT_INTERVAL,
+    IllegalLinkTransition: () => IllegalLinkTransition,
+    LINK_TRANSITIONS: () => LINK_TRANSITIONS,
+    MALFORMED_LIMIT: () => MALFORMED_LIMIT,
+    MalformedCounter: () => MalformedCounter,
+    RECONCILE_INTERVAL: () => RECONCILE_INTERVAL,
+    RECONCILE_JITTER: () => RECONCILE_JITTER,
+    REFUSED_STATUSES: () => REFUSED_STATUSES,
+    SILENT_AFTER: () => SILENT_AFTER,
+    backoffDelay: () => backoffDelay,
+    isNew: () => isNew,
+    isValidEvent: () => isValidEvent,
+    nextLink: () => nextLink,
+    nextReconcileDelay: () => nextReconcileDelay,
+    refusalMessage: () => refusalMessage,
+    refusedForGood: () => refusedForGood,
+    silenceDeadline: () => silenceDeadline
+  });
+
+  // src/generated/policy.ts
+  var BACKOFF_BASE = 0.5;
+  var BACKOFF_CAP = 30;
+  var DEGRADED_AFTER_SAMPLES = 9;
+  var HEALTH_SAMPLE_INTERVAL = 5;
+  var HEARTBEAT_INTERVAL = 5;
+  var MALFORMED_LIMIT = 5;
+  var RECONCILE_INTERVAL = 60;
+  var RECONCILE_JITTER = 15;
+  var SILENT_AFTER = 2;
+  var LINK_TRANSITIONS = [
+    ["connecting", "connected", "live"],
+    ["connecting", "lost", "reconnecting"],
+    ["live", "heard", "live"],
+    ["live", "silent", "degraded"],
+    ["live", "lost", "reconnecting"],
+    ["degraded", "heard", "live"],
+    ["degraded", "lost", "reconnecting"],
+    ["reconnecting", "retry", "connecting"]
+  ];
+
+  // src/policy.ts
+  function nextReconcileDelay(rand) {
+    return RECONCILE_INTERVAL + RECONCILE_JITTER * rand;
+  }
+  function backoffDelay(attempt, rand) {
+    const ceiling = Math.min(BACKOFF_CAP, BACKOFF_BASE * 2 ** Math.min(Math.max(attempt, 0), 30));
+    return ceiling * (0.5 + rand / 2);
+  }
+  function silenceDeadline(heardAt, interval) {
+    return heardAt + SILENT_AFTER * interval;
+  }
+  var IllegalLinkTransition = class extends Error {
+  };
+  var TABLE = new Map(LINK_TRANSITIONS.map(([state, event, next]) => [`${state} ${event}`, next]));
+  function nextLink(state, event) {
+    if (event === "close") return "closed";
+    const next = TABLE.get(`${state} ${event}`);
+    if (next === void 0) throw new IllegalLinkTransition(`${event} in ${state}`);
+    return next;
+  }
+  function isValidEvent(params) {
+    if (!params || typeof params !== "object" || Array.isArray(params)) return false;
+    const p = params;
+    return typeof p.type === "string" && (p.id === null || p.id === void 0 || Number.isInteger(p.id)) && !!p.data && typeof p.data === "object" && !Array.isArray(p.data);
+  }
+  var MalformedCounter = class {
+    constructor() {
+      __publicField(this, "count", 0);
+    }
+    note() {
+      this.count += 1;
+      if (this.count >= MALFORMED_LIMIT) {
+        this.count = 0;
+        return true;
+      }
+      return false;
+    }
+  };
+  function isNew(cursor, id) {
+    return id === null || id === void 0 || cursor === null || id > cursor;
+  }
+  var REFUSED_STATUSES = /* @__PURE__ */ new Set([401, 403]);
+  function refusedForGood(status) {
+    return REFUSED_STATUSES.has(status);
+  }
+  var TOKEN_HELP = "Set ACP_GATEWAY_TOKEN (the client's token) to one of the gateway's tokens: the one `acp-gateway serve` printed at its first start and keeps in its state directory's `token` file, or one given to it (--token, ACP_GATEWAY_TOKEN or [[auth.tokens]] in its configuration). The client does not retry it.";
+  function refusalMessage(url, status, tokenGiven) {
+    const u = new URL(url);
+    const given = tokenGiven || u.searchParams.has("token");
+    const where = `${u.protocol}//${u.host}${u.pathname}`;
+    if (status === 403) {
+      return `the gateway at ${where} refused the connection (HTTP 403): the page's Origin is not allowed; a browser page must come from the gateway itself or from an origin in its \`allowed_origins\`. The client does not retry it.`;
+    }
+    if (!given) return `the gateway at ${where} refused the connection (HTTP ${status}): no token was given. ${TOKEN_HELP}`;
+    return `the gateway at ${where} refused the token (HTTP ${status}): it is not one of the gateway's tokens. ${TOKEN_HELP}`;
+  }
+
   // src/connection.ts
   var RpcError = class extends Error {
     constructor(code, message, data, method) {
@@ -84,6 +189,13 @@ var AcpGateway = (() => {
     constructor(message) {
       super(message);
       this.name = "NotConnected";
+    }
+  };
+  var HandshakeRefused = class extends Error {
+    constructor(message, status) {
+      super(message);
+      this.status = status;
+      this.name = "HandshakeRefused";
     }
   };
   var ConnectionLost = class extends Error {
@@ -106,6 +218,27 @@ var AcpGateway = (() => {
     u.searchParams.set("token", token);
     return u.toString();
   }
+  function handshakeStatus(ev) {
+    const found = typeof ev?.message === "string" ? /Unexpected server response: (\d{3})/.exec(ev.message) : null;
+    return found ? Number(found[1]) : null;
+  }
+  async function whoamiStatus(url, token, timeoutMs) {
+    const u = new URL(url);
+    const presented = token || u.searchParams.get("token");
+    if (!u.pathname.endsWith("/rpc") || typeof fetch !== "function") return null;
+    u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+    u.pathname = `${u.pathname.slice(0, -"rpc".length)}whoami`;
+    u.search = "";
+    try {
+      const answer = await fetch(u, {
+        headers: presented ? { Authorization: `Bearer ${presented}` } : {},
+        signal: AbortSignal.timeout(timeoutMs)
+      });
+      return answer.status;
+    } catch {
+      return null;
+    }
+  }
   var GatewayConnection = class _GatewayConnection {
     constructor(ws, url) {
       this.ws = ws;
@@ -125,11 +258,13 @@ var AcpGateway = (() => {
       ws.onerror = () => {
       };
     }
-    /** Opens a connection; rejects if it does not open (the gateway is down, or refused the token: HTTP 401). */
+    /** Opens a connection; rejects if it does not open: with HandshakeRefused when the gateway refused the token
+     * (HTTP 401) or the page's Origin (403), else with an Error (the gateway is down, or the handshake timed out). */
     static open(url, token, WebSocket, timeoutMs = 1e4) {
       const WS = resolveWebSocket(WebSocket);
       return new Promise((resolve, reject) => {
         const ws = new WS(rpcUrl(url, token));
+        let status = null;
         const timer = setTimeout(() => {
           fail(new Error(`connecting to ${url} timed out`));
         }, timeoutMs);
@@ -144,9 +279,22 @@ var AcpGateway = (() => {
           }
           reject(error);
         };
-        ws.onerror = () => {
+        const refusedOrNot = async (code) => {
+          clearTimeout(timer);
+          const answered = status ?? await whoamiStatus(url, token, timeoutMs);
+          if (answered !== null && refusedForGood(answered)) {
+            fail(new HandshakeRefused(refusalMessage(url, answered, !!token), answered));
+          } else {
+            fail(new Error(`could not connect to ${url} (${status !== null ? `HTTP ${status}` : `close code ${code ?? "none"}`})`));
+          }
         };
-        ws.onclose = (ev) => fail(new Error(`could not connect to ${url} (close code ${ev.code ?? "none"})`));
+        ws.onerror = (ev) => {
+          status = handshakeStatus(ev) ?? status;
+        };
+        ws.onclose = (ev) => {
+          ws.onclose = null;
+          void refusedOrNot(ev.code);
+        };
         ws.onopen = () => {
           clearTimeout(timer);
           resolve(new _GatewayConnection(ws, url));
@@ -221,92 +369,6 @@ var AcpGateway = (() => {
       this.onClose(code, reason);
     }
   };
-
-  // src/policy.ts
-  var policy_exports = {};
-  __export(policy_exports, {
-    BACKOFF_BASE: () => BACKOFF_BASE,
-    BACKOFF_CAP: () => BACKOFF_CAP,
-    DEGRADED_AFTER_SAMPLES: () => DEGRADED_AFTER_SAMPLES,
-    HEALTH_SAMPLE_INTERVAL: () => HEALTH_SAMPLE_INTERVAL,
-    HEARTBEAT_INTERVAL: () => HEARTBEAT_INTERVAL,
-    IllegalLinkTransition: () => IllegalLinkTransition,
-    LINK_TRANSITIONS: () => LINK_TRANSITIONS,
-    MALFORMED_LIMIT: () => MALFORMED_LIMIT,
-    MalformedCounter: () => MalformedCounter,
-    RECONCILE_INTERVAL: () => RECONCILE_INTERVAL,
-    RECONCILE_JITTER: () => RECONCILE_JITTER,
-    SILENT_AFTER: () => SILENT_AFTER,
-    backoffDelay: () => backoffDelay,
-    isNew: () => isNew,
-    isValidEvent: () => isValidEvent,
-    nextLink: () => nextLink,
-    nextReconcileDelay: () => nextReconcileDelay,
-    silenceDeadline: () => silenceDeadline
-  });
-
-  // src/generated/policy.ts
-  var BACKOFF_BASE = 0.5;
-  var BACKOFF_CAP = 30;
-  var DEGRADED_AFTER_SAMPLES = 9;
-  var HEALTH_SAMPLE_INTERVAL = 5;
-  var HEARTBEAT_INTERVAL = 5;
-  var MALFORMED_LIMIT = 5;
-  var RECONCILE_INTERVAL = 60;
-  var RECONCILE_JITTER = 15;
-  var SILENT_AFTER = 2;
-  var LINK_TRANSITIONS = [
-    ["connecting", "connected", "live"],
-    ["connecting", "lost", "reconnecting"],
-    ["live", "heard", "live"],
-    ["live", "silent", "degraded"],
-    ["live", "lost", "reconnecting"],
-    ["degraded", "heard", "live"],
-    ["degraded", "lost", "reconnecting"],
-    ["reconnecting", "retry", "connecting"]
-  ];
-
-  // src/policy.ts
-  function nextReconcileDelay(rand) {
-    return RECONCILE_INTERVAL + RECONCILE_JITTER * rand;
-  }
-  function backoffDelay(attempt, rand) {
-    const ceiling = Math.min(BACKOFF_CAP, BACKOFF_BASE * 2 ** Math.min(Math.max(attempt, 0), 30));
-    return ceiling * (0.5 + rand / 2);
-  }
-  function silenceDeadline(heardAt, interval) {
-    return heardAt + SILENT_AFTER * interval;
-  }
-  var IllegalLinkTransition = class extends Error {
-  };
-  var TABLE = new Map(LINK_TRANSITIONS.map(([state, event, next]) => [`${state} ${event}`, next]));
-  function nextLink(state, event) {
-    if (event === "close") return "closed";
-    const next = TABLE.get(`${state} ${event}`);
-    if (next === void 0) throw new IllegalLinkTransition(`${event} in ${state}`);
-    return next;
-  }
-  function isValidEvent(params) {
-    if (!params || typeof params !== "object" || Array.isArray(params)) return false;
-    const p = params;
-    return typeof p.type === "string" && (p.id === null || p.id === void 0 || Number.isInteger(p.id)) && !!p.data && typeof p.data === "object" && !Array.isArray(p.data);
-  }
-  var MalformedCounter = class {
-    constructor() {
-      __publicField(this, "count", 0);
-    }
-    note() {
-      this.count += 1;
-      if (this.count >= MALFORMED_LIMIT) {
-        this.count = 0;
-        return true;
-      }
-      return false;
-    }
-  };
-  function isNew(cursor, id) {
-    return id === null || id === void 0 || cursor === null || id > cursor;
-  }
 
   // src/session.ts
   var Session = class {
@@ -478,6 +540,8 @@ var AcpGateway = (() => {
       __publicField(this, "sessions", /* @__PURE__ */ new Map());
       __publicField(this, "reconnects", 0);
       __publicField(this, "reconciliations", 0);
+      /** Why the gateway refused the handshake (a missing or wrong token), which closed the client for good. */
+      __publicField(this, "refused", null);
       __publicField(this, "token");
       __publicField(this, "WebSocket");
       __publicField(this, "random");
@@ -512,11 +576,15 @@ var AcpGateway = (() => {
       this.wakeSleeper?.();
       this.conn?.close();
       this.move("close");
+      this.settleWaiters();
     }
-    /** Resolves once the link is live (now, if it is). */
+    /** Resolves once the link is live (now, if it is). Rejects with HandshakeRefused when the gateway refused the
+     * handshake (a missing or wrong token: the client is closed then, and never retries it), and with NotConnected
+     * once the client is closed. Other failures (the gateway down, a cut link) are retried with backoff meanwhile. */
     whenLive() {
       if (this.link === "live" || this.link === "degraded") return Promise.resolve();
-      return new Promise((resolve) => this.liveWaiters.push(resolve));
+      if (this.link === "closed") return Promise.reject(this.closedError());
+      return new Promise((resolve, reject) => this.liveWaiters.push({ resolve, reject }));
     }
     onEvent(listener) {
       this.eventListeners.add(listener);
@@ -550,6 +618,23 @@ var AcpGateway = (() => {
       const view = await this.call("task.session.start", params);
       return new Session(this, view.session_id);
     }
+    closedError() {
+      return this.refused ?? new NotConnected(`the client of the gateway at ${this.url} was closed`);
+    }
+    /** Live: every waiter goes on. Closed: every waiter hears why. */
+    settleWaiters() {
+      const waiters = this.liveWaiters;
+      this.liveWaiters = [];
+      for (const waiter of waiters) {
+        if (this.link === "closed") waiter.reject(this.closedError());
+        else waiter.resolve();
+      }
+    }
+    /** The gateway refused the handshake for good: the client ends, saying why, and never tries again. */
+    endRefused(refused) {
+      this.refused = refused;
+      this.close();
+    }
     /** The backoff's wait, cut short by close(). */
     sleep(seconds) {
       return new Promise((resolve) => {
@@ -569,11 +654,7 @@ var AcpGateway = (() => {
       const state = nextLink(this.link, event);
       if (state === this.link) return;
       this.link = state;
-      if (state === "live") {
-        const waiters = this.liveWaiters;
-        this.liveWaiters = [];
-        for (const w of waiters) w();
-      }
+      if (state === "live") this.settleWaiters();
       for (const listener of [...this.linkListeners]) listener(state);
     }
     async run() {
@@ -587,8 +668,12 @@ var AcpGateway = (() => {
             this.WebSocket,
             (this.heartbeat === null ? 10 : SILENT_AFTER * this.heartbeat) * 1e3
           );
-        } catch {
+        } catch (e) {
           if (this.stop.stopped) return;
+          if (e instanceof HandshakeRefused) {
+            this.endRefused(e);
+            return;
+          }
           this.move("lost");
           await this.sleep(backoffDelay(attempt++, this.random()));
           if (this.stop.stopped) return;

@@ -21,12 +21,9 @@ function askToken(reason) {
   $("login-reason").textContent = reason; $("login").hidden = false; $("token").focus();
 }
 
-async function tokenRefused() {
-  try { const r = await fetch("/whoami", { headers: { Authorization: `Bearer ${state.token}` } }); return r.status === 401; }
-  catch { return false; }  // the gateway is down: keep trying
-}
-
-async function linkChanged(link) {
+async function linkChanged(link, client) {
+  // a refused handshake is final (the client never retries it): ask for the right token
+  if (link === "closed" && client.refused) { askToken("The gateway refused this token: enter the right one."); return; }
   const wasLive = state.live;
   state.live = link === "live" || link === "degraded";
   if (link === "live") {
@@ -41,10 +38,7 @@ async function linkChanged(link) {
     return;
   }
   if (link === "degraded") { setHealth("degraded", "link silent: reconnecting"); return; }
-  if (link === "reconnecting") {
-    if (!state.everLive && await tokenRefused()) { askToken("The gateway refused this token: enter the right one."); return; }
-    if (state.misses < DEGRADED_AFTER) setHealth("reconnecting", "reconnecting…");
-  }
+  if (link === "reconnecting" && state.misses < DEGRADED_AFTER) setHealth("reconnecting", "reconnecting…");
   if (wasLive) renderHead();  // what is shown is the last known state until the gateway answers again
 }
 
@@ -54,7 +48,7 @@ export function connect() {
   const client = new AcpGateway.OwnerSessionClient({ url: `${proto}//${location.host}/rpc`, token: state.token });
   setClient(client);
   client.onEvent(handleEvent);
-  client.onLink((link) => { linkChanged(link); });
+  client.onLink((link) => { linkChanged(link, client); });
   // events were missed (the cursor was past the journal's retention): every transcript is read again from it
   client.onResync(() => { state.logs.clear(); state.asking.clear(); });
   client.onReconcile(() => { renderList(); renderHead(); });  // the list as the gateway has it (drift repaired)

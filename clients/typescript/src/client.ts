@@ -1,6 +1,6 @@
 // The owner-session client: one owner's live view of their sessions, kept current across reconnects
 // (docs/clients.md says what it guarantees; the Python client, gateway/clients/client.py, keeps the same promises).
-import { ConnectionLost, GatewayConnection, NotConnected, RpcError, type Notification,
+import { ConnectionLost, GatewayConnection, HandshakeRefused, NotConnected, RpcError, type Notification,
          type WebSocketConstructor } from "./connection.js";
 import type { ApiMethods, Event, MethodName, SessionStartParams, SessionSummary } from "./generated/api.js";
 import { HEARTBEAT_INTERVAL, MalformedCounter, SILENT_AFTER, backoffDelay, isNew, isValidEvent, nextLink, nextReconcileDelay,
@@ -39,6 +39,8 @@ export class OwnerSessionClient {
   sessions = new Map<string, SessionSummary>();
   reconnects = 0;
   reconciliations = 0;
+  /** Why the gateway refused the handshake (a missing or wrong token), which closed the client for good. */
+  refused: HandshakeRefused | null = null;
   private readonly token: string | null;
   private readonly WebSocket?: WebSocketConstructor;
   private readonly random: () => number;
@@ -48,7 +50,7 @@ export class OwnerSessionClient {
   private readonly linkListeners = new Set<LinkListener>();
   private readonly resyncListeners = new Set<ResyncListener>();
   private readonly reconcileListeners = new Set<() => void>();
-  private liveWaiters: Array<() => void> = [];
+  private liveWaiters: Array<{ resolve: () => void; reject: (error: Error) => void }> = [];
   private readonly malformed = new MalformedCounter();
   private readonly stop = { stopped: false };
   private timers: ReturnType<typeof setTimeout>[] = [];
@@ -77,12 +79,16 @@ export class OwnerSessionClient {
     this.wakeSleeper?.();
     this.conn?.close();
     this.move("close");
+    this.settleWaiters();
   }
 
-  /** Resolves once the link is live (now, if it is). */
+  /** Resolves once the link is live (now, if it is). Rejects with HandshakeRefused when the gateway refused the
+   * handshake (a missing or wrong token: the client is closed then, and never retries it), and with NotConnected
+   * once the client is closed. Other failures (the gateway down, a cut link) are retried with backoff meanwhile. */
   whenLive(): Promise<void> {
     if (this.link === "live" || this.link === "degraded") return Promise.resolve();
-    return new Promise((resolve) => this.liveWaiters.push(resolve));
+    if (this.link === "closed") return Promise.reject(this.closedError());
+    return new Promise((resolve, reject) => this.liveWaiters.push({ resolve, reject }));
   }
 
   onEvent(listener: EventListener): () => void { this.eventListeners.add(listener); return () => this.eventListeners.delete(listener); }
@@ -113,6 +119,25 @@ export class OwnerSessionClient {
     return new Session(this, view.session_id);
   }
 
+  private closedError(): Error {
+    return this.refused ?? new NotConnected(`the client of the gateway at ${this.url} was closed`);
+  }
+
+  /** Live: every waiter goes on. Closed: every waiter hears why. */
+  private settleWaiters(): void {
+    const waiters = this.liveWaiters;
+    this.liveWaiters = [];
+    for (const waiter of waiters) {
+      if (this.link === "closed") waiter.reject(this.closedError()); else waiter.resolve();
+    }
+  }
+
+  /** The gateway refused the handshake for good: the client ends, saying why, and never tries again. */
+  private endRefused(refused: HandshakeRefused): void {
+    this.refused = refused;
+    this.close();
+  }
+
   /** The backoff's wait, cut short by close(). */
   private sleep(seconds: number): Promise<void> {
     return new Promise((resolve) => {
@@ -126,7 +151,7 @@ export class OwnerSessionClient {
     const state = nextLink(this.link, event);
     if (state === this.link) return;
     this.link = state;
-    if (state === "live") { const waiters = this.liveWaiters; this.liveWaiters = []; for (const w of waiters) w(); }
+    if (state === "live") this.settleWaiters();
     for (const listener of [...this.linkListeners]) listener(state);
   }
 
@@ -138,8 +163,9 @@ export class OwnerSessionClient {
         // A handshake on a link that delivers nothing is given up as a silent link is (10 s without heartbeats).
         conn = await GatewayConnection.open(this.url, this.token, this.WebSocket,
                                             (this.heartbeat === null ? 10 : SILENT_AFTER * this.heartbeat) * 1000);
-      } catch {
+      } catch (e) {
         if (this.stop.stopped) return;
+        if (e instanceof HandshakeRefused) { this.endRefused(e); return; }  // the same token would be refused again
         this.move("lost");
         await this.sleep(backoffDelay(attempt++, this.random()));
         if (this.stop.stopped) return;

@@ -2,6 +2,7 @@
 // and every frame handed on. The resilient client (client.ts) is built on it.
 import type { ApiMethods, MethodName } from "./generated/api.js";
 import { INTERNAL_ERROR } from "./codes.js";
+import { refusalMessage, refusedForGood } from "./policy.js";
 
 /** What the client needs of a WebSocket: the browser's, Node's (22+), or the `ws` package's. */
 export interface WebSocketLike {
@@ -12,7 +13,7 @@ export interface WebSocketLike {
   onopen: ((ev: unknown) => void) | null;
   onmessage: ((ev: { data: unknown }) => void) | null;
   onclose: ((ev: { code?: number; reason?: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
+  onerror: ((ev: { message?: unknown }) => void) | null;
 }
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
 
@@ -27,6 +28,12 @@ export class RpcError extends Error {
 /** A call made while the link is down: it was not sent. Send it again once the client is live. */
 export class NotConnected extends Error {
   constructor(message: string) { super(message); this.name = "NotConnected"; }
+}
+
+/** The gateway refused the handshake for good (HTTP 401: a missing or wrong token; 403: the page's Origin): trying
+ * again would be refused again, so the client never retries it. The message says what to fix, never the token. */
+export class HandshakeRefused extends Error {
+  constructor(message: string, readonly status: number) { super(message); this.name = "HandshakeRefused"; }
 }
 
 /** The link dropped while a call waited for its answer: the call may or may not have taken effect. */
@@ -56,6 +63,32 @@ export function rpcUrl(url: string, token: string | null | undefined): string {
   return u.toString();
 }
 
+/** The HTTP status a failed handshake was answered with, where the WebSocket says it: the `ws` package's error
+ * reads "Unexpected server response: 401". Browsers and Node.js's own WebSocket say nothing (null). */
+function handshakeStatus(ev: { message?: unknown } | null | undefined): number | null {
+  const found = typeof ev?.message === "string" ? /Unexpected server response: (\d{3})/.exec(ev.message) : null;
+  return found ? Number(found[1]) : null;
+}
+
+/** Where the WebSocket hides a failed handshake's status: what the gateway's `/whoami` answers the same token
+ * (401 when it is refused; `/whoami` beside `/rpc`). null when it cannot be asked (another path, no fetch, the
+ * gateway down or another origin's page without CORS): the failure is then retried like any other. */
+async function whoamiStatus(url: string, token: string | null | undefined, timeoutMs: number): Promise<number | null> {
+  const u = new URL(url);
+  const presented = token || u.searchParams.get("token");
+  if (!u.pathname.endsWith("/rpc") || typeof fetch !== "function") return null;
+  u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+  u.pathname = `${u.pathname.slice(0, -"rpc".length)}whoami`;
+  u.search = "";
+  try {
+    const answer = await fetch(u, { headers: presented ? { Authorization: `Bearer ${presented}` } : {},
+                                    signal: AbortSignal.timeout(timeoutMs) });
+    return answer.status;
+  } catch {
+    return null;
+  }
+}
+
 export class GatewayConnection {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
@@ -71,12 +104,14 @@ export class GatewayConnection {
     ws.onerror = () => {};
   }
 
-  /** Opens a connection; rejects if it does not open (the gateway is down, or refused the token: HTTP 401). */
+  /** Opens a connection; rejects if it does not open: with HandshakeRefused when the gateway refused the token
+   * (HTTP 401) or the page's Origin (403), else with an Error (the gateway is down, or the handshake timed out). */
   static open(url: string, token: string | null | undefined, WebSocket?: WebSocketConstructor,
               timeoutMs = 10_000): Promise<GatewayConnection> {
     const WS = resolveWebSocket(WebSocket);
     return new Promise((resolve, reject) => {
       const ws = new WS(rpcUrl(url, token));
+      let status: number | null = null;
       const timer = setTimeout(() => { fail(new Error(`connecting to ${url} timed out`)); }, timeoutMs);
       const fail = (error: Error) => {
         clearTimeout(timer);
@@ -87,8 +122,17 @@ export class GatewayConnection {
         try { ws.terminate ? ws.terminate() : ws.close(); } catch { /* already gone */ }
         reject(error);
       };
-      ws.onerror = () => {};
-      ws.onclose = (ev) => fail(new Error(`could not connect to ${url} (close code ${ev.code ?? "none"})`));
+      const refusedOrNot = async (code: number | undefined) => {
+        clearTimeout(timer);
+        const answered = status ?? await whoamiStatus(url, token, timeoutMs);
+        if (answered !== null && refusedForGood(answered)) {
+          fail(new HandshakeRefused(refusalMessage(url, answered, !!token), answered));
+        } else {
+          fail(new Error(`could not connect to ${url} (${status !== null ? `HTTP ${status}` : `close code ${code ?? "none"}`})`));
+        }
+      };
+      ws.onerror = (ev) => { status = handshakeStatus(ev) ?? status; };
+      ws.onclose = (ev) => { ws.onclose = null; void refusedOrNot(ev.code); };
       ws.onopen = () => { clearTimeout(timer); resolve(new GatewayConnection(ws, url)); };
     });
   }

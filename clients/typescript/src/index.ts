@@ -2,7 +2,7 @@
 export { OwnerSessionClient } from "./client.js";
 export * from "./codes.js";
 export type { ClientOptions, EventListener, LinkListener, ResyncListener } from "./client.js";
-export { GatewayConnection, RpcError, NotConnected, ConnectionLost, rpcUrl } from "./connection.js";
+export { GatewayConnection, RpcError, NotConnected, ConnectionLost, HandshakeRefused, rpcUrl } from "./connection.js";
 export type { WebSocketLike, WebSocketConstructor, Notification } from "./connection.js";
 export { Session, Turn } from "./session.js";
 export type { TurnEnd } from "./session.js";

@@ -58,3 +58,33 @@ export class MalformedCounter {
 export function isNew(cursor: number | null, id: number | null | undefined): boolean {
   return id === null || id === undefined || cursor === null || id > cursor;
 }
+
+/** HTTP answers to the WebSocket handshake that no retry would change: the token (401: missing or not one of the
+ * gateway's) or the page's Origin (403). Every other failure is retried with backoff. The same set as
+ * gateway/clients/policy.py's REFUSED_STATUSES. */
+export const REFUSED_STATUSES: ReadonlySet<number> = new Set([401, 403]);
+
+/** Whether a handshake the gateway answered with HTTP `status` is final: the client closes, saying why. */
+export function refusedForGood(status: number): boolean {
+  return REFUSED_STATUSES.has(status);
+}
+
+const TOKEN_HELP = "Set ACP_GATEWAY_TOKEN (the client's token) to one of the gateway's tokens: the one `acp-gateway "
+  + "serve` printed at its first start and keeps in its state directory's `token` file, or one given to it (--token, "
+  + "ACP_GATEWAY_TOKEN or [[auth.tokens]] in its configuration). The client does not retry it.";
+
+/** What a client says when the gateway refused its handshake: which token problem and how to fix it, never the token
+ * (the URL is shown without its query, where a browser's token travels, and without user information). The same
+ * words as gateway/clients/policy.py's refusal_message (a test holds them equal). */
+export function refusalMessage(url: string, status: number, tokenGiven: boolean): string {
+  const u = new URL(url);
+  const given = tokenGiven || u.searchParams.has("token");
+  const where = `${u.protocol}//${u.host}${u.pathname}`;
+  if (status === 403) {
+    return `the gateway at ${where} refused the connection (HTTP 403): the page's Origin is not allowed; a browser `
+      + "page must come from the gateway itself or from an origin in its `allowed_origins`. The client does not "
+      + "retry it.";
+  }
+  if (!given) return `the gateway at ${where} refused the connection (HTTP ${status}): no token was given. ${TOKEN_HELP}`;
+  return `the gateway at ${where} refused the token (HTTP ${status}): it is not one of the gateway's tokens. ${TOKEN_HELP}`;
+}

@@ -73,7 +73,9 @@ export class BlackholeProxy {
     this.target = port;
     this.holed = false;
     this.pairs = new Set();
+    this.accepted = 0;  // connections opened through it: each one a handshake
     this.server = net.createServer((client) => {
+      this.accepted += 1;
       const upstream = net.connect(this.target, "127.0.0.1");
       const pair = { client, upstream };
       this.pairs.add(pair);

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from gateway.clients.client import GatewayClient, OwnerSessionClient
+from gateway.clients.client import GatewayClient, HandshakeRefused, NotConnected, OwnerSessionClient
 from gateway.clients.policy import (
     LINK_TRANSITIONS,
     AutoResumeGuard,
@@ -26,10 +26,14 @@ from gateway.clients.policy import (
     is_valid_event,
     next_link,
     next_reconcile_delay,
+    refusal_message,
+    refused_for_good,
     silence_deadline,
 )
 from tests.blackhole_proxy import BlackholeProxy
 from tests.gateway_harness import FakeClock, GatewayProcess, free_port, reference_profile
+
+WRONG_TOKEN = "wrong-token-zzzzzzzzzzzzzzzz"  # a dummy secret: no message may show it
 
 
 @pytest.mark.parametrize(("rand", "expected"), [(0.0, 60.0), (0.5, 67.5), (0.999, 74.985)])
@@ -86,6 +90,25 @@ def test_auto_resume_at_most_once_per_view() -> None:
     guard.open_view("b")
     guard.open_view("a")  # a new view of a
     assert guard.should_resume("a", stale) is True
+
+
+@pytest.mark.parametrize(("status", "final"), [(401, True), (403, True), (429, False), (500, False), (502, False),
+                                               (404, False)])
+def test_only_a_refused_token_or_origin_is_final(status: int, final: bool) -> None:
+    assert refused_for_good(status) is final
+
+
+@pytest.mark.parametrize(("url", "status", "token_given", "says"), [
+    ("ws://127.0.0.1:8765/rpc", 401, True, "refused the token (HTTP 401): it is not one of the gateway's tokens"),
+    ("ws://127.0.0.1:8765/rpc", 401, False, "refused the connection (HTTP 401): no token was given"),
+    (f"ws://127.0.0.1:8765/rpc?token={WRONG_TOKEN}", 401, False, "refused the token (HTTP 401)"),
+    (f"wss://me:{WRONG_TOKEN}@gw.example/x/rpc", 401, True, "the gateway at wss://gw.example/x/rpc refused"),
+    ("ws://127.0.0.1:8765/rpc", 403, True, "the page's Origin is not allowed")])
+def test_a_refusal_says_what_to_fix_and_never_the_token(url: str, status: int, token_given: bool, says: str) -> None:
+    message = refusal_message(url, status, token_given)
+    assert says in message and WRONG_TOKEN not in message and "does not retry" in message
+    if status == 401:
+        assert "ACP_GATEWAY_TOKEN" in message and "`token` file" in message
 
 
 @pytest.mark.parametrize(("params", "ok"), [
@@ -303,3 +326,107 @@ async def test_gateway_closes_a_connection_that_stops_its_promised_heartbeats(ga
     assert silent.ws.close_code == 4408 and "no heartbeat" in (silent.ws.close_reason or "")
     assert (await quiet.call("gateway.ping"))["heartbeat"] is None  # still served
     await quiet.close()
+
+
+class CountingProxy(BlackholeProxy):
+    """Forwards to the gateway and counts the connections opened through it: each one a handshake."""
+
+    def __init__(self, target_port: int) -> None:
+        super().__init__(target_port)
+        self.handshakes = 0
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.handshakes += 1
+        await super()._accept(reader, writer)
+
+
+@pytest.mark.parametrize("token", [WRONG_TOKEN, None], ids=["wrong token", "no token"])
+async def test_a_refused_token_fails_the_client_at_once_and_is_never_retried(
+        gateway: GatewayProcess, token: str | None) -> None:
+    proxy = CountingProxy(gateway.port)
+    await proxy.start()
+    clock = FakeClock()
+    osc = OwnerSessionClient(proxy.url(), token, clock=clock, rand=lambda: 0.0)
+    links: list[Link] = []
+    osc.on_link_state.append(links.append)
+    osc.start()
+    with pytest.raises(HandshakeRefused) as refused:
+        await asyncio.wait_for(osc.when_live(), 20)  # without the rule: reconnecting with backoff, forever
+    said = str(refused.value)
+    assert refused.value.status == 401 and "ACP_GATEWAY_TOKEN" in said and WRONG_TOKEN not in said
+    assert ("refused the token" if token else "no token was given") in said
+    assert links == [Link.CLOSED] and osc.link is Link.CLOSED and osc.refused is not None
+    assert clock.sleeping == 0  # no backoff, no timer left to wake: nothing will ever try again
+    await clock.advance(3600.0)
+    with pytest.raises(HandshakeRefused):
+        await asyncio.wait_for(osc.wait_closed(), 20)  # a watcher waiting for the end hears why too
+    with pytest.raises(HandshakeRefused):
+        await osc.when_live()  # and so does anyone who asks later
+    good = await GatewayClient.connect(proxy.url(), gateway.token)  # the proxy forwards: the count is real
+    assert (await good.call("gateway.ping"))["heartbeat"] is None
+    await good.close()
+    assert proxy.handshakes == 2 and links == [Link.CLOSED]
+    await osc.close()
+    await proxy.close()
+
+
+async def test_the_plain_client_names_the_refusal(gateway: GatewayProcess) -> None:
+    with pytest.raises(HandshakeRefused) as wrong:
+        await GatewayClient.connect(gateway.url, WRONG_TOKEN)
+    assert wrong.value.status == 401 and "refused the token" in str(wrong.value)
+    assert WRONG_TOKEN not in str(wrong.value) and WRONG_TOKEN not in repr(wrong.value.__cause__)
+    with pytest.raises(HandshakeRefused) as foreign:
+        await GatewayClient.connect(gateway.url, gateway.token, origin="http://evil.example")
+    assert foreign.value.status == 403 and "allowed_origins" in str(foreign.value)
+
+
+async def test_a_gateway_that_is_down_is_still_retried_until_it_is_up(gateway: GatewayProcess) -> None:
+    """Only a refusal is final: connection refused (nothing listening) goes on with backoff, and when_live waits."""
+    await gateway.kill9()
+    clock = FakeClock()
+    osc = OwnerSessionClient(gateway.url, gateway.token, clock=clock, rand=lambda: 0.0, heartbeat=None)
+    links: list[Link] = []
+    osc.on_link_state.append(links.append)
+    osc.start()
+    live = asyncio.ensure_future(osc.when_live())
+    await until(lambda: links.count(Link.RECONNECTING) >= 2, clock, step=0.5)
+    assert not live.done()
+    await gateway.start()
+    await until(lambda: live.done(), clock, step=0.5)
+    assert live.result() is None and osc.link is Link.LIVE and osc.refused is None
+    await osc.close()
+    with pytest.raises(NotConnected):
+        await osc.when_live()
+
+
+async def test_degraded_property_agrees_with_the_link_state_it_announced(gateway: GatewayProcess) -> None:
+    """The moment on_link_state says degraded (a blackholed link), `degraded` is true, and it stays true while the
+    client reconnects, until on_link_state says live again."""
+    heartbeat = 1.0
+    proxy = await BlackholeProxy(gateway.port).start()
+    osc = OwnerSessionClient(proxy.url(), gateway.token, heartbeat=heartbeat, rand=lambda: 0.0)
+    told: list[tuple[Link, bool]] = []  # each state on_link_state was told, and what `degraded` said then
+    announced = asyncio.Event()
+
+    def on_link_state(state: Link) -> None:
+        told.append((state, osc.degraded))
+        if state is Link.DEGRADED:
+            announced.set()
+
+    osc.on_link_state.append(on_link_state)
+    osc.start()
+    await asyncio.wait_for(osc.when_live(), 20)
+    assert osc.degraded is False
+    proxy.blackhole()
+    await asyncio.wait_for(announced.wait(), 20)
+    assert osc.degraded is True
+    await until(lambda: told.count((Link.RECONNECTING, True)) >= 1 and osc.link is not Link.DEGRADED)
+    assert osc.degraded is True  # reconnecting after a silent link: still degraded (it was false here for 45 s)
+    proxy.restore()
+    await asyncio.wait_for(osc.when_live(), 30)
+    await until(lambda: told[-1][0] is Link.LIVE)
+    since = next(i for i, (state, _) in enumerate(told) if state is Link.DEGRADED)
+    assert all(degraded for state, degraded in told[since:] if state is not Link.LIVE)
+    assert told[-1] == (Link.LIVE, False) and osc.degraded is False
+    await osc.close()
+    await proxy.close()
