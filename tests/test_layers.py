@@ -32,8 +32,8 @@ TOP_LEVEL = {"__init__", "__main__", "app", "config", "error_codes", "errors", "
 PURE_RULES = ["acp/restore.py", "acp/session_config.py", "acp/replay/rules.py", "acp/replay/script.py",
               "gateway/runtime/states.py", "gateway/runtime/commands.py", "gateway/runtime/status.py",
               "gateway/runtime/history.py", "gateway/runtime/resume_context.py", "gateway/runtime/permissions.py",
-              "gateway/runtime/key_rules.py", "gateway/runtime/sign_in_rules.py", "gateway/journal/phases.py",
-              "gateway/store/command_seal.py",
+              "gateway/runtime/key_rules.py", "gateway/runtime/sign_in_rules.py", "gateway/runtime/sign_in_needs.py",
+              "gateway/journal/phases.py", "gateway/store/command_seal.py", "gateway/cli/form_rules.py",
               "gateway/api/acp_server/protocol.py", "gateway/api/liveness.py", "gateway/clients/policy.py"]
 IO_MODULES = {"asyncio", "os", "subprocess", "socket", "sqlite3", "aiosqlite", "asyncpg", "websockets", "aiohttp",
               "shutil", "pathlib"}
@@ -68,13 +68,19 @@ def test_gateway_top_level_holds_only_its_wiring() -> None:
     assert loose <= TOP_LEVEL, f"move these into a wing: {sorted(loose - TOP_LEVEL)}"
 
 
-def test_the_wire_only_cli_verbs_import_only_the_clients() -> None:
-    """The client library and the wire's error codes; of the command line, only its argument vocabulary
-    (cli/argspec.py), which imports nothing of the gateway."""
-    frontend, argspec = ROOT / "cli" / "frontend.py", ROOT / "cli" / "argspec.py"
-    cli = {name for name in imported_names(frontend) if name.split(".")[:2] == ["gateway", "cli"]}
-    assert gateway_imports(frontend) - {"cli"} <= {"clients", "error_codes", "__version__"}
-    assert cli <= {"gateway.cli.argspec"}
+# The wire-only verbs (cli/frontend.py) and the modules they are made of: the terminal's asking (cli/questions.py)
+# and the form's checks (cli/form_rules.py).
+WIRE_ONLY_CLI = ("frontend", "questions", "form_rules")
+
+
+@pytest.mark.parametrize("module", WIRE_ONLY_CLI)
+def test_the_wire_only_cli_verbs_import_only_the_clients(module: str) -> None:
+    """The client library and the wire's error codes; of the command line, only each other and its argument
+    vocabulary (cli/argspec.py), which imports nothing of the gateway."""
+    path, argspec = ROOT / "cli" / f"{module}.py", ROOT / "cli" / "argspec.py"
+    cli = {name for name in imported_names(path) if name.split(".")[:2] == ["gateway", "cli"]}
+    assert gateway_imports(path) - {"cli"} <= {"clients", "error_codes", "__version__"}
+    assert cli <= {"gateway.cli.argspec", *(f"gateway.cli.{other}" for other in WIRE_ONLY_CLI)}
     assert gateway_imports(argspec) == set()
 
 

@@ -9,6 +9,7 @@ kit's.
 
 from __future__ import annotations
 
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -100,17 +101,36 @@ def report_json(argv: Sequence[str], results: Sequence[CheckResult], seconds: fl
     }
 
 
+EVIDENCE_WIDTH = 100  # of a progress line's evidence: the table at the end has all of it
+
+
+def clipped(text: str, width: int) -> str:
+    """`text` in at most `width` characters: whole, or cut at the last word that fits, with an ellipsis (a word
+    longer than the width, a path say, is cut where the width ends)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:max(width, 0)]
+    head = text[:width - 1]
+    if not (head[-1].isspace() or text[width - 1].isspace()):  # the cut falls inside a word: drop its start
+        space = head.rfind(" ")
+        head = head[:space] if space > 0 else head
+    return head.rstrip(" ,;:") + "…"
+
+
 def progress_line(result: CheckResult, done: int, total: int) -> str:
     """One line per check as it ends (stderr): an agent author sees where a slow run is."""
     return (f"[{done:>{len(str(total))}}/{total}] {result.result.value.upper():7} {result.check.id} "
-            f"({result.seconds:.1f} s) {result.evidence[:100]}")
+            f"({result.seconds:.1f} s) {clipped(result.evidence, EVIDENCE_WIDTH)}")
 
 
 class Progress:
     """Progress on stderr: a line per check as it ends; on a terminal, also a live line naming what runs now."""
 
-    def __init__(self, total: int, stream: TextIO, live: bool) -> None:
+    def __init__(self, total: int, stream: TextIO, live: bool, width: int | None = None) -> None:
         self.total, self.stream, self.live = total, stream, live
+        # The live line must fit the terminal: one that wraps leaves its first rows behind at each redraw.
+        self.width = width if width is not None else shutil.get_terminal_size().columns - 1
         self.done = 0
         self.running: dict[str, float] = {}
 
@@ -132,7 +152,7 @@ class Progress:
         now = time.monotonic()
         running = ", ".join(f"{cid} {now - t:.0f} s" for cid, t in sorted(self.running.items(), key=lambda kv: kv[1]))
         line = f"[{self.done}/{self.total}] running: {running}"
-        self.stream.write("\r\x1b[2K" + line[:200])
+        self.stream.write("\r\x1b[2K" + clipped(line, self.width))
         self.stream.flush()
 
     def close(self) -> None:

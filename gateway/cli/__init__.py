@@ -1,6 +1,6 @@
 """The `acp-gateway` command line: `main` parses and dispatches; `frontend` holds the wire-only verbs (a client of
-the API like any other), `agents` the registry verbs, `doctor` the set-up report, `run` a local agent without a
-gateway."""
+the API like any other; an agent's questions are asked in `questions`, their answers checked by `form_rules`),
+`agents` the registry verbs, `doctor` the set-up report, `run` a local agent without a gateway."""
 
 from __future__ import annotations
 

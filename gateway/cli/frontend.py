@@ -25,18 +25,24 @@ import orjson
 from agents.paths import default_state_dir
 
 from ..clients.chat_text import ChatPrinter
-from ..clients.client import GatewayClient, OwnerSessionClient, RpcCallError
+from ..clients.client import GatewayClient, HandshakeRefused, OwnerSessionClient, RpcCallError
 from ..clients.resume_reasons import resume_reason_words
 from ..clients.view_text import (
+    answer_command,
     describe_command,
     describe_event,
     describe_question,
     describe_request,
     option_line,
+    pending_lines,
+    status_text,
     unapplied_lines,
+    yes_no,
 )
-from ..error_codes import ALREADY_TERMINAL, INVALID_PARAMS, NOT_RESUMABLE
+from ..error_codes import ALREADY_TERMINAL, NOT_RESUMABLE
 from .argspec import Arg, Argument, OneOf, arg
+from .form_rules import FieldRefused, form_answer
+from .questions import StdinLines, ask_permission, ask_question, give_up, open_question, open_questions
 
 DEFAULT_URL = "ws://127.0.0.1:8765/rpc"
 URL_FILE = "url"  # written by `serve` in its state directory: where it listens
@@ -97,7 +103,7 @@ def _print(args: argparse.Namespace, value: Any, human: str) -> None:
 
 
 def _view_line(view: dict[str, Any]) -> str:
-    return (f"{view['session_id']}  {view['state']}; agent running: {view['is_agent_running']}"
+    return (f"{view['session_id']}  {view['state']}; agent running: {yes_no(view['is_agent_running'])}"
             + (f"; name: {view['name']}" if view.get("name") else "")
             + (f"; error: {view['error_message']}" if view.get("error_message") else ""))
 
@@ -107,7 +113,7 @@ def _sign_in_lines(view: dict[str, Any], session_id: str) -> str:
     auth = (view.get("config") or {}).get("auth")
     if not auth:
         return ""
-    lines = [f"\nthe agent asks to be signed in: {auth.get('reason')}"]
+    lines = ["\nthe agent asks to be signed in" + (f": {auth['reason']}" if auth.get("reason") else "")]
     for method in auth.get("methods") or []:
         needs = (" " + " ".join(f"{v}=VALUE" for v in method.get("vars") or [])) if method["kind"] == "env_var" else ""
         lines.append(f"  acp-gateway sign-in {session_id} {method['id']}{needs}    "
@@ -121,6 +127,9 @@ async def run_frontend(args: argparse.Namespace) -> int:
     args.url = gateway_url(args)
     try:
         client = await GatewayClient.connect(args.url, args.token)
+    except HandshakeRefused as refused:  # the gateway is there and said no: its words name the token to set
+        print(f"acp-gateway {args.command}: {refused}", file=sys.stderr)
+        return 2
     except Exception as exc:
         print(f"acp-gateway {args.command}: cannot connect to {args.url}: {exc} (is `acp-gateway serve` running? "
               "--url or ACP_GATEWAY_URL name another gateway)", file=sys.stderr)
@@ -188,11 +197,8 @@ async def _commands(args: argparse.Namespace, client: GatewayClient) -> int:
 
 async def _status(args: argparse.Namespace, client: GatewayClient) -> int:
     status = await client.call("task.session.status", {"session_id": args.session_id})
-    _print(args, status, f"{status['state']} (task {status['task_state']}); agent running: "
-           f"{status['is_agent_running']}; needs_resume: {status['needs_resume']} ({status['resume_reason']})"
-           + (f"; error: {status['error_message']}" if status['error_message'] else "")
-           + (f"; {status['pending_permissions']} permission request(s) waiting"
-              if status.get("pending_permissions") else "") + _sign_in_lines(status, args.session_id))
+    _print(args, status, "\n".join([status_text(status), *pending_lines(status, args.session_id)])
+           + _sign_in_lines(status, args.session_id))
     return 0
 
 
@@ -231,8 +237,13 @@ async def _fork(args: argparse.Namespace, client: GatewayClient) -> int:
 
 
 async def _cancel_turn(args: argparse.Namespace, client: GatewayClient) -> int:
+    """Only a running turn is cancelled: a turn that starts after the look is not this command's to stop."""
+    view = await client.call("task.session.get", {"session_id": args.session_id})
+    if view["state"] != "RUNNING":  # RUNNING: a turn runs (docs/api.md, states)
+        _print(args, view, f"session {args.session_id} has no turn running ({view['state']}); nothing to cancel")
+        return 0
     view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
-    _print(args, view, _view_line(view))
+    _print(args, view, _view_line(view) + "\nthe turn was cancelled")
     return 0
 
 
@@ -241,7 +252,7 @@ async def _cancel(args: argparse.Namespace, client: GatewayClient) -> int:
     await client.close()
     osc = OwnerSessionClient(args.url, args.token)
     osc.start()
-    await asyncio.wait_for(osc.connected.wait(), 30)
+    await asyncio.wait_for(osc.when_live(), 30)
     try:
         result = await osc.cancel(args.session_id)
     finally:
@@ -262,11 +273,26 @@ async def _history(args: argparse.Namespace, client: GatewayClient) -> int:
 
 
 async def _answer(args: argparse.Namespace, client: GatewayClient) -> int:
+    if args.request_id is None:
+        waiting = await open_questions(client, args.session_id)
+        _print(args, waiting, "\n\n".join(f"{describe_question(q)}\n  answer: "
+                                          f"{answer_command(args.session_id, q['request_id'], q.get('mode'))}"
+                                          for q in waiting) or "no question of the agent is waiting")
+        return 0
     action = "decline" if args.decline else "cancel" if args.cancel else "accept"
     reply: dict[str, Any] = {"session_id": args.session_id, "request_id": args.request_id, "action": action}
     if action == "accept" and not args.open:
-        reply["content"] = form_answer(await _question_schema(client, args.session_id, args.request_id),
-                                       args.fields)
+        question = await open_question(client, args.session_id, args.request_id)
+        if question is not None and not args.fields and not args.json and sys.stdin.isatty():
+            # Nothing given, a person at a terminal: the form is asked here, field by field, as `prompt` asks it.
+            chat = ChatPrinter(sys.stdout)
+            chat.note(describe_question(question))
+            return 0 if await ask_question(client, args.session_id, question, chat, StdinLines()) else 1
+        try:
+            reply["content"] = form_answer(question.get("requested_schema") if question else None, args.fields)
+        except FieldRefused as refused:
+            print(f"acp-gateway answer: {refused}; nothing was sent: the question stays open", file=sys.stderr)
+            return 2
     answered = await client.call("task.session.elicitation.respond", reply)
     _print(args, answered, f"answered: {answered['action']}")
     return 0
@@ -315,7 +341,10 @@ async def _watch(args: argparse.Namespace, connected: GatewayClient) -> int:
             await probe.close()
     client.start()
     try:
-        await asyncio.Event().wait()
+        await client.wait_closed()  # returns at close(); raises if the gateway refuses the token later
+    except HandshakeRefused as refused:
+        print(f"acp-gateway watch: {refused}", file=sys.stderr)
+        return 2
     finally:
         await client.close()
     return 0
@@ -441,7 +470,9 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
     interactive = sys.stdin.isatty() and not args.json
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": args.session_id,
                                                                       "prompt": args.text}))
-    asking: asyncio.Future[None] | None = None
+    lines = StdinLines() if interactive else None
+    asking: asyncio.Future[Any] | None = None  # a permission request or a question being asked on the terminal
+    question: dict[str, Any] | None = None  # the question `asking` asks, if it is one
     ended = False  # the turn's `turn_ended` came
     closed = asyncio.ensure_future(client.ws.wait_closed())
     try:
@@ -467,26 +498,37 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
                 chat.terminal(str(event["type"]), event["data"], colour=sys.stdout.isatty())
             elif event.get("type") == "permission_requested":
                 chat.note(describe_request(event["data"]))
-                if interactive and (asking is None or asking.done()):
-                    asking = asyncio.ensure_future(_ask(client, args.session_id, event["data"], chat))
+                if lines is not None and (asking is None or asking.done()):
+                    asking, question = asyncio.ensure_future(ask_permission(client, args.session_id, event["data"],
+                                                                            chat, lines)), None
                 elif not interactive:
                     chat.note(f"  answer with: acp-gateway permission {args.session_id} "
                               f"{event['data']['request_id']} OPTION_ID")
             elif event.get("type") == "elicitation_requested":
                 chat.note(describe_question(event["data"]))
-                if interactive and (asking is None or asking.done()):
-                    asking = asyncio.ensure_future(_ask_question(client, args.session_id, event["data"], chat))
+                if lines is not None and (asking is None or asking.done()):
+                    question = event["data"]
+                    asking = asyncio.ensure_future(ask_question(client, args.session_id, question, chat, lines))
                 elif not interactive:
-                    chat.note(f"  answer with: acp-gateway answer {args.session_id} {event['data']['request_id']} "
-                              + ("--open" if event["data"].get("mode") == "url" else "FIELD=VALUE …")
-                              + "  (or --decline)")
+                    chat.note("  answer with: " + answer_command(args.session_id, event["data"]["request_id"],
+                                                                 event["data"].get("mode")))
             elif event.get("type") == "elicitation_resolved":
                 resolved = event["data"]
+                if (asking is not None and not asking.done() and question is not None and lines is not None
+                        and lines.waiting and question["request_id"] == resolved["request_id"]):
+                    asking.cancel()  # answered from elsewhere while this terminal waited for a line: stop asking
                 chat.note(f"question {resolved['request_id']}: {resolved['action']} (by {resolved['by']})")
             elif event.get("type") == "permission_resolved":
                 chat.note(f"permission {event['data']['request_id']}: "
                           f"{orjson.dumps(event['data']['outcome']).decode()} (by {event['data'].get('by')})")
         result = turn.result()
+    except asyncio.CancelledError:
+        # Ctrl-C. The turn goes on without this terminal (docs/cli.md), but a question being asked here is
+        # cancelled: no one would be left to answer it, and the agent would wait on it.
+        if asking is not None and not asking.done() and question is not None:
+            asking.cancel()
+            await give_up(client, args.session_id, question, chat, "cancel")
+        raise
     finally:
         closed.cancel()
         if asking is not None:
@@ -494,90 +536,6 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
         chat.end()
     _print(args, result, f"stop reason: {result['stop_reason']}")
     return 0
-
-
-def form_answer(schema: dict[str, Any] | None, fields: list[str]) -> dict[str, Any]:
-    """`FIELD=VALUE` pairs typed by a person as the content a form's schema asks for: integers and numbers as
-    numbers, booleans from true/false/yes/no, lists comma-separated; anything else stays text (the gateway checks
-    the result against the schema and names what does not fit)."""
-    properties = (schema or {}).get("properties") or {}
-    content: dict[str, Any] = {}
-    for pair in fields:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise RpcCallError(INVALID_PARAMS, f"{pair!r}: give each field as FIELD=VALUE", {"field": pair})
-        kind = (properties.get(name) or {}).get("type")
-        if kind == "integer" and value.lstrip("-").isdigit():
-            content[name] = int(value)
-        elif kind == "number":
-            try:
-                content[name] = float(value) if any(c in value for c in ".eE") else int(value)
-            except ValueError:
-                content[name] = value
-        elif kind == "boolean" and value.lower() in ("true", "false", "yes", "no"):
-            content[name] = value.lower() in ("true", "yes")
-        elif kind == "array":
-            content[name] = [v.strip() for v in value.split(",") if v.strip()]
-        else:
-            content[name] = value
-    return content
-
-
-async def _question_schema(client: GatewayClient, session_id: str, request_id: str) -> dict[str, Any] | None:
-    """The schema of an open question, as re-offered to a new subscription (then `caught_up`)."""
-    await client.call("task.session.subscribe", {"session_id": session_id})
-    while True:
-        event = (await asyncio.wait_for(client.notifications.get(), 30)).get("params") or {}
-        if event.get("type") == "elicitation_requested" and event["data"].get("request_id") == request_id:
-            schema: dict[str, Any] | None = event["data"].get("requested_schema")
-            return schema
-        if event.get("type") == "caught_up":
-            return None
-
-
-async def _ask_question(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter) -> None:
-    """Ask an agent's question on the terminal, field by field (empty: leave it out; `-` alone: decline)."""
-    answer: dict[str, Any] = {"session_id": session_id, "request_id": data["request_id"], "action": "accept"}
-    read = asyncio.get_running_loop().run_in_executor
-    if data.get("mode") == "url":
-        chat.note("  opened it? y to go on, anything else declines: ")
-        if (await read(None, sys.stdin.readline)).strip().lower() not in ("y", "yes"):
-            answer["action"] = "decline"
-    else:
-        pairs = []
-        for name, prop in ((data.get("requested_schema") or {}).get("properties") or {}).items():
-            chat.note(f"  {prop.get('title') or name} ({prop.get('type')}; empty to skip, - to decline): ")
-            value = (await read(None, sys.stdin.readline)).strip()
-            if value == "-":
-                answer["action"] = "decline"
-                break
-            if value:
-                pairs.append(f"{name}={value}")
-        if answer["action"] == "accept":
-            answer["content"] = form_answer(data.get("requested_schema"), pairs)
-    try:
-        await client.call("task.session.elicitation.respond", answer)
-    except RpcCallError as err:
-        chat.note(f"  not taken: {err.message}")
-
-
-async def _ask(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter) -> None:
-    """Ask on the terminal which option to take; an answer from elsewhere first makes this one -32009."""
-    options = data.get("options") or []
-    for number, option in enumerate(options, 1):
-        chat.note(f"  {number}) {option.get('name')} [{option.get('kind')}]")
-    chat.note("  choose a number (empty: cancel the request): ")
-    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    choice = line.strip()
-    answer: dict[str, Any] = {"session_id": session_id, "request_id": data["request_id"]}
-    if choice.isdigit() and 1 <= int(choice) <= len(options):
-        answer["option_id"] = options[int(choice) - 1]["optionId"]
-    else:
-        answer["cancelled"] = True
-    try:
-        await client.call("task.session.permission.respond", answer)
-    except RpcCallError as err:
-        chat.note(f"  not taken: {err.message}")
 
 
 # The verbs, in the order `acp-gateway --help` lists them: name -> help, arguments (after CONNECTION's), handler.
@@ -634,11 +592,13 @@ VERBS: dict[str, Verb] = {
     "sign-out": Verb("sign a session's agent out, and forget what you gave its profile's agents to sign in",
                      (SESSION,), _sign_out),
     "answer": Verb("answer an agent's question (an elicitation): FIELD=VALUE … for its form, or "
-                   "--open/--decline/--cancel", (
+                   "--open/--decline/--cancel (list the waiting ones without REQUEST_ID)", (
         SESSION,
-        arg("request_id", help="the question (from `elicitation_requested`, as `prompt` prints it)"),
+        arg("request_id", nargs="?", help="the question (from `elicitation_requested`, as `prompt` and `status` "
+            "print it; without it, the questions waiting are listed)"),
         arg("fields", nargs="*", metavar="FIELD=VALUE", help="the form's answer, a field at a time (numbers, "
-            "true/false and comma-separated lists as the form asks)"),
+            "true/false and comma-separated lists as the form asks; each is checked before anything is sent). "
+            "None on a terminal: the form is asked field by field"),
         OneOf((arg("--open", action="store_true", help="a link: say you opened it (accept)"),
                arg("--decline", action="store_true", help="decline to answer"),
                arg("--cancel", action="store_true", help="cancel the question"))),

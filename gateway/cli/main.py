@@ -128,8 +128,7 @@ def _check(args: argparse.Namespace, command: list[str]) -> int:
     profile = _chosen_agent("check", args, command)
     if profile is None:
         return 2
-    # A command line is run as given, in the caller's environment; a profile as the gateway would launch it.
-    env = profile.launch_env(os.environ) if args.agent else None
+    env = local_agent_env(profile, bool(args.agent))
     command, auth_method = command or profile.argv(), args.auth_method or profile.auth_method
     if profile.availability() == "not_found":
         print(f"acp-gateway check: agent command not found: {command[0]!r}", file=sys.stderr)
@@ -206,6 +205,14 @@ def _serve(args: argparse.Namespace, command: list[str]) -> int:
     return serve_command(config, args.config)
 
 
+def local_agent_env(profile: AgentProfile, from_profile: bool) -> dict[str, str]:
+    """The environment `check` and `run` start their agent in. They run on the caller's own behalf: a command line
+    (`-- CMD`) gets the caller's whole environment (an agent author's API key included), as their shell would give
+    it; a profile (`--agent ID`) is launched as the gateway would launch it (its allowlist and the profile's own
+    variables), so that what works here works under `serve`. Only the server allowlists a caller's environment."""
+    return profile.launch_env(os.environ) if from_profile else dict(os.environ)
+
+
 def _chosen_agent(subcommand: str, args: argparse.Namespace, command: list[str]) -> AgentProfile | None:
     """The agent of `check` and `run`: the profile `--agent ID` names, or the command after `--` as an ad hoc
     profile. None when it is neither or both, or no such profile exists (said on stderr)."""
@@ -235,7 +242,8 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     if profile is None:
         return 2
     cwd = os.getcwd() if args.cwd is None else args.cwd  # here: where the command runs
-    opts = RunOptions(profile=profile, cwd=cwd, resume_token=args.resume_token, prompt=args.prompt, json=args.json)
+    opts = RunOptions(profile=profile, cwd=cwd, env=local_agent_env(profile, bool(args.agent)),
+                      resume_token=args.resume_token, prompt=args.prompt, json=args.json)
     return run_command(opts)
 
 

@@ -30,6 +30,7 @@ EXIT_OK, EXIT_TURN_FAILED, EXIT_USAGE, EXIT_PRESERVED = 0, 1, 2, 3
 class RunOptions:
     profile: AgentProfile
     cwd: str
+    env: dict[str, str]  # the agent's environment (main.local_agent_env: the caller's, for a command line)
     resume_token: str | None = None
     prompt: str | None = None
     json: bool = False
@@ -72,7 +73,7 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
     if not os.path.isdir(opts.cwd):
         err.write(f"acp-gateway run: working directory {opts.cwd!r} does not exist\n")
         return finish(EXIT_USAGE)
-    env = opts.profile.launch_env(os.environ)
+    env = opts.env
     try:
         client = await AcpClient.launch(
             opts.profile.argv(opts.resume_token), cwd=opts.cwd, env=env, on_update=on_update

@@ -5,6 +5,7 @@ Shared by `acp-gateway run` and `acp-gateway prompt`; machines use `--json` inst
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TextIO
 
@@ -17,6 +18,18 @@ QUIET_KINDS = STATE_UPDATE_KINDS
 # escape or control sequence goes (a command's output must not retitle, move or reprogram the reader's terminal).
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain(value: Any) -> str:
+    """A value of the wire as a person reads it, in JSON's words, not Python's: `true`, `false`, `null`; text as it
+    is; a list or an object as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def terminal_text(text: str, colour: bool) -> str:
@@ -68,13 +81,13 @@ class ChatPrinter:
     def terminal(self, kind: str, data: dict[str, Any], colour: bool = False) -> None:
         """An agent's terminal: its command, its output as it comes, its exit."""
         if kind == "terminal_started":
-            self._line(f"[terminal] $ {data.get('command')}  (in {data.get('cwd')})")
+            self._line(f"[terminal] $ {plain(data.get('command'))}  (in {plain(data.get('cwd'))})")
         elif kind == "terminal_output":
             self._line_break()
             self.out.write(terminal_text(str(data.get("text", "")), colour))
         elif kind == "terminal_exited":
             how = (f"exit code {data.get('exit_code')}" if data.get("exit_code") is not None
-                   else f"killed by {data.get('signal')}")
+                   else f"killed by {data.get('signal')}" if data.get("signal") else "ended")
             more = "" if data.get("complete", True) else (f"; {data.get('output_bytes')} bytes in all, the rest not "
                                                          "streamed")
             self._line(f"\n[terminal] {how}{more}")

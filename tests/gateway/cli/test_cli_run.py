@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +17,9 @@ from agents.catalog import load_profiles
 from agents.profiles import ProfileError, load_profile
 
 
-def run_cli(*args: str, cwd: Path) -> tuple[int, list[str], str]:
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
     proc = subprocess.run([sys.executable, "-m", "gateway.cli", "run", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
     return proc.returncode, proc.stdout.splitlines(), proc.stderr
 
 
@@ -97,6 +99,27 @@ def test_preserved_exits_3(workdir: Path, agent_cmd: list[str], saved_token: str
     assert out["restore"]["outcome"] == "preserved" and out["restore"]["failure_class"] == "inconclusive"
     assert out["session_id"] is None and out["stop_reason"] is None
     assert "saved session id is kept" in err
+
+
+CALLER_KEY = "ACME_API_KEY"  # not in the server's allowlist: only a caller's environment can give it
+CALLER_KEY_VALUE = "dummy-acme-key-5f0c9e"
+
+
+def test_run_and_record_give_the_agent_the_callers_environment(workdir: Path, agent_cmd: list[str]) -> None:
+    """`run -- CMD` (here with `record -- CMD` as its agent, as an agent author records a session) is a local tool
+    on the user's own behalf: the agent gets the caller's API key. The agent proves it by the key's digest, so the
+    key itself is never said: neither the output nor the recording holds it."""
+    recording = workdir.parent / "session.jsonl"
+    env = {**os.environ, CALLER_KEY: CALLER_KEY_VALUE}
+    rc, lines, err = run_cli("--cwd", str(workdir), "--prompt", f'/sh printf %s "${CALLER_KEY}" | sha256sum', "--",
+                             sys.executable, "-m", "gateway", "record", "--out", str(recording), "--", *agent_cmd,
+                             cwd=workdir, env=env)
+    assert rc == 0, err
+    digest = hashlib.sha256(CALLER_KEY_VALUE.encode()).hexdigest()
+    assert any(line.startswith(digest) for line in lines), lines  # the agent had the caller's key, to the byte
+    recorded = recording.read_text()
+    assert digest in recorded  # the recording has the whole session: the agent's answer too
+    assert CALLER_KEY_VALUE not in "\n".join(lines) + err + recorded
 
 
 def test_agent_profile_by_id(workdir: Path, tmp_path: Path) -> None:

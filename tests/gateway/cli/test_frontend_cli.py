@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -55,7 +56,7 @@ async def cli(gw: GatewayProcess | None, *args: str, cwd: Path | None = None) ->
 
 async def test_a_session_from_start_to_cancel(gateway: GatewayProcess, tmp_path: Path) -> None:
     rc, out, _ = await cli(gateway, "start", "--title", "from the terminal", cwd=tmp_path / "work")
-    assert rc == 0 and "WAITING_FOR_INPUT; agent running: True" in out
+    assert rc == 0 and "WAITING_FOR_INPUT; agent running: yes" in out
     sid = out.split()[0]
     rc, out, _ = await cli(gateway, "sessions")
     assert rc == 0 and sid in out and "from the terminal" in out
@@ -68,11 +69,11 @@ async def test_a_session_from_start_to_cancel(gateway: GatewayProcess, tmp_path:
     assert rc == 0 and "[user_message] hello cli" in out and "[agent_message] echo: hello cli" in out
     assert "[tool_call ls]\n[tool_result ls] README.md" in out
     rc, out, _ = await cli(gateway, "status", sid)
-    assert rc == 0 and out.startswith("WAITING_FOR_INPUT")
+    assert rc == 0 and out.strip() == "WAITING_FOR_INPUT (task REVIEW); agent running: yes; needs a resume: no", out
     rc, out, _ = await cli(gateway, "resume", sid)
-    assert rc == 0 and "agent running: True" in out
-    rc, out, _ = await cli(gateway, "cancel-turn", sid)
-    assert rc == 0 and "WAITING_FOR_INPUT" in out
+    assert rc == 0 and "agent running: yes" in out
+    rc, out, _ = await cli(gateway, "cancel-turn", sid)  # no turn: said, not silent
+    assert rc == 0 and out.strip() == f"session {sid} has no turn running (WAITING_FOR_INPUT); nothing to cancel"
     rc, out, _ = await cli(gateway, "cancel", sid)
     assert rc == 0 and out.strip() == "CANCELLED"
     rc, out, _ = await cli(gateway, "cancel", sid)  # already terminal: still success
@@ -360,8 +361,15 @@ async def test_an_agents_question_is_printed_and_answered_with_answer(gateway: G
         if event["type"] == "elicitation_requested":
             break
     rid = event["data"]["request_id"]
+    rc, out, _ = await cli(gateway, "status", sid)  # the question waits: status says how to answer it
+    assert rc == 0 and f"acp-gateway answer {sid}" in out, out
+    rc, out, _ = await cli(gateway, "answer", sid)  # the questions waiting, each with its command
+    assert rc == 0 and f"the agent asks ({rid}): Who is asking?" in out
+    assert f"answer: acp-gateway answer {sid} {rid} FIELD=VALUE …  (or --decline)" in out
+    rc, out, err = await cli(gateway, "answer", sid, rid, "name=Ada", "age=abc")  # checked before it is sent
+    assert rc == 2 and "age: 'abc' is not a whole number; nothing was sent: the question stays open" in err, err
     rc, out, err = await cli(gateway, "answer", sid, rid, "name=Ada", "age=-1")
-    assert rc != 0 and "content.age" in err and "stays open" in err  # refused; still open
+    assert rc == 2 and "age: -1 is too small: give a number at least 0" in err and "stays open" in err
     rc, out, err = await cli(gateway, "answer", sid, rid, "name=Ada", "age=36", "subscribe=yes")
     assert rc == 0 and "answered: accept" in out, err
     rc, out, err = await prompt
@@ -371,3 +379,162 @@ async def test_an_agents_question_is_printed_and_answered_with_answer(gateway: G
     assert '"content":{"name":"Ada","age":36,"subscribe":true}' in out
     assert f"question {rid}: accept (by user)" in out
     await client.close()
+
+
+class Terminal:
+    """`acp-gateway prompt` on a pseudo-terminal, as a person runs it: what it printed so far, and keys typed."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, primary: int) -> None:
+        self.proc, self.primary, self.seen = proc, primary, b""
+
+    @classmethod
+    async def prompt(cls, gw: GatewayProcess, session_id: str, text: str) -> Terminal:
+        primary, secondary = pty.openpty()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "prompt", session_id, text, "--url", gw.url, "--token", gw.token or "",
+            stdin=secondary, stdout=secondary, stderr=secondary)
+        os.close(secondary)
+        return cls(proc, primary)
+
+    async def until(self, marker: str, after: int = 0) -> str:
+        """What was printed once `marker` shows after the first `after` characters (waited for, up to 60 s)."""
+        async def read() -> None:
+            while marker.encode() not in self.seen[after:]:
+                self.seen += await asyncio.get_running_loop().run_in_executor(None, os.read, self.primary, 4096)
+        await asyncio.wait_for(read(), 60)
+        return self.seen.decode()
+
+    def type(self, keys: bytes) -> int:
+        """Type `keys`; the length of what was printed before them (to wait for what follows)."""
+        os.write(self.primary, keys)
+        return len(self.seen)
+
+    async def close(self) -> int:
+        try:
+            return await asyncio.wait_for(self.proc.wait(), 30)
+        finally:
+            os.close(self.primary)
+
+
+async def test_a_question_asked_on_a_terminal_is_checked_as_it_is_typed(gateway: GatewayProcess,
+                                                                          tmp_path: Path) -> None:
+    """Issue 45: `abc` was taken for an integer, `36` for a choice, `2` for a boolean. Each is refused with the
+    reason, and the field asked again."""
+    rc, out, _ = await cli(gateway, "start", cwd=tmp_path / "work")
+    assert rc == 0
+    sid = out.split()[0]
+    term = await Terminal.prompt(gateway, sid, "/elicit form")
+    try:
+        await term.until("Your name (text, at least 1 character(s); - to decline)")
+        at = term.type(b"\n")  # required: asked again
+        await term.until("name is required", at)
+        term.type(b"Ada\n")
+        await term.until("age (whole number, at least 0, empty to skip")
+        at = term.type(b"abc\n")
+        await term.until("'abc' is not a whole number", at)
+        at = term.type(b"36\n")
+        await term.until("colour (one of: 1) red, 2) green", at)
+        at = term.type(b"36\n")
+        await term.until("'36' is not one of the choices: 1) red, 2) green", at)
+        at = term.type(b"2\n")
+        await term.until("subscribe (y or n", at)
+        at = term.type(b"2\n")
+        await term.until("'2' is not a yes or no: answer y or n", at)
+        term.type(b"y\n")
+        said = await term.until("stop reason:")
+    finally:
+        assert await term.close() == 0
+    assert '"content":{"name":"Ada","age":36,"colour":"green","subscribe":true}' in said, said
+    assert "True" not in said and "None" not in said
+
+
+async def test_end_of_input_declines_the_question_and_the_turn_goes_on(gateway: GatewayProcess,
+                                                                       tmp_path: Path) -> None:
+    rc, out, _ = await cli(gateway, "start", cwd=tmp_path / "work")
+    sid = out.split()[0]
+    term = await Terminal.prompt(gateway, sid, "/elicit form")
+    try:
+        await term.until("Your name")
+        term.type(b"\x04")  # Ctrl-D
+        said = await term.until("stop reason: end_turn")
+    finally:
+        assert await term.close() == 0
+    assert "declined: the agent goes on without an answer" in said and 'elicitation: {"action":"decline"}' in said
+    rc, out, _ = await cli(gateway, "status", sid)
+    assert rc == 0 and out.startswith("WAITING_FOR_INPUT") and "question" not in out  # not stuck with it open
+
+
+async def test_ctrl_c_cancels_the_question_being_asked(gateway: GatewayProcess, tmp_path: Path) -> None:
+    """Issue 45: the CLI went away leaving the session RUNNING with the question open. Ctrl-C cancels it."""
+    rc, out, _ = await cli(gateway, "start", cwd=tmp_path / "work")
+    assert rc == 0
+    sid = out.split()[0]
+    client = await gateway.client()
+    await client.call("task.session.subscribe", {"session_id": sid})
+    term = await Terminal.prompt(gateway, sid, "/elicit form")
+    try:
+        await term.until("Your name")
+        term.proc.send_signal(signal.SIGINT)  # as Ctrl-C on its terminal sends it
+        said = await term.until("cancelled: the agent goes on without an answer")
+    finally:
+        await term.close()
+    while True:  # the agent got `cancel`, and the turn ended
+        event = (await client.next_notification(30))["params"]
+        if event["type"] == "turn_ended":
+            break
+    assert event["data"]["stop_reason"] == "cancelled", (event, said)
+    status = await client.call("task.session.status", {"session_id": sid})
+    assert status["state"] == "WAITING_FOR_INPUT" and not status["pending_elicitations"]
+    await client.close()
+
+
+async def test_a_refusal_from_the_gateway_is_said_and_its_field_asked_again(gateway: GatewayProcess,
+                                                                             tmp_path: Path) -> None:
+    """What the terminal's own check lets through (here: its copy of the form lost the minimum) the gateway still
+    refuses: the form says why and asks that field again, rather than giving up with the question open."""
+    import io
+
+    from gateway.cli.questions import StdinLines, ask_question
+    from gateway.clients.chat_text import ChatPrinter
+
+    rc, out, _ = await cli(gateway, "start", cwd=tmp_path / "work")
+    assert rc == 0
+    sid = out.split()[0]
+    client = await gateway.client()
+    await client.call("task.session.subscribe", {"session_id": sid})
+    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid, "prompt": "/elicit form"}))
+    while True:
+        event = (await client.next_notification(30))["params"]
+        if event["type"] == "elicitation_requested":
+            break
+    question = event["data"]
+    del question["requested_schema"]["properties"]["age"]["minimum"]
+    typed, typing = os.pipe()
+    os.write(typing, b"Ada\n-1\n\n\n36\n")  # name, age (refused by the gateway), colour, subscribe; age again
+    printed = io.StringIO()
+    try:
+        assert await asyncio.wait_for(ask_question(client, sid, question, ChatPrinter(printed), StdinLines(typed)),
+                                      60)
+        assert (await asyncio.wait_for(turn, 60))["stop_reason"] == "end_turn"
+    finally:
+        os.close(typed)
+        os.close(typing)
+    lines = printed.getvalue().splitlines()
+    refused = next(i for i, line in enumerate(lines) if line.startswith("  not taken: "))
+    assert "content.age" in lines[refused] and "the question stays open" in lines[refused]
+    assert [line.split(" (")[0] for line in lines[refused + 1:]] == ["  age"]  # that field, not the whole form
+    history = (await client.call("task.session.history", {"session_id": sid}))["entries"]
+    assert any('"content":{"name":"Ada","age":36}' in e["content"] for e in history)
+    await client.close()
+
+
+async def test_a_refused_token_says_which_token_to_set_and_is_not_taken_for_a_gateway_down(
+        gateway: GatewayProcess) -> None:
+    """The gateway answered 401: the CLI says the token was refused and how to give the right one — not "is
+    `acp-gateway serve` running?", which sends a person looking for a problem that is not there."""
+    wrong = "not-the-token-0123456789"
+    for verb in (["sessions"], ["watch"]):
+        code, out, err = await cli(None, *verb, "--url", gateway.url, "--token", wrong)
+        assert code == 2, (verb, out, err)
+        assert "HTTP 401" in err and "ACP_GATEWAY_TOKEN" in err, err
+        assert "serve` running" not in err and wrong not in err + out
