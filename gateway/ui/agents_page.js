@@ -1,27 +1,58 @@
 // The web UI's agents: the gateway's info (agents, workspace roots) in the start form, and the agents page.
 import { $, el, showErrorAt } from "./dom.js";
 import { state, call } from "./state.js";
+import { AVAILABILITY, sortAgents, signInWords, agentLabel, prefilledCwd } from "./present.js";
 
-const AVAILABILITY = { installed: "", downloads_on_first_start: " (downloads on first start)", not_found: " (not installed)" };
-const AUTH_WORDS = { signed_in: "signed in", needs_sign_in: "needs sign-in", unknown: "unknown", not_probed: "not probed" };
+// The directories this owner's sessions started in, newest first (kept in the browser: the field offers the last).
+export const recentKey = () => `acp-recent-cwd:${state.owner || ""}`;
+export function recentCwds() {
+  try { const v = JSON.parse(localStorage.getItem(recentKey()) || "[]"); return Array.isArray(v) ? v.filter((d) => typeof d === "string") : []; }
+  catch { return []; }
+}
 
-export async function loadInfo() {
-  const info = await call("gateway.info");
+let loading = null;  // the gateway.info call in flight: a focus while it runs waits for it rather than asking again
+let cwdOffered = false;  // the directory field is filled in once, at the first info: what the person types stays theirs
+
+// The gateway's info, asked again each time the start form or the agents page is opened or focused: an agent added
+// meanwhile (`acp-gateway agents add`) is listed without a reload.
+export function loadInfo() {
+  if (!loading) loading = call("gateway.info").then(showInfo).finally(() => { loading = null; });
+  return loading;
+}
+
+function showInfo(info) {
+  state.owner = info.owner;
   $("owner").textContent = `owner: ${info.owner}`;
-  $("agent").replaceChildren();
-  for (const a of info.agents) {
-    state.agents.set(a.id, a);
-    const o = el("option", "", `${a.name || a.id}${a.version ? ` ${a.version}` : ""}${AVAILABILITY[a.availability] ?? ""}`); o.value = a.id;
+  state.agents = new Map(info.agents.map((a) => [a.id, a]));
+  const pick = $("agent"), chosen = pick.value;
+  const options = sortAgents(info.agents).map((a) => {
+    const o = el("option", "", agentLabel(a)); o.value = a.id;
     if (a.availability === "downloads_on_first_start") o.title = "started through a package runner (npx, uvx…): its first start downloads it, which needs the network";
-    $("agent").append(o);
-  }
-  $("agent").value = info.default_agent;
-  // Where sessions may run: offered in the working-directory field, and said in its hint.
+    return o;
+  });
+  // Drawn again only when it changed: replacing the options of an open list would close it under the person's hand.
+  const same = options.length === pick.options.length && options.every((o, i) => o.value === pick.options[i].value && o.textContent === pick.options[i].textContent);
+  if (!same) pick.replaceChildren(...options);
+  pick.value = chosen && state.agents.has(chosen) ? chosen : info.default_agent;  // the person's pick stays
+  showAgentNote();
+  // Where sessions may run: said in the field's hint; offered in its list after the directories used before. The
+  // field itself starts with the last directory a session started in, never with a root (the gateway refuses one
+  // that holds its own files, as HOME does).
   state.roots = info.workspace_roots || [];
-  const list = $("cwd-roots"); list.replaceChildren(...state.roots.map((r) => { const o = el("option"); o.value = r; return o; }));
-  const hint = state.roots.length ? `inside ${state.roots.join(" or ")}` : "an absolute path";
-  $("cwd").placeholder = `working directory (${hint})`; $("cwd").title = `A session runs in a directory ${hint}.`;
-  if (!$("cwd").value && state.roots.length) $("cwd").value = state.roots[0];
+  const recent = recentCwds();
+  const offered = [...new Set([...recent, ...state.roots])];
+  $("cwd-roots").replaceChildren(...offered.map((r) => { const o = el("option"); o.value = r; return o; }));
+  const hint = state.roots.length ? `a project directory inside ${state.roots.join(" or ")}` : "an absolute path";
+  $("cwd").placeholder = `working directory (${hint})`; $("cwd").title = `A session runs in ${hint}.`;
+  if (!cwdOffered && !$("cwd").value) $("cwd").value = prefilledCwd(recent, state.roots);
+  cwdOffered = true;
+}
+
+// Under the agent list: what the chosen agent needs before its first prompt (a key to set, say).
+export function showAgentNote() {
+  const a = state.agents.get($("agent").value), note = $("agent-note");
+  const needs = a && a.auth_state === "needs_sign_in" ? signInWords(a) : null;
+  note.textContent = needs ? `${a.name || a.id} ${needs}` : ""; note.hidden = !needs;
 }
 
 // ---- the agents page: what each agent is, which version, whether it is signed in, how its last check went ----
@@ -39,15 +70,13 @@ function checkWords(check) {
 
 function renderAgents() {
   const body = $("agents-table").querySelector("tbody"); body.replaceChildren();
-  // installed from the registry first (they say the most), then the profiles, each by name
-  const agents = [...state.agents.values()].sort((x, y) => (!!y.version - !!x.version) || (x.name || x.id).localeCompare(y.name || y.id));
-  for (const a of agents) {
+  for (const a of sortAgents(state.agents.values())) {  // installed from the registry first (they say the most)
     const row = el("tr"); row.dataset.agent = a.id;
     const name = el("td"); name.append(el("strong", "", a.name || a.id), el("div", "muted", a.id));
     const versions = (a.installed_versions || []).filter((v) => v !== a.version);
-    const version = el("td", "agent-version", a.version || (AVAILABILITY[a.availability] || "").trim().replace(/^\((.*)\)$/, "$1") || "—");
+    const version = el("td", "agent-version", a.version || AVAILABILITY[a.availability] || "—");
     if (versions.length) version.append(el("div", "muted", `also installed: ${versions.join(", ")}`));
-    const auth = el("td", `agent-auth auth-${a.auth_state || "none"}`, a.auth_state ? AUTH_WORDS[a.auth_state] || a.auth_state : "—");
+    const auth = el("td", `agent-auth auth-${a.auth_state || "none"}`, signInWords(a) || "—");
     const check = el("td", "agent-check", a.version ? checkWords(a.last_check) : "—");
     const start = el("button", "primary", "Start session"); start.type = "button";
     start.disabled = a.availability === "not_found";
@@ -58,7 +87,7 @@ function renderAgents() {
 }
 
 function startWith(agentId) {
-  $("agent").value = agentId;
+  $("agent").value = agentId; showAgentNote();
   agentsOpen(false);
   if (!$("cwd").value.trim()) { $("cwd").focus(); showErrorAt("start-error", { message: "Give the working directory, then Start session." }); return; }
   $("start-form").requestSubmit();
@@ -67,4 +96,7 @@ function startWith(agentId) {
 export function wireAgentsPage() {
   $("agents-open").onclick = () => agentsOpen(true);
   $("agents-close").onclick = () => agentsOpen(false);
+  $("agent").onchange = showAgentNote;
+  // Focusing the start form (its agent list, say) asks the gateway again: an agent added since is offered at once.
+  $("start-form").addEventListener("focusin", () => { if (state.everLive) loadInfo().catch(() => {}); });
 }

@@ -9,7 +9,6 @@ import { wirePromptKeys } from "./palette.js";
 import { wireForms } from "./forms.js";
 import { connect, watchHealth } from "./connection.js";
 
-window.addEventListener("ansi-ready", () => { if (state.viewed) renderTranscript(); });  // colours, once loaded
 window.addEventListener("popstate", () => {
   const sid = fromUrl();
   if (sid) openView(sid); else { state.viewed = null; renderList(); renderHead(); renderTranscript(); }

@@ -74,6 +74,11 @@ export function applyEvent(log, p, c) {
       t.push({ kind: "turn", text: turnOutcome(d), failed: !d.stop_reason, ts });
       break;
     case "session_message": t.push({ kind: "notice", level: d.level || "warning", text: d.text, ts }); break;
+    case "session_status":  // the session ended by a cancel: said once, where its conversation stops
+      if (d.state !== "CANCELLED" || log.cancelled) return null;  // any other change of state is the header's
+      log.cancelled = true;
+      t.push({ kind: "notice", level: "info", text: "Session cancelled", ts });
+      break;
     case "session_active_stage":
       if (d.stage === "launching") t.push({ kind: "notice", level: "info", text: "Starting the agent…", ts });
       break;

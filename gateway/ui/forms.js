@@ -4,8 +4,10 @@ import { state, call } from "./state.js";
 import { setHealth, connect } from "./connection.js";
 import { openView } from "./session_actions.js";
 import { updatePalette } from "./palette.js";
+import { recentKey, recentCwds } from "./agents_page.js";
+import { remember, refusalHint } from "./present.js";
 
-const { AGENT_FAILED } = AcpGateway;  // the gateway's error codes (clients/typescript/src/codes.ts)
+const { AGENT_FAILED, WORKSPACE_MISSING } = AcpGateway;  // the gateway's error codes (clients/typescript/src/codes.ts)
 
 export function wireForms() {
   $("login-form").onsubmit = (ev) => {
@@ -21,13 +23,20 @@ async function startSession(ev) {
   ev.preventDefault();
   showErrorAt("start-error", null);
   $("start").disabled = true;
+  const cwd = $("cwd").value.trim();
   try {
-    const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd: $("cwd").value.trim(),
+    const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd,
                                                     title: $("title").value || undefined, wait_ready: true });
+    // The gateway took the directory (whatever became of the agent): the field offers it first from now on.
+    try { localStorage.setItem(recentKey(), JSON.stringify(remember(recentCwds(), view.cwd || cwd))); } catch {}
     state.sessions.set(view.session_id, view); if (view.config) state.configs.set(view.session_id, view.config);
     if (view.state === "FAILED") showErrorAt("start-error", { message: `The session could not start: ${view.error_message}` });
     openView(view.session_id);
-  } catch (e) { showErrorAt("start-error", e); }
+  } catch (e) {
+    // A refused directory: the gateway's reason, then what to type instead.
+    const hint = refusalHint(e, state.roots, recentCwds(), WORKSPACE_MISSING);
+    showErrorAt("start-error", hint ? { message: `${e.message}\n${hint}` } : e);
+  }
   finally { $("start").disabled = false; }
 }
 

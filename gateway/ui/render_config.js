@@ -3,6 +3,7 @@ import { $, el, showErrorAt } from "./dom.js";
 import { state, call, config } from "./state.js";
 import { TERMINAL, optionValues } from "./fold.js";
 import { renderList, renderHead } from "./render_sessions.js";
+import { signInVars } from "./present.js";
 
 export function renderConfig() {
   const bar = $("config-bar"), notice = $("config-notice");
@@ -71,7 +72,11 @@ function usageView(u) {
 // sent once, and never shown again: the gateway keeps it write-only).
 function signInCard(sid, auth, editable) {
   const card = el("div", "sign-in");
-  card.append(el("strong", "", "The agent asks you to sign in"), el("div", "muted", auth.reason || ""));
+  card.append(el("strong", "", "The agent asks you to sign in"));
+  const vars = signInVars(auth);  // named, so a person knows which key to fetch (or to export before a restart)
+  const typed = (auth.methods || []).some((m) => m.kind === "env_var");
+  if (vars.length) card.append(el("div", "sign-in-vars", `It needs ${vars.join(" or ")}${typed ? ": type it below" : ""}.`));
+  card.append(el("div", "muted", auth.reason || ""));
   for (const m of auth.methods || []) {
     const form = el("form", "sign-in-method"); form.dataset.methodId = m.id;
     form.append(el("span", "", `${m.name}${m.description ? ` — ${m.description}` : ""}`));

@@ -35,7 +35,7 @@ export function renderHead() {
               el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
   if (s.forked_from) {
     const from = el("a", "muted forked-from", `forked from ${(state.sessions.get(s.forked_from) || {}).title || s.forked_from}`);
-    from.href = "#"; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };
+    from.href = `#${s.forked_from}`; from.dataset.sessionId = s.forked_from; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };
     head.append(from);
   }
   head.append(...headButtons(s));

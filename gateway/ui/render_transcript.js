@@ -2,6 +2,9 @@
 import { $, el, md, stamp } from "./dom.js";
 import { state } from "./state.js";
 import { permissionCard, elicitationCard, diffView } from "./cards.js";
+import { ansiRuns } from "./ansi.js";
+import { sessionParts } from "./present.js";
+import { openView } from "./session_actions.js";
 
 export function renderTranscript() {
   const box = $("transcript"); box.replaceChildren();
@@ -24,7 +27,7 @@ export function renderTranscript() {
       const d = el("details", `${cls} raw-entry`);
       d.append(el("summary", "", `[${e.label}]`), el("pre", "", JSON.stringify(e.json, null, 2)));
       box.append(stamp(d, e));
-    } else if (e.kind === "notice") box.append(stamp(el("div", `${cls} level-${e.level || "warning"}`, e.text), e));
+    } else if (e.kind === "notice") box.append(stamp(withSessionLinks(el("div", `${cls} level-${e.level || "warning"}`), e.text), e));
     else if (e.kind === "turn") box.append(stamp(el("div", `${cls}${e.failed ? " level-error" : ""}`, e.text), e));
     else box.append(stamp(el("div", cls, e.text), e));
   }
@@ -37,24 +40,36 @@ export function renderRaw() {
   $("raw-log").textContent = log.map((p) => JSON.stringify(p)).join("\n");
 }
 
-// An agent's terminal: its command, its output with the command's 16 colours (ansi_up escapes the text as HTML, and
-// DOMPurify keeps only what is safe of its markup), and how it ended.
+// A message's text with each session it names ("Forked into session s-…") as a link that opens that session.
+function withSessionLinks(node, text) {
+  for (const part of sessionParts(text)) {
+    if (!part.session) { node.append(part.text); continue; }
+    const link = el("a", "session-link", part.session); link.href = `#${part.session}`; link.dataset.sessionId = part.session;
+    link.onclick = (ev) => { ev.preventDefault(); openView(part.session); };
+    node.append(link);
+  }
+  return node;
+}
+
+// An agent's terminal: its command, its output in the command's colours, and how it ended. The output is text nodes
+// in spans made here (never parsed HTML: an escape sequence is never markup), styled by class, and by the CSSOM for
+// the colours no class names.
 function terminalView(term) {
   const box = el("div", "msg card terminal");
   const head = el("div", "terminal-head");
   head.append(el("code", "", `$ ${term.command}`));
   const x = term.exit;
-  head.append(el("span", `status status-${!x ? "in_progress" : x.exit_code === 0 ? "completed" : "failed"}`,
+  head.append(el("span", `status status-${!x ? "in_progress" : x.recorded ? "recorded" : x.exit_code === 0 ? "completed" : "failed"}`,
     !x ? "running" : x.recorded ? "recorded" : x.exit_code != null ? `exit ${x.exit_code}` : `killed (${x.signal})`));
   box.append(head);
   const pre = el("pre", "terminal-output");
-  if (window.AnsiUp && window.DOMPurify) {
-    // Colours as classes (app.css): the page's policy allows no inline style, so what ansi_up would say as one (bold,
-    // 24-bit colours) is dropped rather than refused by the browser.
-    const ansi = new window.AnsiUp(); ansi.use_classes = true;
-    pre.innerHTML = DOMPurify.sanitize(ansi.ansi_to_html(term.text), { FORBID_ATTR: ["style"] });
+  for (const run of ansiRuns(term.text)) {
+    if (!run.classes.length && !run.color && !run.background) { pre.append(run.text); continue; }
+    const span = el("span", run.classes.join(" "), run.text);
+    if (run.color) span.style.color = run.color;  // the CSSOM: allowed by the page's policy, unlike a style attribute
+    if (run.background) span.style.backgroundColor = run.background;
+    pre.append(span);
   }
-  else pre.textContent = term.text.replace(/\x1b\[[0-9;]*m/g, "");
   box.append(pre);
   if (x && x.complete === false) box.append(el("div", "muted", `${x.output_bytes} bytes in all: the rest was not streamed (the agent got its last bytes).`));
   return box;

@@ -241,6 +241,19 @@ const TABLE = [
     },
   },
   {
+    name: "a session cancelled says so once, where its conversation stops; other changes of state say nothing",
+    events: [chunk(1, "partial"), ev(2, "session_status", { state: "RUNNING", is_agent_running: true }),
+             chunk(3, " answer"), ev(4, "session_status", { state: "CANCELLED", is_agent_running: true }),
+             ev(5, "session_status", { state: "CANCELLED", is_agent_running: false })],
+    check: ({ t, changed }) => {
+      assert.deepEqual(kinds(t), ["agent", "notice"]);
+      assert.equal(t[0].text, "partial answer");  // a change of state does not split the agent's message
+      assert.equal(t[1].text, "Session cancelled");
+      assert.equal(t[1].level, "info");
+      assert.deepEqual(changed, [null, null, null, null, null]);
+    },
+  },
+  {
     name: "events the transcript does not show change nothing but the cursor",
     events: [ev(7, "session_created", { session_id: "s-1" }), ev(9, "something_new", { x: 1 }), ev(null, "unknown")],
     check: ({ t, log, changed }) => {

@@ -1,0 +1,88 @@
+// The web UI's pure presentation rules (no DOM, no window): how agents are listed and what their sign-in needs are
+// called, which directory the start form offers, what a refused start asks the person to type instead, and where a
+// message names another session.
+
+export const AVAILABILITY = { installed: "", downloads_on_first_start: "downloads on first start", not_found: "not installed" };
+const AUTH_WORDS = { signed_in: "signed in", needs_sign_in: "needs sign-in", unknown: "unknown", not_probed: "not probed" };
+
+// Agents as the start form and the agents page list them: those added from the registry (with a `version`) first,
+// then the profiles, each group by name.
+export function sortAgents(agents) {
+  const name = (a) => a.name || a.id;
+  return [...agents].sort((x, y) => (!!y.version - !!x.version) || name(x).localeCompare(name(y)));
+}
+
+// What an agent's sign-in looks like: "needs sign-in: set ANTHROPIC_API_KEY" names the variables the gateway knows
+// (`sign_in_vars`; an older gateway sends none: then the state alone). Null when the gateway says nothing of it.
+export function signInWords(agent) {
+  const st = agent.auth_state;
+  if (!st) return null;
+  const vars = Array.isArray(agent.sign_in_vars) ? agent.sign_in_vars.filter((v) => typeof v === "string" && v) : [];
+  const words = AUTH_WORDS[st] || st.replace(/_/g, " ");
+  return st === "needs_sign_in" && vars.length ? `${words}: set ${vars.join(" or ")}` : words;
+}
+
+// An agent's line in the start form's list: its name, version, and what a person must know before starting it.
+export function agentLabel(agent) {
+  const notes = [AVAILABILITY[agent.availability] || ""];
+  if (agent.auth_state === "needs_sign_in") notes.push(signInWords(agent));
+  const said = notes.filter(Boolean);
+  return `${agent.name || agent.id}${agent.version ? ` ${agent.version}` : ""}${said.length ? ` (${said.join("; ")})` : ""}`;
+}
+
+// The variables a session's sign-in card asks for: those of its API-key methods, and any the gateway names besides.
+export function signInVars(auth) {
+  const found = [];
+  for (const m of (auth && auth.methods) || []) if (m.kind === "env_var") found.push(...(m.vars || []));
+  found.push(...((auth && auth.sign_in_vars) || []));
+  return [...new Set(found.filter((v) => typeof v === "string" && v))];
+}
+
+// ---- the start form's working directory ----
+export const RECENT_KEEP = 5;  // directories remembered per owner
+
+export function inside(path, root) {
+  const r = root.endsWith("/") ? root : `${root}/`;
+  return path === root || path.startsWith(r);
+}
+
+// The directories sessions were started in (newest first) after one more, at most RECENT_KEEP.
+export function remember(recent, cwd) { return [cwd, ...(recent || []).filter((d) => d !== cwd)].slice(0, RECENT_KEEP); }
+
+// What the directory field starts with: the newest directory a session started in that still lies inside a root
+// (with no roots known, the newest); never a root itself, which the gateway may refuse (HOME holds its own files).
+export function prefilledCwd(recent, roots) {
+  return (recent || []).find((d) => !roots.length || roots.some((r) => inside(d, r))) || "";
+}
+
+// What a refused start asks the person to type instead (null for a refusal that is not about the directory).
+// `e` is the refusal ({code, message, data: {cwd, rule}}), `roots` the owner's workspace roots, `recent` the
+// directories sessions started in.
+export function refusalHint(e, roots, recent, workspaceCode) {
+  if (!e || e.code !== workspaceCode) return null;
+  const cwd = (e.data && e.data.cwd) || "", rule = e.data && e.data.rule;
+  const within = roots.length ? ` inside ${roots.join(" or ")}` : "";
+  const last = prefilledCwd(recent, roots);
+  const tail = last && last !== cwd ? ` The last one a session started in was ${last}.` : "";
+  if (rule === "contains_gateway_files") {
+    const example = `${cwd.replace(/\/+$/, "")}/my-project`;
+    return `Type a project's own directory instead, one that does not hold the gateway's state: ${example}, say (create it first).${tail}`;
+  }
+  if (rule === "inside_gateway_files") return `Type a project directory outside the gateway's own files${within}.${tail}`;
+  if (rule === "outside_workspace_roots" || rule === "system_directory") return `Type a project directory${within}.${tail}`;
+  return `Create it first (mkdir -p ${cwd}), or type a directory that exists${within}.${tail}`;  // no such directory
+}
+
+// ---- sessions named in a message ----
+const SESSION_ID = /\bs-[0-9a-f]{8,}\b/g;
+
+// A message's text in parts: plain text ({text}) and the sessions it names ({session}), in order.
+export function sessionParts(text) {
+  const parts = []; let at = 0;
+  for (const m of (text || "").matchAll(SESSION_ID)) {
+    if (m.index > at) parts.push({ text: text.slice(at, m.index) });
+    parts.push({ session: m[0] }); at = m.index + m[0].length;
+  }
+  if (at < (text || "").length) parts.push({ text: text.slice(at) });
+  return parts;
+}

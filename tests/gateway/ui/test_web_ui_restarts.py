@@ -1,0 +1,96 @@
+"""The web UI across gateway restarts and crashes, in headless Chromium: a session that needs a resume says so and
+is resumed once, auto-resume off waits for a click, a failed restore offers recover, and a turn cut by a closed tab
+or a crash leaves its outcome on screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import playwright.async_api as playwright_api
+
+from tests.gateway.ui.web_ui_support import crash_and_restart, expect, new_page, say, shot, start_in_page, ui_url
+from tests.gateway_harness import GatewayProcess
+
+
+async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: GatewayProcess,
+                                                                       browser: playwright_api.Browser,
+                                                                       tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work")
+    await say(page, "before")
+    await expect(page.locator(".msg.agent")).to_have_text("echo: before")
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    await gateway.kill9()
+    await expect(page.locator("#status-line")).to_contain_text("Connection lost")  # no stale "agent running" alone
+    await gateway.start()
+    # Within seconds of the reconnect: the state the gateway reports, with the reason and an enabled Resume.
+    await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+    await expect(page.locator("#agent-running")).to_have_text("agent stopped")
+    await expect(page.locator("#status-line")).to_contain_text("Needs resume: the agent is not running")
+    await expect(page.locator("#resume")).to_be_enabled()
+    await shot(page, "ui-needs-resume")
+    # Reopening the session resumes it, once, and says how.
+    await page.locator("#sessions li").first.click()
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    await expect(page.locator("#status-line")).to_be_hidden()
+    await say(page, "after")
+    await expect(page.locator(".msg.agent").last).to_have_text("echo: after")
+    await shot(page, "ui-resumed")
+    assert errors == []
+
+
+async def test_auto_resume_off_waits_for_a_click(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                                 tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", agent="paid")
+    await crash_and_restart(page, gateway)
+    await page.locator("#sessions li").first.click()
+    await expect(page.locator("#status-line")).to_contain_text("auto-resume is off for this agent: press Resume")
+    await expect(page.locator("#agent-running")).to_have_text("agent stopped")
+    await shot(page, "ui-auto-resume-off")
+    await page.click("#resume")
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(page.locator("#agent-running")).to_have_text("agent running")
+    assert errors == []
+
+
+async def test_a_failed_restore_offers_recover(gateway: GatewayProcess, browser: playwright_api.Browser,
+                                               tmp_path: Path) -> None:
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", agent="ref-once-internal")
+    await crash_and_restart(page, gateway)
+    await page.locator("#sessions li").first.click()  # auto-resume: the agent fails it once (-32603)
+    await expect(page.locator("#status-line")).to_contain_text("Restore failed", timeout=30_000)
+    await expect(page.locator("#recover-retry")).to_be_enabled()
+    await shot(page, "ui-error-recovery")
+    await page.click("#recover-retry")
+    await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
+    await expect(page.locator("#status-line")).to_be_hidden()
+    assert errors == []
+
+
+async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gateway: GatewayProcess,
+                                                                             browser: playwright_api.Browser,
+                                                                             tmp_path: Path) -> None:
+    first, _ = await new_page(browser)
+    await start_in_page(first, gateway, tmp_path / "work")
+    # A turn that ends by itself, and the tab that asked for it is closed meanwhile.
+    await say(first, "/sleep 0.5")
+    await expect(first.locator("#session-state")).to_have_text("RUNNING")
+    await first.close()
+    second, _ = await new_page(browser)
+    await second.goto(ui_url(gateway))
+    await expect(second.locator("#stream")).to_have_text("live")
+    await second.locator("#sessions li").first.click()
+    await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    # A turn that never ends by itself, cut by a gateway crash: after the restart it shows as interrupted.
+    await say(second, "/hang")
+    await expect(second.locator("#session-state")).to_have_text("RUNNING")
+    await crash_and_restart(second, gateway)
+    await expect(second.locator(".msg.turn").last).to_contain_text("turn interrupted", timeout=30_000)
+    await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")  # not a stale RUNNING
+    await expect(second.locator("#sessions li .badge").first).to_have_text("WAITING_FOR_INPUT")
+    await say(second, "after the crash")  # a prompt resumes the agent lazily
+    await expect(second.locator(".msg.agent").last).to_have_text("echo: after the crash", timeout=30_000)
+    await shot(second, "ui-interrupted")
