@@ -23,13 +23,17 @@ FORBIDDEN = {
     "clients": {"api", "runtime", "journal", "store", "app", "errors", "config", "cli"},
     "sandboxed": {"api", "runtime", "journal", "store", "clients", "app", "errors", "error_codes", "config", "cli",
                   "metrics", "memory", "ui"},
+    # the agent host outlives the gateway and runs its own small process: nothing of the service's state is in it
+    "agenthost": {"api", "runtime", "journal", "store", "clients", "app", "cli", "errors", "error_codes", "config",
+                  "metrics", "memory", "ui", "sandboxed"},
 }
 # The wiring modules gateway/ may hold beside its wings (the bound: eight). `error_codes` is the wire's
 # vocabulary, importing only acp/errors.py: the clients, which may import no other of these, use it too.
 TOP_LEVEL = {"__init__", "__main__", "app", "config", "error_codes", "errors", "memory", "metrics"}
 # Decide-and-perform: the rule modules decide from data alone; sockets, processes, files and the store are for the
 # modules that perform what they decide.
-PURE_RULES = ["acp/restore.py", "acp/session_config.py", "acp/replay/rules.py", "acp/replay/script.py",
+PURE_RULES = ["gateway/agenthost/protocol.py",
+              "acp/restore.py", "acp/session_config.py", "acp/replay/rules.py", "acp/replay/script.py",
               "gateway/runtime/states.py", "gateway/runtime/commands.py", "gateway/runtime/status.py",
               "gateway/runtime/history.py", "gateway/runtime/resume_context.py", "gateway/runtime/permissions.py",
               "gateway/runtime/key_rules.py", "gateway/runtime/sign_in_rules.py", "gateway/runtime/sign_in_needs.py",

@@ -1,0 +1,363 @@
+"""The gateway's side of an agent host: start one (`start_host`) and attach to it (`HostConnection`).
+
+A connection reads like the agent's pipes did: `stdout` is a reader with `read`/`readline` (what `acp.jsonrpc`'s
+peer reads) that knows the offset of the last agent line it handed out whole (`consumed`, what the gateway commits),
+and `stdin` a byte sink (`write`/`drain`/`close`/`is_closing`) whose lines go out numbered, kept in `GatewayLines`
+until the host has taken them, and sent again on the next attach: the host writes each to the agent once (AH-8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import sys
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import protocol
+from .host import FrameReader
+from .protocol import FrameError
+from .spec import HostSpec, private_directory, socket_address, write_spec
+
+QUEUE_BYTES = 4 * 1024 * 1024  # agent lines received and not yet read, past which the socket is not read
+
+
+class HostError(Exception):
+    """The host could not be started, refused the attach, or ended the connection."""
+
+    def __init__(self, message: str, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule  # the protocol rule (AH-…) when the host named one
+
+
+class HostDisconnected(HostError):
+    """The connection to the host ended before the agent's exit was read: attach again."""
+
+
+def new_secret() -> tuple[str, str]:
+    """A per-execution secret and the hash the host keeps of it."""
+    secret = secrets.token_urlsafe(32)
+    return secret, protocol.secret_hash(secret)
+
+
+@dataclass(frozen=True)
+class HostHandle:
+    socket_path: str
+    spool_dir: str
+    host_pid: int
+    agent_pid: int
+
+
+async def start_host(spec: HostSpec, timeout: float = 30.0) -> HostHandle:
+    """Writes the spec file beside the socket, starts the host detached and returns once its socket listens."""
+    spec.check()
+    socket_path = Path(spec.socket_path)
+    private_directory(socket_path.parent)
+    spec_path = socket_path.parent / f".{socket_path.name}.{secrets.token_hex(4)}.spec"
+    write_spec(spec, spec_path)
+    try:
+        starter = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-m", "gateway.agenthost", str(spec_path),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)})
+        try:
+            # The starter exits at once; the pipes stay open until the forked host says ready and lets them go.
+            said, complaint = await asyncio.wait_for(starter.communicate(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                starter.kill()
+            raise HostError(f"the agent host did not start within {timeout} s") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            spec_path.unlink()
+    words = said.decode(errors="replace").strip().split(" ", 2)
+    if len(words) == 3 and words[0] == "ready":
+        return HostHandle(spec.socket_path, spec.spool_dir, int(words[1]), int(words[2]))
+    if words[0] == "error":
+        raise HostError(f"the agent host could not start: {' '.join(words[1:])}")
+    tail = complaint.decode(errors="replace").strip().splitlines()[-3:]
+    raise HostError(f"the agent host ended before it was ready: {' | '.join(tail) or 'no output'}")
+
+
+class GatewayLines:
+    """The gateway's lines to the agent, numbered; each kept until the host has taken it (`written`). One per agent
+    execution, across connections: the next attach sends again what the host had not taken."""
+
+    def __init__(self, written: int = 0) -> None:
+        self.next_seq = written + 1
+        self.unwritten: dict[int, bytes] = {}
+
+    def add(self, line: bytes) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        self.unwritten[seq] = line
+        return seq
+
+    def taken(self, written: int) -> None:
+        for seq in [s for s in self.unwritten if s <= written]:
+            del self.unwritten[seq]
+        self.next_seq = max(self.next_seq, written + 1)
+
+
+@dataclass(frozen=True)
+class Welcome:
+    head: int
+    written: int
+    host_pid: int
+    agent_pid: int
+    exit_code: int | None
+
+
+_END = (-1, b"")  # the agent's exit, in the line queue
+
+
+class HostConnection:
+    """One attachment to a host."""
+
+    def __init__(self, writer: asyncio.StreamWriter, welcome: Welcome, committed: int, outbox: GatewayLines,
+                 frames: FrameReader) -> None:
+        self._writer = writer
+        self.welcome = welcome
+        self.committed = committed  # what the attach said: the lines read here come after it
+        self.outbox = outbox
+        self._frames = frames
+        self._lines: deque[tuple[int, bytes]] = deque()
+        self._queued_bytes = 0
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._answers: deque[asyncio.Future[dict[str, Any]]] = deque()  # stderr and status, answered in order
+        self.exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.closed_reason: HostError | None = None
+        self.stdout = AgentStdout(self)
+        self.stdin = AgentStdin(self)
+        self._reading = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def attach(cls, socket_path: str, secret: str, incarnation: int, committed: int,
+                     outbox: GatewayLines | None = None, timeout: float = 30.0) -> HostConnection:
+        """Attach as gateway `incarnation`, having committed the agent's lines up to `committed`; the lines after it
+        follow. `outbox`: the lines this execution's earlier connection had not seen taken (sent again, in order)."""
+        with socket_address(socket_path) as address:
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(address), timeout)
+            except OSError as exc:
+                raise HostDisconnected(f"the agent host's socket does not answer: {exc.strerror or exc}") from exc
+        writer.write(protocol.encode({"t": protocol.HELLO, "secret": secret, "incarnation": incarnation,
+                                      "committed": committed}))
+        frames = FrameReader(reader)
+        try:
+            answer = await asyncio.wait_for(frames.next(), timeout)
+        except (FrameError, ConnectionError, TimeoutError) as exc:
+            writer.close()
+            raise HostDisconnected(f"the agent host did not answer the hello: {exc}") from exc
+        if answer is None or answer.get("t") != protocol.WELCOME:
+            writer.close()
+            answer = answer or {}
+            raise HostError(f"the agent host refused the attach: {answer.get('reason', 'it closed the connection')}",
+                            answer.get("rule"))
+        welcome = Welcome(answer["head"], answer["written"], answer["host_pid"], answer["agent_pid"], answer["exit"])
+        outbox = outbox if outbox is not None else GatewayLines(welcome.written)
+        outbox.taken(welcome.written)
+        connection = cls(writer, welcome, committed, outbox, frames)
+        for seq, line in sorted(outbox.unwritten.items()):
+            connection._send_line(seq, line)
+        return connection
+
+    # -- reading -----------------------------------------------------------------------------------------------------
+    async def _read(self) -> None:
+        reason: HostError = HostDisconnected("the agent host closed the connection")
+        try:
+            while (frame := await self._frames.next()) is not None:
+                kind = frame.get("t")
+                if kind == protocol.LINE:
+                    data = protocol.carried(frame)
+                    self._lines.append((frame["offset"], data))
+                    self._queued_bytes += len(data)
+                    self._arrived.set()
+                    if self._queued_bytes >= QUEUE_BYTES:  # a slow reader: the host waits, its spool holds the rest
+                        self._room.clear()
+                        await self._room.wait()
+                elif kind == protocol.EXIT:
+                    if not self.exit_code.done():
+                        self.exit_code.set_result(frame["code"])
+                    self._lines.append(_END)
+                    self._arrived.set()
+                elif kind == protocol.WRITTEN:
+                    self.outbox.taken(frame["seq"])
+                elif kind in (protocol.STDERR, protocol.STATUS):
+                    if self._answers:
+                        self._answers.popleft().set_result(frame)
+                elif kind in (protocol.SUPERSEDED, protocol.VIOLATION):
+                    reason = HostDisconnected(f"the agent host ended this connection: {frame.get('reason')}",
+                                              frame.get("rule"))
+                    break
+        except (FrameError, ConnectionError) as exc:
+            reason = HostDisconnected(f"the agent host's connection failed: {exc}")
+        finally:
+            self.closed_reason = reason
+            self._writer.close()
+            for answer in self._answers:
+                if not answer.done():
+                    answer.set_exception(reason)
+            self._answers.clear()
+            self._arrived.set()
+
+    async def next_line(self) -> tuple[int, bytes] | None:
+        """The agent's next line and its offset; None once the agent exited and every line was read. Raises
+        HostDisconnected when the connection ended first."""
+        while not self._lines:
+            if self.closed_reason is not None:
+                raise self.closed_reason
+            self._arrived.clear()
+            await self._arrived.wait()
+        if self._lines[0] is _END:
+            return None
+        offset, data = self._lines.popleft()
+        self._queued_bytes -= len(data)
+        if self._queued_bytes < QUEUE_BYTES:
+            self._room.set()
+        return offset, data
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, bytes]]:
+        while (item := await self.next_line()) is not None:
+            yield item
+
+    # -- writing -----------------------------------------------------------------------------------------------------
+    def _send(self, frame: dict[str, Any]) -> None:
+        if self.closed_reason is not None:
+            raise self.closed_reason
+        self._writer.write(protocol.encode(frame))
+
+    def _send_line(self, seq: int, line: bytes) -> None:
+        self._send({"t": protocol.LINE, "seq": seq, **protocol.carry(line)})
+
+    def send(self, line: bytes) -> int:
+        """A line for the agent (without its newline); its sequence number. Kept until the host has taken it: when
+        this connection ends first, the next attach with the same `outbox` sends it again."""
+        seq = self.outbox.add(line)
+        with contextlib.suppress(HostError):
+            self._send_line(seq, line)
+        return seq
+
+    async def drain(self) -> None:
+        if self.closed_reason is not None:
+            raise self.closed_reason
+        await self._writer.drain()
+
+    def ack(self, offset: int, sent: int | None = None) -> None:
+        """The gateway committed the agent's lines up to `offset`: the host may drop them (and its own lines up to
+        `sent`)."""
+        self._send({"t": protocol.ACK, "offset": offset, **({"sent": sent} if sent is not None else {})})
+
+    async def _ask(self, frame: dict[str, Any]) -> dict[str, Any]:
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._send(frame)
+        self._answers.append(answer)
+        return await answer
+
+    async def stderr_tail(self, lines: int = 20) -> list[str]:
+        answer = await self._ask({"t": protocol.STDERR, "lines": lines})
+        return list(answer["lines"])
+
+    async def status(self) -> dict[str, Any]:
+        """The host's figures: the spool's head, acked offset and bytes, whether it paused reading the agent..."""
+        return await self._ask({"t": protocol.STATUS})
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop the agent's tree (stdin closed, SIGTERM, SIGKILL); its exit follows as usual."""
+        self._send({"t": protocol.STOP, **({"grace": grace} if grace is not None else {})})
+
+    async def release(self) -> None:
+        """The gateway is done with this host: it stops the agent if running, and exits (LG-2)."""
+        with contextlib.suppress(HostError):
+            self._send({"t": protocol.RELEASE})
+            await self._writer.drain()
+        with contextlib.suppress(Exception):
+            await self._reading
+
+    async def close(self) -> None:
+        """Detach: the host and its agent go on (until LG-1)."""
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+        self._reading.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reading
+
+
+class AgentStdout:
+    """The agent's stdout as a stream reader: `read(n)` and `readline()`, bytes with their newlines. `consumed` is
+    the offset of the last line handed out whole: what the gateway may commit once it acted on those bytes."""
+
+    def __init__(self, connection: HostConnection) -> None:
+        self._connection = connection
+        self._buffer = b""
+        self._buffer_offset = 0  # the offset of the line whose rest is in `_buffer`
+        self.consumed = connection.committed
+        self._eof = False
+
+    async def _fill(self) -> bool:
+        if self._buffer:
+            return True
+        if self._eof:
+            return False
+        item = await self._connection.next_line()
+        if item is None:
+            self._eof = True
+            return False
+        self._buffer_offset, line = item
+        self._buffer = line + b"\n"
+        return True
+
+    def _take(self, n: int) -> bytes:
+        data, self._buffer = self._buffer[:n], self._buffer[n:]
+        if not self._buffer:
+            self.consumed = self._buffer_offset
+        return data
+
+    async def read(self, n: int = -1) -> bytes:
+        if not await self._fill():
+            return b""
+        return self._take(len(self._buffer) if n < 0 else n)
+
+    async def readline(self) -> bytes:
+        if not await self._fill():
+            return b""
+        return self._take(len(self._buffer))
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._buffer
+
+
+class AgentStdin:
+    """The agent's stdin as a byte sink: whole lines go out numbered (`HostConnection.send`). Closing it detaches
+    this writer only: the agent's own stdin is closed by `HostConnection.stop` (or the host's end), never by a
+    gateway that goes away."""
+
+    def __init__(self, connection: HostConnection) -> None:
+        self._connection = connection
+        self._partial = b""
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            return
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._connection.send(line)
+
+    async def drain(self) -> None:
+        await self._connection.drain()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def is_closing(self) -> bool:
+        return self._closed or self._connection.closed_reason is not None
+

@@ -1,0 +1,351 @@
+"""The agent host process: runs one agent as its child, spools every line, serves one gateway at a time on its unix
+socket, and ends by the LG rules (docs/agent-hosts.md). It decides nothing itself: `protocol.py` does; this performs.
+
+Started by `python -m gateway.agenthost SPEC` (`__main__.py`), detached from the gateway. The agent leads its own
+process group and gets SIGKILL when the host dies (PR_SET_PDEATHSIG); it is stopped like `acp.process` stops it
+(stdin closed, SIGTERM to the group, SIGKILL, then every process carrying its tree marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from acp.process import AgentProcess, ExitProtocol, StderrRing
+
+from . import protocol
+from .protocol import FrameError, LineSplitter
+from .spec import HostSpec, private_directory, socket_address
+from .spool import AGENT, GATEWAY, Spool, SpoolError
+
+READ_CHUNK = 64 * 1024
+STDOUT_LIMIT = 1 << 20  # asyncio's pipe buffer before it stops reading the agent (as acp.process)
+SEND_BATCH_BYTES = 256 * 1024  # agent lines read from the spool per write to the gateway
+HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed (it holds no attachment)
+PR_SET_PDEATHSIG = 1
+
+
+class StartError(Exception):
+    """The agent could not be started: said to the gateway through the ready pipe."""
+
+
+def die_with_host() -> Callable[[], None]:
+    """A preexec_fn that has the kernel SIGKILL the child when the host dies, however it dies. The host may die
+    between fork and prctl: then the child's parent is no longer the host, and it exits at once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl  # looked up now: after fork, only the call
+    host = os.getpid()
+
+    def arm() -> None:
+        if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != host:
+            os._exit(127)
+
+    return arm
+
+
+async def spawn_agent(spec: HostSpec) -> AgentProcess:
+    """The agent, as `acp.process.AgentProcess.spawn` starts it, plus the parent-death signal."""
+    loop = asyncio.get_running_loop()
+    try:
+        transport, exit_protocol = await loop.subprocess_exec(
+            lambda: ExitProtocol(STDOUT_LIMIT, loop), *spec.argv,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=spec.cwd, env=dict(spec.env), start_new_session=True, preexec_fn=die_with_host())
+    except FileNotFoundError as exc:
+        raise StartError(f"agent command not found: {spec.argv[0]!r} ({exc.strerror})") from exc
+    except PermissionError as exc:
+        raise StartError(f"agent command not executable: {spec.argv[0]!r}") from exc
+    except NotADirectoryError as exc:
+        raise StartError(f"working directory is not usable: {spec.cwd!r}") from exc
+    except OSError as exc:
+        raise StartError(f"agent could not start: {exc.strerror or exc}") from exc
+    process = asyncio.subprocess.Process(transport, exit_protocol, loop)
+    marker = spec.tree_marker
+    tree = (marker, spec.env[marker]) if marker and spec.env.get(marker) else None
+    return AgentProcess(process, spec.argv, StderrRing(spec.stderr_bytes), exit_protocol.exited, tree)
+
+
+class FrameReader:
+    """A connection's frames, one at a time; None at its end."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+        self._splitter = LineSplitter()
+        self._ready: list[bytes] = []
+
+    async def next(self) -> dict[str, Any] | None:
+        while not self._ready:
+            chunk = await self._reader.read(READ_CHUNK)
+            if not chunk:
+                return None
+            self._ready = self._splitter.feed(chunk)
+            self._ready.reverse()
+        return protocol.decode(self._ready.pop())
+
+
+class Attachment:
+    """The attached gateway's connection."""
+
+    def __init__(self, writer: asyncio.StreamWriter, incarnation: int, cursor: int) -> None:
+        self.writer = writer
+        self.incarnation = incarnation
+        self.cursor = cursor  # the last agent line sent on it
+        self.exit_sent = False
+        self.sender: asyncio.Task[None] | None = None
+
+    def send(self, frame: dict[str, Any]) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(protocol.encode(frame))
+
+    def end(self, frame: dict[str, Any] | None = None) -> None:
+        if frame is not None:
+            self.send(frame)
+        if self.sender is not None:
+            self.sender.cancel()
+        self.writer.close()
+
+
+class Host:
+    def __init__(self, spec: HostSpec, agent: AgentProcess, spool: Spool) -> None:
+        self.spec = spec
+        self.agent = agent
+        self.spool = spool
+        self.attached: Attachment | None = None
+        self.newest_incarnation: int | None = None
+        self.written = 0  # the last gateway line taken into the spool: it reaches the agent, in order, once
+        self.delivered = 0  # the last gateway line written to the agent's stdin
+        self.exit_code: int | None = None
+        self.released = False  # LG-2
+        self.detached_since = time.monotonic()
+        self.ended_by: str | None = None  # the LG rule the host ended by
+        self._agent_lines = asyncio.Event()  # new agent lines or its exit
+        self._acked = asyncio.Event()  # the gateway acknowledged agent lines (SP-1 may let reading go on)
+        self._gateway_lines = asyncio.Event()  # new gateway lines for the agent
+        self._life = asyncio.Event()  # something LG-* looks at changed
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- the agent's side --------------------------------------------------------------------------------------------
+    async def read_agent(self) -> None:
+        """Every stdout line into the spool; paused while SP-1 says so. Then the exit (the agent's whole tree)."""
+        splitter, stdout, spool = LineSplitter(), self.agent.stdout, self.spool
+        while True:
+            while spool.paused:  # SP-1: backpressure; the agent blocks on its full pipe, nothing is lost
+                self._acked.clear()
+                if spool.paused:
+                    await self._acked.wait()
+            chunk = await stdout.read(READ_CHUNK)
+            if not chunk:
+                break
+            if lines := splitter.feed(chunk):
+                spool.append(AGENT, lines)
+                self._agent_lines.set()
+        if (tail := splitter.tail()) is not None:
+            spool.append(AGENT, [tail])
+        self.exit_code = await self.agent.wait()
+        self._agent_lines.set()
+        self._life.set()
+
+    async def write_agent(self) -> None:
+        """The gateway's lines to the agent's stdin, from the spool, in sequence order, each once."""
+        stdin = self.agent.stdin
+        while True:
+            self._gateway_lines.clear()
+            if self.delivered >= self.written:
+                await self._gateway_lines.wait()
+                continue
+            for seq, line in self.spool.read_after(GATEWAY, self.delivered):
+                self.delivered = seq
+                if not stdin.is_closing():
+                    stdin.write(line + b"\n")
+            with contextlib.suppress(ConnectionError):  # the agent is gone: its exit says so
+                await stdin.drain()
+
+    # -- the gateway's side ------------------------------------------------------------------------------------------
+    def facts(self) -> protocol.HostFacts:
+        return protocol.HostFacts(self.spec.secret_hash, self.newest_incarnation, self.attached is not None,
+                                  self.spool.head(AGENT), self.spool.floor(AGENT))
+
+    def status(self) -> dict[str, Any]:
+        spool = self.spool
+        return {"t": protocol.STATUS, "head": spool.head(AGENT), "acked": spool.acked(AGENT),
+                "floor": spool.floor(AGENT), "unacked_bytes": spool.unacked_bytes(AGENT),
+                "stored_bytes": spool.stored_bytes(), "paused": spool.paused, "written": self.written,
+                "delivered": self.delivered, "exit": self.exit_code, "agent_pid": self.agent.pid,
+                "host_pid": os.getpid()}
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameReader(reader)
+        try:
+            first = await asyncio.wait_for(frames.next(), HELLO_TIMEOUT)
+        except (TimeoutError, FrameError, ConnectionError):
+            first = None
+        verdict, hello = protocol.decide_hello(first or {}, self.facts())
+        if not verdict.accepted or hello is None:
+            writer.write(protocol.encode(protocol.refused(verdict)))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            writer.close()
+            return
+        if verdict.supersede and self.attached is not None:  # AH-3
+            self.attached.end({"t": protocol.SUPERSEDED, "rule": "AH-3",
+                               "reason": f"incarnation {hello.incarnation} attached"})
+        self.newest_incarnation = hello.incarnation
+        if hello.committed > self.spool.acked(AGENT):  # AH-6: what the gateway committed it never needs again
+            self.spool.ack(AGENT, hello.committed)
+            self._acked.set()
+        attachment = self.attached = Attachment(writer, hello.incarnation, hello.committed)
+        self._life.set()
+        attachment.send(protocol.welcome(self.spool.head(AGENT), self.written, os.getpid(), self.agent.pid,
+                                         self.exit_code))
+        attachment.sender = self._spawn(self.send_agent_lines(attachment))
+        try:
+            await self.receive(attachment, frames)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            attachment.end()
+            if self.attached is attachment:
+                self.attached = None
+                self.detached_since = time.monotonic()
+                self._life.set()
+
+    async def send_agent_lines(self, attachment: Attachment) -> None:
+        """Replay after the committed offset, then live: one loop, always from the spool; the exit after the last
+        line."""
+        spool = self.spool
+        try:
+            while True:
+                self._agent_lines.clear()
+                if attachment.cursor < spool.head(AGENT):
+                    for offset, line in spool.read_after(AGENT, attachment.cursor, SEND_BATCH_BYTES):
+                        attachment.send({"t": protocol.LINE, "offset": offset, **protocol.carry(line)})
+                        attachment.cursor = offset
+                    await attachment.writer.drain()
+                    continue
+                if self.exit_code is not None and not attachment.exit_sent:
+                    attachment.exit_sent = True
+                    attachment.send({"t": protocol.EXIT, "code": self.exit_code, "head": spool.head(AGENT)})
+                    await attachment.writer.drain()
+                await self._agent_lines.wait()
+        except SpoolError as exc:  # the gateway acknowledged lines it had not been sent
+            attachment.end(protocol.violation("AH-11", str(exc)))
+        except ConnectionError:
+            attachment.end()
+
+    async def receive(self, attachment: Attachment, frames: FrameReader) -> None:
+        spool = self.spool
+        while self.attached is attachment:
+            try:
+                frame = await frames.next()
+                if frame is None:
+                    return
+                request = protocol.parse_request(frame)
+            except FrameError as exc:
+                attachment.end(protocol.violation("AH-13", str(exc)))
+                return
+            if request.kind == protocol.LINE:
+                rule, action = protocol.decide_gateway_line(request.seq, self.written)
+                if action == "violation":
+                    attachment.end(protocol.violation(rule, f"line {request.seq} after {self.written}: a gap"))
+                    return
+                if action == "write":
+                    spool.append(GATEWAY, [request.data])
+                    self.written = request.seq
+                    self._gateway_lines.set()
+                attachment.send({"t": protocol.WRITTEN, "seq": self.written})
+            elif request.kind == protocol.ACK:
+                rule, ack = protocol.decide_ack(request.offset, spool.acked(AGENT), spool.head(AGENT))
+                if ack == "violation":
+                    attachment.end(protocol.violation(rule, f"ack {request.offset} past head {spool.head(AGENT)}"))
+                    return
+                if ack == "trim":
+                    spool.ack(AGENT, request.offset)
+                    self._acked.set()
+                if request.sent is not None:  # the gateway's own lines: kept until delivered and acknowledged
+                    spool.ack(GATEWAY, min(request.sent, self.delivered))
+            elif request.kind == protocol.STDERR:
+                attachment.send({"t": protocol.STDERR, "lines": self.agent.stderr.tail_lines(request.lines)})
+            elif request.kind == protocol.STATUS:
+                attachment.send(self.status())
+            elif request.kind == protocol.STOP:
+                self._spawn(self.agent.stop(self.spec.stop_grace if request.grace is None else request.grace))
+            elif request.kind == protocol.RELEASE:  # LG-2
+                self.released = True
+                self._life.set()
+                return
+            await attachment.writer.drain()
+
+    # -- the host's life ---------------------------------------------------------------------------------------------
+    def terminate(self) -> None:
+        """SIGTERM to the host: as if released (LG-2)."""
+        self.released = True
+        self._life.set()
+
+    async def live(self) -> str:
+        """Until an LG rule ends the host; returns its id."""
+        while True:
+            self._life.clear()
+            detached_for = time.monotonic() - self.detached_since
+            rule, life = protocol.decide_life(released=self.released, attached=self.attached is not None,
+                                              detached_for=detached_for, linger=self.spec.linger)
+            if life == "end":
+                return rule
+            wait = None if self.attached is not None else self.spec.linger - detached_for
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._life.wait(), wait)
+
+
+async def run(spec: HostSpec, ready: Callable[[str], None]) -> str:
+    """The host's whole life. `ready` is told `ready <host pid> <agent pid>` once the socket listens, or `error
+    <why>` when it cannot start. Returns the LG rule it ended by."""
+    socket_path = Path(spec.socket_path)
+    private_directory(socket_path.parent)
+    try:
+        spool = Spool(Path(spec.spool_dir), spec.spool_max_bytes)
+    except (OSError, ValueError) as exc:
+        ready(f"error the spool cannot be made: {exc}")
+        return "start"
+    try:
+        agent = await spawn_agent(spec)
+    except StartError as exc:
+        spool.remove()
+        ready(f"error {exc}")
+        return "start"
+    host = Host(spec, agent, spool)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, host.terminate)
+    with contextlib.suppress(FileNotFoundError):
+        socket_path.unlink()  # a dead host's socket: nothing listens on it
+    with socket_address(spec.socket_path) as address:
+        server = await asyncio.start_unix_server(host.serve, path=address, limit=READ_CHUNK)
+    os.chmod(socket_path, 0o600)  # and the umask made it so from the start (__main__)
+    reading = host._spawn(host.read_agent())
+    writing = host._spawn(host.write_agent())
+    ready(f"ready {os.getpid()} {agent.pid}")
+    rule = await host.live()
+    server.close()
+    with contextlib.suppress(FileNotFoundError):
+        socket_path.unlink()
+    if host.attached is not None:
+        host.attached.end()
+    if agent.returncode is None:
+        await agent.stop(spec.stop_grace)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(reading), spec.stop_grace)
+    for task in (reading, writing, *host._tasks):
+        task.cancel()
+    spool.remove()
+    return rule

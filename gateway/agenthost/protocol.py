@@ -1,0 +1,274 @@
+"""The wire between an agent host and the gateway, and the host's decisions on it: pure rules with ids (AH-…, LG-…),
+tested by the table in tests/gateway/agenthost/test_protocol.py; docs/agent-hosts.md, "The wire", says the same.
+
+Frames are one JSON object per line, `t` naming the kind. A line of the agent or of the gateway travels as `line`
+(a JSON string) when it is valid UTF-8 — every ACP line is — and as `b64` otherwise, so any bytes pass unchanged.
+No I/O here: the host (`host.py`) and the client (`client.py`) perform what these functions decide.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+# Gateway -> host
+HELLO, LINE, ACK, STDERR, STOP, RELEASE, STATUS = "hello", "line", "ack", "stderr", "stop", "release", "status"
+# Host -> gateway (and LINE, STDERR, STATUS)
+WELCOME, REFUSED, WRITTEN, EXIT = "welcome", "refused", "written", "exit"
+SUPERSEDED, VIOLATION = "superseded", "violation"
+
+# Every rule, by id: the docs and the test table use the same ids.
+RULES: dict[str, str] = {
+    "AH-1": "a hello with the wrong secret is refused",
+    "AH-2": "a hello from an incarnation older than the newest one accepted is refused",
+    "AH-3": "a hello from the newest incarnation (or a newer one) wins: the attached connection is superseded",
+    "AH-4": "a hello whose committed offset is past the spool's head is refused",
+    "AH-5": "a hello whose committed offset is below what the spool still holds is refused",
+    "AH-6": "a hello accepted: the agent's lines after the committed offset are replayed, then live ones follow",
+    "AH-7": "a first frame that is not a well-formed hello is refused",
+    "AH-8": "a gateway line whose sequence number was already written is dropped, not written again",
+    "AH-9": "the gateway line with the next sequence number is written to the agent",
+    "AH-10": "a gateway line past the next sequence number (a gap) is a violation: the connection is closed",
+    "AH-11": "an ack past the spool's head is a violation: the connection is closed",
+    "AH-12": "an ack at or below the acknowledged offset changes nothing",
+    "AH-13": "a malformed or unknown frame after the hello is a violation: the connection is closed",
+    "LG-1": "no gateway attached for `linger` seconds: the agent's tree is stopped and the host exits",
+    "LG-2": "the attached gateway releases the host: the agent's tree is stopped (if running) and the host exits",
+    "LG-3": "the agent exited: the host keeps its lines and exit for the gateway until LG-1 or LG-2",
+}
+
+
+class FrameError(ValueError):
+    """A line that is not a frame."""
+
+
+def secret_hash(secret: str) -> str:
+    """What the host keeps of the per-execution secret: its SHA-256, hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def secret_matches(presented: str, kept_hash: str) -> bool:
+    return hmac.compare_digest(secret_hash(presented).encode(), kept_hash.encode())
+
+
+# -- frames ----------------------------------------------------------------------------------------------------------
+def encode(frame: dict[str, Any]) -> bytes:
+    return orjson.dumps(frame) + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    try:
+        frame = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise FrameError(f"not JSON: {exc}") from exc
+    if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
+        raise FrameError("a frame is a JSON object with a string `t`")
+    return frame
+
+
+def carry(data: bytes) -> dict[str, str]:
+    """The field a line travels in: `line` when it is UTF-8, else `b64`."""
+    try:
+        return {"line": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(data).decode("ascii")}
+
+
+def carried(frame: dict[str, Any]) -> bytes:
+    """The line a frame carries (`carry`'s inverse)."""
+    text = frame.get("line")
+    if isinstance(text, str):
+        return text.encode("utf-8")
+    packed = frame.get("b64")
+    if isinstance(packed, str):
+        try:
+            return base64.b64decode(packed, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise FrameError("`b64` is not base64") from exc
+    raise FrameError("a line frame carries `line` or `b64`")
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer (bools are not), or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class LineSplitter:
+    """Bytes in, whole lines out (without their newlines); any length, any bytes."""
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if b"\n" not in chunk:
+            if chunk:
+                self._partial.append(chunk)
+            return []
+        lines = chunk.split(b"\n")
+        if self._partial:
+            lines[0] = b"".join([*self._partial, lines[0]])
+            self._partial = []
+        if lines[-1]:
+            self._partial.append(lines[-1])
+        return lines[:-1]
+
+    def tail(self) -> bytes | None:
+        """What came after the last newline, at the end of the stream (an agent's unterminated last line)."""
+        data = b"".join(self._partial)
+        self._partial = []
+        return data or None
+
+
+# -- the hello -------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host knows when a hello arrives."""
+
+    secret_hash: str
+    newest_incarnation: int | None  # of the hellos accepted so far
+    attached: bool  # a gateway connection is attached now
+    head: int  # offset of the agent's last spooled line
+    floor: int  # the spool can replay the agent's lines after this offset only
+
+
+@dataclass(frozen=True)
+class Hello:
+    secret: str
+    incarnation: int
+    committed: int  # offset of the last agent line whose effects the gateway committed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rule: str
+    accepted: bool
+    reason: str
+    supersede: bool = False  # the attached connection is told `superseded` and closed
+
+
+def parse_hello(frame: dict[str, Any]) -> Hello | None:
+    if frame.get("t") != HELLO or not isinstance(frame.get("secret"), str):
+        return None
+    incarnation, committed = _count(frame.get("incarnation")), _count(frame.get("committed"))
+    if incarnation is None or committed is None:
+        return None
+    return Hello(frame["secret"], incarnation, committed)
+
+
+def decide_hello(frame: dict[str, Any], facts: HostFacts) -> tuple[Verdict, Hello | None]:
+    """Whether a connection's first frame attaches it. The secret is checked before anything else is said."""
+    hello = parse_hello(frame)
+    if hello is None:
+        return Verdict("AH-7", False, "the first frame must be a hello with secret, incarnation and committed"), None
+    if not secret_matches(hello.secret, facts.secret_hash):
+        return Verdict("AH-1", False, "wrong secret"), None
+    if facts.newest_incarnation is not None and hello.incarnation < facts.newest_incarnation:
+        return Verdict("AH-2", False, f"incarnation {hello.incarnation} is older than "
+                                      f"{facts.newest_incarnation}, already attached"), None
+    if hello.committed > facts.head:
+        return Verdict("AH-4", False, f"committed offset {hello.committed} is past the spool's head {facts.head}"), None
+    if hello.committed < facts.floor:
+        return Verdict("AH-5", False, f"committed offset {hello.committed} is below the spool's floor {facts.floor}: "
+                                      "those lines were acknowledged and dropped"), None
+    if facts.attached:
+        return Verdict("AH-3", True, "a newer attach wins", supersede=True), hello
+    return Verdict("AH-6", True, "attached"), hello
+
+
+def welcome(head: int, written: int, host_pid: int, agent_pid: int, exit_code: int | None) -> dict[str, Any]:
+    """The answer to an accepted hello: the agent's head, the last gateway line written to the agent (resend the
+    ones after it), the processes, and the agent's exit status when it already exited."""
+    return {"t": WELCOME, "head": head, "written": written, "host_pid": host_pid, "agent_pid": agent_pid,
+            "exit": exit_code}
+
+
+def refused(verdict: Verdict) -> dict[str, Any]:
+    return {"t": REFUSED, "rule": verdict.rule, "reason": verdict.reason}
+
+
+def violation(rule: str, reason: str) -> dict[str, Any]:
+    return {"t": VIOLATION, "rule": rule, "reason": reason}
+
+
+# -- after the hello -------------------------------------------------------------------------------------------------
+GatewayLineAction = Literal["write", "drop", "violation"]
+
+
+def decide_gateway_line(seq: int, written: int) -> tuple[str, GatewayLineAction]:
+    """What the host does with the gateway's line `seq` when lines up to `written` reached the agent."""
+    if seq <= written:
+        return "AH-8", "drop"
+    if seq == written + 1:
+        return "AH-9", "write"
+    return "AH-10", "violation"
+
+
+AckAction = Literal["trim", "nothing", "violation"]
+
+
+def decide_ack(offset: int, acked: int, head: int) -> tuple[str, AckAction]:
+    if offset > head:
+        return "AH-11", "violation"
+    if offset <= acked:
+        return "AH-12", "nothing"
+    return "AH-6", "trim"
+
+
+@dataclass(frozen=True)
+class Request:
+    """A frame after the hello, checked: what the host must do."""
+
+    kind: str
+    seq: int = 0  # LINE
+    data: bytes = b""  # LINE
+    offset: int = 0  # ACK: the agent's lines
+    sent: int | None = None  # ACK: the gateway's lines it no longer needs in the spool
+    lines: int = 20  # STDERR
+    grace: float | None = None  # STOP
+
+
+def parse_request(frame: dict[str, Any]) -> Request:
+    """A frame from an attached gateway, or FrameError (AH-13)."""
+    kind = frame.get("t")
+    if kind == LINE:
+        seq = _count(frame.get("seq"))
+        if seq is None or seq == 0:
+            raise FrameError("a line needs `seq` >= 1")
+        return Request(LINE, seq=seq, data=carried(frame))
+    if kind == ACK:
+        offset, sent = _count(frame.get("offset")), frame.get("sent")
+        if offset is None or (sent is not None and _count(sent) is None):
+            raise FrameError("an ack needs `offset` >= 0 (and `sent` >= 0 if given)")
+        return Request(ACK, offset=offset, sent=sent)
+    if kind == STDERR:
+        lines = _count(frame.get("lines", 20))
+        if lines is None:
+            raise FrameError("`lines` is a count")
+        return Request(STDERR, lines=lines)
+    if kind == STOP:
+        grace = frame.get("grace")
+        if grace is not None and (not isinstance(grace, int | float) or isinstance(grace, bool) or grace < 0):
+            raise FrameError("`grace` is seconds")
+        return Request(STOP, grace=float(grace) if grace is not None else None)
+    if kind in (RELEASE, STATUS):
+        return Request(kind)
+    raise FrameError(f"unknown frame {kind!r}")
+
+
+# -- the host's life -------------------------------------------------------------------------------------------------
+Life = Literal["serve", "end"]
+
+
+def decide_life(*, released: bool, attached: bool, detached_for: float, linger: float) -> tuple[str, Life]:
+    """Whether the host goes on. `detached_for`: seconds since the last gateway left (or since the host started)."""
+    if released:
+        return "LG-2", "end"
+    if not attached and detached_for >= linger:
+        return "LG-1", "end"
+    return "LG-3", "serve"

@@ -1,0 +1,114 @@
+"""The agent host's wire rules (gateway/agenthost/protocol.py), by id: the table docs/agent-hosts.md describes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.agenthost import protocol
+from gateway.agenthost.protocol import FrameError, HostFacts
+
+pytestmark = pytest.mark.unit
+
+SECRET = "s3cret-for-the-table"
+FACTS = HostFacts(protocol.secret_hash(SECRET), newest_incarnation=5, attached=True, head=100, floor=40)
+
+
+def hello(secret: str = SECRET, incarnation: Any = 5, committed: Any = 50) -> dict[str, Any]:
+    return {"t": "hello", "secret": secret, "incarnation": incarnation, "committed": committed}
+
+
+HELLOS = [
+    # (case, frame, facts, rule, accepted, supersede)
+    ("wrong secret", hello(secret="guess"), FACTS, "AH-1", False, False),
+    ("wrong secret is said before a stale incarnation", hello(secret="guess", incarnation=1), FACTS, "AH-1", False,
+     False),
+    ("an older incarnation", hello(incarnation=4), FACTS, "AH-2", False, False),
+    ("the same incarnation again (a reconnect) wins", hello(incarnation=5), FACTS, "AH-3", True, True),
+    ("a newer incarnation wins", hello(incarnation=6), FACTS, "AH-3", True, True),
+    ("committed past the head", hello(committed=101), FACTS, "AH-4", False, False),
+    ("committed at the head", hello(committed=100), FACTS, "AH-3", True, True),
+    ("committed below the floor", hello(committed=39), FACTS, "AH-5", False, False),
+    ("committed at the floor", hello(committed=40), FACTS, "AH-3", True, True),
+    ("nobody attached", hello(), HostFacts(FACTS.secret_hash, 5, False, 100, 40), "AH-6", True, False),
+    ("the first hello ever", hello(incarnation=0, committed=0), HostFacts(FACTS.secret_hash, None, False, 0, 0),
+     "AH-6", True, False),
+    ("not a hello", {"t": "ack", "offset": 3}, FACTS, "AH-7", False, False),
+    ("no frame at all", {}, FACTS, "AH-7", False, False),
+    ("a negative offset", hello(committed=-1), FACTS, "AH-7", False, False),
+    ("a boolean incarnation", hello(incarnation=True), FACTS, "AH-7", False, False),
+    ("a secret that is no string", {**hello(), "secret": 7}, FACTS, "AH-7", False, False),
+]
+
+
+@pytest.mark.parametrize("case,frame,facts,rule,accepted,supersede", HELLOS, ids=[row[0] for row in HELLOS])
+def test_hello_rules(case: str, frame: dict[str, Any], facts: HostFacts, rule: str, accepted: bool,
+                     supersede: bool) -> None:
+    verdict, parsed = protocol.decide_hello(frame, facts)
+    assert (verdict.rule, verdict.accepted, verdict.supersede) == (rule, accepted, supersede)
+    assert (parsed is not None) == accepted
+    assert SECRET not in verdict.reason and "guess" not in verdict.reason  # a refusal never repeats a secret
+
+
+@pytest.mark.parametrize("seq,written,rule,action", [
+    (3, 5, "AH-8", "drop"), (5, 5, "AH-8", "drop"), (6, 5, "AH-9", "write"), (1, 0, "AH-9", "write"),
+    (7, 5, "AH-10", "violation"),
+])
+def test_gateway_line_rules(seq: int, written: int, rule: str, action: str) -> None:
+    assert protocol.decide_gateway_line(seq, written) == (rule, action)
+
+
+@pytest.mark.parametrize("offset,acked,head,rule,action", [
+    (11, 5, 10, "AH-11", "violation"), (5, 5, 10, "AH-12", "nothing"), (3, 5, 10, "AH-12", "nothing"),
+    (10, 5, 10, "AH-6", "trim"),
+])
+def test_ack_rules(offset: int, acked: int, head: int, rule: str, action: str) -> None:
+    assert protocol.decide_ack(offset, acked, head) == (rule, action)
+
+
+@pytest.mark.parametrize("released,attached,detached_for,linger,rule,life", [
+    (True, True, 0.0, 10.0, "LG-2", "end"),
+    (False, False, 10.0, 10.0, "LG-1", "end"),
+    (False, False, 9.9, 10.0, "LG-3", "serve"),
+    (False, True, 1000.0, 10.0, "LG-3", "serve"),  # attached: the clock does not run
+])
+def test_life_rules(released: bool, attached: bool, detached_for: float, linger: float, rule: str, life: str) -> None:
+    assert protocol.decide_life(released=released, attached=attached, detached_for=detached_for,
+                                linger=linger) == (rule, life)
+
+
+@pytest.mark.parametrize("frame", [
+    {"t": "line", "seq": 0, "line": "x"}, {"t": "line", "seq": 1}, {"t": "line", "seq": 1, "b64": "%%%"},
+    {"t": "ack"}, {"t": "ack", "offset": 1, "sent": -1}, {"t": "stderr", "lines": "all"},
+    {"t": "stop", "grace": -1}, {"t": "dance"},
+])
+def test_a_malformed_request_is_a_violation(frame: dict[str, Any]) -> None:
+    """AH-13."""
+    with pytest.raises(FrameError):
+        protocol.parse_request(frame)
+
+
+@pytest.mark.parametrize("data", [b'{"jsonrpc":"2.0","method":"x"}', "ünïcødé ✓".encode(), b"\xff\xfe not utf-8",
+                                  b"", b"\x00\r\t"])
+def test_a_line_travels_unchanged(data: bytes) -> None:
+    frame = protocol.decode(protocol.encode({"t": "line", "offset": 1, **protocol.carry(data)}))
+    assert protocol.carried(frame) == data
+    assert ("line" in frame) == (data != b"\xff\xfe not utf-8")
+
+
+def test_every_rule_id_is_in_the_docs() -> None:
+    from tests.support.paths import REPO
+
+    text = (REPO / "docs" / "agent-hosts.md").read_text()
+    assert [rule for rule in protocol.RULES if f"| {rule} |" not in text] == []
+
+
+def test_the_splitter_keeps_any_line_whole() -> None:
+    splitter = protocol.LineSplitter()
+    assert splitter.feed(b"ab") == []
+    assert splitter.feed(b"c\nd") == [b"abc"]
+    assert splitter.feed(b"\n\n") == [b"d", b""]
+    assert splitter.feed(b"tail") == []
+    assert splitter.tail() == b"tail"
+    assert splitter.tail() is None
