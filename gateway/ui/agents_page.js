@@ -1,7 +1,7 @@
 // The web UI's agents: the gateway's info (agents, workspace roots) in the start form, and the agents page.
 import { $, el, showErrorAt } from "./dom.js";
 import { state, call } from "./state.js";
-import { AVAILABILITY, sortAgents, signInWords, agentLabel, prefilledCwd } from "./present.js";
+import { AVAILABILITY, sortAgents, signInWords, agentLabel, prefilledCwd, whereWords } from "./present.js";
 
 // The directories this owner's sessions started in, newest first (kept in the browser: the field offers the last).
 export const recentKey = () => `acp-recent-cwd:${state.owner || ""}`;
@@ -42,10 +42,16 @@ function showInfo(info) {
   const recent = recentCwds();
   const offered = [...new Set([...recent, ...state.roots])];
   $("cwd-roots").replaceChildren(...offered.map((r) => { const o = el("option"); o.value = r; return o; }));
-  const hint = state.roots.length ? `a project directory inside ${state.roots.join(" or ")}` : "an absolute path";
-  $("cwd").placeholder = `working directory (${hint})`; $("cwd").title = `A session runs in ${hint}.`;
+  showWhere();
   if (!cwdOffered && !$("cwd").value) $("cwd").value = prefilledCwd(recent, state.roots);
   cwdOffered = true;
+}
+
+// The directory field's hint: where sessions may run (a root the gateway refused for holding its state: inside it).
+export function showWhere() {
+  const where = state.roots.length ? whereWords(state.roots, state.refusedRoots) : "an absolute path";
+  $("cwd").placeholder = `working directory: ${where}`;
+  $("cwd").title = `A session runs in ${where}${state.roots.length ? " (never one that holds the gateway's own state)" : ""}.`;
 }
 
 // Under the agent list: what the chosen agent needs before its first prompt (a key to set, say).

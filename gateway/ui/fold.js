@@ -38,6 +38,11 @@ export function applyListEvent(st, p) {
     case "session_created": st.sessions.set(sid, d); if (d.config) st.configs.set(sid, d.config); return true;
     case "session_status": case "session_title":
       if (st.sessions.has(sid)) Object.assign(st.sessions.get(sid), d);
+      // Whether it needs a resume, and why (what its badge says): a status from a gateway that does not say so
+      // leaves no older answer behind, and the page goes by the state and whether the agent runs instead.
+      if (p.type === "session_status" && st.sessions.has(sid) && !("needs_resume" in d)) {
+        delete st.sessions.get(sid).needs_resume; delete st.sessions.get(sid).resume_reason;
+      }
       return true;
     case "session_deleted": st.sessions.delete(sid); st.logs.delete(sid); st.asking.delete(sid); return true;
     case "permission_requested": case "elicitation_requested": askingOf(st.asking, sid).add(d.request_id); return true;

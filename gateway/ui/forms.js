@@ -4,8 +4,8 @@ import { state, call } from "./state.js";
 import { setHealth, connect } from "./connection.js";
 import { openView } from "./session_actions.js";
 import { updatePalette } from "./palette.js";
-import { recentKey, recentCwds } from "./agents_page.js";
-import { remember, refusalHint } from "./present.js";
+import { recentKey, recentCwds, showWhere } from "./agents_page.js";
+import { remember, refusalHint, refusedRoot } from "./present.js";
 
 const { AGENT_FAILED, WORKSPACE_MISSING } = AcpGateway;  // the gateway's error codes (clients/typescript/src/codes.ts)
 
@@ -34,7 +34,9 @@ async function startSession(ev) {
     openView(view.session_id);
   } catch (e) {
     // A refused directory: the gateway's reason, then what to type instead.
-    const hint = refusalHint(e, state.roots, recentCwds(), WORKSPACE_MISSING);
+    const root = refusedRoot(e, state.roots, WORKSPACE_MISSING);  // holds the gateway's state: hinted at no more
+    if (root && !state.refusedRoots.includes(root)) { state.refusedRoots.push(root); showWhere(); }
+    const hint = refusalHint(e, state.roots, recentCwds(), WORKSPACE_MISSING, state.refusedRoots);
     showErrorAt("start-error", hint ? { message: `${e.message}\n${hint}` } : e);
   }
   finally { $("start").disabled = false; }

@@ -1,6 +1,6 @@
 // The web UI's pure presentation rules (no DOM, no window): how agents are listed and what their sign-in needs are
-// called, which directory the start form offers, what a refused start asks the person to type instead, and where a
-// message names another session.
+// called, what a session's state badge says, which directory the start form offers and where it says sessions may
+// run, what a refused start asks the person to type instead, and where a message names another session.
 
 export const AVAILABILITY = { installed: "", downloads_on_first_start: "downloads on first start", not_found: "not installed" };
 const AUTH_WORDS = { signed_in: "signed in", needs_sign_in: "needs sign-in", unknown: "unknown", not_probed: "not probed" };
@@ -38,6 +38,28 @@ export function signInVars(auth) {
   return [...new Set(found.filter((v) => typeof v === "string" && v))];
 }
 
+// ---- a session's state badge (in the list and in its header) ----
+const ENDED_STATES = ["CANCELLED", "FAILED", "COMPLETED"];
+const AGENT_STATES = ["RUNNING", "WAITING_FOR_INPUT"];  // states that promise an agent: wrong when none runs
+
+// What a session's badge says and its class. `s` is what the page knows of the session: a status view, a summary
+// with what its `session_status` events said folded in (`needs_resume`, `resume_reason`), or a bare summary
+// (task.session.list says neither); `auth` is its config's sign-in request (set while the agent asks for one).
+// Its state, unless something must happen before it can take a prompt: a sign-in, a resume (a summary that does not
+// say: a session in an agent's state whose agent is not running), or a recovery after a failed restore. STARTING is
+// said as it is: an agent is being launched.
+export function stateBadge(s, auth) {
+  const as = (word) => ({ word, tone: `tone-${word.replace(/ /g, "-")}` });
+  if (ENDED_STATES.includes(s.state)) return as(s.state);
+  if (auth) return as("needs sign-in");
+  if (s.is_agent_running || s.state === "STARTING") return as(s.state);
+  if (s.resume_reason === "error_recovery") return as("restore failed");
+  if (s.resume_reason === "stale_execution") return as(s.state);  // another gateway runs it: nothing to do here
+  const needsResume = typeof s.needs_resume === "boolean" ? s.needs_resume : AGENT_STATES.includes(s.state);
+  if (needsResume || s.resume_reason === "not_started") return as("needs resume");
+  return as(s.state);
+}
+
 // ---- the start form's working directory ----
 export const RECENT_KEEP = 5;  // directories remembered per owner
 
@@ -55,13 +77,31 @@ export function prefilledCwd(recent, roots) {
   return (recent || []).find((d) => !roots.length || roots.some((r) => inside(d, r))) || "";
 }
 
+const bare = (path) => (path.length > 1 ? path.replace(/\/+$/, "") : path);
+
+// Where a session may run, in words: each workspace root "or a directory inside it" (the workspace rules take a root
+// itself, unless it holds the gateway's own state), a root the gateway refused for that (`refusedRoots`, learnt from
+// its refusals: the page cannot see where the gateway keeps its state) as "a project directory inside" it.
+export function whereWords(roots, refusedRoots = []) {
+  return roots.map((r) => (refusedRoots.includes(bare(r)) ? `a project directory inside ${r}` : `${r} or a directory inside it`))
+    .join("; or ");
+}
+
+// The root a refusal says holds the gateway's own state (so is no place for a session), or null.
+export function refusedRoot(e, roots, workspaceCode) {
+  if (!e || e.code !== workspaceCode || !e.data || e.data.rule !== "contains_gateway_files") return null;
+  const cwd = bare(e.data.cwd || "");
+  return roots.map(bare).find((r) => r === cwd) || null;
+}
+
 // What a refused start asks the person to type instead (null for a refusal that is not about the directory).
 // `e` is the refusal ({code, message, data: {cwd, rule}}), `roots` the owner's workspace roots, `recent` the
-// directories sessions started in.
-export function refusalHint(e, roots, recent, workspaceCode) {
+// directories sessions started in, `refusedRoots` the roots refused for holding the gateway's state.
+export function refusalHint(e, roots, recent, workspaceCode, refusedRoots = []) {
   if (!e || e.code !== workspaceCode) return null;
   const cwd = (e.data && e.data.cwd) || "", rule = e.data && e.data.rule;
   const within = roots.length ? ` inside ${roots.join(" or ")}` : "";
+  const where = roots.length ? whereWords(roots, refusedRoots) : "a project directory";
   const last = prefilledCwd(recent, roots);
   const tail = last && last !== cwd ? ` The last one a session started in was ${last}.` : "";
   if (rule === "contains_gateway_files") {
@@ -69,7 +109,7 @@ export function refusalHint(e, roots, recent, workspaceCode) {
     return `Type a project's own directory instead, one that does not hold the gateway's state: ${example}, say (create it first).${tail}`;
   }
   if (rule === "inside_gateway_files") return `Type a project directory outside the gateway's own files${within}.${tail}`;
-  if (rule === "outside_workspace_roots" || rule === "system_directory") return `Type a project directory${within}.${tail}`;
+  if (rule === "outside_workspace_roots" || rule === "system_directory") return `Type ${where}.${tail}`;
   return `Create it first (mkdir -p ${cwd}), or type a directory that exists${within}.${tail}`;  // no such directory
 }
 

@@ -6,6 +6,16 @@ import { renderConfig } from "./render_config.js";
 import { renderRaw } from "./render_transcript.js";
 import { openView, resumeViewed, recover, cancelSession } from "./session_actions.js";
 import { RESUME_REASONS } from "./resume_reasons.js";  // the CLI's words too (gateway/clients/resume_reasons.py)
+import { stateBadge } from "./present.js";
+
+// A session's state badge: its state, or what must happen before it takes a prompt (present.js stateBadge); the
+// state itself stays in its tooltip.
+function badgeOf(s, extra = "") {
+  const { word, tone } = stateBadge(s, config(s.session_id).auth);
+  const badge = el("span", `badge ${tone}${extra}`, word);
+  badge.dataset.state = s.state; badge.title = `state: ${s.state}${s.is_agent_running ? "" : " · agent not running"}`;
+  return badge;
+}
 
 export function renderList() {
   const ul = $("sessions"); ul.replaceChildren();
@@ -14,7 +24,7 @@ export function renderList() {
   for (const s of sorted) {
     const li = el("li", s.session_id === state.viewed ? "selected" : "");
     li.dataset.sessionId = s.session_id;
-    li.append(el("div", "title", s.title || s.name || s.session_id), el("span", `badge tone-${s.state}`, s.state));
+    li.append(el("div", "title", s.title || s.name || s.session_id), badgeOf(s));
     const waiting = pendingPermissions(s.session_id);
     if (waiting) li.append(el("span", "muted", ` · ${waiting} waiting for your answer`));
     li.onclick = () => openView(s.session_id);
@@ -22,13 +32,20 @@ export function renderList() {
   }
 }
 
+const PROMPT_HINT = "Message the agent… (Enter to send, Shift+Enter for a new line, / for commands)";
+const SIGN_IN_FIRST = "Sign in first (the card above): the agent starts once you are signed in";
+
 export function renderHead() {
   const head = $("detail-head"); head.replaceChildren();
   const s = state.sessions.get(state.viewed);
-  const canPrompt = !!s && !TERMINAL.includes(s.state) && state.live;
+  // While the agent asks to be signed in, a prompt would start it only to fail: the sign-in card comes first.
+  const signIn = !!s && !!config(s.session_id).auth;
+  const canPrompt = !!s && !TERMINAL.includes(s.state) && state.live && !signIn;
   $("prompt").disabled = $("send").disabled = !canPrompt;
+  $("prompt").placeholder = signIn ? SIGN_IN_FIRST : PROMPT_HINT;
+  $("send").title = signIn ? SIGN_IN_FIRST : "";
   if (!s) { head.append(el("span", "empty", "Select or start a session.")); $("status-line").hidden = true; renderConfig(); return; }
-  const badge = el("span", `badge tone-${s.state}${state.live ? "" : " stale"}`, s.state); badge.id = "session-state";
+  const badge = badgeOf(s, state.live ? "" : " stale"); badge.id = "session-state";
   const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
   running.id = "agent-running";
   head.append(el("strong", "", s.title || s.name || s.session_id), badge, running,

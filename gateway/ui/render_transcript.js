@@ -57,7 +57,8 @@ function withSessionLinks(node, text) {
 function terminalView(term) {
   const box = el("div", "msg card terminal");
   const head = el("div", "terminal-head");
-  head.append(el("code", "", `$ ${term.command}`));
+  const command = el("code", "", `$ ${term.command}`); command.title = command.textContent;  // cut short when long
+  head.append(command);
   const x = term.exit;
   head.append(el("span", `status status-${!x ? "in_progress" : x.recorded ? "recorded" : x.exit_code === 0 ? "completed" : "failed"}`,
     !x ? "running" : x.recorded ? "recorded" : x.exit_code != null ? `exit ${x.exit_code}` : `killed (${x.signal})`));

@@ -2,6 +2,7 @@
 import { state, call, config } from "./state.js";
 import { newLog, applyEvent, applyConfig, touchesConfig, isNew, historyEvents } from "./fold.js";
 import { renderConfig } from "./render_config.js";
+import { renderList, renderHead } from "./render_sessions.js";
 import { renderTranscript } from "./render_transcript.js";
 import { updatePalette } from "./palette.js";
 
@@ -10,8 +11,9 @@ import { updatePalette } from "./palette.js";
 function fold(sid, log, p) { configShown(sid, applyEvent(log, p, touchesConfig(p) ? config(sid) : null)); }
 
 function configShown(sid, changed) {
+  if (changed === "options") renderList();  // a sign-in asked for or done: the session's badge says it
   if (!changed || sid !== state.viewed) return;
-  renderConfig();
+  if (changed === "options") renderHead(); else renderConfig();  // the head: its badge, and the prompt a sign-in holds
   if (changed === "state") updatePalette();
 }
 

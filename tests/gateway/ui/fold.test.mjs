@@ -321,6 +321,24 @@ test("applyListEvent: the session list, and each session's requests waiting for 
   assert.equal(st.sessions.size + st.logs.size + st.asking.size, 0);
 });
 
+test("applyListEvent: session_status says whether the session needs a resume, and why; a status that does not say forgets it", () => {
+  const st = { sessions: new Map(), configs: new Map(), logs: new Map(), asking: new Map() };
+  applyListEvent(st, ev(1, "session_created", { session_id: "s-1", state: "WAITING_FOR_INPUT", is_agent_running: true }));
+  const s = st.sessions.get("s-1");
+  applyListEvent(st, ev(2, "session_status", { state: "WAITING_FOR_INPUT", is_agent_running: false, needs_resume: true,
+                                               resume_reason: "agent_not_running" }));  // announced after a restart
+  assert.deepEqual([s.is_agent_running, s.needs_resume, s.resume_reason], [false, true, "agent_not_running"]);
+  applyListEvent(st, ev(3, "session_status", { state: "WAITING_FOR_INPUT", is_agent_running: true, needs_resume: false,
+                                               resume_reason: "agent_running" }));
+  assert.deepEqual([s.is_agent_running, s.needs_resume, s.resume_reason], [true, false, "agent_running"]);
+  applyListEvent(st, ev(4, "session_status", { state: "WAITING_FOR_INPUT", is_agent_running: false, needs_resume: true,
+                                               resume_reason: "agent_not_running" }));
+  applyListEvent(st, ev(5, "session_status", { state: "RUNNING", is_agent_running: true }));  // an older gateway's
+  assert.equal("needs_resume" in s || "resume_reason" in s, false);
+  applyListEvent(st, ev(6, "session_title", { title: "t" }));  // a title says nothing of it: kept
+  assert.equal(s.title, "t");
+});
+
 test("keepRaw: the newest RAW_KEEP events of each session, none of no session", () => {
   const raw = new Map();
   for (let i = 1; i <= RAW_KEEP + 3; i++) assert.equal(keepRaw(raw, ev(i, "x")), true);

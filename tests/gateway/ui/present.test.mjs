@@ -4,7 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import {
-  agentLabel, prefilledCwd, refusalHint, remember, sessionParts, signInVars, signInWords, sortAgents, RECENT_KEEP,
+  agentLabel, prefilledCwd, refusalHint, refusedRoot, remember, sessionParts, signInVars, signInWords, sortAgents,
+  stateBadge, whereWords, RECENT_KEEP,
 } from "../../../gateway/ui/present.js";
 import { ansiRuns } from "../../../gateway/ui/ansi.js";
 
@@ -61,12 +62,52 @@ test("remember: newest first, once each, at most RECENT_KEEP", () => {
   assert.equal(recent.length, RECENT_KEEP);
 });
 
+test("stateBadge: the session's state, unless a sign-in, a resume or a recovery must come first", () => {
+  const auth = { methods: [{ id: "m", kind: "env_var", vars: ["REF_TOKEN"] }] };
+  const W = "WAITING_FOR_INPUT";
+  const rows = [
+    // [what the page knows of the session, its config's auth, the badge's word, its class]
+    [{ state: W, is_agent_running: true }, null, W, "tone-WAITING_FOR_INPUT"],
+    [{ state: "RUNNING", is_agent_running: true }, null, "RUNNING", "tone-RUNNING"],
+    [{ state: W, is_agent_running: false, needs_resume: true, resume_reason: "agent_not_running" }, null, "needs resume", "tone-needs-resume"],
+    [{ state: W, is_agent_running: false, needs_resume: true, resume_reason: "agent_not_running_fresh_start" }, null, "needs resume", "tone-needs-resume"],
+    [{ state: W, is_agent_running: false }, null, "needs resume", "tone-needs-resume"],  // a list summary: says neither
+    [{ state: "CREATED", is_agent_running: false, needs_resume: false, resume_reason: "not_started" }, null, "needs resume", "tone-needs-resume"],
+    [{ state: "CREATED", is_agent_running: false }, null, "CREATED", "tone-CREATED"],
+    [{ state: "STARTING", is_agent_running: false, needs_resume: true }, null, "STARTING", "tone-STARTING"],  // being launched
+    [{ state: W, is_agent_running: false, needs_resume: false, resume_reason: "error_recovery" }, null, "restore failed", "tone-restore-failed"],
+    [{ state: W, is_agent_running: false, needs_resume: false, resume_reason: "stale_execution" }, null, W, "tone-WAITING_FOR_INPUT"],
+    [{ state: W, is_agent_running: false, needs_resume: false, resume_reason: "not_started" }, auth, "needs sign-in", "tone-needs-sign-in"],
+    [{ state: W, is_agent_running: true }, auth, "needs sign-in", "tone-needs-sign-in"],
+    [{ state: "FAILED", is_agent_running: false }, null, "FAILED", "tone-FAILED"],
+    [{ state: "CANCELLED", is_agent_running: false, needs_resume: false }, auth, "CANCELLED", "tone-CANCELLED"],
+    [{ state: "COMPLETED", is_agent_running: false }, null, "COMPLETED", "tone-COMPLETED"],
+  ];
+  for (const [s, a, word, tone] of rows) assert.deepEqual(stateBadge(s, a), { word, tone }, JSON.stringify([s, !!a]));
+});
+
+test("whereWords: a root or a directory inside it; a root refused for holding the gateway's state: inside it", () => {
+  assert.equal(whereWords(["/home/u"]), "/home/u or a directory inside it");
+  assert.equal(whereWords(["/home/u", "/srv"], ["/home/u"]), "a project directory inside /home/u; or /srv or a directory inside it");
+  assert.equal(whereWords(["/home/u/"], ["/home/u"]), "a project directory inside /home/u/");
+});
+
+test("refusedRoot: the root a refusal says holds the gateway's state", () => {
+  const refused = (rule, cwd) => ({ code: WORKSPACE, message: "refused", data: { cwd, rule } });
+  assert.equal(refusedRoot(refused("contains_gateway_files", "/home/u/"), ["/home/u"], WORKSPACE), "/home/u");
+  assert.equal(refusedRoot(refused("contains_gateway_files", "/tmp"), ["/home/u"], WORKSPACE), null);  // no root
+  assert.equal(refusedRoot(refused("outside_workspace_roots", "/home/u"), ["/home/u"], WORKSPACE), null);
+  assert.equal(refusedRoot({ code: -32602, message: "bad" }, ["/home/u"], WORKSPACE), null);
+});
+
 test("refusalHint: a refused directory says what to type instead", () => {
   const refused = (rule, cwd = "/home/u") => ({ code: WORKSPACE, message: "refused", data: { cwd, rule } });
   const roots = ["/home/u"];
   assert.match(refusalHint(refused("contains_gateway_files"), roots, [], WORKSPACE), /\/home\/u\/my-project/);
   assert.match(refusalHint(refused("contains_gateway_files", "/home/u/"), roots, [], WORKSPACE), /: \/home\/u\/my-project,/);
-  assert.equal(refusalHint(refused("outside_workspace_roots", "/usr"), roots, [], WORKSPACE), "Type a project directory inside /home/u.");
+  assert.equal(refusalHint(refused("outside_workspace_roots", "/usr"), roots, [], WORKSPACE), "Type /home/u or a directory inside it.");
+  assert.equal(refusalHint(refused("outside_workspace_roots", "/usr"), roots, [], WORKSPACE, ["/home/u"]),
+               "Type a project directory inside /home/u.");  // the root holds the gateway's state: not the root
   assert.match(refusalHint(refused("inside_gateway_files"), roots, [], WORKSPACE), /outside the gateway's own files inside \/home\/u/);
   assert.match(refusalHint({ code: WORKSPACE, message: "missing", data: { cwd: "/home/u/new" } }, roots, [], WORKSPACE),
                /mkdir -p \/home\/u\/new/);

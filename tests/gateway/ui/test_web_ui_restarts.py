@@ -16,7 +16,8 @@ async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: 
                                                                        browser: playwright_api.Browser,
                                                                        tmp_path: Path) -> None:
     page, errors = await new_page(browser)
-    await start_in_page(page, gateway, tmp_path / "work")
+    await start_in_page(page, gateway, tmp_path / "work", title="other")  # one the page does not show at the crash
+    await start_in_page(page, gateway, tmp_path / "work", title="shown")
     await say(page, "before")
     await expect(page.locator(".msg.agent")).to_have_text("echo: before")
     await expect(page.locator("#agent-running")).to_have_text("agent running")
@@ -28,12 +29,20 @@ async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: 
     await expect(page.locator("#agent-running")).to_have_text("agent stopped")
     await expect(page.locator("#status-line")).to_contain_text("Needs resume: the agent is not running")
     await expect(page.locator("#resume")).to_be_enabled()
+    # Its badge, and every listed session's whose agent the crash took, says so: not a green WAITING_FOR_INPUT.
+    await expect(page.locator("#session-state")).to_have_text("needs resume")
+    await expect(page.locator("#session-state")).to_have_class("badge tone-needs-resume")
+    for title in ("shown", "other"):
+        await expect(page.locator("#sessions li", has_text=title).locator(".badge")).to_have_text("needs resume")
     await shot(page, "ui-needs-resume")
     # Reopening the session resumes it, once, and says how.
-    await page.locator("#sessions li").first.click()
+    await page.locator("#sessions li", has_text="shown").click()
     await expect(page.locator(".msg.notice").filter(has_text="restored by session/resume")).to_have_count(1)
     await expect(page.locator("#agent-running")).to_have_text("agent running")
     await expect(page.locator("#status-line")).to_be_hidden()
+    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    await expect(page.locator("#sessions li", has_text="shown").locator(".badge")).to_have_text("WAITING_FOR_INPUT")
+    await expect(page.locator("#sessions li", has_text="other").locator(".badge")).to_have_text("needs resume")
     await say(page, "after")
     await expect(page.locator(".msg.agent").last).to_have_text("echo: after")
     await shot(page, "ui-resumed")
@@ -89,8 +98,11 @@ async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gate
     await expect(second.locator("#session-state")).to_have_text("RUNNING")
     await crash_and_restart(second, gateway)
     await expect(second.locator(".msg.turn").last).to_contain_text("turn interrupted", timeout=30_000)
-    await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")  # not a stale RUNNING
-    await expect(second.locator("#sessions li .badge").first).to_have_text("WAITING_FOR_INPUT")
+    # Not a stale RUNNING, nor a WAITING_FOR_INPUT promising an agent that waits: the crash took it.
+    await expect(second.locator("#session-state")).to_have_text("needs resume")
+    await expect(second.locator("#session-state")).to_have_attribute("data-state", "WAITING_FOR_INPUT")
+    await expect(second.locator("#sessions li .badge").first).to_have_text("needs resume")
     await say(second, "after the crash")  # a prompt resumes the agent lazily
     await expect(second.locator(".msg.agent").last).to_have_text("echo: after the crash", timeout=30_000)
+    await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
     await shot(second, "ui-interrupted")

@@ -36,12 +36,24 @@ async def test_an_agent_asking_to_sign_in_is_signed_in_from_the_page(gateway: Ga
     await expect(card.locator(".sign-in-vars")).to_have_text("It needs REF_TOKEN: type it below.")  # named
     key = card.locator("form[data-method-id=reference-env] input[name=REF_TOKEN]")
     assert await key.get_attribute("type") == "password"
+    # Until it is signed in, the session says so, and no prompt can start an agent that would refuse it.
+    await expect(page.locator("#session-state")).to_have_text("needs sign-in")
+    await expect(page.locator("#session-state")).to_have_class("badge tone-needs-sign-in")
+    await expect(page.locator("#sessions li .badge")).to_have_text("needs sign-in")
+    await expect(page.locator("#prompt")).to_be_disabled()
+    await expect(page.locator("#send")).to_be_disabled()
+    await expect(page.locator("#prompt")).to_have_attribute("placeholder", "Sign in first (the card above): the agent "
+                                                            "starts once you are signed in")
     await shot(page, "ui-sign-in")
     await key.fill("dummy-page-key-0123456789")
     await card.locator("form[data-method-id=reference-env] button").click()
     await expect(page.locator(".sign-in")).to_have_count(0)
     await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    await expect(page.locator("#sessions li .badge")).to_have_text("WAITING_FOR_INPUT")
     await expect(page.locator("#agent-running")).to_have_text("agent running")
+    await expect(page.locator("#prompt")).to_be_enabled()
+    await say(page, "signed in")
+    await expect(page.locator(".msg.agent")).to_have_text("echo: signed in")
     assert "dummy-page-key" not in await page.content()
     assert errors == []
 
@@ -130,12 +142,17 @@ async def test_a_refused_start_says_why_by_the_form(gateway: GatewayProcess, bro
     await page.goto(ui_url(gateway))
     await expect(page.locator("#stream")).to_have_text("live")
     root = str(gateway.state_dir.parent)
-    # Nothing started yet: the field is empty, its hint says where (the root holds the gateway's state, refused).
+    # Nothing started yet: the field is empty, its hint says where: the root itself too (the workspace rules take
+    # it unless it holds the gateway's state, which the page cannot see).
     await expect(page.locator("#cwd")).to_have_value("")
-    assert root in (await page.locator("#cwd").get_attribute("placeholder") or "")
+    await expect(page.locator("#cwd")).to_have_attribute("placeholder", f"working directory: {root} or a directory "
+                                                         "inside it")
     await page.fill("#cwd", root)
     await page.click("#start")
     await expect(page.locator("#start-error")).to_contain_text("contains the gateway's own files")
+    # This root holds the gateway's state: from now on the hint offers only directories inside it.
+    await expect(page.locator("#cwd")).to_have_attribute("placeholder", f"working directory: a project directory "
+                                                         f"inside {root}")
     await expect(page.locator("#start-error")).to_contain_text(f"Type a project's own directory instead, one that "
                                                                f"does not hold the gateway's state: {root}/my-project")
     await shot(page, "ui-start-refused-root")

@@ -5,7 +5,9 @@ transcript that reads the same live, reopened, reloaded and past the journal's r
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
+from typing import Any
 
 import playwright.async_api as playwright_api
 
@@ -208,6 +210,45 @@ async def test_an_agents_terminal_in_its_tool_call_with_colours(gateway: Gateway
     await expect(page.locator(".card.tool .terminal .status")).to_have_text("exit 3")
     await expect(page.locator(".card.tool .terminal-output span", has_text="red")).to_have_count(1)
     assert errors == []
+
+
+async def test_a_long_command_never_squeezes_how_its_terminal_ended(gateway: GatewayProcess,
+                                                                     browser: playwright_api.Browser,
+                                                                     tmp_path: Path) -> None:
+    """A command far wider than its card is cut short (whole in its tooltip); "exit 0", and a fork's copy's "recorded",
+    stay on one line, however long the command."""
+    page, errors = await new_page(browser)
+    await start_in_page(page, gateway, tmp_path / "work", title="long")
+    long_command = "echo done " + " ".join(f"--an-argument-long-enough-to-fill-the-card-{i}" for i in range(12))
+    await say(page, f"/term {long_command}")
+    status = page.locator(".card.tool .terminal .status")
+    await expect(status).to_have_text("exit 0")
+    await expect(page.locator(".msg.turn")).to_have_count(1)
+    await expect(page.locator(".card.tool .terminal .terminal-head code")).to_have_attribute(
+        "title", re.compile(re.escape(long_command)))
+    assert await one_line_and_cut_short(page, ".card.tool .terminal") == [1, True, True]
+    await shot(page, "ui-terminal-long-command")
+    await page.click("#fork")
+    await expect(page.locator("#detail-head strong")).to_have_text("long (fork)")
+    copied = page.locator("#transcript > .terminal .status")
+    await expect(copied).to_have_text("recorded")
+    assert await one_line_and_cut_short(page, "#transcript > .terminal") == [1, True, True]
+    await shot(page, "ui-terminal-long-command-copied")
+    assert errors == [], "\n".join(errors)
+
+
+async def one_line_and_cut_short(page: playwright_api.Page, terminal: str) -> list[Any]:
+    """Of the terminal card `terminal`: the lines its status takes, whether that status shows all of its text, and
+    whether the command is cut short rather than pushing the card wider than the transcript."""
+    return list(await page.evaluate(
+        """(sel) => {
+          const card = document.querySelector(sel), status = card.querySelector('.terminal-head .status');
+          const code = card.querySelector('.terminal-head code'), range = document.createRange();
+          range.selectNodeContents(status);
+          const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+          return [lines, status.scrollWidth <= status.clientWidth,
+                  code.scrollWidth > code.clientWidth && card.scrollWidth <= card.clientWidth];
+        }""", terminal))
 
 
 async def span_style(page: playwright_api.Page, text: str, prop: str) -> str:

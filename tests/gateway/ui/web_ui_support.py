@@ -48,7 +48,8 @@ async def start_in_page(page: playwright_api.Page, gateway: GatewayProcess, cwd:
     await page.fill("#cwd", str(cwd))
     await page.fill("#title", title)
     await page.click("#start")
-    await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
+    # The state itself (its badge may say what must come first: a sign-in, say).
+    await expect(page.locator("#session-state")).to_have_attribute("data-state", "WAITING_FOR_INPUT")
 
 
 async def crash_and_restart(page: playwright_api.Page, gateway: GatewayProcess) -> None:
