@@ -157,7 +157,8 @@ class TitleParams(SessionParams):
 
 
 class ForkParams(SessionParams):
-    title: str | None = Field(default=None, max_length=1000, description="default: the original's, marked (fork)")
+    title: str | None = Field(default=None, max_length=1000,
+                              description="default: the original's, marked (fork); untitled: fork of NAME-OR-ID")
     name: SessionName | None = Field(default=None, description="a name for the new session")
 
 

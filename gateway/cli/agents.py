@@ -82,8 +82,15 @@ def add_arguments(agents: argparse.ArgumentParser) -> None:
 QUICK_CHECKS = ("ACP-INIT-001", "ACP-SESSION-001")
 
 
+def state_dir_of(args: argparse.Namespace) -> Path:
+    """The state directory the verbs work in, absolute: the install sandbox binds its paths, and bubblewrap resolves a
+    relative one against its own root, not the caller's directory (`--state-dir ../state` failed `add`)."""
+    given = getattr(args, "state_dir", None)
+    return (Path(given).expanduser() if given else default_state_dir()).absolute()
+
+
 def run(args: argparse.Namespace) -> int:
-    state_dir = Path(args.state_dir).expanduser() if getattr(args, "state_dir", None) else default_state_dir()
+    state_dir = state_dir_of(args)
     command = args.agents_command or "list"
     verbs: dict[str, Callable[[argparse.Namespace, Path], int]] = {
         "list": _list, "search": _search, "add": _add, "update": _update, "remove": _remove, "doctor": _doctor,

@@ -88,5 +88,7 @@ async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settin
 
 
 def _fork_title(row: SessionRow) -> str:
-    return f"{row.title or row.id} (fork)"[:1000]
+    """The original's title marked "(fork)"; an untitled original's fork says whose it is up front, so the two do not
+    read alike where a list cuts long titles ("s-af1c… (fork)" and "s-af1c…" did)."""
+    return (f"{row.title} (fork)" if row.title else f"fork of {row.name or row.id}")[:1000]
 

@@ -145,6 +145,7 @@ def test_shipped_profiles() -> None:
     native = {pid for pid, p in profiles.items() if p.native_session_resume}
     assert native == {"codex", "copilot", "auggie", "opencode", "claude", "reference"}
     assert profiles["claude"].argv("tok") == ["npx", "-y", "@agentclientprotocol/claude-agent-acp"]  # by ACP
+    assert profiles["claude"].sign_in_vars == ["ANTHROPIC_API_KEY"]  # the key it reads: asked before a prompt
     assert profiles["reference"].argv()[0] == sys.executable
     assert "@zed-industries/codex-acp" in profiles["codex"].command
 

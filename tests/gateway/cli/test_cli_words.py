@@ -3,6 +3,7 @@ waiting requests, events as lines, values in JSON's words rather than Python's."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +156,16 @@ def test_an_option_and_a_config_event_say_true_not_true_in_python() -> None:
         "fast: null    []  Fast mode"
     event = {"type": "session_config", "session_id": "s-1", "data": {"cause": "set", "options": [option]}}
     assert describe_event(event) == "s-1 session_config (set): fast=true"
+
+
+def test_the_agents_verbs_work_in_an_absolute_state_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`agents add --state-dir ../state` failed in the install sandbox (bubblewrap does not resolve a relative path
+    against the caller's directory): the verbs get the state directory absolute."""
+    import argparse
+
+    from gateway.cli.agents import state_dir_of
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    found = state_dir_of(argparse.Namespace(state_dir="../state"))
+    assert found.is_absolute() and found.resolve() == (tmp_path / "state").resolve()

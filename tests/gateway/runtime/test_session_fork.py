@@ -112,6 +112,8 @@ async def test_a_fork_its_agent_cannot_restore_elsewhere_starts_fresh_with_the_h
     await client.call("task.session.prompt", {"session_id": view["session_id"], "prompt": "remember me"})
     fork = await client.call("task.session.fork", {"session_id": view["session_id"]})
     assert fork["is_agent_running"] is True
+    # an untitled original: the fork's title says whose fork it is up front (a list cutting titles tells them apart)
+    assert view["title"] is None and fork["title"] == f"fork of {view['session_id']}"
     history = await client.call("task.session.history", {"session_id": fork["session_id"]})
     assert any("remember me" in e["content"] for e in history["entries"] if e["kind"] == "user_message")
     await log.wait(lambda e: e["session_id"] == fork["session_id"] and e["type"] == "session_message"

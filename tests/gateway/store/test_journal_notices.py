@@ -101,9 +101,12 @@ def test_read_notice_table(case: str, payload: str, expected: Any) -> None:
 
 @pytest.mark.unit
 def test_a_notice_says_nothing_readable_without_the_key() -> None:
-    payload = sealed("12 w1 alice", '[[12,1,"s"]]', FRAME)
-    assert payload.startswith(SEALED) and "alice" not in payload and "w1" not in payload and "jsonrpc" not in payload
-    assert sealed("12 w1 alice", '[[12,1,"s"]]', FRAME) != payload  # a fresh nonce each time: no two alike
+    # Names long enough that random ciphertext never holds them by chance ("w1" did, one run in forty).
+    head = "12 worker-node-seventy-seven alice-the-owner-of-it"
+    payload = sealed(head, '[[12,1,"s"]]', FRAME)
+    assert payload.startswith(SEALED)
+    assert not any(word in payload for word in ("alice-the-owner-of-it", "worker-node-seventy-seven", "jsonrpc"))
+    assert sealed(head, '[[12,1,"s"]]', FRAME) != payload  # a fresh nonce each time: no two alike
     assert read_notice(payload, None) is None
     # One node on PostgreSQL has no secret and no other node to tell: the bare head, in clear.
     assert commit_notice(12, "w1", "alice", b'[[12,1,"s"]]', FRAME.encode(), None) == "12 w1 alice"
