@@ -1293,7 +1293,7 @@ export interface SessionForkParams {
    */
   session_id: string;
   /**
-   * default: the original's, marked (fork)
+   * default: the original's, marked (fork); untitled: fork of NAME-OR-ID
    */
   title?: string | null;
   /**
