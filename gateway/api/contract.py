@@ -187,6 +187,9 @@ class SessionSummary(Result):
     is_agent_running: bool
     has_resume_token: bool
     acp_session_id: str | None = Field(description="the ACP session id the agent knows (the resume token)")
+    needs_resume: bool = Field(description="its agent is not running and a resume (or a prompt) brings it back, by "
+                               "the status rules; task.session.status also weighs a cluster's other nodes")
+    resume_reason: ResumeReasonName
     created_at: float
     updated_at: float
 

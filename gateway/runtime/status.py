@@ -60,6 +60,15 @@ def evaluate_status(f: StatusFacts) -> StatusDecision:
     return StatusDecision(False, True, ResumeReason.NOT_STARTED)
 
 
+def committed_status(state: SessionState, live: bool, has_token: bool, launched: bool,
+                     recovery_pending: bool) -> StatusDecision:
+    """The status rules on what one gateway knows of a committed row without asking the cluster (no other node's
+    lease: case 2 is `task.session.status`'s alone): what `session_status` events and list summaries say."""
+    return evaluate_status(StatusFacts(state=state, has_token=has_token, executor_exists=launched, live_here=live,
+                                       other_owner_seen_ago=None, stale_window=0.0,
+                                       recovery_pending=recovery_pending))
+
+
 class Boot(StrEnum):
     INITIAL_PROMPT = "initial_prompt"  # send the task description as the first prompt
     IDLE = "idle"  # wait for the user

@@ -17,11 +17,13 @@ from .config import SessionConfig
 from .elicitations import PREFIX as ELICITATION
 from .live import LiveSession
 from .states import SessionState
-from .status import StatusFacts, evaluate_status
+from .status import StatusFacts, committed_status, evaluate_status
 
 
 def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, Any]:
-    """A session as a list shows it; one session's view (`detail_view`) adds its `config`."""
+    """A session as a list shows it; one session's view (`detail_view`) adds its `config`. Whether it needs a resume
+    is said as its `session_status` events say it (a list after a restart shows which sessions do)."""
+    decision = committed_status(SessionState(row.state), live, bool(token), row.launched, row.recovery_pending)
     return {
         "session_id": row.id,
         "name": row.name,
@@ -37,6 +39,8 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
         "is_agent_running": live,
         "has_resume_token": bool(token),
         "acp_session_id": token,
+        "needs_resume": decision.needs_resume,
+        "resume_reason": decision.resume_reason.value,
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }

@@ -17,7 +17,7 @@ from ..errors import log_fault
 from ..journal import EventBus
 from ..store import EventRow, HistoryEntry, SessionRow, StoreBase
 from .states import SessionEvent, SessionState, TaskState, transition
-from .status import ResumeReason, StatusFacts, evaluate_status
+from .status import ResumeReason, committed_status
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,8 @@ def status_data(row: SessionRow, live: bool, has_token: bool | None = None) -> d
             "is_agent_running": live}
     if live:  # case 1 of the rules, written out: this is on every turn's path
         return {**data, "needs_resume": False, "resume_reason": ResumeReason.AGENT_RUNNING.value}
-    decision = evaluate_status(StatusFacts(
-        state=SessionState(row.state), has_token=row.launched if has_token is None else has_token,
-        executor_exists=row.launched, live_here=False, other_owner_seen_ago=None, stale_window=0.0,
-        recovery_pending=row.recovery_pending))
+    decision = committed_status(SessionState(row.state), False, row.launched if has_token is None else has_token,
+                                row.launched, row.recovery_pending)
     return {**data, "needs_resume": decision.needs_resume, "resume_reason": decision.resume_reason.value}
 
 

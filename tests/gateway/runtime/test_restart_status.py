@@ -56,4 +56,8 @@ async def test_a_resubscriber_learns_which_sessions_need_a_resume(gateway: Gatew
         assert said["data"]["state"] == "WAITING_FOR_INPUT"
     status = await again.call("task.session.status", {"session_id": sids[1]})
     assert (status["needs_resume"], status["resume_reason"]) == (True, "agent_not_running")  # as the events said
+    # and the list says it of every session, so a frontend's list shows which need a resume without opening each
+    listed = {s["session_id"]: s for s in (await again.call("task.session.list", {}))["sessions"]}
+    assert all((listed[sid]["needs_resume"], listed[sid]["resume_reason"]) == (True, "agent_not_running")
+               for sid in sids)
     await again.close()

@@ -445,6 +445,18 @@ export interface ResumeView {
    * the name given at start, accepted wherever the id is
    */
   name: string | null;
+  /**
+   * its agent is not running and a resume (or a prompt) brings it back, by the status rules; task.session.status also weighs a cluster's other nodes
+   */
+  needs_resume: boolean;
+  resume_reason:
+    | "agent_running"
+    | "stale_execution"
+    | "agent_not_running"
+    | "agent_not_running_fresh_start"
+    | "terminal_state"
+    | "error_recovery"
+    | "not_started";
   session_id: string;
   state: "CREATED" | "STARTING" | "RUNNING" | "WAITING_FOR_INPUT" | "COMPLETED" | "FAILED" | "CANCELLED";
   task_id: string;
@@ -493,6 +505,18 @@ export interface SessionSummary {
    * the name given at start, accepted wherever the id is
    */
   name: string | null;
+  /**
+   * its agent is not running and a resume (or a prompt) brings it back, by the status rules; task.session.status also weighs a cluster's other nodes
+   */
+  needs_resume: boolean;
+  resume_reason:
+    | "agent_running"
+    | "stale_execution"
+    | "agent_not_running"
+    | "agent_not_running_fresh_start"
+    | "terminal_state"
+    | "error_recovery"
+    | "not_started";
   session_id: string;
   state: "CREATED" | "STARTING" | "RUNNING" | "WAITING_FOR_INPUT" | "COMPLETED" | "FAILED" | "CANCELLED";
   task_id: string;
@@ -528,6 +552,18 @@ export interface SessionView {
    * the name given at start, accepted wherever the id is
    */
   name: string | null;
+  /**
+   * its agent is not running and a resume (or a prompt) brings it back, by the status rules; task.session.status also weighs a cluster's other nodes
+   */
+  needs_resume: boolean;
+  resume_reason:
+    | "agent_running"
+    | "stale_execution"
+    | "agent_not_running"
+    | "agent_not_running_fresh_start"
+    | "terminal_state"
+    | "error_recovery"
+    | "not_started";
   session_id: string;
   state: "CREATED" | "STARTING" | "RUNNING" | "WAITING_FOR_INPUT" | "COMPLETED" | "FAILED" | "CANCELLED";
   task_id: string;
