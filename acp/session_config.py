@@ -318,17 +318,17 @@ def resolve(offer: ConfigOffer, option_id: str, value: Value, category: str | No
         option, rule = offer.of_category(category), "S4"
     if option is None:
         offered = tuple(o.id for o in offer.options())
-        return Refused(Reason.OPTION_NOT_OFFERED, f"the agent offers no option {option_id!r}"
+        return Refused(Reason.OPTION_NOT_OFFERED, f"the agent offers no option {shown(option_id)}"
                        + (f"; it offers {', '.join(offered)}" if offered else "; it offers none"), offered, "N1")
     if option.type not in (SELECT, BOOLEAN):
-        return Refused(Reason.WRONG_TYPE, f"option {option.id!r} is of type {option.type!r}, which this gateway cannot "
-                       "set", (), "N3")
+        return Refused(Reason.WRONG_TYPE, f"option {shown(option.id)} is of type {shown(option.type)}, which this "
+                       "gateway cannot set", (), "N3")
     if not option.takes(value):
         wanted = "true or false" if option.type == BOOLEAN else "one of its values (a string)"
-        return Refused(Reason.WRONG_TYPE, f"option {option.id!r} is a {option.type}: give {wanted}, not {shown(value)}",
-                       option.values, "N3")
+        return Refused(Reason.WRONG_TYPE, f"option {shown(option.id)} is a {option.type}: give {wanted}, "
+                       f"not {shown(value)}", option.values, "N3")
     if option.type == SELECT and value not in option.values:
-        return Refused(Reason.VALUE_NOT_OFFERED, f"option {option.id!r} has no value {shown(value)}; its values: "
+        return Refused(Reason.VALUE_NOT_OFFERED, f"option {shown(option.id)} has no value {shown(value)}; its values: "
                        f"{', '.join(option.values) or '(none)'}", option.values, "N2")
     via_rule = {Via.CONFIG_OPTION: "S1", Via.MODE: "S2", Via.MODEL: "S3"}[option.via]
     return Call(option.via, option.id, value, option.type == BOOLEAN, rule or via_rule)

@@ -36,6 +36,7 @@ from .framework import (
     check,
     initialized,
     session_of,
+    shown,
     unknown_session_id,
 )
 from .options import CheckOptions, ClientOffer
@@ -48,7 +49,7 @@ async def init_version(ctx: CheckContext) -> str:
     p = await ctx.probe()
     result = await p.initialize(1, judged=True)
     if result.get("protocolVersion") != 1:
-        raise CheckFailed(f"asked for version 1, the agent answered {result.get('protocolVersion')!r}")
+        raise CheckFailed(f"asked for version 1, the agent answered {shown(result.get('protocolVersion'))}")
     return "protocolVersion 1 answered"
 
 
@@ -60,7 +61,7 @@ async def init_unsupported(ctx: CheckContext) -> str:
     result = await p.initialize(65535, judged=True)
     version = result.get("protocolVersion")
     if not isinstance(version, int) or isinstance(version, bool) or not 0 < version < 65535:
-        raise CheckFailed(f"asked for version 65535, the agent answered {version!r}")
+        raise CheckFailed(f"asked for version 65535, the agent answered {shown(version)}")
     return f"asked 65535, answered its latest ({version})"
 
 
@@ -72,7 +73,7 @@ async def stdout_hygiene(ctx: CheckContext) -> str:
     await p.prompt(sid, ctx.prompts.short)
     if p.stdout_noise:
         sample = p.client.conn.stats.samples[0] if p.client.conn.stats.samples else ""
-        raise CheckFailed(f"{p.stdout_noise} stdout line(s) were not JSON-RPC, e.g. {sample[:120]!r}")
+        raise CheckFailed(f"{p.stdout_noise} stdout line(s) were not JSON-RPC, e.g. {shown(sample[:120])}")
     return f"{p.client.conn.stats.frames} frames, no noise"
 
 
@@ -84,8 +85,8 @@ async def session_new(ctx: CheckContext) -> str:
     a = await p.new_session(ctx.workdir)
     b = await p.new_session(ctx.workdir)
     if a == b:
-        raise CheckFailed(f"two session/new calls answered the same id {a!r}")
-    return f"sessionId {a!r}"
+        raise CheckFailed(f"two session/new calls answered the same id {shown(a)}")
+    return f"sessionId {shown(a)}"
 
 
 @check("ACP-PROMPT-001", Tier.MANDATORY, "a prompt turn ends with a valid stop reason",
@@ -96,8 +97,8 @@ async def prompt_stop_reason(ctx: CheckContext) -> str:
     result = await p.prompt(sid, ctx.prompts.short)
     reason = result.get("stopReason")
     if reason not in STOP_REASONS:
-        raise CheckFailed(f"stopReason {reason!r} is not one of {sorted(STOP_REASONS)}")
-    return f"stopReason {reason!r} after {len(p.updates)} update(s)"
+        raise CheckFailed(f"stopReason {shown(reason)} is not one of: {', '.join(sorted(STOP_REASONS))}")
+    return f"stopReason {shown(reason)} after {len(p.updates)} update(s)"
 
 
 @check("ACP-UPDATE-001", Tier.MANDATORY, "session/update notifications are well formed and name the session",
@@ -109,7 +110,8 @@ async def update_shapes(ctx: CheckContext) -> str:
     # A shared process may still report on an earlier check's session; an id it never created is the finding.
     wrong = [u.get("sessionId") for u in p.updates if u.get("sessionId") not in p.sessions]
     if wrong:
-        raise CheckFailed(f"updates named session(s) {sorted(set(map(str, wrong)))} instead of {sid!r}")
+        raise CheckFailed(f"updates named session(s) {', '.join(sorted(set(map(str, wrong))))} "
+                          f"instead of {shown(sid)}")
     bad = [v for v in p.violations if v.role == "notification session/update"]
     if bad:
         raise CheckFailed(str(bad[0]))
@@ -146,7 +148,7 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str, by: str = "session/canc
                 raise CheckSkipped("the agent asked no permission in the turn, so a pending request could not be "
                                    "cancelled (set [check] permission to a prompt that makes it ask)")
         if turn.done():  # over before the cancel could be sent: nothing to judge
-            raced = f"the turn ended ({turn.result().get('stopReason')!r}) before {by} could be sent"
+            raced = f"the turn ended ({shown(turn.result().get('stopReason'))}) before {by} could be sent"
             continue
         updates_at_cancel = len(conversation(p.updates))
         closing: asyncio.Future[Any] | None = None
@@ -175,8 +177,8 @@ async def _cancel_turn(ctx: CheckContext, wait_for: str, by: str = "session/canc
                                   "agent must send them before it answers")
             return f"stopReason 'cancelled' after {by}, no update after the answer"
         if len(conversation(p.updates)) > updates_at_cancel:
-            raise CheckFailed(f"the turn went on after {by} and ended with stopReason {reason!r}")
-        raced = f"the turn ended ({reason!r}) as {by} was sent, with no update after it"
+            raise CheckFailed(f"the turn went on after {by} and ended with stopReason {shown(reason)}")
+        raced = f"the turn ended ({shown(reason)}) as {by} was sent, with no update after it"
     raise CheckInconclusive(f"{raced}, twice (the second time with a longer task): the agent's turns end too soon "
                             "for a cancel to reach one; give it a longer task ([check] long and longer) to tell")
 
@@ -225,7 +227,7 @@ async def load_replays(ctx: CheckContext) -> str:
     try:
         await second.call("session/load", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
-        raise CheckFailed(f"session/load of {sid!r} answered {err.code} {err.message}") from None
+        raise CheckFailed(f"session/load of {shown(sid)} answered {err.code} {err.message}") from None
     before = list(second.updates)
     await _settle(second)
     late = conversation(second.updates[len(before):])  # commands or usage reported after the answer are not replay
@@ -235,7 +237,7 @@ async def load_replays(ctx: CheckContext) -> str:
     if not before:
         raise CheckFailed("session/load answered without replaying any history")
     if word not in users:
-        raise CheckFailed(f"the replay did not contain the user's message (looked for {word!r})")
+        raise CheckFailed(f"the replay did not contain the user's message (looked for {shown(word)})")
     if said and said not in second.agent_text(before):
         raise CheckFailed("the replayed agent messages differ from what the agent said in the first process")
     return f"{len(before)} update(s) replayed before the answer, matching the first process"
@@ -252,7 +254,7 @@ async def load_usable(ctx: CheckContext) -> str:
         result = await second.prompt(sid, "What word did I ask you to remember?")
     except RpcError as err:
         raise CheckFailed(f"after session/load: {err.code} {err.message}") from None
-    return f"prompt after load ended {result.get('stopReason')!r}"
+    return f"prompt after load ended {shown(result.get('stopReason'))}"
 
 
 @check("ACP-RESUME-001", Tier.CAPABILITY, "session/resume in a new process answers without replay and is usable",
@@ -264,7 +266,7 @@ async def resume_no_replay(ctx: CheckContext) -> str:
     try:
         await second.call("session/resume", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
-        raise CheckFailed(f"session/resume of {sid!r} answered {err.code} {err.message}") from None
+        raise CheckFailed(f"session/resume of {shown(sid)} answered {err.code} {err.message}") from None
     await _settle(second)
     replayed = conversation(second.updates)  # a report of its commands or usage is not a replay
     if replayed:
@@ -273,7 +275,7 @@ async def resume_no_replay(ctx: CheckContext) -> str:
         result = await second.prompt(sid, "What word did I ask you to remember?")
     except RpcError as err:
         raise CheckFailed(f"prompt after session/resume answered {err.code} {err.message}") from None
-    return f"no replay; prompt after resume ended {result.get('stopReason')!r}"
+    return f"no replay; prompt after resume ended {shown(result.get('stopReason'))}"
 
 
 async def _unknown(ctx: CheckContext, method: str) -> str:
@@ -285,9 +287,10 @@ async def _unknown(ctx: CheckContext, method: str) -> str:
         if err.code == AUTH_REQUIRED:  # it may not say anything of sessions before authentication
             raise blocked_by_error(err, method) or CheckBlocked(err.message) from None
         if err.code != RESOURCE_NOT_FOUND:
-            raise CheckFailed(f"{method} of an unknown id answered {err.code} {err.message!r}, not -32002") from None
-        return f"-32002 {err.message!r}"
-    raise CheckFailed(f"{method} of an unknown id {unknown!r} succeeded")
+            raise CheckFailed(f"{method} of an unknown id answered {err.code} {shown(err.message)}, "
+                              "not -32002") from None
+        return f"-32002 {shown(err.message)}"
+    raise CheckFailed(f"{method} of an unknown id {shown(unknown)} succeeded")
 
 
 @check("ACP-UNKNOWN-001", Tier.CAPABILITY, "session/load of an unknown id answers -32002 (resource not found)",
@@ -346,7 +349,7 @@ async def list_sessions(ctx: CheckContext) -> str:
         if not cursor:
             break
     if sid not in seen:
-        raise CheckFailed(f"session {sid!r} is missing from session/list ({len(seen)} listed)")
+        raise CheckFailed(f"session {shown(sid)} is missing from session/list ({len(seen)} listed)")
     return f"{len(seen)} session(s) listed, including the new one"
 
 
@@ -419,8 +422,8 @@ async def offers_honoured(ctx: CheckContext) -> str:
         raise CheckFailed("offered no files, terminals or questions (clientCapabilities fs false, terminal false, no "
                           "elicitation), the agent called "
                           + ", ".join(f"{m} (needs {_OFFERED_BY.get(m, 'terminal')})" for m in called))
-    return (f"offered none, called none; the turn ended {result.get('stopReason')!r} (PASS holds for an agent that "
-            "needed none, too)")
+    return (f"offered none, called none; the turn ended {shown(result.get('stopReason'))} (PASS holds for an agent "
+            "that needed none, too)")
 
 
 # Advisory: the spec makes the agent "responsible for releasing the terminal" (terminal/create), not a MUST; a
@@ -460,7 +463,7 @@ async def unknown_client_method(ctx: CheckContext) -> str:
              ("fs/read_text_file", "fs/write_text_file", "session/request_permission")]
     if not asked:
         raise CheckSkipped("the agent called no method the client lacks")
-    return f"answered -32601 to {asked[0]!r}; the turn still ended {result.get('stopReason')!r}"
+    return f"answered -32601 to {shown(asked[0])}; the turn still ended {shown(result.get('stopReason'))}"
 
 
 @check("ACP-SHUTDOWN-001", Tier.ADVISORY, "the agent exits when its stdin closes",
@@ -486,7 +489,7 @@ async def agent_info(ctx: CheckContext) -> str:
     advertised = ", ".join(flags) or "no optional methods"
     prompt_caps = sorted(k for k, v in (caps.get("promptCapabilities") or {}).items() if v)
     name = f"{info.get('name', '?')} {info.get('version', '')}".strip()
-    return f"{name}; advertises {advertised}; prompt capabilities {prompt_caps}"
+    return f"{name}; advertises {advertised}; prompt capabilities: {', '.join(prompt_caps) or 'none'}"
 
 
 # Judged from what every other check saw, not run on their own.

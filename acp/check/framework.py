@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from ..auth import choose_auth_method
 from ..client import AcpClient, ClientOptions
 from ..elicitation import Elicitation
@@ -188,8 +190,8 @@ class Probe:
     def _judge_envelope(self, msg: dict[str, Any]) -> None:
         """A response's JSON-RPC shape (kit ACP-JSONRPC-002) and its error message's (ACP-ERROR-001), noted."""
         if ("result" in msg) == ("error" in msg):
-            self.envelope.append(f"response to id {msg.get('id')!r} carries {'both' if 'result' in msg else 'neither'}"
-                                 " of result and error")
+            self.envelope.append(f"response to id {shown(msg.get('id'))} carries "
+                                 f"{'both' if 'result' in msg else 'neither'} of result and error")
             return
         if "error" not in msg:
             return
@@ -197,13 +199,13 @@ class Probe:
         code = error.get("code") if isinstance(error, dict) else None
         if not isinstance(error, dict) or not isinstance(code, int) or isinstance(code, bool) \
                 or not isinstance(error.get("message"), str):
-            self.envelope.append(f"error of id {msg.get('id')!r} is not {{code: integer, message: string}}: "
+            self.envelope.append(f"error of id {shown(msg.get('id'))} is not {{code: integer, message: string}}: "
                                  f"{str(error)[:120]}")
             return
         text = error["message"]
         if not text.strip() or "\n" in text:
-            self.error_shapes.append(f"error {error['code']} of id {msg.get('id')!r}: message "
-                                     f"{'empty' if not text.strip() else 'over several lines'}: {text[:120]!r}")
+            self.error_shapes.append(f"error {error['code']} of id {shown(msg.get('id'))}: message "
+                                     f"{'empty' if not text.strip() else 'over several lines'}: {shown(text[:120])}")
 
     async def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
         timeout = timeout or self.options.setup_timeout
@@ -232,7 +234,7 @@ class Probe:
                     "raise --setup-timeout)")
             raise (CheckFailed(said) if judged else CheckBlocked(f"{said}; see ACP-INIT-001, then run again")) from None
         if not isinstance(result, dict):
-            raise CheckFailed(f"initialize answered {result!r}")
+            raise CheckFailed(f"initialize answered {shown(result)}")
         self.init_seconds = time.monotonic() - began
         if version == 1:
             self.init = result
@@ -332,6 +334,14 @@ class Probe:
     @property
     def alive(self) -> bool:
         return self.client.process.returncode is None
+
+
+def shown(value: Any) -> str:
+    """A value of the agent's as JSON writes it (`"end_turn"`, `["a", "b"]`, `null`), not as Python would."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return str(value)
 
 
 def _seen(task: asyncio.Future[Any]) -> None:

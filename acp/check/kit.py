@@ -30,6 +30,7 @@ from .framework import (
     check,
     initialized,
     session_of,
+    shown,
     unknown_session_id,
 )
 
@@ -57,10 +58,10 @@ async def ids_echoed(ctx: CheckContext) -> str:
             answer = await _answered(p, PING, request_id, wait)
         except RequestTimeout:
             stray = [m.get("id") for m in p.responses_in if m.get("id") != request_id]
-            raise CheckFailed(f"no answer with id {request_id!r} to {PING} within {wait:g} s"
-                              + (f" (answers came with id(s) {stray!r} instead)" if stray else
+            raise CheckFailed(f"no answer with id {shown(request_id)} to {PING} within {wait:g} s"
+                              + (f" (answers came with id(s) {shown(stray)} instead)" if stray else
                                  " (a custom method still gets an answer: an error is one)")) from None
-        said.append(f"{request_id!r} → {answer.code if isinstance(answer, RpcError) else 'a result'}")
+        said.append(f"{shown(request_id)} → {answer.code if isinstance(answer, RpcError) else 'a result'}")
     return "answered with the same id: " + ", ".join(said)
 
 
@@ -77,7 +78,7 @@ async def unknown_method(ctx: CheckContext) -> str:
             await p.client.conn.request(method, params, timeout=wait)
         except RpcError as err:
             if err.code != METHOD_NOT_FOUND:
-                raise CheckFailed(f"{method} (a method no agent has) answered {err.code} {err.message!r}, not "
+                raise CheckFailed(f"{method} (a method no agent has) answered {err.code} {shown(err.message)}, not "
                                   "-32601") from None
         except RequestTimeout:
             raise CheckFailed(f"{method} got no answer within {wait:g} s (ACP-JSONRPC-001 says more)") from None
@@ -135,17 +136,17 @@ def offer_findings(answer: dict[str, Any]) -> list[str]:
     if isinstance(modes, dict):
         available = [m.get("id") for m in modes.get("availableModes") or [] if isinstance(m, dict)]
         if modes.get("currentModeId") not in available:
-            found.append(f"modes.currentModeId {modes.get('currentModeId')!r} is not among availableModes "
-                         f"{available!r}")
+            found.append(f"modes.currentModeId {shown(modes.get('currentModeId'))} is not among availableModes "
+                         f"{shown(available)}")
     for option in answer.get("configOptions") or []:
         if not isinstance(option, dict):
             continue
         current, kind = option.get("currentValue"), option.get("type")
         if kind == "boolean" and not isinstance(current, bool):
-            found.append(f"boolean option {option.get('id')!r} has currentValue {current!r}")
+            found.append(f"boolean option {shown(option.get('id'))} has currentValue {shown(current)}")
         elif kind == "select" and current not in _values(option):
-            found.append(f"option {option.get('id')!r} has currentValue {current!r}, not one of its values "
-                         f"{_values(option)!r}")
+            found.append(f"option {shown(option.get('id'))} has currentValue {shown(current)}, not one of its values "
+                         f"{shown(_values(option))}")
     return found
 
 
@@ -210,23 +211,25 @@ async def offer_settable(ctx: CheckContext) -> str:
             result = await p.call("session/set_config_option", params)
         except RpcError as err:
             if err.code in (-32602, -32601):  # the agent calls a value it offered invalid
-                raise CheckFailed(f"session/set_config_option {option['id']}={value!r} (offered) answered "
+                raise CheckFailed(f"session/set_config_option {option['id']}={shown(value)} (offered) answered "
                                   f"{err.code} {err.message}") from None
             # Another error (-32603, -32000): switching may need what is not here (a model's sign-in, a network).
-            undecided.append(f"{option['id']}={value!r} answered {err.code} {err.message}")
+            undecided.append(f"{option['id']}={shown(value)} answered {err.code} {err.message}")
             continue
         listed = {o.get("id"): o for o in (result or {}).get("configOptions") or [] if isinstance(o, dict)}
         if not ids <= set(listed):  # the complete list: every option offered before (a change may add some)
-            raise CheckFailed(f"set_config_option {option['id']} answered option(s) {sorted(map(str, listed))}, not "
-                              f"the whole offer {sorted(map(str, ids))}")
+            raise CheckFailed(f"set_config_option {option['id']} answered option(s) "
+                              f"{', '.join(sorted(map(str, listed)))}, not the whole offer: "
+                              f"{', '.join(sorted(map(str, ids)))}")
         if listed[option["id"]].get("currentValue") != value:
             raise CheckFailed(f"set_config_option answered {option['id']} = "
-                              f"{listed[option['id']].get('currentValue')!r}, not the {value!r} it was set to")
+                              f"{shown(listed[option['id']].get('currentValue'))}, not the {shown(value)} it was set "
+                              "to")
         if option.get("type") == "boolean" or before in _values(option):
             await p.call("session/set_config_option", {**params, "value": before})
-            said.append(f"{option['id']} to {value!r} and back")
+            said.append(f"{option['id']} to {shown(value)} and back")
         else:  # its current value was none of its values (ACP-CONFIG-001's finding): nothing valid to go back to
-            said.append(f"{option['id']} to {value!r} (not back to {before!r}, which it does not offer)")
+            said.append(f"{option['id']} to {shown(value)} (not back to {shown(before)}, which it does not offer)")
     if modes:
         available = [m.get("id") for m in modes.get("availableModes") or [] if isinstance(m, dict)]
         other = next((m for m in available if m != modes.get("currentModeId")), None)
@@ -234,14 +237,15 @@ async def offer_settable(ctx: CheckContext) -> str:
             try:
                 await p.call("session/set_mode", {"sessionId": sid, "modeId": other})
             except RpcError as err:
-                raise CheckFailed(f"session/set_mode {other!r} (offered) answered {err.code} {err.message}") from None
+                raise CheckFailed(f"session/set_mode {shown(other)} (offered) answered {err.code} "
+                                  f"{err.message}") from None
             await _settle(p, 0.2)
             wrong = [u for u in p.updates if (u.get("update") or {}).get("sessionUpdate") == "current_mode_update"
                      and "currentModeId" not in (u.get("update") or {})]
             if wrong:
                 raise CheckFailed(f"current_mode_update without currentModeId: {str(wrong[0])[:200]}")
             await p.call("session/set_mode", {"sessionId": sid, "modeId": modes.get("currentModeId")})
-            said.append(f"mode (session/set_mode) to {other!r} and back")
+            said.append(f"mode (session/set_mode) to {shown(other)} and back")
     if undecided:
         raise CheckInconclusive("could not be set here: " + "; ".join(undecided) + " (an error other than invalid "
                                 "params: the switch may need credentials or a network this run lacks)"
@@ -292,9 +296,9 @@ async def own_mode_change_told(ctx: CheckContext) -> str:
         raise CheckInconclusive(f"the mode_change turn reported no mode, and {how} in a new process answered "
                                 f"{err.code} {err.message}: no telling whether the mode changed") from None
     if after is not None and after != before:
-        raise CheckFailed(f"the mode went from {before!r} to {after!r} in the mode_change turn (as {how} in a new "
-                          "process shows) and the agent said nothing of it: the client still shows the old one")
-    raise CheckInconclusive(f"the mode_change turn did not change the mode (still {before!r} after {how}): give "
+        raise CheckFailed(f"the mode went from {shown(before)} to {shown(after)} in the mode_change turn (as {how} in "
+                          "a new process shows) and the agent said nothing of it: the client still shows the old one")
+    raise CheckInconclusive(f"the mode_change turn did not change the mode (still {shown(before)} after {how}): give "
                             "[check] mode_change a prompt that does")
 
 
@@ -321,10 +325,11 @@ async def config_after_restore(ctx: CheckContext) -> str:
     now = {o.get("id"): o.get("currentValue") for o in (restored or {}).get("configOptions") or []
            if isinstance(o, dict)}
     if option["id"] not in now:
-        return f"{how} answered no configOptions: a client keeps {option['id']}={value!r} itself and sets it again"
+        return f"{how} answered no configOptions: a client keeps {option['id']}={shown(value)} itself and sets it again"
     kept = now[option["id"]] == value
-    return (f"{how} in a new process: {option['id']} is {now[option['id']]!r} — "
-            + ("kept" if kept else f"not kept (it was set to {value!r}): a client sets it again, as the gateway does"))
+    return (f"{how} in a new process: {option['id']} is {shown(now[option['id']])} — "
+            + ("kept" if kept else f"not kept (it was set to {shown(value)}): a client sets it again, as the gateway "
+               "does"))
 
 
 # Advisory: the spec says what an agent offers, not in so many words that it must refuse the rest; but a client that
@@ -341,8 +346,8 @@ async def offer_guarded(ctx: CheckContext) -> str:
     try:
         result = await p.call("session/set_config_option", {"sessionId": sid, "configId": option["id"], "value": bad})
     except RpcError as err:
-        return f"{option['id']}={bad!r} refused: {err.code} {err.message[:80]!r}"
-    raise CheckFailed(f"set_config_option {option['id']}={bad!r} (not among its values) was accepted: "
+        return f"{option['id']}={shown(bad)} refused: {err.code} {shown(err.message[:80])}"
+    raise CheckFailed(f"set_config_option {option['id']}={shown(bad)} (not among its values) was accepted: "
                       f"{str(result)[:160]}")
 
 
@@ -355,7 +360,7 @@ async def delete_session(ctx: CheckContext) -> str:
     except RpcError as err:
         raise CheckFailed(f"session/delete of a session just made answered {err.code} {err.message}") from None
     if not isinstance(result, dict):
-        raise CheckFailed(f"session/delete answered {result!r}, not an object")
+        raise CheckFailed(f"session/delete answered {shown(result)}, not an object")
     return "deleted"
 
 
@@ -370,7 +375,7 @@ async def delete_unknown(ctx: CheckContext) -> str:
     except RpcError as err:
         if err.code == -32000:
             raise blocked_by_error(err, "session/delete") or CheckBlocked(err.message) from None
-        raise CheckFailed(f"session/delete of an unknown id answered {err.code} {err.message!r}") from None
+        raise CheckFailed(f"session/delete of an unknown id answered {err.code} {shown(err.message)}") from None
     return "succeeded"
 
 
@@ -416,7 +421,7 @@ async def load_answers_object(ctx: CheckContext) -> str:
         raise CheckSkipped(f"session/load of a session of this process answered {err.code} {err.message} "
                            "(ACP-LOAD-001 judges load in a new process)") from None
     if not isinstance(result, dict):
-        raise CheckFailed(f"session/load answered {result!r}, not an object")
+        raise CheckFailed(f"session/load answered {shown(result)}, not an object")
     return "an object"
 
 
@@ -430,7 +435,7 @@ async def prompt_unknown_session(ctx: CheckContext) -> str:
         await asyncio.wait_for(p.call("session/prompt", {"sessionId": unknown, "prompt": [
             {"type": "text", "text": ctx.prompts.short}]}), min(ctx.options.setup_timeout, 15.0))
     except RpcError as err:
-        return f"{err.code} {err.message!r}"
+        return f"{err.code} {shown(err.message)}"
     except (TimeoutError, RequestTimeout):
         return "no answer in time"
     return "a result (a turn for a session it never made)"
@@ -453,7 +458,7 @@ async def _content_turn(ctx: CheckContext, what: str, blocks: list[dict[str, Any
             raise CheckFailed(f"a prompt with {what} was refused: {err.code} {err.message}") from None
         raise CheckInconclusive(f"a prompt with {what} failed ({err.code} {err.message}) where a text prompt "
                                 "worked: it may be the model's answer to it, not the agent's") from None
-    return f"a prompt with {what} was taken; it ended {result.get('stopReason')!r} (ACP-PROMPT-001 judges that)"
+    return f"a prompt with {what} was taken; it ended {shown(result.get('stopReason'))} (ACP-PROMPT-001 judges that)"
 
 
 @check("ACP-PROMPT-003", Tier.ADVISORY, "a prompt with a resource_link beside its text is taken",
@@ -509,26 +514,26 @@ async def authenticate_then_session(ctx: CheckContext) -> str:
     init = await p.initialize()
     listed = [m.get("id") for m in init.get("authMethods") or [] if isinstance(m, dict)]
     if method not in listed:
-        raise CheckFailed(f"the auth method given, {method!r}, is not among those advertised: {listed!r}")
+        raise CheckFailed(f"the auth method given, {shown(method)}, is not among those advertised: {shown(listed)}")
     try:
         result = await p.call("authenticate", {"methodId": method})
     except RpcError as err:  # bad or missing credentials here: not a verdict on the agent
-        raise CheckSkipped(f"authenticate {method!r} answered {err.code} {err.message}: give it working "
+        raise CheckSkipped(f"authenticate {shown(method)} answered {err.code} {err.message}: give it working "
                            "credentials to judge what follows") from None
     except RequestTimeout:
-        raise CheckInconclusive(f"authenticate {method!r} got no answer within {ctx.options.setup_timeout:g} s: it "
-                                "may wait for a sign-in server it cannot reach; run again where it can") from None
+        raise CheckInconclusive(f"authenticate {shown(method)} got no answer within {ctx.options.setup_timeout:g} "
+                                "s: it may wait for a sign-in server it cannot reach; run again where it can") from None
     if result is not None and not isinstance(result, dict):
-        raise CheckFailed(f"authenticate answered {result!r}, not an object")
+        raise CheckFailed(f"authenticate answered {shown(result)}, not an object")
     p.authenticated = True  # no second authenticate: session/new must now work as it is
     try:
         await p.call("session/new", {"cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
         if err.code == -32000:
-            raise CheckFailed(f"authenticate {method!r} succeeded, then session/new still answered -32000 "
+            raise CheckFailed(f"authenticate {shown(method)} succeeded, then session/new still answered -32000 "
                               f"{err.message}") from None
         raise CheckFailed(f"after authenticate, session/new answered {err.code} {err.message}") from None
-    return f"authenticate {method!r}, then session/new worked"
+    return f"authenticate {shown(method)}, then session/new worked"
 
 
 @check("ACP-INFO-003", Tier.INFORMATIONAL, "what the agent does with a line that is not JSON, and with JSON that is "
@@ -561,7 +566,7 @@ async def stderr_bytes(ctx: CheckContext) -> str:
     written = p.client.process.stderr.total_bytes
     tail = " | ".join(line.strip() for line in p.client.process.stderr.tail_lines(2) if line.strip())
     return f"{written} byte(s) of stderr by one process after initialize, session/new and a turn" + (
-        f" (the last of it: {tail[-120:]!r})" if tail else "")
+        f" (the last of it: {shown(tail[-120:])})" if tail else "")
 
 
 # Judged from every response of the run (`run.py`), not run on their own.

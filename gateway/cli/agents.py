@@ -18,7 +18,7 @@ import orjson
 from agents.catalog import load_profiles
 from agents.paths import default_state_dir
 from agents.profiles import AgentProfile
-from agents.registry import installer, installs
+from agents.registry import credentials, installer, installs
 from agents.registry.index import MAX_INDEX_BYTES, SNAPSHOT, RegistryError, RegistryIndex, parse_index
 
 REGISTRY_URL = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json"
@@ -126,14 +126,18 @@ def _list(args: argparse.Namespace, state_dir: Path) -> int:
         return 0
     for row in rows:
         if row["version"]:
-            print(f"{row['id']:14} {row['version']:10} {row['auth']:15} {row['last_check']:28} {row['command']}")
+            print(f"{row['id']:14} {row['version']:10} {auth_words(row):40} {check_words(row['last_check']):28} "
+                  f"{row['command']}")
         else:
             print(f"{row['id']:14} {row['availability']:30} {row['command']}")
+    if any(row["version"] for row in rows):
+        print("(sign-in: what `agents add`'s probe found, with this environment; a running gateway keeps each "
+              "owner's own: gateway.info's auth_state)")
     return 0
 
 
 def _row(profile: AgentProfile, state_dir: Path) -> dict[str, Any]:
-    """An agent as `agents list` and the web UI's agents page show it."""
+    """An agent as `agents list` shows it."""
     row: dict[str, Any] = {"id": profile.id, "name": profile.name, "version": profile.version,
                            "availability": profile.availability_words(), "command": " ".join(profile.command)}
     row.update(install_facts(profile))
@@ -141,17 +145,37 @@ def _row(profile: AgentProfile, state_dir: Path) -> dict[str, Any]:
 
 
 def install_facts(profile: AgentProfile) -> dict[str, Any]:
-    """An installed agent's sign-in state and last check, in words ({"auth": "", "last_check": ""} for others)."""
+    """An installed agent's sign-in as its probe found it (`auth_state`), the variables that sign it in
+    (`sign_in_vars`: its profile's, its upstream's, the ones it offered) and its last check (null: never checked);
+    nulls for a profile of no install."""
     found = installs.facts(profile)
     if not found:
-        return {"auth": "", "last_check": ""}
-    check = found.get("last_check") or {}
-    checked = "never checked"
-    if check:
-        counts = check.get("counts", {})
-        checked = (f"{check.get('verdict', '?').replace('_', ' ')} ({counts.get('pass', 0)} pass, "
-                   f"{counts.get('fail', 0)} fail) {time.strftime('%Y-%m-%d', time.localtime(check.get('at', 0)))}")
-    return {**found, "auth": found["auth_state"].replace("_", " "), "last_check": checked}
+        return {"auth_state": None, "sign_in_vars": [], "last_check": None}
+    names = list(dict.fromkeys([*credentials.required_vars(profile),
+                                *credentials.offered_vars(found.get("auth_methods") or [])]))
+    return {**found, "sign_in_vars": names}
+
+
+def auth_words(row: dict[str, Any]) -> str:
+    """The probe's sign-in state in words, naming the variables that sign the agent in when it needs one."""
+    state = row.get("auth_state")
+    if not state:
+        return ""
+    if state == "not_probed":
+        return f"not probed (acp-gateway agents doctor {row['id']})"
+    words = "probe: " + str(state).replace("_", " ").replace("sign in", "sign-in")
+    if state == "needs_sign_in" and row.get("sign_in_vars"):
+        words += f": set {' or '.join(row['sign_in_vars'])}"
+    return words
+
+
+def check_words(check: dict[str, Any] | None) -> str:
+    """The last conformance check in words: its verdict, its counts, its day."""
+    if not check:
+        return "never checked"
+    counts = check.get("counts", {})
+    return (f"{str(check.get('verdict', '?')).replace('_', ' ')} ({counts.get('pass', 0)} pass, "
+            f"{counts.get('fail', 0)} fail) {time.strftime('%Y-%m-%d', time.localtime(check.get('at', 0)))}")
 
 
 def _show_entries(entries: Sequence[Any], state_dir: Path, as_json: bool) -> int:

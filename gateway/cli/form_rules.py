@@ -108,24 +108,31 @@ def field_value(prop: dict[str, Any], text: str) -> Any:
 
 def form_answer(schema: dict[str, Any] | None, fields: list[str]) -> dict[str, Any]:
     """`FIELD=VALUE` pairs typed by a person as the content a form's schema asks for, each checked against its
-    field (`field_value`), the required fields present; FieldRefused names the first that does not fit. With no
-    schema (the question is not open: the gateway says why) the values go as text."""
+    field (`field_value`), the required fields present; FieldRefused names every one that does not fit and every
+    required one missing, at once (one at a time made a person retype the command per mistake). With no schema (the
+    question is not open: the gateway says why) the values go as text."""
     properties = (schema or {}).get("properties") or {}
     content: dict[str, Any] = {}
+    refusals: list[str] = []
     for pair in fields:
         name, sep, value = pair.partition("=")
         if not sep:
-            raise FieldRefused(f"{pair!r}: give each field as FIELD=VALUE")
+            refusals.append(f"{pair!r}: give each field as FIELD=VALUE")
+            continue
         if schema is None:
             content[name] = value
             continue
         if name not in properties:
-            raise FieldRefused(f"the form has no field {name!r}; its fields: {', '.join(properties)}")
+            refusals.append(f"the form has no field {name!r}; its fields: {', '.join(properties)}")
+            continue
         try:
             content[name] = field_value(properties[name], value)
         except FieldRefused as refused:
-            raise FieldRefused(f"{name}: {refused}") from None
-    missing = [name for name in (schema or {}).get("required") or [] if name not in content]
+            refusals.append(f"{name}: {refused}")
+    given = {pair.partition("=")[0] for pair in fields}  # a field given but refused is not also missing
+    missing = [name for name in (schema or {}).get("required") or [] if name not in given]
     if missing:
-        raise FieldRefused(f"required field(s) missing: {', '.join(missing)}")
+        refusals.append(f"required field(s) missing: {', '.join(missing)}")
+    if refusals:
+        raise FieldRefused("; ".join(refusals))
     return content

@@ -4,7 +4,8 @@ a frontend in the terminal, on the client library. Human output by default, `--j
 Sessions are named by id or by the name given at start (the gateway takes either); `prompt` without one uses the
 current directory's session, as acpx does. The gateway is the one `--url` or ACP_GATEWAY_URL names, else the one
 `serve` last announced in the state directory. Exit status: 0 done (an "already terminal" answer, -32009, is
-success: the API says so), 1 the gateway refused the request, 2 a usage error or no gateway to talk to.
+success: the API says so), 1 the gateway refused the request, 2 a usage error or no gateway to talk to, 130
+interrupted (Ctrl-C).
 
 Each verb is a row of `VERBS` (at the end): its help, its arguments and the coroutine that runs it."""
 
@@ -35,11 +36,12 @@ from ..clients.view_text import (
     describe_request,
     option_line,
     pending_lines,
+    permission_command,
     status_text,
     unapplied_lines,
     yes_no,
 )
-from ..error_codes import ALREADY_TERMINAL, NOT_RESUMABLE
+from ..error_codes import AGENT_FAILED, ALREADY_TERMINAL, NOT_RESUMABLE
 from .argspec import Arg, Argument, OneOf, arg
 from .form_rules import FieldRefused, form_answer
 from .questions import StdinLines, ask_permission, ask_question, give_up, open_question, open_questions
@@ -47,6 +49,10 @@ from .questions import StdinLines, ask_permission, ask_question, give_up, open_q
 DEFAULT_URL = "ws://127.0.0.1:8765/rpc"
 URL_FILE = "url"  # written by `serve` in its state directory: where it listens
 TERMINAL = ("CANCELLED", "FAILED", "COMPLETED")
+# What `--state` takes: the states of docs/api.md (a wire-only verb imports nothing of the runtime; a unit test holds
+# this beside gateway.runtime.states.SessionState).
+SESSION_STATES = ("CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT", "COMPLETED", "FAILED", "CANCELLED")
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C: 128 + SIGINT, as shells report it
 
 # The flags every verb takes: which gateway, as whom, and in what form to print.
 CONNECTION: tuple[Arg, ...] = (
@@ -215,10 +221,67 @@ async def _sign_in(args: argparse.Namespace, client: GatewayClient) -> int:
             given[name] = (getpass.getpass(f"{name}: ") if sys.stdin.isatty()
                            else sys.stdin.readline().rstrip("\n"))
     values = given or None
-    view = await client.call("task.session.authenticate", {"session_id": args.session_id,
-                                                            "method_id": args.method_id, "values": values})
+    # A `terminal` method runs the agent's own login program, whose output (a link to open, a code to enter) is
+    # what the person needs while the call waits: the session's `terminal_*` events of it are printed as they come.
+    asked = ((await client.call("task.session.status", {"session_id": args.session_id})).get("config") or {})
+    kinds = {m.get("id"): m.get("kind") for m in (asked.get("auth") or {}).get("methods") or []}
+    await client.call("task.session.subscribe", {"session_id": args.session_id})
+    chat = ChatPrinter(sys.stderr if args.json else sys.stdout)  # --json keeps standard output for the answer
+    call = asyncio.ensure_future(client.call("task.session.authenticate", {
+        "session_id": args.session_id, "method_id": args.method_id, "values": values}))
+    try:
+        await _login_output(client, call, chat, kinds.get(args.method_id) == "terminal")
+    finally:
+        call.cancel()  # done, unless this command was interrupted
+        chat.end()
+    view = call.result()
     _print(args, view, _view_line(view) + _sign_in_lines(view, args.session_id))
     return 0 if view["is_agent_running"] else 1
+
+
+LOGIN_TERMINAL = "login-"  # the id of a terminal sign-in's terminal begins so (gateway/runtime/launcher.py)
+LOGIN_TAIL_SECONDS = 10.0  # how long the login's last events may trail the call's answer
+
+
+async def _login_output(client: GatewayClient, call: asyncio.Future[Any], chat: ChatPrinter, login: bool) -> None:
+    """Prints the login terminal's events until `call` is answered and, for a `login` (a terminal method), the
+    login's end is printed: the gateway may answer ahead of the events it has queued (`LOGIN_TAIL_SECONDS` bounds
+    that wait). A refusal before the login ran has no events to wait for."""
+    running: set[str] = set()
+    ended = False
+
+    def finished() -> bool:
+        if not call.done():
+            return False
+        error = call.exception()
+        ran = error is None or (isinstance(error, RpcCallError) and error.code == AGENT_FAILED)
+        return not (login and ran) or (ended and not running)
+
+    while not finished():
+        note: asyncio.Future[Any] = asyncio.ensure_future(client.notifications.get())
+        if call.done():
+            done, _ = await asyncio.wait({note}, timeout=LOGIN_TAIL_SECONDS)
+            if note not in done:
+                note.cancel()
+                return  # the call's answer is in, the login's end never came: nothing more to wait for
+        else:
+            done, _ = await asyncio.wait({note, call}, return_when=asyncio.FIRST_COMPLETED)
+            if note not in done:
+                note.cancel()
+                continue
+        event = note.result().get("params") or {}
+        kind, data = str(event.get("type")), event.get("data") or {}
+        terminal_id = str(data.get("terminal_id", ""))
+        if not kind.startswith("terminal_") or not terminal_id.startswith(LOGIN_TERMINAL):
+            continue
+        if kind == "terminal_started":
+            running.add(terminal_id)
+            chat.note("the agent's sign-in program runs (its output follows; it takes no input):")
+        chat.terminal(kind, data, colour=chat.out.isatty())
+        if kind == "terminal_exited":
+            running.discard(terminal_id)
+            ended = True
+            chat.note("the sign-in program ended")
 
 
 async def _delete(args: argparse.Namespace, client: GatewayClient) -> int:
@@ -240,10 +303,11 @@ async def _cancel_turn(args: argparse.Namespace, client: GatewayClient) -> int:
     """Only a running turn is cancelled: a turn that starts after the look is not this command's to stop."""
     view = await client.call("task.session.get", {"session_id": args.session_id})
     if view["state"] != "RUNNING":  # RUNNING: a turn runs (docs/api.md, states)
-        _print(args, view, f"session {args.session_id} has no turn running ({view['state']}); nothing to cancel")
+        _print(args, {**view, "cancelled": False},
+               f"session {args.session_id} has no turn running ({view['state']}); nothing to cancel")
         return 0
     view = await client.call("task.session.cancel_turn", {"session_id": args.session_id})
-    _print(args, view, _view_line(view) + "\nthe turn was cancelled")
+    _print(args, {**view, "cancelled": True}, _view_line(view) + "\nthe turn was cancelled")
     return 0
 
 
@@ -273,6 +337,19 @@ async def _history(args: argparse.Namespace, client: GatewayClient) -> int:
 
 
 async def _answer(args: argparse.Namespace, client: GatewayClient) -> int:
+    if args.request_id is None and (args.decline or args.cancel or args.open):
+        # Not ignored: the only question waiting is the one meant; with several (or none), which one is asked for.
+        flag = "--decline" if args.decline else "--cancel" if args.cancel else "--open"
+        waiting = await open_questions(client, args.session_id)
+        if len(waiting) != 1:
+            which = (f"{len(waiting)} are waiting: " + ", ".join(str(q["request_id"]) for q in waiting) if waiting
+                     else "no question of the agent is waiting")
+            print(f"acp-gateway answer: {flag} needs the REQUEST_ID of the question ({which}): "
+                  f"acp-gateway answer {args.session_id} REQUEST_ID {flag}", file=sys.stderr)
+            return 2
+        args.request_id = str(waiting[0]["request_id"])
+        if not args.json:
+            print(f"question {args.request_id} (the only one waiting):")
     if args.request_id is None:
         waiting = await open_questions(client, args.session_id)
         _print(args, waiting, "\n\n".join(f"{describe_question(q)}\n  answer: "
@@ -450,7 +527,9 @@ async def _pending(client: GatewayClient, session_id: str) -> list[dict[str, Any
 async def _permission(args: argparse.Namespace, client: GatewayClient) -> int:
     if args.request_id is None:
         pending = await _pending(client, args.session_id)
-        _print(args, pending, "\n".join(describe_request(p) for p in pending) or "no permission request is waiting")
+        _print(args, pending, "\n".join(f"{describe_request(p)}\n  answer: "
+                                        f"{permission_command(args.session_id, p['request_id'])}" for p in pending)
+               or "no permission request is waiting")
         return 0
     if bool(args.option_id) == bool(args.cancel):
         print("acp-gateway permission: give an OPTION_ID or --cancel", file=sys.stderr)
@@ -502,8 +581,7 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
                     asking, question = asyncio.ensure_future(ask_permission(client, args.session_id, event["data"],
                                                                             chat, lines)), None
                 elif not interactive:
-                    chat.note(f"  answer with: acp-gateway permission {args.session_id} "
-                              f"{event['data']['request_id']} OPTION_ID")
+                    chat.note("  answer with: " + permission_command(args.session_id, event["data"]["request_id"]))
             elif event.get("type") == "elicitation_requested":
                 chat.note(describe_question(event["data"]))
                 if lines is not None and (asking is None or asking.done()):
@@ -531,17 +609,48 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
         raise
     finally:
         closed.cancel()
-        if asking is not None:
-            asking.cancel()
+        # Left behind on Ctrl-C, the turn's call would fail when the connection closes, with no one to read it
+        # (asyncio would print "Task exception was never retrieved" and a traceback): it is let go here.
+        for task in (turn, asking):
+            if task is not None:
+                _let_go(task)
         chat.end()
     _print(args, result, f"stop reason: {result['stop_reason']}")
     return 0
 
 
+def _let_go(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` if it runs, and take its outcome whenever it comes: no one waits for it any more."""
+    task.cancel()
+    task.add_done_callback(lambda done: None if done.cancelled() else done.exception())
+
+
+def session_state(text: str) -> str:
+    """`--state`: a session state, in any case (`waiting_for_input` is WAITING_FOR_INPUT)."""
+    if text.upper() not in SESSION_STATES:
+        raise argparse.ArgumentTypeError(f"no state {text!r}: give one of {', '.join(SESSION_STATES)}")
+    return text.upper()
+
+
+def count_between(low: int, high: int) -> Callable[[str], int]:
+    """A flag's whole number from `low` to `high`, refused as the gateway would refuse it, but naming the flag."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"give a number from {low} to {high}, not {value}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
 # The verbs, in the order `acp-gateway --help` lists them: name -> help, arguments (after CONNECTION's), handler.
 VERBS: dict[str, Verb] = {
     "sessions": Verb("list your sessions, newest first", (
-        arg("--state", action="append", dest="states", default=None, help="only sessions in this state (repeatable)"),
+        arg("--state", action="append", dest="states", default=None, type=session_state,
+            help=f"only sessions in this state, in any case: {', '.join(SESSION_STATES)} (repeatable)"),
     ), _sessions),
     "start": Verb("start a session (its id is printed; the agent is ready when it returns)", (
         arg("--agent", help="agent profile id (default: the gateway's default agent)"),
@@ -572,8 +681,8 @@ VERBS: dict[str, Verb] = {
     ), _prompt),
     "history": Verb("what a session recorded: your messages, the agent's, tool calls", (
         SESSION,
-        arg("--after", type=int, default=0, help="only entries after this entry id"),
-        arg("--limit", type=int, default=100, help="at most this many entries (max 1000)"),
+        arg("--after", type=count_between(0, 2**63 - 1), default=0, help="only entries after this entry id"),
+        arg("--limit", type=count_between(1, 1000), default=100, help="at most this many entries (1 to 1000)"),
     ), _history),
     "permission": Verb("answer a permission request (list the pending ones without REQUEST_ID)", (
         SESSION,

@@ -23,7 +23,7 @@ from agents.profiles import AgentProfile, ProfileError, adhoc_profile
 from .. import __version__
 from .agents import add_arguments as agents_arguments
 from .argspec import AddedBy, Argument, add_arguments, arg
-from .frontend import CONNECTION, VERBS, run_frontend
+from .frontend import CONNECTION, INTERRUPTED, VERBS, run_frontend
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -243,7 +243,7 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
         return 2
     cwd = os.getcwd() if args.cwd is None else args.cwd  # here: where the command runs
     opts = RunOptions(profile=profile, cwd=cwd, env=local_agent_env(profile, bool(args.agent)),
-                      resume_token=args.resume_token, prompt=args.prompt, json=args.json)
+                      resume_token=args.resume_token, prompt=args.prompt, json=args.json, from_profile=bool(args.agent))
     return run_command(opts)
 
 
@@ -284,7 +284,7 @@ def _frontend(args: argparse.Namespace, command: list[str]) -> int:
     try:
         return asyncio.run(run_frontend(args))
     except KeyboardInterrupt:
-        return 0
+        return INTERRUPTED
 
 
 def _doctor(args: argparse.Namespace, command: list[str]) -> int:
@@ -387,7 +387,7 @@ DOCTOR_ARGUMENTS: tuple[Argument, ...] = (
 # The subcommands, in the order `acp-gateway --help` lists them. Each one's help is its line in that listing.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("run", "one-shot headless ACP client: launch, restore or start, prompt, report", RUN_ARGUMENTS, _run,
-               usage="acp-gateway run (--agent ID | -- CMD ARGS...) [--agents-dir DIR] [--cwd DIR] "
+               usage="acp-gateway run (--agent ID | -- CMD ARGS...) [--agents-dir DIR] [--state-dir DIR] [--cwd DIR] "
                      "[--resume-token TOKEN] [--prompt TEXT] [--json]"),
     Subcommand("serve", "run the gateway: JSON-RPC over WebSocket, web UI, lazy resume", SERVE_ARGUMENTS, _serve),
     Subcommand("check", "run the ACP conformance checks against an agent", CHECK_ARGUMENTS, _check,

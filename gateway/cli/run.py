@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -15,11 +16,12 @@ from typing import Any, TextIO
 import orjson
 
 from acp.client import AcpClient
-from acp.errors import AcpError, RpcError
+from acp.errors import AUTH_REQUIRED, AcpError, RpcError
 from acp.models import text_block
-from acp.restore import Outcome
+from acp.restore import FailureClass, Outcome
 from acp.session_setup import establish_session
 from agents.profiles import AgentProfile
+from agents.registry.credentials import required_vars
 
 from ..clients.chat_text import ChatPrinter
 
@@ -34,6 +36,29 @@ class RunOptions:
     resume_token: str | None = None
     prompt: str | None = None
     json: bool = False
+    from_profile: bool = True  # `--agent ID`; False for a command line after `--` (the caller's environment)
+
+    @property
+    def who(self) -> str:
+        """The agent as the person named it: its profile id, or the command line they typed."""
+        return f"agent {self.profile.id}" if self.from_profile else f"agent `{shlex.join(self.profile.command)}`"
+
+
+def sign_in_hint(opts: RunOptions) -> str:
+    """What a person does about an agent that asks to be signed in (-32000): the variables known to sign it in (its
+    profile's `sign_in_vars`, its upstream's) and how `run` gives them — a command line keeps the caller's whole
+    environment, a profile passes only the allowlist and its own [env]."""
+    names = required_vars(opts.profile)
+    what = (f"set {' or '.join(names)}" if names
+            else "give it the variable its documentation names (the gateway knows none for it)")
+    name = names[0] if names else "VAR"
+    if opts.from_profile:
+        how = (f"the profile {opts.profile.id} passes only its own [env] (e.g. {name} = {{ env = \"{name}\" }}) "
+               f"and an allowlist; or run its command with your environment: {name}=… acp-gateway run -- "
+               f"{shlex.join(opts.profile.command)}")
+    else:
+        how = f"{name}=… acp-gateway run -- … (a command line keeps your environment)"
+    return f"the agent needs a sign-in: {what}; {how}"
 
 
 async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
@@ -79,14 +104,14 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
             opts.profile.argv(opts.resume_token), cwd=opts.cwd, env=env, on_update=on_update
         )
     except AcpError as exc:
-        err.write(f"acp-gateway run: cannot launch agent {opts.profile.id!r}: {exc}\n")
+        err.write(f"acp-gateway run: cannot launch {opts.who}: {exc}\n")
         return finish(EXIT_USAGE)
     try:
         try:
             init = await client.initialize()
         except AcpError as exc:
             tail = " | ".join(client.process.stderr.tail_lines(3))
-            err.write(f"acp-gateway run: agent {opts.profile.id!r} failed to initialize: {exc}"
+            err.write(f"acp-gateway run: {opts.who} failed to initialize: {exc}"
                       + (f" (stderr: {tail})" if tail else "") + "\n")
             return finish(EXIT_USAGE)
         summary["protocol_version"] = init.protocolVersion
@@ -101,24 +126,27 @@ async def run_once(opts: RunOptions, out: TextIO, err: TextIO) -> int:
         summary["restore"] = result.to_json()
         summary["session_id"] = result.session_id
         if result.outcome is Outcome.PRESERVED:
-            err.write(f"acp-gateway run: could not restore session {opts.resume_token!r} on agent "
-                      f"{opts.profile.id!r} ({result.failure_class}: {result.describe_failure()}); the saved "
+            err.write(f"acp-gateway run: could not restore session {opts.resume_token} on "
+                      f"{opts.who} ({result.failure_class}: {result.describe_failure()}); the saved "
                       "session id is kept — retry later or start fresh without --resume-token\n")
             return finish(EXIT_PRESERVED)
         if result.outcome is Outcome.FAILED or result.session_id is None:
-            err.write(f"acp-gateway run: agent {opts.profile.id!r} could not create a session: "
-                      f"{result.describe_failure()}\n")
+            asks = result.failure_class is FailureClass.AUTHENTICATION
+            err.write(f"acp-gateway run: {opts.who} could not create a session: {result.describe_failure()}"
+                      + (f"; {sign_in_hint(opts)}" if asks else "") + "\n")
             return finish(EXIT_USAGE)
         # The id that --resume-token takes next time (in --json, the summary's session_id).
         err.write(f"session: {result.session_id} (continue it with --resume-token {result.session_id})\n")
         if result.outcome is Outcome.FALLBACK_NEW:
-            err.write(f"acp-gateway run: the agent no longer knew session {opts.resume_token!r} "
+            err.write(f"acp-gateway run: the agent no longer knew session {opts.resume_token} "
                       f"({result.failure_class}); started fresh session {result.session_id}\n")
         if opts.prompt is not None:
             try:
                 response = await client.prompt(result.session_id, [text_block(opts.prompt)])
             except RpcError as exc:
-                err.write(f"acp-gateway run: the prompt turn failed: {exc.message} (code {exc.code})\n")
+                asks = exc.code == AUTH_REQUIRED  # some agents make a session without a key, then refuse turns
+                err.write(f"acp-gateway run: the prompt turn failed: {exc.message} (code {exc.code})"
+                          + (f"; {sign_in_hint(opts)}" if asks else "") + "\n")
                 return finish(EXIT_TURN_FAILED)
             except AcpError as exc:
                 err.write(f"acp-gateway run: the agent went away during the prompt: {exc}\n")

@@ -64,8 +64,9 @@ def _status_event(session_id: str, data: dict[str, Any]) -> str:
     after a gateway restart) says why, and the command that brings it back."""
     if data.get("needs_resume"):
         reason = data.get("resume_reason")
-        why = f" ({resume_reason_words(str(reason))})" if reason else ""
-        return (f"session {session_id}: agent not running{why} — resume it with `acp-gateway resume {session_id}` "
+        # The reason's words say the agent is not running, and what of it was kept: said once, not twice.
+        what = resume_reason_words(str(reason)) if reason else "the agent is not running"
+        return (f"session {session_id}: {what} — resume it with `acp-gateway resume {session_id}` "
                 "(or send it a prompt)")
     line = f"{session_id} session_status: {plain(data.get('state'))}"
     if "is_agent_running" in data:
@@ -113,8 +114,7 @@ def pending_lines(status: dict[str, Any], session_id: str) -> list[str]:
         lines.append(f"permission request {request.get('request_id')} waiting: {request.get('title') or 'a tool call'}")
         if options:
             lines.append("  options: " + "  ".join(f"{o.get('option_id')} ({o.get('name')})" for o in options))
-        lines.append(f"  answer: acp-gateway permission {session_id} {request.get('request_id')} OPTION_ID"
-                     "  (or --cancel)")
+        lines.append("  answer: " + permission_command(session_id, str(request.get("request_id"))))
     if isinstance(questions, int) and questions:
         lines.append(f"{questions} question(s) of the agent waiting: `acp-gateway answer {session_id}` lists them")
     for question in questions if isinstance(questions, list) else []:
@@ -127,6 +127,11 @@ def answer_command(session_id: str, request_id: str, mode: Any) -> str:
     """The command that answers an agent's question from any terminal."""
     return (f"acp-gateway answer {session_id} {request_id} " + ("--open" if mode == "url" else "FIELD=VALUE …")
             + "  (or --decline)")
+
+
+def permission_command(session_id: str, request_id: str) -> str:
+    """The command that answers a permission request from any terminal."""
+    return f"acp-gateway permission {session_id} {request_id} OPTION_ID  (or --cancel)"
 
 
 def describe_request(data: dict[str, Any]) -> str:

@@ -85,7 +85,7 @@ class PermissionBroker(QuestionBroker):
         if cancelled == (option_id is not None):
             raise invalid_params("option_id", "give exactly one of option_id or cancelled: true")
         if option_id is not None and option_id not in option_ids(params):
-            raise invalid_params("option_id", f"option_id {option_id!r} is not one of {option_ids(params)}")
+            raise invalid_params("option_id", f'option_id "{option_id}" is not one of: {", ".join(option_ids(params))}')
         answer = dict(CANCELLED) if cancelled else selected(option_id or "")
         if not await self._resolve(row, request_id, answer, "user"):
             raise self._answered(row, request_id)

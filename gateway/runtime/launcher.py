@@ -135,6 +135,7 @@ class Launcher:
         self.elicitations = elicitations
         self.usage = Usage(store, settings.quotas)  # each owner's stored sessions and history, for the quotas
         self.terminal_counts = TerminalCounts()  # the agents' live terminals, per session and per owner
+        self.logins: set[Terminal] = set()  # terminal sign-ins running: they end with the gateway (`end_logins`)
         self.sign_in = SignInSecrets(settings.state_dir)  # what owners gave agents to sign in (write-only)
         self.auth_seen = AuthSeen(settings.state_dir)  # what agents last told of each owner's sign-in (auth_state)
         self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
@@ -494,17 +495,27 @@ class Launcher:
 
         terminal = Terminal(f"login-{uuid.uuid4().hex[:12]}", spec, on_output)
         await terminal.start()
+        self.logins.add(terminal)
         host.opened(terminal)
         try:
-            status = await asyncio.wait_for(terminal.wait(), self.settings.login_timeout)
-        except TimeoutError:
-            terminal.kill()
-            status = await terminal.wait()
-        host.ended(terminal, status)
-        await terminal.stop()
-        host.released(terminal)
+            try:
+                status = await asyncio.wait_for(terminal.wait(), self.settings.login_timeout)
+            except TimeoutError:
+                terminal.kill()
+                status = await terminal.wait()
+            host.ended(terminal, status)
+        finally:
+            # Also when the call is cancelled (its caller gone, the gateway stopping): a login left running would
+            # outlive the gateway, in a process group of its own that nothing else ends.
+            await asyncio.shield(terminal.stop())
+            self.logins.discard(terminal)
+            host.released(terminal)
         await history.idle()
         return status
+
+    async def end_logins(self) -> None:
+        """Every terminal sign-in still running is killed, its processes with it: the gateway stops."""
+        await asyncio.gather(*(terminal.stop() for terminal in list(self.logins)), return_exceptions=True)
 
     async def ask_sign_in(self, row: SessionRow, profile: AgentProfile, config: SessionConfig,
                           methods: Sequence[AuthMethod], reason: str) -> None:

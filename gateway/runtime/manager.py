@@ -146,7 +146,8 @@ class SessionManager:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
         hand the leases back at once, so another node resumes them without waiting for expiry."""
         stopping = list(self.live.values())
-        await asyncio.gather(*(self._stop_live(live) for live in stopping), return_exceptions=True)
+        await asyncio.gather(self.launcher.end_logins(), *(self._stop_live(live) for live in stopping),
+                             return_exceptions=True)
         for live in stopping:  # said on the event stream: a frontend resubscribing after the restart learns it
             with contextlib.suppress(Exception):
                 row = await self.store.sessions.get(live.session_id)

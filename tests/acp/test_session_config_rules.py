@@ -74,24 +74,24 @@ RESOLVE_TABLE: list[tuple[str, ConfigOffer, str, Any, str | None, Call | Refused
     ("S4 a config option's model on a legacy agent", LEGACY, "llm", "pro", "model",
      Call(Via.MODEL, "model", "pro", False, "S4")),
     ("N1 unknown option", MODERN, "verbosity", "x", None,
-     Refused(Reason.OPTION_NOT_OFFERED, "the agent offers no option 'verbosity'; it offers mode, model, effort, fast",
+     Refused(Reason.OPTION_NOT_OFFERED, "the agent offers no option \"verbosity\"; it offers mode, model, effort, fast",
              ("mode", "model", "effort", "fast"), "N1")),
     ("N1 no category to follow", LEGACY, "effort", "high", "thought_level",
-     Refused(Reason.OPTION_NOT_OFFERED, "the agent offers no option 'effort'; it offers mode, model",
+     Refused(Reason.OPTION_NOT_OFFERED, "the agent offers no option \"effort\"; it offers mode, model",
              ("mode", "model"), "N1")),
     ("N2 value not offered", MODERN, "model", "haiku", None,
-     Refused(Reason.VALUE_NOT_OFFERED, "option 'model' has no value \"haiku\"; its values: sonnet, opus",
+     Refused(Reason.VALUE_NOT_OFFERED, "option \"model\" has no value \"haiku\"; its values: sonnet, opus",
              ("sonnet", "opus"), "N2")),
     ("N2 legacy model not offered", LEGACY, "model", "ultra", None,
-     Refused(Reason.VALUE_NOT_OFFERED, "option 'model' has no value \"ultra\"; its values: auto, pro",
+     Refused(Reason.VALUE_NOT_OFFERED, "option \"model\" has no value \"ultra\"; its values: auto, pro",
              ("auto", "pro"), "N2")),
     ("N3 boolean for a select", MODERN, "model", True, None,
-     Refused(Reason.WRONG_TYPE, "option 'model' is a select: give one of its values (a string), not true",
+     Refused(Reason.WRONG_TYPE, "option \"model\" is a select: give one of its values (a string), not true",
              ("sonnet", "opus"), "N3")),
     ("N3 string for a boolean", MODERN, "fast", "true", None,
-     Refused(Reason.WRONG_TYPE, "option 'fast' is a boolean: give true or false, not \"true\"", (), "N3")),
+     Refused(Reason.WRONG_TYPE, "option \"fast\" is a boolean: give true or false, not \"true\"", (), "N3")),
     ("N3 a type from a newer protocol", ODD, "temperature", "0.5", None,
-     Refused(Reason.WRONG_TYPE, "option 'temperature' is of type 'slider', which this gateway cannot set", (), "N3")),
+     Refused(Reason.WRONG_TYPE, 'option "temperature" is of type "slider", which this gateway cannot set', (), "N3")),
 ]
 
 
@@ -187,7 +187,7 @@ def test_reapply_table(rule: str, choices: dict[str, Choice], offer: ConfigOffer
     assert calls == sent
     assert [(f.id, f.reason) for f in findings] == found
     for finding in findings:  # each says which option, and (where it can) what is offered instead
-        assert repr(finding.id) in finding.message or f"{finding.id} =" in finding.message
+        assert f'"{finding.id}"' in finding.message or f"{finding.id} =" in finding.message
         assert finding.offered or finding.reason is not Reason.VALUE_NOT_OFFERED
 
 

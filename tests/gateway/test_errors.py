@@ -25,7 +25,7 @@ CASES = [
     errors.limit_exceeded(30, "30 starts in the last minute", "max_starts_per_minute_per_owner", retry_after=1.5),
     errors.agent_failed("s-1", "ref", "agent 'ref' failed the turn: boom", {"code": -32603, "message": "boom"}, False),
     errors.resync_required("cursor_ahead", "cursor 9 is ahead", head=3),
-    errors.config_refused("s-1", "model", "x", "value_not_offered", "option 'model' has no value 'x'", ["a", "b"]),
+    errors.config_refused("s-1", "model", "x", "value_not_offered", "option \"model\" has no value \"x\"", ["a", "b"]),
     errors.config_refused("s-1", "model", "a", "agent_refused", "agent 'ref' refused model = 'a': no",
                           [], {"code": -32602, "message": "no"}),
 ]

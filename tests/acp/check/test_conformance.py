@@ -111,6 +111,11 @@ async def test_reference_agent_passes_every_mandatory_check(tmp_path: Path) -> N
     assert all(by_id[c.id].result is Result.PASS for c in CHECKS if c.tier is Tier.MANDATORY)
     assert by_id["ACP-INFO-001"].result is Result.INFO
     assert by_id["ACP-CANCEL-002"].result is Result.PASS  # the reference agent asks permission on /permission
+    # Values as JSON or plain words, not Python's: `['embeddedContext']`, `stopReason 'end_turn'` were shown.
+    info = by_id["ACP-INFO-001"].evidence
+    assert "prompt capabilities: " in info and "embeddedContext" in info and "[" not in info, info
+    assert by_id["ACP-PROMPT-001"].evidence.startswith('stopReason "end_turn" after'), by_id["ACP-PROMPT-001"].evidence
+    assert not [r.evidence for r in results if "'end_turn'" in r.evidence or "['" in r.evidence]
 
 
 @pytest.mark.parametrize(("flags", "failing"), FAULTS, ids=[" ".join(f) for f, _ in FAULTS])
@@ -441,3 +446,12 @@ async def test_only_a_conversation_update_shows_a_turn_running(tmp_path: Path) -
         assert probe.first_update.is_set()
     finally:
         await probe.client.stop()
+
+
+def test_the_docs_give_no_count_of_checks_the_code_does_not_have() -> None:
+    """docs/agent-authors.md said `check` "runs 22 requirements" when it ran 53: a count in the docs is the code's."""
+    import re
+
+    text = (REPO / "docs" / "agent-authors.md").read_text()
+    counts = {int(n) for n in re.findall(r"runs\s+(\d+)\s+requirements", text)}
+    assert counts <= {len(ALL_IDS)}, (counts, len(ALL_IDS))

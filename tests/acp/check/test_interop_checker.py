@@ -67,6 +67,6 @@ async def test_qwen_code_findings_are_reported_and_turns_are_blocked(tmp_path: P
     ours = {"ACP-CAPS-001", "ACP-UNKNOWN-001", "ACP-UNKNOWN-002", "ACP-CONFIG-004"}
     assert kit | ours <= failed, {r.check.id: (r.result, r.evidence) for r in results}
     assert failed <= kit | ours | {"ACP-SCHEMA-001"}  # (and a schema slip in one answer, which may come and go)
-    assert "'model'" in by_id["ACP-CONFIG-001"].evidence and "-32603" in by_id["ACP-JSONRPC-004"].evidence
+    assert '"model"' in by_id["ACP-CONFIG-001"].evidence and "-32603" in by_id["ACP-JSONRPC-004"].evidence
     assert "session/resume" in by_id["ACP-CAPS-001"].evidence
     assert all(by_id[c].result is Result.BLOCKED for c in TURN_CHECKS), {c: by_id[c].evidence for c in TURN_CHECKS}

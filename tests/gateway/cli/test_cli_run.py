@@ -88,7 +88,7 @@ def test_fallback_new(workdir: Path, agent_cmd: list[str]) -> None:
     assert out["restore"]["outcome"] == "fallback_new" and out["restore"]["failure_class"] == "unknown_session"
     assert [a["method"] for a in out["restore"]["attempts"]] == ["session/resume", "session/new"]
     assert out["session_id"] != "ref-forgotten"
-    assert "no longer knew session 'ref-forgotten'" in err
+    assert "no longer knew session ref-forgotten" in err
 
 
 def test_preserved_exits_3(workdir: Path, agent_cmd: list[str], saved_token: str) -> None:
@@ -137,6 +137,25 @@ def test_usage_and_launch_errors_exit_2(workdir: Path, args: tuple[str, ...], me
     rc, _, err = run_cli(*args, cwd=workdir)
     assert rc == 2
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_launch_names_the_command_and_a_sign_in_the_variable_and_how_to_give_it(workdir: Path,
+                                                                                   tmp_path: Path) -> None:
+    """`run -- nosuchcmd` said "cannot launch agent 'command'"; an agent asking for a sign-in gave only
+    `Authentication required (code -32000)`."""
+    rc, _, err = run_cli("--", "nosuchcmd", "--flag", cwd=workdir)
+    assert rc == 2 and "cannot launch agent `nosuchcmd --flag`" in err and "'command'" not in err, err
+    agents = tmp_path / "profiles"
+    agents.mkdir()
+    command = [sys.executable, "-m", "agents.reference", "--state-dir", str(tmp_path / "locked-state"),
+               "--require-auth", "--auth-env", "REF_TOKEN"]
+    (agents / "locked.toml").write_text(f'id = "locked"\ncommand = {json.dumps(command)}\n'
+                                        'sign_in_vars = ["REF_TOKEN"]\n')
+    env = {k: v for k, v in os.environ.items() if k != "REF_TOKEN"}
+    rc, _, err = run_cli("--agent", "locked", "--agents-dir", str(agents), "--prompt", "hi", cwd=workdir, env=env)
+    assert rc == 2 and "(code -32000)" in err, err
+    assert "the agent needs a sign-in: set REF_TOKEN; the profile locked passes only its own [env]" in err, err
+    assert "REF_TOKEN=… acp-gateway run -- " in err
 
 
 def test_shipped_profiles() -> None:

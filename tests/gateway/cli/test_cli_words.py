@@ -77,6 +77,11 @@ def test_answer_checks_every_field_and_the_required_ones() -> None:
             form_answer(FORM, fields)
         assert why in str(refused.value)
     assert form_answer(None, ["x=1"]) == {"x": "1"}  # no open question: the gateway says why
+    with pytest.raises(FieldRefused) as every:  # every mistake at once, not one per try
+        form_answer(FORM, ["age=abc", "colour=blue", "shoe=42"])
+    assert str(every.value) == ("age: 'abc' is not a whole number; colour: 'blue' is not one of the choices: 1) red, "
+                                "2) green; the form has no field 'shoe'; its fields: name, age, colour, subscribe; "
+                                "required field(s) missing: name")
 
 
 def test_a_question_lists_its_fields_and_choices() -> None:
@@ -135,7 +140,7 @@ def test_a_session_needing_a_resume_after_a_restart_is_a_line_with_the_command()
         "state": "WAITING_FOR_INPUT", "task_state": "REVIEW", "error_message": None, "is_agent_running": False,
         "needs_resume": True, "resume_reason": "agent_not_running"}}
     assert describe_event(event) == (
-        "session s-7: agent not running (the agent is not running; its ACP session was saved and can be restored) — "
+        "session s-7: the agent is not running; its ACP session was saved and can be restored — "
         "resume it with `acp-gateway resume s-7` (or send it a prompt)")
     running = {**event, "data": {"state": "RUNNING", "task_state": "IN_PROGRESS", "error_message": None,
                                  "is_agent_running": True}}
@@ -169,3 +174,34 @@ def test_the_agents_verbs_work_in_an_absolute_state_directory(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path / "work")
     found = state_dir_of(argparse.Namespace(state_dir="../state"))
     assert found.is_absolute() and found.resolve() == (tmp_path / "state").resolve()
+
+
+def test_agents_list_names_the_variables_a_sign_in_needs_and_gives_json_nulls(tmp_path: Path) -> None:
+    """`agents list` said "needs sign in" without the variable, and `--json` gave `last_check: "never checked"`
+    beside a duplicated `auth`: it names what to set, says the probe found it, and gives null for no check."""
+    import orjson
+
+    from agents.profiles import AgentProfile
+    from gateway.cli.agents import auth_words, check_words, install_facts
+
+    install = tmp_path / "claude-acp" / "0.1.0"
+    install.mkdir(parents=True)
+    (install / "probe.json").write_bytes(orjson.dumps({"auth_state": "needs_sign_in", "auth_methods": [
+        {"id": "key", "kind": "env_var", "vars": ["VENDOR_KEY"]}]}))
+    profile = AgentProfile(id="claude-acp", command=["claude-agent-acp"], install=str(install),
+                           sign_in_vars=["ANTHROPIC_API_KEY"])
+    row = {"id": profile.id, **install_facts(profile)}
+    assert row["last_check"] is None and "auth" not in row and row["auth_state"] == "needs_sign_in"
+    assert row["sign_in_vars"] == ["ANTHROPIC_API_KEY", "VENDOR_KEY"]
+    assert auth_words(row) == "probe: needs sign-in: set ANTHROPIC_API_KEY or VENDOR_KEY"
+    assert check_words(row["last_check"]) == "never checked"
+    assert install_facts(AgentProfile(id="plain", command=["x"])) == {"auth_state": None, "sign_in_vars": [],
+                                                                       "last_check": None}
+
+
+def test_the_states_sessions_state_takes_are_the_gateways() -> None:
+    from gateway.cli.frontend import SESSION_STATES, session_state
+    from gateway.runtime.states import SessionState
+
+    assert SESSION_STATES == tuple(SessionState)
+    assert session_state("waiting_for_input") == "WAITING_FOR_INPUT"

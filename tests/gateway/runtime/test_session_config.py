@@ -202,7 +202,7 @@ async def test_choices_at_start_and_profile_defaults_are_what_the_agent_reports(
     assert said == {"info": "Chosen for this session and set on its agent: model = \"ref-large\", "
                             "mode = \"plan\", verbose = true.",
                     "warning": "Not everything chosen for this session could be given to its agent: the agent offers "
-                               "no option 'colour'; it offers mode, model, effort, verbose."}
+                               "no option \"colour\"; it offers mode, model, effort, verbose."}
     # A choice given up (value null) is no longer re-applied nor listed; the agent keeps its own value.
     view = await client.call("task.session.set_config_option", {"session_id": sid, "config_id": "colour",
                                                                 "value": None})
