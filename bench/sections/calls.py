@@ -96,8 +96,8 @@ async def status_latencies(client: GatewayClient, session_id: str, count: int) -
 async def isolation_section(tmp: Path, agents: Path, rows: list[str]) -> None:
     """A session's status p99 while another session's agent floods the gateway — 3,000 permission requests and
     3,000 questions at once (64 wait, the rest are refused at the refusal rate), or eight terminals running `yes` —
-    against its p99 with that agent idle, in the same run (tests/gateway/sandbox/test_flood_isolation.py asserts
-    the same ratio)."""
+    against its p99 with that agent idle, in the same run (the bound is held here; tests/gateway/sandbox/
+    test_flood_isolation.py checks the same floods' cap, memory and cancel between owners)."""
     gw = Gateway(tmp / "isolation", agents).start()
     client = await GatewayClient.connect(gw.url, TOKEN)
     flooding, mine = [(await start_session(client, "ref"))["session_id"] for _ in range(2)]
