@@ -23,6 +23,7 @@ from .repos import (
     EventRepo,
     ExecutorRepo,
     HistoryRepo,
+    HostRepo,
     InstanceRepo,
     PermissionRepo,
     SessionRepo,
@@ -54,6 +55,7 @@ class StoreBase(abc.ABC):
         self.permissions = PermissionRepo(self)
         self.instances = InstanceRepo(self)
         self.configs = ConfigRepo(self)
+        self.hosts = HostRepo(self)
 
     # -- statements ----------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,16 @@ PRUNED_BYTES = "SELECT COALESCE(SUM(size), 0) FROM journal WHERE owner = ? AND l
 PRUNE_ROWS = "DELETE FROM journal WHERE owner = ? AND last_id <= ?"
 MOVE_HORIZON = ("INSERT INTO journal_horizon VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET through = CASE WHEN "
                 "excluded.through > journal_horizon.through THEN excluded.through ELSE journal_horizon.through END")
+
+
+# An agent host's mark, written in the group commit of the events its lines produced (both backends; `mark_rows`
+# gives the parameters). A session whose host row is gone changes nothing.
+SET_MARK = "UPDATE agent_hosts SET mark = ?, updated_at = ? WHERE session_id = ?"
+
+
+def mark_rows(marks: Mapping[str, bytes], now: float) -> list[tuple[str, float, str]]:
+    """The parameters of `SET_MARK` for each of a group's marks: the mark as text (the column's type on both)."""
+    return [(mark.decode(), now, session_id) for session_id, mark in marks.items()]
 
 
 def prune_through(goal: PruneGoal, oldest_rows: Sequence[tuple[int, int]]) -> int:
@@ -154,8 +165,11 @@ class JournalWriter:
 
     def append(self, group: EventGroup, prune: Mapping[str, PruneGoal] | None = None) -> dict[str, int]:
         """Commit a group (ids assigned by the caller, ascending per owner) as one row per owner, and prune
-        the owners named in `prune`, in one transaction. Returns the bytes pruned per owner."""
+        the owners named in `prune`, and write the group's agent-host marks, in one transaction. Returns the bytes
+        pruned per owner."""
         with self._transaction() as conn:
+            if group.marks:  # if the rows then fail, the rollback takes it too (test_agent_hosts_store)
+                conn.executemany(SET_MARK, mark_rows(group.marks, time.time()))
             values = journal_rows(group)
             conn.executemany("INSERT INTO journal (first_id, last_id, owner, spans, frames, size) "
                              "VALUES (?, ?, ?, ?, ?, length(?5))", values)

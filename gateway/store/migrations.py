@@ -247,4 +247,18 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN agent_version TEXT
     """,
+    # 15: the agent host a session's agent runs in (docs/agent-hosts.md): how to reach it again after a restart (the
+    # host JSON: socket, spool, pids and the execution's secret, so never logged), the agent-line offsets committed
+    # (the mark, written in the journal's group commit, so the two never disagree) and the newest incarnation that
+    # attached (a host refuses an older one: AH-2)
+    """
+    CREATE TABLE agent_hosts (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        execution_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        mark TEXT,
+        incarnation INTEGER NOT NULL DEFAULT 0,
+        updated_at REAL NOT NULL
+    )
+    """,
 ]

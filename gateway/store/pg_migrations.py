@@ -237,4 +237,18 @@ PG_MIGRATIONS: list[str] = [
         set_at DOUBLE PRECISION NOT NULL
     )
     """,
+    # 13: the schema of SQLite migration 15 (a session's agent host), fenced like every row of a session: a node that
+    # lost the session's lease can no longer commit a mark for it
+    """
+    CREATE TABLE agent_hosts (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        execution_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        mark TEXT,
+        incarnation BIGINT NOT NULL DEFAULT 0,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TRIGGER fence_agent_hosts BEFORE INSERT OR UPDATE ON agent_hosts
+        FOR EACH ROW EXECUTE FUNCTION acp_fence_row()
+    """,
 ]

@@ -6,10 +6,11 @@ drivers do what else the store needs (transactions, LISTEN/NOTIFY). The reposito
 placeholders; they are numbered (`$1`, `$2`, …) here, once per statement text.
 
 Every write commits before it returns. Journal group commits run on a connection of their own, and the usual one
-(one owner, no pruning due) is a single statement: it was six round trips through the pool (BEGIN, the owner's head,
-the rows, NOTIFY, COMMIT, and the pool's reset of the connection), ~2 ms of a cluster node's 2.3 ms delivery p50,
-measured with py-spy. With `journal_synchronous_commit = false` that connection commits without waiting for the WAL
-flush (PostgreSQL's `synchronous_commit = off`, for journal rows only): see docs/deployment.md for what that trades.
+(one owner, no pruning due, no agent-host mark) is a single statement: it was six round trips through the pool
+(BEGIN, the owner's head, the rows, NOTIFY, COMMIT, and the pool's reset of the connection), ~2 ms of a cluster
+node's 2.3 ms delivery p50, measured with py-spy. With `journal_synchronous_commit = false` that connection commits
+without waiting for the WAL flush (PostgreSQL's `synchronous_commit = off`, for journal rows only): see
+docs/deployment.md for what that trades.
 Migrations run under an advisory lock, so nodes starting together migrate once.
 """
 
@@ -20,6 +21,7 @@ import contextlib
 import functools
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -35,9 +37,11 @@ from .journal import (
     OLDEST_ROWS,
     PRUNE_ROWS,
     PRUNED_BYTES,
+    SET_MARK,
     JournalEntry,
     PruneGoal,
     journal_rows,
+    mark_rows,
     prune_through,
     renumber,
 )
@@ -210,12 +214,14 @@ class PostgresStore(StoreBase):
         """Each owner's ids are taken from its `journal_heads` row in the same transaction as its rows (its lock
         orders the owner's writers on every node, so ids are gap-free and visible in commit order). Where another
         writer took the group's provisional ids, its events are renumbered in place, frames and all, before they are
-        written; the caller's EventRows carry the final ids. Listeners hear of the commit (NOTIFY, sent at commit)."""
+        written; the caller's EventRows carry the final ids. The group's agent-host marks are written in the same
+        transaction. Listeners hear of the commit (NOTIFY, sent at commit)."""
         async with self._journal_lock, self.watching():
             conn = await self._journal_connection()
             try:
                 one_owner = group.stream is not None or len({event.owner for event in group.events}) == 1
-                if not prune and one_owner and await self._append_as_provisional(conn, group):
+                # Marks go in the transaction below, with the rows: the one-statement path has no room for them.
+                if not prune and not group.marks and one_owner and await self._append_as_provisional(conn, group):
                     return {}
                 async with conn.transaction():
                     return await self._append_renumbered(_PgTx(conn), group, prune)
@@ -247,6 +253,8 @@ class PostgresStore(StoreBase):
                                     (owner, counts[owner]))
             lasts[owner] = int(row[0])
         renumber(group, {owner: last - counts[owner] + 1 for owner, last in lasts.items()})
+        if group.marks:  # if the rows then fail, the rollback takes it too (test_agent_hosts_store)
+            await tx.executemany(SET_MARK, mark_rows(group.marks, time.time()))
         written = journal_rows(group)
         rows = [(owner, first, last, len(frames), spans.decode(), frames)
                 for first, last, owner, spans, frames in written]

@@ -10,23 +10,26 @@ from typing import Any
 
 import orjson
 
-from .journal import JournalEntry, PruneGoal, journal_entries, journal_frames
+from .journal import SET_MARK, JournalEntry, PruneGoal, journal_entries, journal_frames, mark_rows
 from .rows import (
     CONFIG_COLUMNS,
     CONFIG_JSON_COLUMNS,
     EXECUTOR_COLUMNS,
+    HOST_COLUMNS,
     SESSION_COLUMNS,
     SESSION_WIDTH,
     ConfigRow,
     EventGroup,
     ExecutorRow,
     HistoryEntry,
+    HostRow,
     JournalHead,
     SessionRow,
     StoredHistory,
     TaskRow,
     config_row,
     executor_row,
+    host_row,
     session_row,
 )
 from .sql import Database
@@ -189,6 +192,7 @@ class SessionRepo(_Repo):
             await db.execute("DELETE FROM permissions WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM session_config WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM agent_hosts WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if row:
                 await db.execute("DELETE FROM tasks WHERE owner = ? AND id = ? AND NOT EXISTS "
@@ -256,6 +260,54 @@ class ConfigRepo(_Repo):
         if columns:
             sql, params = _config_upsert(session_id, columns, time.time())
             await self.store.write(sql, params)
+
+
+class HostRepo(_Repo):
+    """The agent hosts sessions' agents run in (docs/agent-hosts.md), one row per session: how to reach each again,
+    the agent-line offsets committed (the mark: written with the journal's group commit, `EventGroup.marks`; here only
+    outside one) and the newest incarnation that attached. The host JSON holds the execution's secret: never logged."""
+
+    async def put(self, session_id: str, execution_id: str, host: dict[str, Any]) -> None:
+        """The session's host is this one (a new execution): no mark committed yet, no incarnation attached."""
+        await self.store.write(
+            "INSERT INTO agent_hosts (session_id, execution_id, host, mark, incarnation, updated_at) "
+            "VALUES (?, ?, ?, NULL, 0, ?) ON CONFLICT(session_id) DO UPDATE SET execution_id = excluded.execution_id, "
+            "host = excluded.host, mark = NULL, incarnation = 0, updated_at = excluded.updated_at",
+            (session_id, execution_id, orjson.dumps(host).decode(), time.time()))
+
+    async def set_host(self, session_id: str, host: dict[str, Any]) -> None:
+        """Replace what is known of the host (its pids once it said ready, say); the mark and incarnation stay."""
+        await self.store.write("UPDATE agent_hosts SET host = ?, updated_at = ? WHERE session_id = ?",
+                               (orjson.dumps(host).decode(), time.time(), session_id))
+
+    async def get(self, session_id: str) -> HostRow | None:
+        """The session's host, if its agent runs in one."""
+        row = await self.store.fetchone(f"SELECT {HOST_COLUMNS} FROM agent_hosts WHERE session_id = ?", (session_id,))
+        return host_row(row) if row else None
+
+    async def all(self) -> list[HostRow]:
+        """Every session's host: at start-up, the hosts to attach to again."""
+        rows = await self.store.fetchall(f"SELECT {HOST_COLUMNS} FROM agent_hosts ORDER BY session_id")
+        return [host_row(r) for r in rows]
+
+    async def drop(self, session_id: str) -> None:
+        """The session's agent no longer runs in a host (it ended, or was released)."""
+        await self.store.write("DELETE FROM agent_hosts WHERE session_id = ?", (session_id,))
+
+    async def next_incarnation(self, session_id: str) -> int:
+        """The incarnation to attach to the session's host with, counted up and committed before it is used (one
+        statement, so two attaches never get the same one): a host refuses every older one (AH-2). LookupError when
+        the session has no host."""
+        async with self.store.transaction() as db:
+            row = await db.fetchone("UPDATE agent_hosts SET incarnation = incarnation + 1, updated_at = ? "
+                                    "WHERE session_id = ? RETURNING incarnation", (time.time(), session_id))
+        if row is None:
+            raise LookupError(f"session {session_id} has no agent host stored")
+        return int(row[0])
+
+    async def set_mark(self, session_id: str, mark: dict[str, Any]) -> None:
+        """Commit a mark outside a group commit (with events, it goes in `EventGroup.marks`)."""
+        await self.store.write(SET_MARK, mark_rows({session_id: orjson.dumps(mark)}, time.time())[0])
 
 
 class HistoryRepo(_Repo):

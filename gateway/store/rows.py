@@ -113,6 +113,28 @@ def config_row(row: Sequence[Any], start: int) -> ConfigRow | None:
 
 
 @dataclass(frozen=True)
+class HostRow:
+    """The agent host a session's agent runs in (docs/agent-hosts.md), as stored: how to reach it again (`host`), the
+    agent-line offsets the gateway committed (`mark`: None before the first commit) and the newest incarnation that
+    attached to it. `host` holds the execution's secret: it is left out of the repr, so a logged row never shows it."""
+
+    session_id: str
+    execution_id: str
+    host: dict[str, Any] = field(repr=False)
+    mark: dict[str, Any] | None
+    incarnation: int
+
+
+HOST_COLUMNS = "session_id, execution_id, host, mark, incarnation"
+
+
+def host_row(row: Sequence[Any]) -> HostRow:
+    """A row of `HOST_COLUMNS`, its JSON columns decoded."""
+    return HostRow(row[0], row[1], orjson.loads(row[2]), orjson.loads(row[3]) if row[3] is not None else None,
+                   int(row[4]))
+
+
+@dataclass(frozen=True)
 class StoredHistory:
     id: int
     kind: str
@@ -178,6 +200,10 @@ class EventGroup:
     # Other encodings of these frames, made once and shared by every subscriber that gets them all (a sink's
     # wire format, say): what a sink puts here is its own business.
     shared: dict[str, Any] = field(default_factory=dict)
+    # Agent hosts' marks (session id -> the mark, JSON-encoded) committed with these events, in the same transaction:
+    # the agent lines that produced them are then never replayed, and lines not yet committed never lost. None (the
+    # common case, no agent host) costs the commit nothing.
+    marks: dict[str, bytes] | None = None
 
     def message(self) -> bytes:
         """The frames as one JSON array (a JSON-RPC batch of notifications), joined once for every
