@@ -32,7 +32,7 @@ from .models import (
     parse_request,
 )
 from .offload import Offloader
-from .process import AgentProcess
+from .process import AgentProcess, RunningAgent
 from .terminals import TERMINAL_METHODS, TerminalHost, Terminals
 
 tracer = trace.get_tracer("acp")
@@ -75,6 +75,7 @@ class ClientOptions:
     file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
     tree_marker: str | None = None  # an entry of the agent's env unique to it: what carries it is stopped with it
     request_budget: RequestBudget | None = None  # the agent's requests that may wait for answers at once
+    first_request_id: int = 0  # where this client's request ids start (a reattached hosted agent's are above)
 
 
 def traced(params: Any) -> Any:
@@ -112,7 +113,7 @@ def _unpin(roots: Sequence[fs.Root]) -> None:
 class AcpClient:
     def __init__(
         self,
-        process: AgentProcess,
+        process: RunningAgent,
         *,
         cwd: str,
         on_update: UpdateHandler = _ignore_update,
@@ -148,6 +149,7 @@ class AcpClient:
             max_line=self.options.max_line,
             name=f"agent {process.argv[0]} (pid {process.pid})",
             budget=self.options.request_budget,
+            first_id=self.options.first_request_id,
         )
         self.conn.start()
         self._watch = asyncio.get_running_loop().create_task(self._watch_exit())
@@ -221,15 +223,23 @@ class AcpClient:
             return await self.request("authenticate", {"methodId": method_id})
 
     async def prompt(self, session_id: str, prompt: list[dict[str, Any]],
-                     meta: dict[str, Any] | None = None) -> PromptResponse:
-        """`session/prompt`; `meta` goes as its `_meta`, unchanged (the trace context added where it names none)."""
+                     meta: dict[str, Any] | None = None, request_id: int | None = None) -> PromptResponse:
+        """`session/prompt`; `meta` goes as its `_meta`, unchanged (the trace context added where it names none).
+        `request_id`: the id it goes with (`conn.next_id()`, named before it is sent)."""
         self.replaying = False  # a turn starts: anything after this is live
         params: dict[str, Any] = {"sessionId": session_id, "prompt": prompt}
         if meta is not None:
             params["_meta"] = meta
         with tracer.start_as_current_span("acp.session.prompt"):
-            raw = await self.conn.request("session/prompt", traced(params), timeout=self.options.prompt_timeout)
+            raw = await self.conn.request("session/prompt", traced(params), timeout=self.options.prompt_timeout,
+                                          request_id=request_id)
         return PromptResponse.model_validate(raw)
+
+    async def prompt_answer(self, request_id: int | str) -> PromptResponse:
+        """The answer to a `session/prompt` an earlier connection sent (a hosted agent's turn that outlived a
+        gateway)."""
+        self.replaying = False
+        return PromptResponse.model_validate(await self.conn.answer_to(request_id))
 
     async def cancel(self, session_id: str) -> None:
         """ACP `session/cancel`, and every pending permission request answered `cancelled`."""

@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .budget import RequestBudget
 from .errors import (
@@ -28,6 +28,7 @@ from .errors import (
     TransportError,
 )
 from .framing import DEFAULT_MAX_LINE, READ_CHUNK, FrameStats, LineSplitter, encode_frame, parse_frame
+from .process import ByteSink, ByteSource
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +38,6 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 NotificationHandler = Callable[[str, Any], None]
 # Observes every frame in and out (direction, message); used for traces, recording and checks.
 FrameObserver = Callable[[str, dict[str, Any]], None]
-
-
-class ByteSink(Protocol):
-    def write(self, data: bytes) -> None: ...
-
-    async def drain(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def is_closing(self) -> bool: ...
 
 
 REQUESTS_PER_WAKEUP = 16
@@ -63,7 +54,7 @@ def _ignore_notification(method: str, params: Any) -> None:
 class Connection:
     def __init__(
         self,
-        reader: asyncio.StreamReader,
+        reader: asyncio.StreamReader | ByteSource,
         writer: ByteSink,
         *,
         on_request: RequestHandler = _no_requests,
@@ -71,6 +62,7 @@ class Connection:
         max_line: int = DEFAULT_MAX_LINE,
         name: str = "peer",
         budget: RequestBudget | None = None,
+        first_id: int = 0,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -81,7 +73,7 @@ class Connection:
         self._refused = 0  # refusals since the reader last paced them (budget.paced)
         self.stats = FrameStats()
         self._splitter = LineSplitter(max_line, self.stats)
-        self._ids = itertools.count(0)
+        self._ids = itertools.count(first_id)  # a later attach to a hosted agent counts above the earlier ones' ids
         self._pending: dict[int | str, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._answering: dict[int | str, asyncio.Task[None]] = {}  # the peer's requests being handled, by id
@@ -179,6 +171,26 @@ class Connection:
             if sent and not answered and self._closed_reason is None:
                 self._spawn(self._withdraw(req_id))
             raise
+        finally:
+            self._pending.pop(req_id, None)
+
+    def next_id(self) -> int:
+        """An id for a request the caller sends later with `request_id` (and may name before it goes)."""
+        return next(self._ids)
+
+    def expect(self, req_id: int | str) -> None:
+        """A request an earlier connection to the same peer sent (a hosted agent reattached after the gateway
+        restarted): its response, when it comes, is this one's (`answer_to`). Called before anything is read."""
+        if req_id not in self._pending:
+            self._pending[req_id] = asyncio.get_running_loop().create_future()
+
+    async def answer_to(self, req_id: int | str) -> Any:
+        """The result of a request `expect`ed."""
+        if self._closed_reason is not None:
+            raise TransportError(f"{self.name}: {self._closed_reason}")
+        self.expect(req_id)
+        try:
+            return await self._pending[req_id]
         finally:
             self._pending.pop(req_id, None)
 

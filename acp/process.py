@@ -19,6 +19,7 @@ import os
 import signal
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from . import proctree
 from .errors import TransportError
@@ -67,6 +68,46 @@ class StderrRing:
         if since:
             data = data[len(data) - min(len(data), max(0, self.total_bytes - since)):]
         return data.decode("utf-8", "replace").splitlines()[-n:]
+
+
+class ByteSource(Protocol):
+    """What the JSON-RPC peer reads an agent from (an asyncio StreamReader, or a hosted agent's lines)."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class ByteSink(Protocol):
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+class RunningAgent(Protocol):
+    """An agent as the client speaks to it: a child process (`AgentProcess`) or one an agent host runs
+    (`gateway.runtime.hosting.HostedAgent`)."""
+
+    argv: list[str]
+    pid: int
+    stderr: StderrRing
+
+    @property
+    def stdin(self) -> ByteSink: ...
+
+    @property
+    def stdout(self) -> ByteSource: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    async def stderr_tail(self, lines: int = 3, drain_wait: float = 1.0) -> str: ...
+
+    async def stop(self, grace: float = 2.0) -> int: ...
 
 
 class ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):

@@ -143,6 +143,21 @@ async def _stream(agent: ExampleAgent, session: Session, rest: str) -> str | Non
     return None
 
 
+async def _gate(agent: ExampleAgent, session: Session, rest: str) -> str | None:
+    """`/gate PATH N`: chunks 0..N/2-1, then waits (polling) until the file PATH exists, then the other chunks: a
+    turn that is under way for as long as a test needs (a gateway restarted in the middle of it, say)."""
+    args = rest.split()
+    path, count = args[0], _int(args, 1, 10)
+    for i in range(count):
+        if i == count // 2:
+            while not os.path.exists(path) and not session.cancel.is_set():  # noqa: ASYNC110 (a file, not an event)
+                await asyncio.sleep(0.02)
+        if session.cancel.is_set():
+            return "cancelled"
+        await agent.message(session, f"chunk {i} ")
+    return None
+
+
 async def _flood(agent: ExampleAgent, session: Session, rest: str) -> str | None:
     """`/flood N SIZE`: N message chunks of SIZE bytes, not kept in the history (only the client has to cope)."""
     args = rest.split()
@@ -285,7 +300,7 @@ COMMANDS: dict[str, Command] = {
     "/read": _read, "/write": _write, "/call": _call, "/termout": _termout, "/work": _work, "/term": _term,
     "/elicit": _elicit, "/withdraw": _withdraw,
     "/permission": _permission, "/permissions": _permissions,
-    "/tool": _tool, "/stream": _stream, "/flood": _flood, "/huge": _huge, "/plan": _plan,
+    "/tool": _tool, "/stream": _stream, "/gate": _gate, "/flood": _flood, "/huge": _huge, "/plan": _plan,
     "/unknown-update": _unknown_update, "/meta": _meta,
     "/crash": _crash, "/hang": _hang, "/sleep": _sleep, "/fail": _fail, "/fill": _fill, "/sh": _sh,
     "/recall": _recall, "/mode": _mode, "/config": _config, "/mcp": _mcp, "/dirs": _dirs,

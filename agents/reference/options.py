@@ -25,6 +25,7 @@ COMMANDS = (
     ("permission", "Ask the client for a permission", None),
     ("tool", "Report a tool call", "NAME [RESULT]"),
     ("stream", "Stream N chunks", "N"),
+    ("gate", "Stream N chunks, the second half once the file PATH exists", "PATH N"),
     ("hang", "Hang until cancelled", None),
     ("sleep", "Sleep S seconds", "S"),
     ("fail", "Fail this turn with an error", None),

@@ -14,7 +14,7 @@ import os
 import secrets
 import sys
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ async def start_host(spec: HostSpec, timeout: float = 30.0) -> HostHandle:
         starter = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-m", "gateway.agenthost", str(spec_path),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)})
+            start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)}, pass_fds=tuple(spec.pass_fds))
         try:
             # The starter exits at once; the pipes stay open until the forked host says ready and lets them go.
             said, complaint = await asyncio.wait_for(starter.communicate(), timeout)
@@ -134,6 +134,9 @@ class HostConnection:
         self._answers: deque[asyncio.Future[dict[str, Any]]] = deque()  # stderr and status, answered in order
         self.exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.closed_reason: HostError | None = None
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the connection's end
+        self.on_taken: Callable[[int], None] | None = None  # the host took the gateway's lines up to a seq
+        self.on_sent: Callable[[int, bytes], None] | None = None  # a line for the agent got its seq
         self.stdout = AgentStdout(self)
         self.stdin = AgentStdin(self)
         self._reading = asyncio.get_running_loop().create_task(self._read())
@@ -190,6 +193,8 @@ class HostConnection:
                     self._arrived.set()
                 elif kind == protocol.WRITTEN:
                     self.outbox.taken(frame["seq"])
+                    if self.on_taken is not None:
+                        self.on_taken(frame["seq"])
                 elif kind in (protocol.STDERR, protocol.STATUS):
                     if self._answers:
                         self._answers.popleft().set_result(frame)
@@ -207,6 +212,8 @@ class HostConnection:
                     answer.set_exception(reason)
             self._answers.clear()
             self._arrived.set()
+            if not self.ended.done():
+                self.ended.set_result(None)
 
     async def next_line(self) -> tuple[int, bytes] | None:
         """The agent's next line and its offset; None once the agent exited and every line was read. Raises
@@ -241,6 +248,8 @@ class HostConnection:
         """A line for the agent (without its newline); its sequence number. Kept until the host has taken it: when
         this connection ends first, the next attach with the same `outbox` sends it again."""
         seq = self.outbox.add(line)
+        if self.on_sent is not None:
+            self.on_sent(seq, line)
         with contextlib.suppress(HostError):
             self._send_line(seq, line)
         return seq
@@ -264,6 +273,11 @@ class HostConnection:
     async def stderr_tail(self, lines: int = 20) -> list[str]:
         answer = await self._ask({"t": protocol.STDERR, "lines": lines})
         return list(answer["lines"])
+
+    async def stderr(self, lines: int = 200) -> tuple[list[str], int]:
+        """The agent's last stderr lines and how many bytes it wrote to stderr in all."""
+        answer = await self._ask({"t": protocol.STDERR, "lines": lines})
+        return list(answer["lines"]), int(answer.get("total", 0))
 
     async def status(self) -> dict[str, Any]:
         """The host's figures: the spool's head, acked offset and bytes, whether it paused reading the agent..."""
@@ -301,18 +315,22 @@ class AgentStdout:
         self._buffer_offset = 0  # the offset of the line whose rest is in `_buffer`
         self.consumed = connection.committed
         self._eof = False
+        # Lines a reattach passes over (their effects are committed: `ledger.Ledger.skip`); they count as consumed.
+        self.skip: Callable[[int], bool] | None = None
 
     async def _fill(self) -> bool:
-        if self._buffer:
-            return True
-        if self._eof:
-            return False
-        item = await self._connection.next_line()
-        if item is None:
-            self._eof = True
-            return False
-        self._buffer_offset, line = item
-        self._buffer = line + b"\n"
+        while not self._buffer:
+            if self._eof:
+                return False
+            item = await self._connection.next_line()
+            if item is None:
+                self._eof = True
+                return False
+            offset, line = item
+            if self.skip is not None and self.skip(offset):
+                self.consumed = offset
+                continue
+            self._buffer_offset, self._buffer = offset, line + b"\n"
         return True
 
     def _take(self, n: int) -> bytes:

@@ -57,7 +57,8 @@ async def spawn_agent(spec: HostSpec) -> AgentProcess:
         transport, exit_protocol = await loop.subprocess_exec(
             lambda: ExitProtocol(STDOUT_LIMIT, loop), *spec.argv,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=spec.cwd, env=dict(spec.env), start_new_session=True, preexec_fn=die_with_host())
+            cwd=spec.cwd, env=dict(spec.env), start_new_session=True, preexec_fn=die_with_host(),
+            pass_fds=tuple(spec.pass_fds))
     except FileNotFoundError as exc:
         raise StartError(f"agent command not found: {spec.argv[0]!r} ({exc.strerror})") from exc
     except PermissionError as exc:
@@ -277,7 +278,8 @@ class Host:
                 if request.sent is not None:  # the gateway's own lines: kept until delivered and acknowledged
                     spool.ack(GATEWAY, min(request.sent, self.delivered))
             elif request.kind == protocol.STDERR:
-                attachment.send({"t": protocol.STDERR, "lines": self.agent.stderr.tail_lines(request.lines)})
+                attachment.send({"t": protocol.STDERR, "lines": self.agent.stderr.tail_lines(request.lines),
+                                 "total": self.agent.stderr.total_bytes})
             elif request.kind == protocol.STATUS:
                 attachment.send(self.status())
             elif request.kind == protocol.STOP:
@@ -324,6 +326,9 @@ async def run(spec: HostSpec, ready: Callable[[str], None]) -> str:
         spool.remove()
         ready(f"error {exc}")
         return "start"
+    for fd in spec.pass_fds:  # the agent has its copies
+        with contextlib.suppress(OSError):
+            os.close(fd)
     host = Host(spec, agent, spool)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, host.terminate)

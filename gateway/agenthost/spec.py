@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ class HostSpec:
     stderr_bytes: int = 256 * 1024  # the agent's stderr kept (a ring)
     tree_marker: str | None = None  # the entry of `env` every process of the agent carries (acp.proctree)
     log_path: str | None = None  # the host's own stderr; None: /dev/null
+    pass_fds: list[int] = field(default_factory=list)  # descriptors the agent inherits (a sandbox's arguments)
 
     def check(self) -> None:
         if not self.argv:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import metrics
@@ -77,6 +78,11 @@ class EventBus:
         self._pruned_at = 0
         self.reoffer: Reoffer | None = None
         self.committed = 0
+        # Hosted agents (gateway.runtime.hosting): their ledgers' marks go into each group as it is cut, and are
+        # told when it is committed (or failed)
+        self.marks: Callable[[], dict[str, bytes] | None] | None = None
+        self.marks_committed: Callable[[Mapping[str, bytes]], None] | None = None
+        self.marks_failed: Callable[[Mapping[str, bytes]], None] | None = None
         # A journal other nodes write too (PostgreSQL): their events reach this node's subscribers by catching up
         # from the journal, woken by the store (NOTIFY) or the poll; `_delivery` keeps every owner's events in id
         # order however they arrive.
@@ -131,6 +137,10 @@ class EventBus:
         for sub in list(self._subs.values()):
             self.unsubscribe(sub.id)
 
+    def idle(self) -> bool:
+        """Nothing queued and nothing being committed: every event enqueued so far is in the journal (or failed)."""
+        return not self._queue and self._in_flight is None and not self._scheduled
+
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (or failed) and handed out."""
         while self._queue or self._in_flight is not None:
@@ -174,6 +184,8 @@ class EventBus:
 
     def _hand_in(self) -> None:
         group = EventGroup.of(self._queue)
+        if self.marks is not None:  # hosted agents' ledgers, cut with the events their lines produced
+            group.marks = self.marks()
         self._queue = []
         waiters, self._waiters = self._waiters, []
         prune = self._prune_goals(group)
@@ -243,6 +255,8 @@ class EventBus:
         the loss (a turn that lost output says so), and each owner's ids are handed out again from the first lost
         one, so ids stay gap-free — unless an id past it is already in use (queued, or a turn's floor)."""
         log_fault(log, "event journal write failed", exc)
+        if group.marks and self.marks_failed is not None:
+            self.marks_failed(group.marks)
         first: dict[str, int] = {}
         for event in group.events:
             first.setdefault(event.owner, event.id)
@@ -268,6 +282,8 @@ class EventBus:
         for owner, freed in pruned.items():
             self._bytes[owner] -= freed
         self._fan_out(group)
+        if group.marks and self.marks_committed is not None:
+            self.marks_committed(group.marks)
         for event, fut in waiters:
             if not fut.done():
                 fut.set_result(event)

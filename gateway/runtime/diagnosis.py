@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 
 from acp import mcp
-from acp.process import AgentProcess
+from acp.process import RunningAgent
 from agents.profiles import AgentProfile, download_failed
 
 from . import sandbox
@@ -28,7 +28,7 @@ def hidden_values(profile: AgentProfile, secrets: Sequence[str]) -> list[str]:
     return [*secrets, *dict.fromkeys(v for v in values if len(v) >= MIN_SECRET_CHARS)]
 
 
-def stderr_said(process: AgentProcess, profile: AgentProfile, secrets: Sequence[str], since: int = 0) -> str:
+def stderr_said(process: RunningAgent, profile: AgentProfile, secrets: Sequence[str], since: int = 0) -> str:
     """`; <why a download failed>` and ` (agent stderr: line | line)`, or "" when it said nothing."""
     lines = [line.strip() for line in process.stderr.tail_lines(SCAN_LINES, since) if line.strip()]
     if not lines:

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from acp import mcp
 from acp.auth import describe_methods
 from acp.client import AcpClient, ClientOptions
 from acp.errors import AcpError
 from acp.models import AuthMethod, Implementation
+from acp.process import DEFAULT_STDERR_BYTES
 from acp.replay.recording import record_process
 from acp.restore import Outcome, RestoreMethod
 from acp.session_config import ConfigOffer
@@ -33,8 +36,9 @@ from agents.registry.credentials import given, keep_vars, offered_vars, required
 from agents.registry.installs import current_version, launch_refusal, profile_at
 
 from .. import metrics
+from ..agenthost.client import HostError
 from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
-from ..store import SessionRow, StoreBase
+from ..store import HistoryEntry, SessionRow, StoreBase
 from . import reaper, workspace
 from .broker import PermissionBroker
 from .capabilities import CapabilityProbe
@@ -44,6 +48,7 @@ from .diagnosis import hidden_values, limit_said, stderr_said
 from .elicitations import ElicitationBroker
 from .history import HistoryCoalescer
 from .homes import HomeRefused, ensure_home
+from .hosting import HostedAgent, Hosts
 from .key_proxy import KeyProxy
 from .launch_words import FailureFacts, ReturnFacts, failure_said, return_said
 from .live import LiveSession
@@ -141,6 +146,7 @@ class Launcher:
         self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
         self.spawner = AgentSpawner(settings, self.keys)
         self.probe = CapabilityProbe(settings)  # what each profile's agent supports, learned at every `initialize`
+        self.hosts = Hosts(store, settings.state_dir, settings.host_linger)  # agents that outlive this gateway
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -246,15 +252,19 @@ class Launcher:
         terminals = (self._terminal_host(row, profile, config, run.env, run.home, run.history)
                      if profile.terminals else None)
         try:
-            run.client = await AcpClient.launch(
-                spawn.argv, cwd=row.cwd, env=spawn.env, process_cwd=spawn.cwd, pass_fds=spawn.fds,
-                on_update=on_update,
-                on_permission=lambda params: self._on_permission(row.id, params),
-                options=self._client_options(row), terminal_host=terminals,
-                on_elicitation=self.elicitations.handler(
-                    lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row),
-            )
-        except AcpError as exc:
+            if self.hosted(profile):  # in an agent host of its own: it outlives this gateway (docs/agent-hosts.md)
+                agent = await self.hosts.start(row.id, run.execution_id, spawn, self.settings.stop_grace,
+                                               reaper.MARKER, DEFAULT_STDERR_BYTES)
+                run.client = self._hosted_client(row, agent, on_update, terminals)
+            else:
+                run.client = await AcpClient.launch(
+                    spawn.argv, cwd=row.cwd, env=spawn.env, process_cwd=spawn.cwd, pass_fds=spawn.fds,
+                    on_update=on_update,
+                    on_permission=lambda params: self._on_permission(row.id, params),
+                    options=self._client_options(row), terminal_host=terminals,
+                    on_elicitation=self._elicitation_handler(row),
+                )
+        except (AcpError, HostError) as exc:
             return await self._launch_failed(row, f"could not launch agent {profile.id!r} for session {row.id}: {exc}")
         finally:
             spawn.close()  # the agent's process has its copy of the sandbox's arguments (or failed to start)
@@ -270,10 +280,30 @@ class Launcher:
             proc_start=reaper.process_start(pid), boot_id=reaper.boot_id()))
         return None
 
-    def _client_options(self, row: SessionRow) -> ClientOptions:
+    def hosted(self, profile: AgentProfile) -> bool:
+        """Whether this profile's agents run in agent hosts. Not one with a brokered key: its stand-in is this
+        gateway's, and would not be honoured after a restart."""
+        return self.hosts.enabled and not profile.brokered
+
+    def _elicitation_handler(self, row: SessionRow) -> Any:
+        return self.elicitations.handler(
+            lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row)
+
+    def _hosted_client(self, row: SessionRow, agent: HostedAgent, on_update: Callable[[dict[str, Any], bool], None],
+                       terminals: SessionTerminals | None) -> AcpClient:
+        """The ACP client of an agent in a host: the ledger sees every line it is handed (no await between the
+        client's start and the observer: no line can be read before)."""
+        client = AcpClient(agent, cwd=row.cwd, on_update=on_update,
+                           on_permission=lambda params: self._on_permission(row.id, params),
+                           options=self._client_options(row, agent.first_request_id), terminal_host=terminals,
+                           on_elicitation=self._elicitation_handler(row))
+        client.conn.observers.append(agent.observe)
+        return client
+
+    def _client_options(self, row: SessionRow, first_request_id: int = 0) -> ClientOptions:
         settings = self.settings
         return ClientOptions(request_timeout=settings.request_timeout, initialize_timeout=settings.initialize_timeout,
-                             stop_grace=settings.stop_grace,
+                             stop_grace=settings.stop_grace, first_request_id=first_request_id,
                              never_serve=tuple(str(p) for p in settings.protected_paths),
                              tree_marker=reaper.MARKER, request_budget=self.spawner.request_budget(row))
 
@@ -409,6 +439,9 @@ class Launcher:
             return LaunchResult(False, restore=result, error=f"session {row.id} ended while its agent started")
         live = LiveSession(current, profile, client, result.session_id, run.execution_id, run.history, run.coalescer,
                            config, needs_resume_context=boot is Boot.IDLE_INJECT_CONTEXT)
+        if isinstance(client.process, HostedAgent):  # what a later gateway needs to speak to it again
+            live.ledger = client.process.ledger
+            await self.hosts.remember_init(row.id, client.process, client.init)
         self.live[row.id] = live  # no await since the check above: a cancel cannot come between
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
         row = await self.writer.apply(row, None, launched=True, recovery_pending=False, error_message=None,
@@ -438,6 +471,88 @@ class Launcher:
             return None
         await self.writer.message(run.row, said[0], said[1])
         return said[1]
+
+    async def revive_hosted(self) -> list[LiveSession]:
+        """At start, before anyone is served: every session whose agent a host kept running while no gateway was
+        attached becomes live again, its agent the same process. A host that cannot be attached (dead, lingered
+        out) is forgotten, and its session goes by the restore rules, as do sessions with nothing to attach to."""
+        revived: list[LiveSession] = []
+        for host_row in await self.store.hosts.all():
+            try:
+                live = await self._revive(host_row.session_id, host_row.execution_id)
+            except Exception as exc:  # one broken session must not keep the gateway from starting
+                log_fault(log, f"session {host_row.session_id}: its agent host could not be taken up again", exc)
+                live = None
+            if live is None:
+                await self.hosts.abandon(host_row.session_id)
+            else:
+                revived.append(live)
+        return revived
+
+    async def _revive(self, session_id: str, execution_id: str) -> LiveSession | None:
+        row = await self.store.sessions.get(session_id)
+        executor = await self.store.executors.get(session_id)
+        profile = self.profiles.get(row.agent) if row is not None else None
+        if (row is None or profile is None or SessionState(row.state) in TERMINAL_SESSION_STATES or executor is None
+                or executor.execution_id != execution_id or not executor.resume_token):
+            return None
+        profile, refusal = await self._pinned(row, profile, False)
+        if refusal is not None:
+            return None
+        await self.store.permissions.expire(session_id)  # its open questions are asked again as its lines replay
+        agent = await self.hosts.reattach(session_id)
+        if agent is None:
+            return None
+        init = self.hosts.init_of(agent)
+        config = await stored(self.store, row.id)
+        home = ensure_home(self.settings.state_dir, row.owner, profile)
+        signed_in = self.sign_in.get(row.owner, profile.id)
+        config.sign_in_values = list(signed_in.values())
+        config.profile_secrets = [*hidden_values(profile, []), *self.settings.gateway_secrets]
+        env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
+        owner = row.owner
+        history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
+        coalescer = await self._turn_so_far(row, history) if SessionState(row.state) is SessionState.RUNNING \
+            else HistoryCoalescer()
+        terminals = self._terminal_host(row, profile, config, env, home, history) if profile.terminals else None
+        client = self._hosted_client(row, agent, self._update_intake(row, coalescer, history, config), terminals)
+        if SessionState(row.state) is SessionState.RUNNING and agent.ledger.prompts:
+            client.conn.expect(agent.ledger.prompts[-1])  # its answer may be among the first lines replayed
+        client.init = init
+        live = LiveSession(row, profile, client, executor.resume_token, execution_id, history, coalescer, config,
+                           needs_resume_context=row.needs_resume_context)
+        live.ledger = agent.ledger
+        self.live[row.id] = live
+        live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
+        metrics.LAUNCHES.labels(row.owner, profile.id).inc()
+        log.info("session %s: agent %s (pid %d) kept running in its host while the gateway restarted; attached "
+                 "again", row.id, profile.id, agent.pid, extra={"session_id": row.id, "agent": profile.id})
+        await self.writer.message(row, "info", f"agent {profile.id} kept running while the gateway restarted "
+                                  "(same process, nothing lost)")
+        return live
+
+    async def _turn_so_far(self, row: SessionRow, history: HistoryWriter) -> HistoryCoalescer:
+        """The running turn's history as if no gateway had stopped: its committed updates fed again to a coalescer,
+        whose entries the store does not hold yet are written (they go in order, so what is stored is a prefix)."""
+        coalescer = HistoryCoalescer()
+        entries: list[HistoryEntry] = []
+        floor = row.turn_event_id
+        if floor is not None:
+            cursor: int | None = floor - 1
+            until = self.writer.bus.head(row.owner)
+            while cursor is not None and cursor < until:
+                frames, cursor = await self.store.events.after(row.owner, cursor, until, row.id)
+                for frame in frames:
+                    data = orjson.loads(frame)["params"]
+                    update = data.get("data", {}).get("update")
+                    if data.get("type") == "session_update" and isinstance(update, dict) \
+                            and not data["data"].get("replay"):
+                        entries.extend(coalescer.feed(update))
+        stored_entries = await self.store.history.all(row.id)
+        last_prompt = max((i for i, e in enumerate(stored_entries) if e.kind == "user_message"), default=-1)
+        already = len(stored_entries) - last_prompt - 1
+        history.add(entries[already:])
+        return coalescer
 
     def _command(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
                  home: Path, token: str | None) -> Spawn:
@@ -649,6 +764,28 @@ class Launcher:
             await self.store.executors.set_stopped(live.session_id, status)
         finally:
             await self.cluster.release(live.session_id)
+
+    async def detach(self, live: LiveSession) -> None:
+        """The gateway stops and leaves a hosted agent running: the session stays live for the next gateway (its
+        turn too: nothing is written of it here, and the agent is not told to cancel anything)."""
+        agent = live.client.process
+        if not isinstance(agent, HostedAgent):
+            return
+        if self.live.get(live.session_id) is live:
+            del self.live[live.session_id]
+        live.stopping = True
+        agent.detached = True
+        # All at once, before any await: the peer closed first, a turn cancelled right after withdraws nothing
+        # ($/cancel_request) from the agent and writes no end (it never sees its prompt fail).
+        live.client.conn.close("the gateway stopped; the agent goes on in its host")
+        for task in [*live.tasks, *([live.turn] if live.turn is not None else [])]:
+            task.cancel()
+        await self.writer.bus.flush()  # every event of the lines read is committed: the last mark may say so
+        with contextlib.suppress(Exception):
+            await self.hosts.write_marks()
+        self.hosts.forget(live.session_id, agent)
+        await agent.detach()
+        await live.history.idle()
 
     async def abandon(self, live: LiveSession) -> None:
         """Stop an agent whose session another node holds now (this node lost the lease): its turn and process

@@ -15,6 +15,7 @@ from typing import Any
 from acp.client import AcpClient
 from agents.profiles import AgentProfile
 
+from ..agenthost.ledger import Ledger
 from ..store import SessionRow
 from .commands import CommandPhase, phase_of
 from .config import SessionConfig
@@ -42,6 +43,9 @@ class LiveSession:
     cancel_requested: bool = False
     cancel_unanswered: bool = False  # its agent was stopped because the turn outlived the cancel grace
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    # An agent in a host (gateway.runtime.hosting): what is done with its lines, and the running turn's prompt id
+    ledger: Ledger | None = None
+    prompt_id: int | None = None
 
     @property
     def session_id(self) -> str:

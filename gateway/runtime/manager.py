@@ -128,10 +128,28 @@ class SessionManager:
         only what no live node holds, and this node starts renewing its leases and running forwarded commands."""
         await self.store.instances.register(self.instance_id, only_this=self.cluster.enabled)
         await self.cluster.prepare()
+        revived = await self.launcher.revive_hosted()  # agents their hosts kept running: before anything is settled
         await recover_after_crash(self.store, self.writer, self.turns, self.instance_id,
-                                  self.cluster.holder if self.cluster.enabled else None)
+                                  self.cluster.holder if self.cluster.enabled else None,
+                                  kept={live.session_id for live in revived})
+        for live in revived:
+            await self._go_on(live)
+        hosts = self.launcher.hosts
+        self.bus.marks, self.bus.marks_committed, self.bus.marks_failed = hosts.marks, hosts.committed, hosts.failed
+        self._marks = self._spawn(hosts.keep_marks(self.bus.idle))
         self.bus.reoffer = self._reoffer
         await self.cluster.start(self._run_forwarded)
+
+    async def _go_on(self, live: LiveSession) -> None:
+        """A session whose agent kept running in its host: its turn goes on (the prompt's answer awaited), or, when
+        no prompt of it is known, its turn is closed as one a crash cut."""
+        if SessionState(live.row.state) is not SessionState.RUNNING:
+            return
+        prompts = live.ledger.prompts if live.ledger is not None else []
+        if prompts:
+            self.turns.resume(live, prompts[-1])
+        else:
+            await self.turns.close_interrupted(live.row)
 
     async def _reoffer(self, sub: Subscription, cursor: int) -> None:
         """Questions still open (permission requests, elicitations) offered again to a new subscriber: read from the
@@ -143,8 +161,12 @@ class SessionManager:
             await broker.reoffer(sub, cursor, [p for p in pending if broker.owns(p[0])])
 
     async def shutdown(self) -> None:
-        """End running turns, stop every agent; sessions stay resumable (their tokens are stored). In a cluster,
-        hand the leases back at once, so another node resumes them without waiting for expiry."""
+        """End running turns, stop every agent; sessions stay resumable (their tokens are stored). Agents in hosts
+        are left running (`on_stop = "detach"`): their turns go on, and the next gateway attaches to them. In a
+        cluster, hand the leases back at once, so another node resumes them without waiting for expiry."""
+        if self.settings.on_stop == "detach":
+            await asyncio.gather(*(self.launcher.detach(live) for live in list(self.live.values())
+                                   if live.ledger is not None), return_exceptions=True)
         stopping = list(self.live.values())
         await asyncio.gather(self.launcher.end_logins(), *(self._stop_live(live) for live in stopping),
                              return_exceptions=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 
 from ..store import StoreBase
 from . import reaper
@@ -23,11 +24,14 @@ log = logging.getLogger(__name__)
 
 
 async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: TurnRunner, instance_id: str,
-                              held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+                              held_elsewhere: Callable[[str], Awaitable[str | None]] | None = None,
+                              kept: AbstractSet[str] = frozenset()) -> None:
     """`held_elsewhere` (a cluster): what a live node holds is that node's, running, and is left alone; the rest
-    was a dead node's (or this one's before a crash) and is settled here."""
+    was a dead node's (or this one's before a crash) and is settled here. `kept`: sessions whose agents their
+    hosts kept running, attached again already: left alone too (their questions are asked again as the agent's
+    lines are replayed)."""
     async def orphaned(session_id: str) -> bool:
-        return held_elsewhere is None or await held_elsewhere(session_id) is None
+        return session_id not in kept and (held_elsewhere is None or await held_elsewhere(session_id) is None)
 
     leftovers = [e for e in await store.executors.leftovers(instance_id) if await orphaned(e.session_id)]
     killed = await reaper.reap(reaper.Execution(e.execution_id, e.pid, e.proc_start, e.boot_id)
@@ -37,7 +41,7 @@ async def recover_after_crash(store: StoreBase, writer: SessionWriter, turns: Tu
                     ", ".join(str(p.pid) for p in killed))
     for executor in leftovers:
         await store.executors.set_stopped(executor.session_id, "stopped")
-    if held_elsewhere is None:
+    if held_elsewhere is None and not kept:
         await store.permissions.expire_all()
     else:
         for session_id in await store.permissions.sessions_pending():

@@ -95,6 +95,26 @@ class TurnRunner:
         live.turn = turn
         return turn
 
+    def resume(self, live: LiveSession, prompt_id: int) -> asyncio.Task[dict[str, Any]]:
+        """The turn a hosted agent went on with while no gateway was attached: its prompt's answer is awaited, and
+        it ends as any turn."""
+        live.prompt_sent, live.cancel_requested, live.prompt_id = True, False, prompt_id
+        turn = asyncio.ensure_future(self._resumed(live))
+        turn.add_done_callback(_retrieve)
+        live.turn = turn
+        return turn
+
+    async def _resumed(self, live: LiveSession) -> dict[str, Any]:
+        row = live.row
+        end = await self._ask_agent(live, row, None)
+        await self._close(live, row, end)
+        if end.sign_in and self._sign_in_needed is not None and not live.stopping:
+            said = await self._sign_in_needed(live, end.error_message or "")
+            raise agent_failed(row.id, live.profile.id, said, end.error, False)
+        if end.raise_ is not None:
+            raise end.raise_
+        return {"stop_reason": end.stop_reason}
+
     async def interrupt(self, live: LiveSession, *, stop_unanswered: bool = True) -> None:
         """cancel_turn: pending permissions answered `cancelled`, ACP `session/cancel` if a turn runs, and the
         cancel grace for it to end (docs/architecture.md: The runtime, ending a session). A turn still running after the
@@ -145,6 +165,9 @@ class TurnRunner:
             # both: a frontend that saw RUNNING before a crash sees the turn end `interrupted` after it. Published
             # one after the other, a crash between the two commits left RUNNING seen, and no turn to close.
             started: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            if live.ledger is not None:  # a hosted agent: a gateway that restarts waits for this prompt's answer
+                live.prompt_id = live.client.conn.next_id()
+                live.ledger.expect_prompt(live.prompt_id)
             if updated is not row:
                 self.writer.enqueue(updated, "session_status", status_data(updated, agent_live))
             self.writer.enqueue(updated, "turn_started", {"prompt": blocks}, started)
@@ -172,15 +195,18 @@ class TurnRunner:
                                  "is in neither its history nor its events")
         return {"stop_reason": end.stop_reason}
 
-    async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]],
+    async def _ask_agent(self, live: LiveSession, row: SessionRow, sent: list[dict[str, Any]] | None,
                          meta: dict[str, Any] | None = None) -> TurnEnd:
+        """The prompt sent (`sent`; None: it was sent before the gateway restarted, its answer is awaited) and its
+        answer, as the turn's end."""
         agent = live.profile.id
         if live.cancel_requested:
             return TurnEnd("cancelled")
         live.prompt_sent = True  # no await between this and the prompt's write
         stderr_mark = live.client.process.stderr.total_bytes  # what it says on stderr from here is this turn's
         try:
-            response = await live.client.prompt(live.acp_session_id, sent, meta)
+            response = await (live.client.prompt_answer(live.prompt_id) if sent is None and live.prompt_id is not None
+                              else live.client.prompt(live.acp_session_id, sent or [], meta, live.prompt_id))
         except RpcError as exc:
             if live.stopping:
                 return TurnEnd("cancelled", error=str(exc))
@@ -240,6 +266,9 @@ class TurnRunner:
             fields["needs_resume_context"] = False
         updated, agent_live = await self.writer.commit(row, SessionEvent.TURN_ENDED, **fields)
         committed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if live.ledger is not None and live.prompt_id is not None:  # its answer is settled with this group
+            live.ledger.settle_prompt(live.prompt_id)
+            live.prompt_id = None
         self.writer.enqueue(row, "turn_ended", data)
         if live.client.alive and not live.stopping:
             self.writer.enqueue(updated, "session_status", status_data(updated, agent_live))

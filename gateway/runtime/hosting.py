@@ -1,0 +1,297 @@
+"""Agents run in agent hosts (docs/agent-hosts.md): starting one for a launch, attaching to it again after the gateway
+restarted, and the agent as the ACP client sees it (`HostedAgent`, a stand-in for `acp.process.AgentProcess`).
+
+What the gateway has done with each of the agent's lines is kept by a `Ledger` (`gateway/agenthost/ledger.py`): its
+mark is written in the journal's group commits (`Hosts.marks`, called as each group is cut), and once a group is
+committed the host is told it may drop the lines before the mark's committed offset (`Hosts.committed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from acp.models import InitializeResponse
+from acp.process import StderrRing
+
+from ..agenthost.client import HostConnection, HostError, new_secret, start_host
+from ..agenthost.ledger import Ledger, Mark
+from ..agenthost.spec import HostSpec
+from ..store import StoreBase
+from .spawn_env import Spawn
+
+log = logging.getLogger(__name__)
+
+# A reattach's request ids count from its incarnation times this: above every id an earlier attach used.
+IDS_PER_INCARNATION = 1 << 32
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """What the store keeps of a session's host (the secret included: a later gateway attaches with it)."""
+
+    socket: str
+    spool: str
+    secret: str
+    host_pid: int
+    agent_pid: int
+    argv: list[str]
+    started: float
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> HostRecord:
+        return cls(str(raw["socket"]), str(raw["spool"]), str(raw["secret"]), int(raw["host_pid"]),
+                   int(raw["agent_pid"]), [str(a) for a in raw.get("argv", [])], float(raw.get("started", 0)))
+
+
+class HostedAgent:
+    """An agent that runs in a host, as `acp.client.AcpClient` speaks to it: its lines through the host's connection
+    (a reattach passes over the ones whose effects are committed), its exit when the host says so, its stderr asked
+    of the host. A connection that ends without the agent's exit counts as the agent gone (the restore rules
+    follow); a gateway that stops detaches (`detach`) and the agent goes on."""
+
+    def __init__(self, connection: HostConnection, record: HostRecord, ledger: Ledger, incarnation: int,
+                 init: dict[str, Any] | None = None) -> None:
+        self.connection = connection
+        self.init = init  # the agent's answer to `initialize`, as stored
+        # request ids count above every earlier attach's (the first attach's start at 0, as an unhosted agent's)
+        self.first_request_id = max(0, incarnation - 1) * IDS_PER_INCARNATION
+        self.record = record
+        self.ledger = ledger
+        self.argv = list(record.argv)
+        self.pid = connection.welcome.agent_pid
+        self.host_pid = connection.welcome.host_pid
+        self.stderr = StderrRing()
+        self.detached = False
+        self.on_stopped: Callable[[], Awaitable[None]] | None = None  # the host is gone for good
+        connection.stdout.skip = ledger.skip
+        connection.on_sent = ledger.sent
+        connection.on_taken = ledger.taken
+        if connection.welcome.exit_code is not None and not connection.exit_code.done():
+            connection.exit_code.set_result(connection.welcome.exit_code)
+
+    @property
+    def stdin(self) -> Any:
+        return self.connection.stdin
+
+    @property
+    def stdout(self) -> Any:
+        return self.connection.stdout
+
+    @property
+    def returncode(self) -> int | None:
+        if self.connection.exit_code.done():
+            return self.connection.exit_code.result()
+        if self.connection.ended.done() and not self.detached:
+            return -signal.SIGKILL  # the host is gone, and its agent with it (PR_SET_PDEATHSIG)
+        return None
+
+    def observe(self, direction: str, message: dict[str, Any]) -> None:
+        """Every message the peer is handed, with the offset of its line (a Connection observer)."""
+        if direction == "in":
+            self.ledger.read(self.connection.stdout.consumed, message)
+
+    async def wait(self) -> int:
+        waits: list[asyncio.Future[Any]] = [self.connection.exit_code, self.connection.ended]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        code = self.returncode
+        return code if code is not None else -signal.SIGKILL
+
+    async def stderr_tail(self, lines: int = 3, drain_wait: float = 1.0) -> str:
+        with contextlib.suppress(HostError, TimeoutError):
+            said, total = await asyncio.wait_for(self.connection.stderr(200), drain_wait + 1.0)
+            ring = StderrRing()
+            ring.append("\n".join(said).encode() + (b"\n" if said else b""))
+            ring.total_bytes = max(total, ring.total_bytes)
+            self.stderr = ring
+        return " | ".join(line.strip() for line in self.stderr.tail_lines(lines) if line.strip())
+
+    async def stop(self, grace: float = 2.0) -> int:
+        """The agent's tree stopped by its host (stdin closed, SIGTERM, SIGKILL), then the host let go (LG-2); a host
+        that does not answer is killed, and its agent dies with it."""
+        with contextlib.suppress(HostError):
+            self.connection.stop(grace)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wait(), 3 * grace + 5)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.connection.release(), grace + 5)
+        if not self.connection.exit_code.done() and _is_host(self.record):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.host_pid, signal.SIGKILL)
+        if self.on_stopped is not None:
+            await self.on_stopped()
+        return self.returncode if self.returncode is not None else -signal.SIGKILL
+
+    async def detach(self) -> None:
+        """The gateway goes away; the host and its agent stay (until the host's linger runs out)."""
+        self.detached = True
+        await self.connection.close()
+
+
+def host_paths(state_dir: Path, execution_id: str) -> tuple[str, str]:
+    """The socket and the spool of an execution's host: under the state directory, which no sandbox shows."""
+    base = state_dir / "hosts" / execution_id
+    return str(base / "socket"), str(base / "spool")
+
+
+class Hosts:
+    """This gateway's hosted agents, by session: their ledgers go into the journal's group commits."""
+
+    def __init__(self, store: StoreBase, state_dir: Path, linger: float) -> None:
+        self.store = store
+        self.state_dir = state_dir
+        self.linger = linger
+        self.agents: dict[str, HostedAgent] = {}
+        self._acks: dict[str, int] = {}  # the committed offset of each mark in the group being committed
+
+    @property
+    def enabled(self) -> bool:
+        return self.linger > 0
+
+    async def start(self, session_id: str, execution_id: str, spawn: Spawn, stop_grace: float,
+                    tree_marker: str | None, stderr_bytes: int) -> HostedAgent:
+        """A new host for this launch, attached; raises HostError when it could not start."""
+        socket, spool = host_paths(self.state_dir, execution_id)
+        secret, secret_hash = new_secret()
+        spec = HostSpec(argv=list(spawn.argv), cwd=spawn.cwd, env=dict(spawn.env), spool_dir=spool,
+                        socket_path=socket, secret_hash=secret_hash, linger=self.linger, stop_grace=stop_grace,
+                        stderr_bytes=stderr_bytes, tree_marker=tree_marker if tree_marker in spawn.env else None,
+                        log_path=str(Path(socket).parent / "host.log"), pass_fds=list(spawn.fds))
+        handle = await start_host(spec)
+        record = HostRecord(socket, spool, secret, handle.host_pid, handle.agent_pid, list(spawn.argv), time.time())
+        await self.store.hosts.put(session_id, execution_id, asdict(record))
+        try:
+            return await self._attach(session_id, record, Ledger())
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(handle.host_pid, signal.SIGKILL)
+            await self.store.hosts.drop(session_id)
+            raise
+
+    async def reattach(self, session_id: str) -> HostedAgent | None:
+        """The session's host, attached again with what the journal holds of its lines; None when there is none to
+        attach to (it died, lingered out, or refused): the session then goes by the restore rules."""
+        row = await self.store.hosts.get(session_id)
+        if row is None:
+            return None
+        record = HostRecord.of(row.host)
+        try:
+            return await self._attach(session_id, record, Ledger(Mark.decode(row.mark)), row.host.get("init"))
+        except (HostError, OSError) as exc:
+            log.warning("session %s: its agent host could not be attached again (%s); the session goes by the "
+                        "restore rules", session_id, exc, extra={"session_id": session_id})
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if _is_host(record):
+                    os.kill(record.host_pid, signal.SIGKILL)
+            await self.store.hosts.drop(session_id)
+            return None
+
+    async def _attach(self, session_id: str, record: HostRecord, ledger: Ledger,
+                      init: dict[str, Any] | None = None) -> HostedAgent:
+        incarnation = await self.store.hosts.next_incarnation(session_id)  # a newer attach wins at the host (AH-3)
+        connection = await HostConnection.attach(record.socket, record.secret, incarnation, ledger.committed(),
+                                                 timeout=10.0)
+        agent = HostedAgent(connection, record, ledger, incarnation, init)
+        self.agents[session_id] = agent
+
+        async def stopped() -> None:
+            self.forget(session_id, agent)
+            await self.store.hosts.drop(session_id)
+
+        agent.on_stopped = stopped
+        return agent
+
+    async def remember_init(self, session_id: str, agent: HostedAgent, init: InitializeResponse | None) -> None:
+        """The agent's answer to `initialize`, for a later gateway that attaches without asking it again."""
+        agent.init = init.model_dump(mode="json", by_alias=True, exclude_none=True) if init is not None else None
+        await self.store.hosts.set_host(session_id, {**asdict(agent.record), "init": agent.init})
+
+    def init_of(self, agent: HostedAgent) -> InitializeResponse | None:
+        return InitializeResponse.model_validate(agent.init) if agent.init is not None else None
+
+    async def abandon(self, session_id: str) -> None:
+        """A host no gateway will attach to again: killed (its agent dies with it), and forgotten."""
+        row = await self.store.hosts.get(session_id)
+        if row is not None:
+            with contextlib.suppress(KeyError, ValueError, TypeError, ProcessLookupError, PermissionError):
+                record = HostRecord.of(row.host)
+                if _is_host(record):
+                    os.kill(record.host_pid, signal.SIGKILL)
+            await self.store.hosts.drop(session_id)
+        agent = self.agents.pop(session_id, None)
+        if agent is not None:
+            agent.detached = True
+            await agent.connection.close()
+
+    def forget(self, session_id: str, agent: HostedAgent) -> None:
+        if self.agents.get(session_id) is agent:
+            del self.agents[session_id]
+
+    # -- the journal's group commits ----------------------------------------------------------------------------
+    def marks(self) -> dict[str, bytes] | None:
+        """The marks that changed since the last group: they go into this one (the bus calls this as it cuts it)."""
+        changed: dict[str, bytes] = {}
+        for session_id, agent in self.agents.items():
+            ledger = agent.ledger
+            if ledger.changed():
+                ledger.stored = ledger.version
+                changed[session_id] = ledger.mark().encode()
+                self._acks[session_id] = ledger.committed()
+        return changed or None
+
+    def committed(self, marks: Mapping[str, bytes]) -> None:
+        """A group with these marks is committed: each host may drop what its gateway needs no more."""
+        for session_id in marks:
+            agent, offset = self.agents.get(session_id), self._acks.pop(session_id, None)
+            if agent is not None and not agent.detached and offset is not None:
+                with contextlib.suppress(HostError):
+                    agent.connection.ack(offset)
+
+    async def write_marks(self) -> None:
+        """The marks that changed with no group commit to carry them (a question answered, a response read): written
+        alone. The caller makes sure no event is queued or being committed, so every event of the lines they cover
+        is committed already."""
+        marks = self.marks()
+        for session_id, mark in (marks or {}).items():
+            try:
+                await self.store.hosts.set_mark(session_id, orjson.loads(mark))
+            except Exception:
+                self.failed({session_id: mark})
+                raise
+        if marks:
+            self.committed(marks)
+
+    async def keep_marks(self, idle: Callable[[], bool], every: float = 0.5) -> None:
+        """Until cancelled: `write_marks` whenever the journal is idle."""
+        while True:
+            await asyncio.sleep(every)
+            if self.agents and idle():
+                with contextlib.suppress(Exception):
+                    await self.write_marks()
+
+    def failed(self, marks: Mapping[str, bytes]) -> None:
+        """A group was not committed: its marks go again with the next one."""
+        for session_id in marks:
+            self._acks.pop(session_id, None)
+            agent = self.agents.get(session_id)
+            if agent is not None:
+                agent.ledger.stored = -1
+
+
+def _is_host(record: HostRecord) -> bool:
+    """Whether the recorded host pid is still an agent host (never signal a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{record.host_pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"gateway.agenthost" in cmdline
