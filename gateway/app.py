@@ -225,6 +225,8 @@ class Gateway:
             metrics.gauge("acp_gateway_live_sessions", "Sessions whose agent runs in this gateway",
                           lambda: len(sessions.live))
             metrics.gauge("acp_gateway_connections", "Open WebSocket connections", lambda: len(server.connections))
+            metrics.gauge("acp_gateway_hosted_agents", "Agents running in agent hosts, attached to this gateway",
+                          lambda: len(sessions.launcher.hosts.agents))
             metrics.gauge("acp_gateway_events_committed", "Events committed to the journal since start",
                           lambda: bus.committed)
             metrics.gauge("acp_gateway_unconfined_agents", "1 while several owners' agents run unconfined "

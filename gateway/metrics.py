@@ -25,6 +25,9 @@ RESTORES = Counter("acp_gateway_restores", "Agent launches by how the session wa
 LAUNCHES = Counter("acp_gateway_agent_launches", "Agent processes started", ["owner", "agent"], registry=REGISTRY)
 EXITS = Counter("acp_gateway_agent_exits", "Agent processes stopped, by why: stopped (asked), exited (on its own), "
                 "cancelled, cancel_unanswered, failed", ["owner", "agent", "reason"], registry=REGISTRY)
+HOST_REATTACHES = Counter("acp_gateway_host_reattaches", "Agent hosts a starting gateway found, by outcome: attached "
+                          "(the agent kept running) or lost (dead, lingered out, refused: the restore rules follow)",
+                          ["outcome"], registry=REGISTRY)
 TURNS = Counter("acp_gateway_turns", "Turns ended, by stop reason (error: the agent failed the turn)",
                 ["owner", "agent", "stop_reason"], registry=REGISTRY)
 RPC_CALLS = Counter("acp_gateway_rpc_calls", "JSON-RPC calls by method and outcome (ok, or the error code)",

@@ -158,6 +158,18 @@ async def _gate(agent: ExampleAgent, session: Session, rest: str) -> str | None:
     return None
 
 
+async def _trickle(agent: ExampleAgent, session: Session, rest: str) -> str | None:
+    """`/trickle PATH`: chunk 0, chunk 1, ... a few milliseconds apart, until the file PATH exists."""
+    path, i = rest.split()[0], 0
+    while not os.path.exists(path):
+        if session.cancel.is_set():
+            return "cancelled"
+        await agent.message(session, f"chunk {i} ")
+        i += 1
+        await asyncio.sleep(0.003)
+    return None
+
+
 async def _flood(agent: ExampleAgent, session: Session, rest: str) -> str | None:
     """`/flood N SIZE`: N message chunks of SIZE bytes, not kept in the history (only the client has to cope)."""
     args = rest.split()
@@ -300,7 +312,8 @@ COMMANDS: dict[str, Command] = {
     "/read": _read, "/write": _write, "/call": _call, "/termout": _termout, "/work": _work, "/term": _term,
     "/elicit": _elicit, "/withdraw": _withdraw,
     "/permission": _permission, "/permissions": _permissions,
-    "/tool": _tool, "/stream": _stream, "/gate": _gate, "/flood": _flood, "/huge": _huge, "/plan": _plan,
+    "/tool": _tool, "/stream": _stream, "/gate": _gate, "/trickle": _trickle, "/flood": _flood, "/huge": _huge,
+    "/plan": _plan,
     "/unknown-update": _unknown_update, "/meta": _meta,
     "/crash": _crash, "/hang": _hang, "/sleep": _sleep, "/fail": _fail, "/fill": _fill, "/sh": _sh,
     "/recall": _recall, "/mode": _mode, "/config": _config, "/mcp": _mcp, "/dirs": _dirs,

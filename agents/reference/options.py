@@ -26,6 +26,7 @@ COMMANDS = (
     ("tool", "Report a tool call", "NAME [RESULT]"),
     ("stream", "Stream N chunks", "N"),
     ("gate", "Stream N chunks, the second half once the file PATH exists", "PATH N"),
+    ("trickle", "Stream chunks a few milliseconds apart until the file PATH exists", "PATH"),
     ("hang", "Hang until cancelled", None),
     ("sleep", "Sleep S seconds", "S"),
     ("fail", "Fail this turn with an error", None),

@@ -18,6 +18,7 @@ from .. import __version__
 from ..config import ServeConfig
 from ..runtime import confinement
 from ..store.command_seal import CLOCK_SLACK, key_check
+from . import hosts
 
 
 def database_facts(url: str, secret: str | None) -> tuple[list[str], list[str]]:
@@ -69,6 +70,7 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
         + ("" if not postgres else "; journal commits wait for the WAL flush" if config.journal_synchronous_commit
            else "; journal commits do not wait for the WAL flush (journal_synchronous_commit = false: a crash of "
                 "the PostgreSQL server may lose the last ~0.6 s of events)"))
+    say(hosts.summary(config))
     say(f"owners: {len(owners) or 1} ({', '.join(sorted(owners)) or 'default, with a token generated at start'})")
     say(f"sandbox: {config.sandbox}; tools: " + ", ".join(
         f"{tool} {'found' if shutil.which(tool) else 'missing'}" for tool in ("bwrap", "slirp4netns", "prlimit")))

@@ -24,6 +24,7 @@ from .. import __version__
 from .agents import add_arguments as agents_arguments
 from .argspec import AddedBy, Argument, add_arguments, arg
 from .frontend import CONNECTION, INTERRUPTED, VERBS, run_frontend
+from .hosts import ARGUMENTS as HOSTS_ARGUMENTS
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -301,6 +302,12 @@ def _doctor(args: argparse.Namespace, command: list[str]) -> int:
     return report(config)
 
 
+def _hosts(args: argparse.Namespace, command: list[str]) -> int:
+    from .hosts import run as run_hosts
+
+    return run_hosts(args)
+
+
 def _agents(args: argparse.Namespace, command: list[str]) -> int:
     from .agents import run as run_agents
 
@@ -402,6 +409,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
       for name, verb in VERBS.items()),
     Subcommand("doctor", "what serve would make of this configuration and machine: the store, owners, agents' "
                "confinement and whether it can run here, each agent", DOCTOR_ARGUMENTS, _doctor),
+    Subcommand("hosts", "the agent hosts of a state directory: each one's session, agent, pids, whether it runs, its "
+               "spool, and whether a gateway is attached or they linger", HOSTS_ARGUMENTS, _hosts,
+               usage="acp-gateway hosts [--state-dir DIR] [--config FILE] [--json]"),
     Subcommand("agents", "agent profiles, and agents from the ACP registry: search, add (pinned), update, remove, "
                "doctor, matrix", (AddedBy(agents_arguments),), _agents,
                description="Without a subcommand: list the agents."),

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -207,6 +208,7 @@ class Hosts:
         async def stopped() -> None:
             self.forget(session_id, agent)
             await self.store.hosts.drop(session_id)
+            self._clear(record)
 
         agent.on_stopped = stopped
         return agent
@@ -227,11 +229,19 @@ class Hosts:
                 record = HostRecord.of(row.host)
                 if _is_host(record):
                     os.kill(record.host_pid, signal.SIGKILL)
+                self._clear(record)
             await self.store.hosts.drop(session_id)
         agent = self.agents.pop(session_id, None)
         if agent is not None:
             agent.detached = True
             await agent.connection.close()
+
+    def _clear(self, record: HostRecord) -> None:
+        """What a host killed with SIGKILL leaves (its socket, its spool: the agent's conversation) is removed; a
+        host that ended by its rules removed them itself. Only ever under this state directory's `hosts/`."""
+        directory = Path(record.socket).parent
+        if directory.parent == self.state_dir / "hosts":
+            shutil.rmtree(directory, ignore_errors=True)
 
     def forget(self, session_id: str, agent: HostedAgent) -> None:
         if self.agents.get(session_id) is agent:

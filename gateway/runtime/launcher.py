@@ -487,6 +487,7 @@ class Launcher:
                 await self.hosts.abandon(host_row.session_id)
             else:
                 revived.append(live)
+            metrics.HOST_REATTACHES.labels("lost" if live is None else "attached").inc()
         return revived
 
     async def _revive(self, session_id: str, execution_id: str) -> LiveSession | None:
@@ -524,7 +525,10 @@ class Launcher:
         live.ledger = agent.ledger
         self.live[row.id] = live
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
-        metrics.LAUNCHES.labels(row.owner, profile.id).inc()
+        # this instance runs it now (status and the next start's reaper read the executor row)
+        await self.store.executors.set_running(
+            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=agent.pid,
+            proc_start=reaper.process_start(agent.pid), boot_id=reaper.boot_id())
         log.info("session %s: agent %s (pid %d) kept running in its host while the gateway restarted; attached "
                  "again", row.id, profile.id, agent.pid, extra={"session_id": row.id, "agent": profile.id})
         await self.writer.message(row, "info", f"agent {profile.id} kept running while the gateway restarted "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -185,9 +186,10 @@ async def test_a_killed_host_puts_the_session_back_on_the_restore_rules(hosted: 
     [host] = host_pids(hosted.gateway.state_dir)
     os.kill(host, signal.SIGKILL)
     await log.wait(lambda e: e["type"] == "session_status" and e["session_id"] == sid
-                   and e["data"]["is_agent_running"] is False)
+                   and e["data"]["is_agent_running"] is False and e["data"]["needs_resume"] is True)
     status = await client.call("task.session.status", {"session_id": sid})
     assert (status["is_agent_running"], status["needs_resume"]) == (False, True)
+    assert not list((hosted.gateway.state_dir / "hosts").iterdir())  # nothing of the dead host is left: no spool
     for _ in range(200):  # the agent dies with its host (PR_SET_PDEATHSIG)
         if pid not in agent_pids(hosted.agent_state):
             break
@@ -222,3 +224,37 @@ async def test_no_gateway_back_within_the_linger_leaves_nothing_running(tmp_path
         status = await client.call("task.session.status", {"session_id": sid})
         assert status["needs_resume"] is True
         await client.close()
+
+
+async def test_twenty_kills_during_a_flood_lose_and_repeat_no_update(hosted: World) -> None:
+    """The agent streams while the gateway is killed -9 twenty times, each after a random number of updates it
+    relayed: once the turn ends, a subscriber from the start sees every chunk once, in order, with no gap."""
+    rng = random.Random(46)
+    gate = hosted.tmp_path / "gate"
+    client, log = await subscribed(hosted.gateway)
+    sid = await hosted.session(client)
+    [pid] = agent_pids(hosted.agent_state)
+    prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
+                                                                         "prompt": f"/trickle {gate}"}))
+    cursor = 0
+    for _ in range(20):
+        wanted = rng.randint(1, 40)
+        seen = log
+        await seen.wait(lambda e, seen=seen, wanted=wanted: len(chunk_texts(seen.events, sid)) >= wanted, timeout=30)
+        cursor = max([cursor, *(e["id"] for e in log.events if e.get("id") is not None)])
+        await hosted.gateway.kill9()
+        await client.close()
+        with contextlib.suppress(Exception):
+            await prompt
+        await hosted.gateway.start()
+        client, log = await subscribed(hosted.gateway, cursor)
+    gate.touch()
+    await log.wait(lambda e: e["type"] == "turn_ended" and e["session_id"] == sid, timeout=30)
+    await client.close()
+    events = await all_events(hosted.gateway, sid, lambda e: e["type"] == "turn_ended" and e["session_id"] == sid)
+    texts = chunk_texts(events, sid)
+    assert texts == [f"chunk {i} " for i in range(len(texts))]
+    assert len(texts) >= 20
+    ids = [e["id"] for e in events]
+    assert ids == sorted(set(ids))
+    assert agent_pids(hosted.agent_state) == {pid}
