@@ -193,7 +193,7 @@ class Gateway:
                                                   config.store_max_bytes),
                                 agents_die_with_gateway=config.agents_die_with_gateway, node=node,
                                 agent_niceness=config.agent_niceness,
-                                host_linger=0.0 if store.shared_journal else config.host_linger,
+                                host_linger=config.host_linger,
                                 on_stop=config.on_stop,
                                 lease_ttl=config.lease_ttl, forward_timeout=config.forward_timeout,
                                 sandbox=config.sandbox,

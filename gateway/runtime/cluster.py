@@ -124,8 +124,10 @@ class Cluster:
         await self.forwarder.start()
         self._renewing = asyncio.ensure_future(self._renew_forever())
 
-    async def close(self) -> None:
-        """Hand every lease back at once (a clean stop: no node waits for expiry), stop forwarding."""
+    async def close(self, keep: frozenset[str] = frozenset()) -> None:
+        """Hand every lease back at once (a clean stop: no node waits for expiry), stop forwarding. `keep`: sessions
+        whose agents stay running in their hosts for this node's next incarnation: their leases are left to expire
+        (no other node starts a second agent for them meanwhile)."""
         if self.store is None:
             return
         if self._renewing is not None:
@@ -133,7 +135,12 @@ class Cluster:
         if self.forwarder is not None:
             await self.forwarder.close()
         with contextlib.suppress(Exception):
-            await self.store.leases.release_all(self.node)
+            if keep:
+                for session_id, epoch in self.held.items():
+                    if session_id not in keep:
+                        await self.store.leases.release(session_id, self.node, epoch)
+            else:
+                await self.store.leases.release_all(self.node)
             await self.store.leases.gone(self.node)
         self.held.clear()
 
@@ -153,6 +160,18 @@ class Cluster:
             if lease is None:
                 raise HeldElsewhere(holder.node if holder else "?")
         self.held[session_id] = lease.epoch
+
+    async def take_back(self, session_id: str) -> None:
+        """Hold the session's lease, ending one an earlier incarnation of this same node holds (its agent is kept
+        running in a host that this incarnation attaches to): a new fencing token, so the earlier one can write
+        nothing more. HeldElsewhere when another node holds it."""
+        try:
+            await self.acquire(session_id)
+        except HeldElsewhere as held:
+            if self.store is None or held.node.split("/")[0] != self.node.split("/")[0]:
+                raise
+            await self.store.leases.end(session_id, held.node)
+            await self.acquire(session_id)
 
     async def release(self, session_id: str) -> None:
         epoch = self.held.pop(session_id, None)

@@ -236,6 +236,12 @@ class Hosts:
             agent.detached = True
             await agent.connection.close()
 
+    def ours(self, host: Mapping[str, Any]) -> bool:
+        """Whether a stored host is this gateway's: its socket lies under this state directory (on a shared
+        PostgreSQL store, the other nodes' rows are theirs; nothing of them may be signalled here)."""
+        socket = host.get("socket")
+        return isinstance(socket, str) and Path(socket).parent.parent == self.state_dir / "hosts"
+
     def _clear(self, record: HostRecord) -> None:
         """What a host killed with SIGKILL leaves (its socket, its spool: the agent's conversation) is removed; a
         host that ended by its rules removed them itself. Only ever under this state directory's `hosts/`."""

@@ -42,7 +42,7 @@ from ..store import HistoryEntry, SessionRow, StoreBase
 from . import reaper, workspace
 from .broker import PermissionBroker
 from .capabilities import CapabilityProbe
-from .cluster import Cluster
+from .cluster import Cluster, HeldElsewhere
 from .config import WATCHED, ConfigKeeper, SessionConfig, capabilities_json, setup_plan, stored
 from .diagnosis import hidden_values, limit_said, stderr_said
 from .elicitations import ElicitationBroker
@@ -146,7 +146,10 @@ class Launcher:
         self.keys = KeyProxy(settings.state_dir)  # brokered keys: the agents get stand-ins, the proxy the real ones
         self.spawner = AgentSpawner(settings, self.keys)
         self.probe = CapabilityProbe(settings)  # what each profile's agent supports, learned at every `initialize`
-        self.hosts = Hosts(store, settings.state_dir, settings.host_linger)  # agents that outlive this gateway
+        # Agents that outlive this gateway. In a cluster a host lingers no longer than a lease lasts: past it another
+        # node may take the session over, and must not find its old agent still at work.
+        self.hosts = Hosts(store, settings.state_dir,
+                           min(settings.host_linger, settings.lease_ttl) if cluster.enabled else settings.host_linger)
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -478,6 +481,8 @@ class Launcher:
         out) is forgotten, and its session goes by the restore rules, as do sessions with nothing to attach to."""
         revived: list[LiveSession] = []
         for host_row in await self.store.hosts.all():
+            if not self.hosts.ours(host_row.host):  # another node's (a shared store): only it can reach its hosts
+                continue
             try:
                 live = await self._revive(host_row.session_id, host_row.execution_id)
             except Exception as exc:  # one broken session must not keep the gateway from starting
@@ -485,6 +490,7 @@ class Launcher:
                 live = None
             if live is None:
                 await self.hosts.abandon(host_row.session_id)
+                await self.cluster.release(host_row.session_id)
             else:
                 revived.append(live)
             metrics.HOST_REATTACHES.labels("lost" if live is None else "attached").inc()
@@ -499,6 +505,10 @@ class Launcher:
             return None
         profile, refusal = await self._pinned(row, profile, False)
         if refusal is not None:
+            return None
+        try:  # in a cluster: this node's new incarnation takes the lease over (a new fencing token)
+            await self.cluster.take_back(session_id)
+        except HeldElsewhere:  # another node took the session over meanwhile: its agent is that node's now
             return None
         await self.store.permissions.expire(session_id)  # its open questions are asked again as its lines replay
         agent = await self.hosts.reattach(session_id)

@@ -164,9 +164,11 @@ class SessionManager:
         """End running turns, stop every agent; sessions stay resumable (their tokens are stored). Agents in hosts
         are left running (`on_stop = "detach"`): their turns go on, and the next gateway attaches to them. In a
         cluster, hand the leases back at once, so another node resumes them without waiting for expiry."""
+        detached: frozenset[str] = frozenset()
         if self.settings.on_stop == "detach":
-            await asyncio.gather(*(self.launcher.detach(live) for live in list(self.live.values())
-                                   if live.ledger is not None), return_exceptions=True)
+            hosted = [live for live in list(self.live.values()) if live.ledger is not None]
+            await asyncio.gather(*(self.launcher.detach(live) for live in hosted), return_exceptions=True)
+            detached = frozenset(live.session_id for live in hosted)
         stopping = list(self.live.values())
         await asyncio.gather(self.launcher.end_logins(), *(self._stop_live(live) for live in stopping),
                              return_exceptions=True)
@@ -179,7 +181,7 @@ class SessionManager:
         await self.launcher.keys.close()
         for task in list(self._background):
             task.cancel()
-        await self.cluster.close()
+        await self.cluster.close(keep=detached)
         await self.store.instances.mark_dead(self.instance_id)
 
     async def _lease_lost(self, session_id: str) -> None:
