@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 ARGUMENTS: tuple[Argument, ...] = (
     arg("--config", type=Path, help="the TOML configuration file serve reads (its state_dir, store, host_linger)"),
     arg("--state-dir", help="as serve's (default: the per-user state directory)"),
+    arg("--store", metavar="URL", help="as serve's: a SQLite path or a postgresql:// URL (default: the "
+        "configuration's, else STATE_DIR/gateway.db); with PostgreSQL, the hosts of this state directory's node"),
     arg("--json", action="store_true", help="the hosts as a JSON list"),
 )
-
-POSTGRES_WORDS = "agent hosts are not used with a PostgreSQL store yet: agents run as the gateway's children"
 
 
 @dataclass(frozen=True)
@@ -142,15 +142,37 @@ def read_rows(db: Path) -> list[tuple[Any, ...]]:
         return []
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
     try:
-        return list(conn.execute(
-            "SELECT h.session_id, h.execution_id, h.host, h.mark, h.incarnation, s.agent "
-            "FROM agent_hosts h LEFT JOIN sessions s ON s.id = h.session_id ORDER BY h.session_id"))
+        return list(conn.execute(HOST_ROWS))
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return []
         raise
     finally:
         conn.close()
+
+
+HOST_ROWS = ("SELECT h.session_id, h.execution_id, h.host, h.mark, h.incarnation, s.agent "
+             "FROM agent_hosts h LEFT JOIN sessions s ON s.id = h.session_id ORDER BY h.session_id")
+
+
+def read_pg_rows(url: str, state_dir: Path) -> list[tuple[Any, ...]]:
+    """agent_hosts of a PostgreSQL store, this node's only: every node's rows are in the one database, and a host is
+    the node's whose state directory holds its socket."""
+    import asyncio
+
+    import asyncpg
+
+    async def fetch() -> list[tuple[Any, ...]]:
+        conn = await asyncpg.connect(url, timeout=10)
+        try:
+            return [tuple(r) for r in await conn.fetch(HOST_ROWS)]
+        except asyncpg.UndefinedTableError:
+            return []
+        finally:
+            await conn.close()
+
+    mine = str(state_dir / "hosts") + os.sep
+    return [r for r in asyncio.run(fetch()) if str(orjson.loads(r[2] or "{}").get("socket", "")).startswith(mine)]
 
 
 def view(row: tuple[Any, ...], attached: bool) -> HostView:
@@ -172,8 +194,8 @@ def view(row: tuple[Any, ...], attached: bool) -> HostView:
 
 
 def where(config: ServeConfig) -> tuple[Path, str, bool]:
-    """The state directory `config` names, its store (a SQLite file's path, or a URL) and whether that is
-    PostgreSQL: as `serve` would open them."""
+    """The state directory `config` names, its store (a SQLite file's path, or a URL without its password, to show)
+    and whether that is PostgreSQL: as `serve` would open them."""
     from agents.paths import default_state_dir
 
     from ..store import redacted, sqlite_path, store_kind
@@ -189,20 +211,18 @@ def survey(config: ServeConfig) -> Hosts:
     """The state directory's agent hosts under `config`. sqlite3.Error when the store cannot be read."""
     state_dir, store, postgres = where(config)
     pid = gateway_pid(state_dir)
-    rows = [] if postgres else read_rows(Path(store))
+    rows = read_pg_rows(str(config.store), state_dir) if postgres else read_rows(Path(store))
     return Hosts(state_dir, store, postgres, pid, config.host_linger, [view(r, pid is not None) for r in rows])
 
 
 def summary(config: ServeConfig) -> str:
     """`doctor`'s line: how many hosts run, and how many of them linger with no gateway."""
-    if where(config)[2]:
-        return "hosts: off (not used with a PostgreSQL store yet)"
     if config.host_linger <= 0:
         return "hosts: off (host_linger = 0)"
     try:
         found = survey(config)
-    except sqlite3.Error as exc:
-        return f"hosts: the store cannot be read ({exc})"
+    except Exception as exc:  # sqlite3's, asyncpg's or the network's
+        return f"hosts: the store cannot be read ({type(exc).__name__})"
     return f"hosts: {found.running} running ({found.lingering} lingering)"
 
 
@@ -212,9 +232,6 @@ def _seconds(value: float) -> str:
 
 def render(found: Hosts, say: Callable[[str], None] = print) -> None:
     """The hosts in plain words: what runs on the state directory, then one line per host."""
-    if found.postgres:
-        say(POSTGRES_WORDS)
-        return
     if not found.hosts:
         say(f"no agent hosts in {found.state_dir}" + ("" if found.host_linger > 0 else
                                                        " (host_linger = 0: agents run as the gateway's children)"))
@@ -244,18 +261,16 @@ def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError, load_config
 
     try:
-        config = load_config(args.config, {"state_dir": args.state_dir})
+        config = load_config(args.config, {"state_dir": args.state_dir, "store": args.store})
     except ConfigError as exc:
         print(f"acp-gateway hosts: {exc}", file=sys.stderr)
         return 2
     try:
         found = survey(config)
-    except sqlite3.Error as exc:
+    except Exception as exc:  # sqlite3's, asyncpg's or the network's: one line, the URL without its password
         print(f"acp-gateway hosts: cannot read the store {where(config)[1]}: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        if found.postgres:
-            print(POSTGRES_WORDS, file=sys.stderr)
         print(orjson.dumps(as_json(found)).decode())
     else:
         render(found)

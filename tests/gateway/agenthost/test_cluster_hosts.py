@@ -10,9 +10,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from tests.gateway.agenthost.test_gateway_restart import agent_pids, all_events, chunk_texts, host_pids
@@ -21,9 +24,21 @@ from tests.gateway_harness import GatewayProcess, reference_profile, subscribed
 LEASE_TTL = 4.0
 
 
+async def hosts_listed(node: GatewayProcess, pg_url: str) -> list[dict[str, Any]]:
+    """What `acp-gateway hosts --json` says of a node's state directory."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "hosts", "--json", "--state-dir", str(node.state_dir), "--store", pg_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    listed: list[dict[str, Any]] = orjson.loads(out)
+    return listed
+
+
 class Nodes:
     def __init__(self, tmp_path: Path, pg_url: str) -> None:
         self.tmp_path = tmp_path
+        self.pg_url = pg_url
         agents = tmp_path / "agents"
         agents.mkdir()
         self.work = tmp_path / "work"
@@ -93,6 +108,10 @@ async def test_a_node_away_longer_than_its_leases_leaves_the_session_to_another_
     [pid] = agent_pids(nodes.agent_state)
     hosts = host_pids(a.state_dir)
     assert len(hosts) == 1
+    # `acp-gateway hosts` on each node's state directory lists that node's hosts only
+    listed = {name: await hosts_listed(node, nodes.pg_url) for name, node in nodes.nodes.items()}
+    assert [(h["session_id"], h["host_pid"], h["state"]) for h in listed["a"]] == [(sid, *hosts, "attached")]
+    assert listed["b"] == []
     await a.kill9()
     # the host lingers no longer than a lease lasts: then it ends, and its agent with it
     for _ in range(int(LEASE_TTL * 40) + 200):

@@ -128,8 +128,6 @@ async def test_hosts_shows_a_live_host_attached_then_lingering_then_gone_and_nev
 
 
 @pytest.mark.unit
-def test_doctor_says_hosts_are_off_without_a_linger_or_with_a_postgresql_store(tmp_path: Path) -> None:
+def test_doctor_says_hosts_are_off_without_a_linger(tmp_path: Path) -> None:
     assert summary(ServeConfig(state_dir=str(tmp_path))) == "hosts: off (host_linger = 0)"
-    assert summary(ServeConfig(state_dir=str(tmp_path), store="postgresql://u@localhost/db", host_linger=60.0)) \
-        == "hosts: off (not used with a PostgreSQL store yet)"
     assert summary(ServeConfig(state_dir=str(tmp_path), host_linger=60.0)) == "hosts: 0 running (0 lingering)"
