@@ -82,6 +82,9 @@ class Connection:
         self._closed = asyncio.Event()
         self._write_lock = asyncio.Lock()
         self.observers: list[FrameObserver] = []
+        # Told as each line is taken from a chunk, before it is handled (a hosted agent's reader then knows which
+        # line the observers see: gateway.agenthost.client.AgentStdout.line_done). Set before the peer starts.
+        self.on_line: Callable[[], None] | None = None
         self._read_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -215,12 +218,15 @@ class Connection:
     async def _read_loop(self) -> None:
         reason = "peer closed its output"
         reader, splitter, stats, dispatch = self._reader, self._splitter, self.stats, self._dispatch
+        on_line = self.on_line
         try:
             # A plain loop over chunks, not an async generator of lines: a flooding agent sends
             # hundreds of thousands of lines a second, and each `async for` step costs a coroutine.
             while chunk := await reader.read(READ_CHUNK):
                 requests = 0
                 for line in splitter.feed(chunk):
+                    if on_line is not None:
+                        on_line()
                     msg = parse_frame(line, stats)
                     if msg is not None:
                         dispatch(msg, len(line))

@@ -24,6 +24,7 @@ from report import failed_row, print_machine, print_table
 from sections.agent_side import framing_section, resume_section, sandbox_section
 from sections.calls import config_section, dispatch_section, isolation_section, rpc_section
 from sections.clients import clients_section
+from sections.hosts import hosts_section
 from sections.latency import latency_section
 from sections.postgres import postgres_section
 from sections.relay import relay_section
@@ -34,10 +35,10 @@ Section = Callable[[Path, Path, list[str]], Awaitable[None]]
 
 # In the table's order.
 SECTIONS: dict[str, Section] = {
-    "relay": relay_section, "latency": latency_section, "store": store_section, "memory": memory_section,
-    "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section, "framing": framing_section,
-    "dispatch": dispatch_section, "rpc": rpc_section, "isolation": isolation_section, "clients": clients_section,
-    "config": config_section, "postgres": postgres_section, "scale": scale_section,
+    "relay": relay_section, "latency": latency_section, "store": store_section, "hosts": hosts_section,
+    "memory": memory_section, "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section,
+    "framing": framing_section, "dispatch": dispatch_section, "rpc": rpc_section, "isolation": isolation_section,
+    "clients": clients_section, "config": config_section, "postgres": postgres_section, "scale": scale_section,
 }
 ONLY = {name for name in os.environ.get("BENCH_ONLY", "").split(",") if name}
 

@@ -114,6 +114,7 @@ class Welcome:
 
 
 _END = (-1, b"")  # the agent's exit, in the line queue
+NOT_READY = object()  # `ready_line`: no line has arrived yet
 
 
 class HostConnection:
@@ -231,6 +232,18 @@ class HostConnection:
             self._room.set()
         return offset, data
 
+    def ready_line(self) -> tuple[int, bytes] | object | None:
+        """The next line if one is here already (else NOT_READY; None: the agent exited and every line was read)."""
+        if not self._lines:
+            return NOT_READY
+        if self._lines[0] is _END:
+            return None
+        offset, data = self._lines.popleft()
+        self._queued_bytes -= len(data)
+        if self._queued_bytes < QUEUE_BYTES:
+            self._room.set()
+        return offset, data
+
     async def __aiter__(self) -> AsyncIterator[tuple[int, bytes]]:
         while (item := await self.next_line()) is not None:
             yield item
@@ -306,51 +319,59 @@ class HostConnection:
 
 
 class AgentStdout:
-    """The agent's stdout as a stream reader: `read(n)` and `readline()`, bytes with their newlines. `consumed` is
-    the offset of the last line handed out whole: what the gateway may commit once it acted on those bytes."""
+    """The agent's stdout as a stream reader: `read(n)` hands out whole lines with their newlines, as many as have
+    arrived (so a flood is read, dispatched and committed a chunk at a time, as from a pipe). Whoever splits them
+    calls `line_done()` as it takes each line: `consumed` is then that line's offset — the peer's observers see each
+    message with its own line's offset, whatever else came in the same chunk."""
 
     def __init__(self, connection: HostConnection) -> None:
         self._connection = connection
-        self._buffer = b""
-        self._buffer_offset = 0  # the offset of the line whose rest is in `_buffer`
+        self._offsets: deque[int] = deque()  # the lines handed out whose `line_done` has not come yet
+        self._skipped = 0  # the last line a reattach passed over
         self.consumed = connection.committed
         self._eof = False
         # Lines a reattach passes over (their effects are committed: `ledger.Ledger.skip`); they count as consumed.
         self.skip: Callable[[int], bool] | None = None
 
-    async def _fill(self) -> bool:
-        while not self._buffer:
-            if self._eof:
-                return False
-            item = await self._connection.next_line()
-            if item is None:
-                self._eof = True
-                return False
-            offset, line = item
-            if self.skip is not None and self.skip(offset):
-                self.consumed = offset
-                continue
-            self._buffer_offset, self._buffer = offset, line + b"\n"
-        return True
-
-    def _take(self, n: int) -> bytes:
-        data, self._buffer = self._buffer[:n], self._buffer[n:]
-        if not self._buffer:
-            self.consumed = self._buffer_offset
-        return data
+    def line_done(self) -> None:
+        """The next line handed out is being handled now."""
+        if self._offsets:
+            self.consumed = self._offsets.popleft()
+        if not self._offsets and self._skipped > self.consumed:
+            self.consumed = self._skipped
 
     async def read(self, n: int = -1) -> bytes:
-        if not await self._fill():
-            return b""
-        return self._take(len(self._buffer) if n < 0 else n)
+        """At least one whole line (b"" at the end), then every line already here, up to about `n` bytes."""
+        out: list[bytes] = []
+        size = 0
+        while not out:
+            if self._eof:
+                return b""
+            item: tuple[int, bytes] | object | None = await self._connection.next_line()
+            while item is not NOT_READY:
+                if item is None:
+                    self._eof = True
+                    break
+                assert isinstance(item, tuple)
+                offset, line = item
+                if self.skip is not None and self.skip(offset):
+                    self._skipped = offset
+                    if not self._offsets and not out:
+                        self.consumed = offset
+                else:
+                    out.append(line)
+                    self._offsets.append(offset)
+                    size += len(line) + 1
+                    if 0 < n <= size:
+                        break
+                item = self._connection.ready_line()
+        return b"\n".join(out) + b"\n"
 
     async def readline(self) -> bytes:
-        if not await self._fill():
-            return b""
-        return self._take(len(self._buffer))
+        return await self.read(1)
 
     def at_eof(self) -> bool:
-        return self._eof and not self._buffer
+        return self._eof
 
 
 class AgentStdin:

@@ -300,6 +300,7 @@ class Launcher:
                            on_permission=lambda params: self._on_permission(row.id, params),
                            options=self._client_options(row, agent.first_request_id), terminal_host=terminals,
                            on_elicitation=self._elicitation_handler(row))
+        client.conn.on_line = agent.connection.stdout.line_done
         client.conn.observers.append(agent.observe)
         return client
 
