@@ -124,6 +124,8 @@ class HostedAgent:
             self.connection.stop(grace)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wait(), 3 * grace + 5)
+        if self.connection.closed_reason is None:  # what it said on stderr is kept here: the host goes next
+            await self.stderr_tail()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.connection.release(), grace + 5)
         if not self.connection.exit_code.done() and _is_host(self.record):

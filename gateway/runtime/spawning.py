@@ -117,14 +117,18 @@ class AgentSpawner:
         directories = [d for d in site.config.additional_directories
                        if workspace.unfit(self.settings, row.owner, d) is None]
         protected = [str(p) for p in self.settings.protected_paths]
+        hosts = str(self.settings.state_dir / "hosts")
         network = profile.network or self.settings.network
         writable = [*dict.fromkeys([row.cwd, *directories, cwd])]  # a terminal may run in another allowed directory
         command = [program, *argv[1:]]
         plan = sandbox.SandboxPlan(
             command=key_relayed(command, SANDBOX_SOCKET, urls) if urls else command, cwd=cwd, writable=writable,
-            home=str(site.home), readable=sandbox_reads(profile, program, relayed=bool(urls)),
+            home=str(site.home),
+            # Never anything of the agent hosts' directory (their sockets, the spools holding every agent's words):
+            # a profile's `sandbox_read` inside it is dropped, one that holds it finds it masked.
+            readable=[r for r in sandbox_reads(profile, program, relayed=bool(urls)) if not sandbox.within(r, hosts)],
             system=sandbox.system_directories(),
-            masked_dirs=[p for p in protected if os.path.isdir(p)],
+            masked_dirs=[*(p for p in protected if os.path.isdir(p)), hosts],
             masked_files=[p for p in protected if not os.path.isdir(p)],
             network=network, uid=sandbox.owner_uid(row.owner),
             sockets=[(str(self.keys.socket_path), SANDBOX_SOCKET)] if urls else [])
