@@ -32,7 +32,7 @@ FORBIDDEN = {
 TOP_LEVEL = {"__init__", "__main__", "app", "config", "error_codes", "errors", "memory", "metrics"}
 # Decide-and-perform: the rule modules decide from data alone; sockets, processes, files and the store are for the
 # modules that perform what they decide.
-PURE_RULES = ["gateway/agenthost/protocol.py",
+PURE_RULES = ["gateway/agenthost/protocol.py", "gateway/agenthost/ledger.py",
               "acp/restore.py", "acp/session_config.py", "acp/replay/rules.py", "acp/replay/script.py",
               "gateway/runtime/states.py", "gateway/runtime/commands.py", "gateway/runtime/status.py",
               "gateway/runtime/history.py", "gateway/runtime/resume_context.py", "gateway/runtime/permissions.py",
