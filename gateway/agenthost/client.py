@@ -224,6 +224,9 @@ class HostConnection:
                 raise self.closed_reason
             self._arrived.clear()
             await self._arrived.wait()
+        return self._take()
+
+    def _take(self) -> tuple[int, bytes] | None:
         if self._lines[0] is _END:
             return None
         offset, data = self._lines.popleft()
@@ -236,13 +239,7 @@ class HostConnection:
         """The next line if one is here already (else NOT_READY; None: the agent exited and every line was read)."""
         if not self._lines:
             return NOT_READY
-        if self._lines[0] is _END:
-            return None
-        offset, data = self._lines.popleft()
-        self._queued_bytes -= len(data)
-        if self._queued_bytes < QUEUE_BYTES:
-            self._room.set()
-        return offset, data
+        return self._take()
 
     async def __aiter__(self) -> AsyncIterator[tuple[int, bytes]]:
         while (item := await self.next_line()) is not None:

@@ -107,13 +107,17 @@ class TurnRunner:
     async def _resumed(self, live: LiveSession) -> dict[str, Any]:
         row = live.row
         end = await self._ask_agent(live, row, None)
+        await self._ended(live, row, end)
+        return {"stop_reason": end.stop_reason}
+
+    async def _ended(self, live: LiveSession, row: SessionRow, end: TurnEnd) -> None:
+        """The turn's end recorded; then what its caller is told when it did not end well."""
         await self._close(live, row, end)
         if end.sign_in and self._sign_in_needed is not None and not live.stopping:
             said = await self._sign_in_needed(live, end.error_message or "")
             raise agent_failed(row.id, live.profile.id, said, end.error, False)
         if end.raise_ is not None:
             raise end.raise_
-        return {"stop_reason": end.stop_reason}
 
     async def interrupt(self, live: LiveSession, *, stop_unanswered: bool = True) -> None:
         """cancel_turn: pending permissions answered `cancelled`, ACP `session/cancel` if a turn runs, and the
@@ -182,12 +186,7 @@ class TurnRunner:
             raise end.raise_ from None
         lost_before = (self.bus.lost.get(row.id, 0), live.history.failures)
         end = await self._ask_agent(live, row, sent, meta)
-        await self._close(live, row, end)
-        if end.sign_in and self._sign_in_needed is not None and not live.stopping:
-            said = await self._sign_in_needed(live, end.error_message or "")
-            raise agent_failed(row.id, live.profile.id, said, end.error, False)
-        if end.raise_ is not None:
-            raise end.raise_
+        await self._ended(live, row, end)
         if (self.bus.lost.get(row.id, 0), live.history.failures) != lost_before:
             # The agent finished, but the store refused part of what it said: an `end_turn` would claim a
             # turn that nobody can replay. Its end is recorded; its lost output is named here.
