@@ -75,7 +75,17 @@ class Gateway:
     tests' token and environment, and collects the log the tests check; this one drops it."""
 
     def __init__(self, state: Path, agents: Path, extra: list[str] | None = None) -> None:
-        self.state, self.agents, self.extra = state, agents, extra or []
+        self.state, self.agents, self.extra = state, agents, list(extra or [])
+        # Agents are the gateway's children here unless a section's configuration says `host_linger` (the hosts
+        # section compares both): a stopped gateway's hosts would otherwise keep their agents for 900 s.
+        if "--config" in self.extra:
+            config = Path(self.extra[self.extra.index("--config") + 1])
+            if "host_linger" not in config.read_text():
+                config.write_text("host_linger = 0\n" + config.read_text())
+        else:
+            config = state.parent / f"{state.name}-bench.toml"
+            config.write_text("host_linger = 0\n")
+            self.extra += ["--config", str(config)]
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.started_in = 0.0

@@ -60,7 +60,7 @@ class ServeConfig(BaseModel):
     stop_grace: float = Field(default=2.0, ge=0)
     # Agent hosts (docs/agent-hosts.md): each agent runs in a host of its own that keeps it (and its turn) running
     # while the gateway restarts, for up to this many seconds without a gateway; 0: agents are the gateway's children
-    host_linger: float = Field(default=0.0, ge=0)
+    host_linger: float = Field(default=900.0, ge=0)
     on_stop: Literal["detach", "stop"] = "detach"  # what a stopping gateway does with hosted agents
     cancel_grace: float = Field(default=5.0, ge=0)
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)

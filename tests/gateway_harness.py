@@ -70,15 +70,19 @@ class GatewayProcess:
         if self.cli_token:
             argv += ["--token", self.cli_token]
         config = self.config
+        if config is None:
+            # not *.toml: a test may use this directory as its agents directory
+            config = self.state_dir.parent / f"{self.state_dir.name}-harness.conf"
+            config.write_text("")
+        # Agents are the gateway's children unless a test opts into agent hosts (`host_linger`, default 900 s): a
+        # test's gateway stopped with hosts left lingering would leave its agents running long after the test.
+        needed = {"host_linger": "host_linger = 0\n"}
         if any(arg.startswith("postgresql://") for arg in self.extra):  # a cluster node: the nodes' shared secret
-            if config is None:
-                # not *.toml: a test may use this directory as its agents directory
-                config = self.state_dir.parent / f"{self.state_dir.name}-cluster-secret.conf"
-                config.write_text(f'cluster_secret = "{CLUSTER_SECRET}"\n')
-            elif "cluster_secret" not in config.read_text():
-                config.write_text(f'cluster_secret = "{CLUSTER_SECRET}"\n' + config.read_text())
-        if config:
-            argv += ["--config", str(config)]
+            needed["cluster_secret"] = f'cluster_secret = "{CLUSTER_SECRET}"\n'
+        for key, line in needed.items():
+            if key not in config.read_text():
+                config.write_text(line + config.read_text())
+        argv += ["--config", str(config)]
         return argv
 
     async def start(self) -> GatewayProcess:

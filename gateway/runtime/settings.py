@@ -43,7 +43,7 @@ class Settings:
     agent_niceness: int = 10
     # Agents run in agent hosts (docs/agent-hosts.md) that wait this long for a gateway to come back (0: no hosts,
     # agents are the gateway's children); a stopping gateway detaches from them ("detach") or stops them ("stop")
-    host_linger: float = 0.0
+    host_linger: float = 900.0
     on_stop: Literal["detach", "stop"] = "detach"
     record_dir: Path | None = None  # each agent process's traffic, recorded (acp.replay.recording)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))

@@ -70,7 +70,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subproce
     (tmp / "agents").mkdir()
     reference_profile(tmp / "agents", tmp / "agent-state", "ref")
     config = tmp / "gw.toml"
-    config.write_text("max_live_sessions_per_owner = 2\nmax_frame_bytes = 65536\nready_timeout = 5.0\n")
+    # The default agent hosts, stopped with the gateway (on_stop = "stop"): nothing of it outlives the module.
+    config.write_text("max_live_sessions_per_owner = 2\nmax_frame_bytes = 65536\nready_timeout = 5.0\n"
+                      "on_stop = \"stop\"\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY")}
     proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--state-dir",
                              str(tmp / "state"), "--agents-dir", str(tmp / "agents"), "--token", TOKEN,

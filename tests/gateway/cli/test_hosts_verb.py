@@ -129,5 +129,13 @@ async def test_hosts_shows_a_live_host_attached_then_lingering_then_gone_and_nev
 
 @pytest.mark.unit
 def test_doctor_says_hosts_are_off_without_a_linger(tmp_path: Path) -> None:
-    assert summary(ServeConfig(state_dir=str(tmp_path))) == "hosts: off (host_linger = 0)"
+    assert summary(ServeConfig(state_dir=str(tmp_path), host_linger=0)) == "hosts: off (host_linger = 0)"
     assert summary(ServeConfig(state_dir=str(tmp_path), host_linger=60.0)) == "hosts: 0 running (0 lingering)"
+
+
+@pytest.mark.unit
+def test_agents_run_in_hosts_that_linger_fifteen_minutes_by_default(tmp_path: Path) -> None:
+    """The default keeps the work in flight across a restart (detach on SIGTERM, 900 s to come back)."""
+    config = ServeConfig(state_dir=str(tmp_path))
+    assert (config.host_linger, config.on_stop) == (900.0, "detach")
+    assert summary(config) == "hosts: 0 running (0 lingering)"
