@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from .errors import INVALID_PARAMS, RpcError
 
 PRIMITIVES = frozenset({"string", "number", "integer", "boolean"})
@@ -82,6 +79,10 @@ def check_request(params: Any, offered: frozenset[str] = frozenset({"form", "url
     required = schema.get("required")
     if required is not None and (not isinstance(required, list) or not set(required) <= set(properties)):
         raise _refused("requestedSchema.required", "must name properties of the schema")
+    # jsonschema (tens of ms to import) when an agent first asks a form question, not in every client's start
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -108,6 +109,8 @@ def check_answer(elicitation: Elicitation, action: str, content: Any) -> dict[st
     if not isinstance(content, dict):
         return AnswerRefusal("content", "an object answering the requested schema is required")
     assert elicitation.schema is not None
+    from jsonschema import Draft202012Validator
+
     errors = sorted(Draft202012Validator(elicitation.schema).iter_errors(content), key=lambda e: list(e.path))
     if errors:
         first = errors[0]

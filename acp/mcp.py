@@ -14,6 +14,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -64,7 +65,8 @@ Text = Annotated[str, Field(max_length=4096), AfterValidator(_no_nul)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # Built when a session is first given MCP servers, not at import (most gateways' starts never are).
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class EnvVar(_Model):
@@ -93,7 +95,12 @@ class WebServer(_Model):
 
 
 Server = Annotated[StdioServer | WebServer, Field(discriminator="type")]
-_SERVERS = TypeAdapter(list[Server])
+
+
+@cache
+def _servers() -> TypeAdapter[list[StdioServer | WebServer]]:
+    """The list's validator, built at its first use (as the models are)."""
+    return TypeAdapter(list[Server])
 
 
 class McpRefusal(ValueError):
@@ -113,7 +120,7 @@ def parse(servers: Any, field: str = "mcp_servers") -> list[StdioServer | WebSer
         raise McpRefusal(field, f"at most {MAX_SERVERS} MCP servers per session, not {len(servers)}")
     typed = [{"type": "stdio", **s} if isinstance(s, dict) and "type" not in s else s for s in servers]
     try:
-        parsed = _SERVERS.validate_python(typed)
+        parsed = _servers().validate_python(typed)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(p for p in (field, field_path(x for x in first["loc"] if x not in ("stdio", "http", "sse")))

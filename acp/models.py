@@ -11,10 +11,12 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import INVALID_PARAMS, RpcError
+from .update_kinds import STATE_UPDATE_KINDS as STATE_UPDATE_KINDS
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # Built at first use, not at import: a gateway listens before its first agent speaks.
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
 
 class SessionCapabilities(_Wire):
@@ -123,12 +125,6 @@ class InitializeResponse(_Wire):
 
 class NewSessionResponse(_Wire):
     sessionId: str
-
-
-# `session/update` kinds that report the session's state (its commands, usage, configuration, title) rather than
-# its conversation: not replayed history, not a turn going on.
-STATE_UPDATE_KINDS = frozenset({"available_commands_update", "usage_update", "current_mode_update",
-                                "config_option_update", "session_info_update"})
 
 
 def conversation(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:

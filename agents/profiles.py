@@ -21,6 +21,7 @@ from acp import mcp
 from acp.check.options import CheckPrompts
 from acp.models import field_path
 from agents.brokered import BrokeredKey
+from agents.errors import ProfileError as ProfileError  # its home is light: the CLI catches it
 from agents.paths import default_state_dir
 from agents.secret_ref import SecretRef
 
@@ -55,10 +56,6 @@ def agent_environment(base: Mapping[str, str], home: Path | None = None) -> dict
 
 
 PermissionPolicy = Literal["ask", "allow_reads", "allow_all", "deny_all"]
-
-
-class ProfileError(ValueError):
-    """One line: which file, which key, what is wrong."""
 
 
 class PromptCapabilities(BaseModel):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from acp.replay.agent import add_arguments, load_script, load_scripts, main, run_replay, serve
+from acp.replay.agent import load_script, load_scripts, main, run_replay, serve
+from acp.replay.arguments import add_arguments
 
 __all__ = ["add_arguments", "load_script", "load_scripts", "main", "run_replay", "serve"]
 

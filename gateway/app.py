@@ -21,14 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from pythonjsonlogger.json import JsonFormatter
-
 from agents.catalog import load_profiles
 from agents.paths import default_state_dir
 from agents.profiles import AgentProfile
 
 from . import __version__, metrics
-from .api.acp_server import AcpConnection, EdgeInfo
 from .api.outbox import Outbox
 from .api.rpc import RpcAdapter
 from .api.server import AcpFactory, AcpPeer, GatewayServer, ui_files, ui_pages
@@ -125,11 +122,15 @@ def workspace_settings(config: ServeConfig, state_dir: Path, config_file: Path |
 
 def acp_endpoint(sessions: SessionManager, bus: EventBus, profiles: Mapping[str, AgentProfile],
                  default_agent: str) -> AcpFactory:
-    """The peer of each `/acp` connection: the gateway as the ACP agent of a remote client."""
-    info = EdgeInfo(version=__version__, default_agent=default_agent, agents=sorted(profiles),
-                    prompt_capabilities=profiles[default_agent].prompt_capabilities.wire())
+    """The peer of each `/acp` connection: the gateway as the ACP agent of a remote client. The ACP server's modules
+    are loaded at the first `/acp` connection, not before the gateway listens; what `initialize` says is taken now."""
+    agents, prompt_capabilities = sorted(profiles), profiles[default_agent].prompt_capabilities.wire()
 
     def peer(owner: str, outbox: Outbox, connection_id: str) -> AcpPeer:
+        from .api.acp_server import AcpConnection, EdgeInfo
+
+        info = EdgeInfo(version=__version__, default_agent=default_agent, agents=agents,
+                        prompt_capabilities=prompt_capabilities)
         return AcpConnection(sessions, bus, owner, outbox, info, connection_id)
 
     return peer
@@ -240,7 +241,9 @@ class Gateway:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.stopped.set)
             await self.stopped.wait()
-            log.info("shutting down: closing connections, stopping agents")
+            log.info("shutting down: closing connections, %s", "leaving agents in hosts running for the next gateway "
+                     f"(up to host_linger = {config.host_linger:g} s; on_stop = \"stop\" stops them)"
+                     if config.host_linger > 0 and config.on_stop == "detach" else "stopping agents")
             await server.close()
             await sessions.shutdown()
             await bus.close()
@@ -293,11 +296,13 @@ def tune_gc_for_serving() -> None:
     collector ran every hundred or so updates and walked everything imported at startup on its
     older passes (~15% of a flood's CPU, measured with `make bench`). What exists once serving
     starts lives as long as the process: freeze it out of collection, and collect young objects
-    less often (they are freed by reference counting anyway; the collector only finds cycles)."""
+    less often (they are freed by reference counting anyway; the collector only finds cycles).
+    `acp-gateway serve` starts with the collector off (cli/main.py): it is on from here."""
     gc.collect()  # startup's garbage goes now, not into the frozen generation
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(10_000, gen1, gen2)
+    gc.enable()
 
 
 def node_fault(store: StoreBase, sessions: SessionManager) -> str | None:
@@ -324,6 +329,8 @@ def node_ok(store: StoreBase, sessions: SessionManager, unconfined: bool = False
 def serve_command(config: ServeConfig, config_file: Path | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     if config.log_format == "json":  # one object a line; a record's `extra` fields (session_id, agent, …) included
+        from pythonjsonlogger.json import JsonFormatter
+
         handler.setFormatter(JsonFormatter("{asctime}{levelname}{name}{message}", style="{",
                                            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"}))
     else:

@@ -1,7 +1,7 @@
 """The checks that cover the rest of the ACP conformance kit's v1 requirements (acp-tck): the JSON-RPC envelope,
 the optional session methods' finer points, and what a session offers (modes, config options).
 
-Registered after `core.py`'s own (the package imports this module after it), so they run after them in the shared
+Registered after `core.py`'s own (this module imports it first), so they run after them in the shared
 process. Each names the kit's requirement ids it covers (`tck`); docs/agent-authors.md has the table. Judged
 run-wide in `run.py`: the envelope of every response (ENVELOPE_CHECK), error messages' shape
 (ERROR_CHECK) and UTF-8 on stdout (UTF8_CHECK).
@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from ..errors import METHOD_NOT_FOUND, RequestTimeout, RpcError
+from . import core as _core  # noqa: F401  (the core checks register first, however this module is reached)
 from .framework import (
     SPEC,
     Check,

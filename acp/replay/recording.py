@@ -10,10 +10,13 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..client import AcpClient
-from .record import Recorder, Redaction
+
+# The recorder is loaded when a session is first recorded (`record_dir`), not by every gateway's launcher.
+if TYPE_CHECKING:
+    from .record import Redaction
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,8 @@ class ProcessRecording:
     def __init__(self, path: Path, redaction: Redaction) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self.file: IO[bytes] = os.fdopen(fd, "wb")
+        from .record import Recorder
+
         self.recorder = Recorder(self.file, redaction)
         self.path = path
         self._closer: asyncio.Future[Any] | None = None
@@ -57,6 +62,8 @@ def record_process(record_dir: Path, session_id: str, client: AcpClient, secrets
                    home: Path | None) -> ProcessRecording | None:
     """Starts recording `client`'s traffic as the next file of the session's directory; None (logged) when the
     directory cannot be written: recording never stops a session from starting."""
+    from .record import Redaction
+
     folder = record_dir / session_id
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)

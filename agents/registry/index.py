@@ -108,7 +108,9 @@ def pypi_spec(package: str) -> tuple[str, str | None]:
 class _Launched(BaseModel):
     """What every distribution gives the agent's command: its arguments and environment, both checked."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # The index's models are built when an index is first read (`acp-gateway agents`), not when `serve`, which
+    # reads none, imports this module for its forms (ID_FORM, VERSION_FORM).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
     env: dict[str, str] = Field(default_factory=dict)
@@ -153,7 +155,8 @@ class BinaryTarget(_Launched):
 
 
 class Distribution(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)  # a newer kind (bunx…): listed, not installed
+    # a newer kind (bunx…): listed, not installed; built at first use, as _Launched
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, defer_build=True)
 
     npx: PackageDistribution | None = None
     uvx: PackageDistribution | None = None
@@ -172,7 +175,7 @@ class Distribution(BaseModel):
 class RegistryEntry(BaseModel):
     """One agent of the index: what `search` shows and `add` installs."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, defer_build=True)  # built at first use
 
     id: str = Field(max_length=64)
     name: str = Field(min_length=1, max_length=200)
@@ -205,7 +208,7 @@ class RegistryEntry(BaseModel):
 
 
 class RegistryIndex(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, defer_build=True)  # built at first use
 
     version: str = Field(default="1.0.0", max_length=64)
     agents: list[RegistryEntry] = Field(max_length=MAX_AGENTS)

@@ -31,7 +31,9 @@ OptionValue = Annotated[str, Field(max_length=1000)] | bool
 
 # -- params ----------------------------------------------------------------------------------------------
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # Built at a method's first call, not at import: a restart listens sooner, and most methods are never called
+    # in a process's life (tests/test_import_cost.py).
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class NoParams(Params):
@@ -164,7 +166,7 @@ class ForkParams(SessionParams):
 
 # -- results ---------------------------------------------------------------------------------------------
 class Result(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built only for the OpenRPC document
 
 
 class SessionSummary(Result):

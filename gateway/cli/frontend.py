@@ -19,14 +19,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agents.paths import default_state_dir
 
 from ..clients.chat_text import ChatPrinter
-from ..clients.client import GatewayClient, HandshakeRefused, OwnerSessionClient, RpcCallError
 from ..clients.resume_reasons import resume_reason_words
 from ..clients.view_text import (
     answer_command,
@@ -45,6 +44,11 @@ from ..error_codes import AGENT_FAILED, ALREADY_TERMINAL, NOT_RESUMABLE
 from .argspec import Arg, Argument, OneOf, arg
 from .form_rules import FieldRefused, form_answer
 from .questions import StdinLines, ask_permission, ask_question, give_up, open_question, open_questions
+
+# The client (websockets' client side) is imported when a verb runs: every command line, `serve` and `--help`
+# included, imports this module for its verbs' rows (main.py), and needs none of it.
+if TYPE_CHECKING:
+    from ..clients.client import GatewayClient, OwnerSessionClient
 
 DEFAULT_URL = "ws://127.0.0.1:8765/rpc"
 URL_FILE = "url"  # written by `serve` in its state directory: where it listens
@@ -128,6 +132,8 @@ def _sign_in_lines(view: dict[str, Any], session_id: str) -> str:
 
 
 async def run_frontend(args: argparse.Namespace) -> int:
+    from ..clients.client import GatewayClient, HandshakeRefused, RpcCallError
+
     args.token = _token(args)
     args.url_given = args.url
     args.url = gateway_url(args)
@@ -247,6 +253,8 @@ async def _login_output(client: GatewayClient, call: asyncio.Future[Any], chat: 
     """Prints the login terminal's events until `call` is answered and, for a `login` (a terminal method), the
     login's end is printed: the gateway may answer ahead of the events it has queued (`LOGIN_TAIL_SECONDS` bounds
     that wait). A refusal before the login ran has no events to wait for."""
+    from ..clients.client import RpcCallError
+
     running: set[str] = set()
     ended = False
 
@@ -313,6 +321,8 @@ async def _cancel_turn(args: argparse.Namespace, client: GatewayClient) -> int:
 
 async def _cancel(args: argparse.Namespace, client: GatewayClient) -> int:
     """On the owner-session client, which takes an "already terminal" answer as success."""
+    from ..clients.client import OwnerSessionClient
+
     await client.close()
     osc = OwnerSessionClient(args.url, args.token)
     osc.start()
@@ -385,6 +395,8 @@ async def _resume(args: argparse.Namespace, client: GatewayClient) -> int:
 async def _watch(args: argparse.Namespace, connected: GatewayClient) -> int:
     """Every event, as it happens, across reconnects: the client library keeps the cursor, resubscribes from it
     after a lost connection (a gateway restart), and this says when the link went and came back."""
+    from ..clients.client import GatewayClient, HandshakeRefused, OwnerSessionClient
+
     await connected.close()  # the owner-session client below connects (and reconnects) on its own
     token, said = args.token, {"lost": False}
 
@@ -436,6 +448,8 @@ def _reaimed(client: OwnerSessionClient, args: argparse.Namespace) -> str:
 
 async def _directory_session(args: argparse.Namespace, client: GatewayClient) -> str:
     """acpx's default: the newest session of this directory that has not ended, or a new one started for it."""
+    from ..clients.client import RpcCallError
+
     cwd = os.path.abspath(os.getcwd())
     listed = await client.call("task.session.list", {"cwd": cwd, "states": ["CREATED", "STARTING", "RUNNING",
                                                                              "WAITING_FOR_INPUT"], "limit": 1})

@@ -8,23 +8,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acp.replay.agent import add_arguments as replay_arguments
-from agents.catalog import load_profiles
+from acp.replay.arguments import add_arguments as replay_arguments
+from agents.errors import ProfileError
 from agents.paths import default_state_dir
-from agents.profiles import AgentProfile, ProfileError, adhoc_profile
 
 from .. import __version__
-from .agents import add_arguments as agents_arguments
+from .agents_arguments import add_arguments as agents_arguments
 from .argspec import AddedBy, Argument, add_arguments, arg
 from .frontend import CONNECTION, INTERRUPTED, VERBS, run_frontend
 from .hosts import ARGUMENTS as HOSTS_ARGUMENTS
+
+# What a verb needs is imported when it runs, not here: every verb parses its command line with this module, and
+# `serve` must not wait for `check`'s checker, nor `--help` for the gateway (tests/test_import_cost.py).
+if TYPE_CHECKING:
+    from agents.profiles import AgentProfile
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -73,11 +78,13 @@ class Subcommand:
     description: str | None = None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand; of `command`'s alone when the command line begins with its name (nothing
+    before it is the top-level parser's to list or refuse, and building them all cost ~7 ms of each start)."""
     parser = argparse.ArgumentParser(prog="acp-gateway", description="ACP session gateway")
     parser.add_argument("--version", action="version", version=f"acp-gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for row in SUBCOMMANDS:
+    for row in [row for row in SUBCOMMANDS if row.name == command] or SUBCOMMANDS:
         add_arguments(sub.add_parser(row.name, help=row.help, usage=row.usage, description=row.description),
                       row.arguments)
     return parser
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args_in, command = _split_command(list(sys.argv[1:] if argv is None else argv))
     args_in = hoist_global_flags(args_in)
-    parser = _parser()
+    parser = _parser(args_in[0] if args_in else None)
     args, unknown = parser.parse_known_args(args_in)
     if unknown:  # argparse would print the top-level usage; the subcommand's own says what it takes
         _subparsers(parser)[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -188,6 +195,16 @@ async def _tick(progress: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, command: list[str]) -> int:
+    # The cyclic collector is off until the gateway listens (app.tune_gc_for_serving turns it on): what start-up
+    # loads lives as long as the process, and collecting while it loads cost ~25 ms of each start (2-core machine).
+    gc.disable()
+    try:
+        return _serve_config(args)
+    finally:
+        gc.enable()
+
+
+def _serve_config(args: argparse.Namespace) -> int:
     from ..app import serve_command
     from ..config import ConfigError, load_config
 
@@ -220,6 +237,9 @@ def _chosen_agent(subcommand: str, args: argparse.Namespace, command: list[str])
     if bool(args.agent) == bool(command):
         print(f"acp-gateway {subcommand}: give exactly one of --agent ID or -- CMD ARGS...", file=sys.stderr)
         return None
+    from agents.catalog import load_profiles
+    from agents.profiles import adhoc_profile
+
     if command:
         return adhoc_profile(command)
     profiles = load_profiles(args.agents_dir, args.state_dir or default_state_dir())

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clients.chat_text import ChatPrinter, plain
-from ..clients.client import GatewayClient, RpcCallError
 from ..clients.view_text import answer_command, field_hint
 from ..error_codes import ALREADY_TERMINAL, INVALID_PARAMS
 from .form_rules import FieldRefused, field_value
+
+# The client (websockets' client side) is imported where a question is answered: every command line imports this
+# module through frontend.py's verbs, and most never ask anything.
+if TYPE_CHECKING:
+    from ..clients.client import GatewayClient
 
 
 class GaveUp(Exception):
@@ -103,6 +107,8 @@ async def ask_question(client: GatewayClient, session_id: str, data: dict[str, A
     """Ask an agent's question on the terminal, field by field, each answer checked as it is typed; a refusal
     from the gateway is said and its field asked again. The end of input (Ctrl-D) or `-` declines the question,
     so that the agent is never left waiting on a form nobody fills. True once the gateway took an answer."""
+    from ..clients.client import RpcCallError
+
     request_id = str(data["request_id"])
     schema = data.get("requested_schema") or {}
     properties: dict[str, Any] = schema.get("properties") or {}
@@ -146,6 +152,8 @@ async def give_up(client: GatewayClient, session_id: str, data: dict[str, Any], 
                   action: str) -> bool:
     """The person will not answer here: the question is declined (or cancelled), so the agent goes on; if that
     cannot be delivered, the question stays open and the command that answers it is said."""
+    from ..clients.client import RpcCallError
+
     request_id = str(data["request_id"])
     try:
         await client.call("task.session.elicitation.respond",
@@ -168,6 +176,8 @@ async def give_up(client: GatewayClient, session_id: str, data: dict[str, Any], 
 async def ask_permission(client: GatewayClient, session_id: str, data: dict[str, Any], chat: ChatPrinter,
                          lines: StdinLines) -> None:
     """Ask on the terminal which option to take; an answer from elsewhere first makes this one -32009."""
+    from ..clients.client import RpcCallError
+
     options = data.get("options") or []
     for number, option in enumerate(options, 1):
         chat.note(f"  {number}) {plain(option.get('name'))} [{plain(option.get('kind'))}]")

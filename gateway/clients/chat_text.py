@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any, TextIO
 
-from acp.models import STATE_UPDATE_KINDS
+from acp.update_kinds import STATE_UPDATE_KINDS
 
 # Updates that say nothing a reader of the conversation needs (they stay in --json and in the UI).
 QUIET_KINDS = STATE_UPDATE_KINDS

@@ -19,15 +19,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import agent_failed
 from ..store import StoreBase
 from ..store.command_seal import CLOCK_SLACK, key_check
-from ..store.postgres import PostgresStore
 from . import reaper
 from .forwarding import Forwarder, ForwardFailed, Handler, TargetGone
 from .workspace import within
+
+if TYPE_CHECKING:  # the PostgreSQL store (asyncpg) is loaded only when a cluster opens one
+    from ..store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,11 @@ class Cluster:
     def __init__(self, store: StoreBase, node: str, lease_ttl: float,
                  on_lost: Callable[[str], Awaitable[None]], roots: Mapping[str, list[str]] | None = None,
                  secret: bytes = b"", forward_timeout: float = 30.0) -> None:
-        self.store = store if isinstance(store, PostgresStore) else None
+        self.store: PostgresStore | None = None
+        if store.kind == "postgresql":  # only then was the PostgreSQL store's module (asyncpg) loaded
+            from ..store.postgres import PostgresStore
+
+            self.store = store if isinstance(store, PostgresStore) else None
         self.enabled = self.store is not None
         self.node = node
         self.lease_ttl = lease_ttl

@@ -20,14 +20,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import GatewayError, unexpected
 from ..store.command_seal import SeenCommands, judge
 from ..store.commands import COMMANDS_CHANNEL
-from ..store.postgres import PostgresStore
+
+if TYPE_CHECKING:  # the PostgreSQL store (asyncpg) is loaded only when a cluster opens one
+    from ..store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,16 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-
-import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict
+from typing import TYPE_CHECKING
 
 from agents.brokered import BrokeredKey
 
 from .key_rules import STAND_IN_PREFIX, Refused, response_headers, stand_in_of, upstream_request
+
+# aiohttp (~0.1 s to import) only once a brokered-key profile runs: a gateway without one never loads it.
+if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp import web
 
 log = logging.getLogger("acp_gateway.key_proxy")
 
@@ -84,6 +86,9 @@ class KeyProxy:
     async def start(self) -> None:
         if self._runner is not None:
             return
+        import aiohttp
+        from aiohttp import web
+
         directory = self.socket_path.parent
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(directory, 0o700)
@@ -114,6 +119,10 @@ class KeyProxy:
             self.socket_path.unlink()
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
+        import aiohttp  # loaded by start() already
+        from aiohttp import web
+        from multidict import CIMultiDict
+
         try:
             stand_in = stand_in_of(request.headers.items(), request.raw_path)
             grant = self.grants.get(stand_in)
@@ -147,5 +156,7 @@ class KeyProxy:
 
 def _refusal(status: int, message: str) -> web.Response:
     """KEY-6: an error an API client shows (both the Anthropic and the OpenAI shape read `error.message`)."""
+    from aiohttp import web
+
     return web.json_response({"type": "error", "error": {"type": "acp_gateway_key_proxy", "message": message}},
                              status=status)

@@ -4,28 +4,54 @@ cluster; see `base` for the rules."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .base import StoreBase, StoreInUse
-from .journal import JournalEntry, JournalWriter, PruneGoal, journal_entries, journal_frames, journal_rows
-from .migrations import MIGRATIONS
-from .repos import REPLAY_PAGE
-from .rows import (
-    ConfigRow,
-    EventGroup,
-    EventRow,
-    ExecutorRow,
-    HistoryEntry,
-    HostRow,
-    JournalHead,
-    SessionRow,
-    StoredHistory,
-    TaskRow,
-)
-from .sql import Tx
-from .sqlite import SqliteStore
+# The package's names load their modules at first use, not when the package is imported: `acp-gateway hosts` reads
+# a store URL's kind with the functions below, without the store (aiosqlite, the repositories).
+if TYPE_CHECKING:
+    from .base import StoreBase, StoreInUse
+    from .journal import JournalEntry, JournalWriter, PruneGoal, journal_entries, journal_frames, journal_rows
+    from .migrations import MIGRATIONS
+    from .repos import REPLAY_PAGE
+    from .rows import (
+        ConfigRow,
+        EventGroup,
+        EventRow,
+        ExecutorRow,
+        HistoryEntry,
+        HostRow,
+        JournalHead,
+        SessionRow,
+        StoredHistory,
+        TaskRow,
+    )
+    from .sql import Tx
+    from .sqlite import SqliteStore
 
-Store = SqliteStore  # the embedded default, opened with `Store.open(path)`
+    Store = SqliteStore  # the embedded default, opened with `Store.open(path)`
+
+# name -> the module of this package that holds it
+_HOMES = {
+    "StoreBase": "base", "StoreInUse": "base",
+    "JournalEntry": "journal", "JournalWriter": "journal", "PruneGoal": "journal", "journal_entries": "journal",
+    "journal_frames": "journal", "journal_rows": "journal",
+    "MIGRATIONS": "migrations", "REPLAY_PAGE": "repos",
+    "ConfigRow": "rows", "EventGroup": "rows", "EventRow": "rows", "ExecutorRow": "rows", "HistoryEntry": "rows",
+    "HostRow": "rows", "JournalHead": "rows", "SessionRow": "rows", "StoredHistory": "rows", "TaskRow": "rows",
+    "Tx": "sql", "SqliteStore": "sqlite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Store":
+        name = "SqliteStore"
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = [
     "MIGRATIONS",
@@ -88,4 +114,6 @@ async def open_store(url: str, max_bytes: int = 0, node: str | None = None,
         return await PostgresStore.open(url, max_bytes=max_bytes, node=node,
                                         journal_synchronous_commit=journal_synchronous_commit,
                                         cluster_secret=cluster_secret)
+    from .sqlite import SqliteStore
+
     return await SqliteStore.open(sqlite_path(url), max_bytes=max_bytes)

@@ -190,7 +190,7 @@ def acp_error_code(code: int) -> int:
 
 # -- params: ACP's names (camelCase); unknown fields and `_meta` are kept, as the protocol allows -----------------
 class AcpParams(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)  # built at first use
 
     meta: dict[str, Any] | None = Field(default=None, alias="_meta")
 
@@ -279,7 +279,7 @@ class GatewayChoice(BaseModel):
     """`_meta.acpGateway` of session/new: which agent profile runs the session, its title and task, and the choices
     it starts with (as `task.session.start`'s `config`)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)  # built at first use
 
     agent: str | None = Field(default=None, min_length=1, max_length=200)
     title: str | None = Field(default=None, max_length=1000)
