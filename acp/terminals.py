@@ -4,7 +4,9 @@ A terminal is a command run for the agent: its own process group, stdout and std
 a byte limit (truncated from the beginning at a character boundary, as the spec says), its exit told. Where it may
 run and under what (a sandbox, an environment, how many at once) is the host's policy (`TerminalHost`): this file
 knows nothing of owners or workspaces. `OutputBuffer` is pure; `Terminal` runs one command; `Terminals` is one
-agent connection's set, answering the five methods by id.
+agent connection's set, answering the five methods by id. Commands run as this process's children unless a
+`TerminalRunner` runs them elsewhere (the gateway's agent hosts: `gateway/agenthost/remote_terminals.py`), whose
+terminals are `Terminal`s too (`HeldTerminal`).
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import proctree
 from .budget import ByteRate
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
-from .models import CreateTerminalRequest, TerminalRequest, parse_request
 from .process import ExitProtocol
+
+if TYPE_CHECKING:  # the agent host runs `Terminal` and starts in a hurry: the request models load where they parse
+    from .models import CreateTerminalRequest
 
 TERMINAL_METHODS = frozenset({"terminal/create", "terminal/output", "terminal/wait_for_exit", "terminal/kill",
                               "terminal/release"})
@@ -66,6 +70,19 @@ class OutputBuffer:
         end = len(self._data) - incomplete_tail(self._data)
         return self._data[:end].decode("utf-8", "replace")
 
+    def data(self) -> bytes:
+        """What is kept, as bytes: the last `len(data())` of the `total` written."""
+        return bytes(self._data)
+
+    @classmethod
+    def restore(cls, limit: int, data: bytes, total: int, truncated: bool) -> OutputBuffer:
+        """A buffer in the state another one's `data()`, `total` and `truncated` describe (its copy elsewhere)."""
+        buffer = cls(limit)
+        buffer._data = bytearray(data[-limit:] if limit else b"")
+        buffer.total = max(total, len(buffer._data))
+        buffer.truncated = truncated
+        return buffer
+
 
 @dataclass(frozen=True)
 class TerminalSpec:
@@ -93,30 +110,36 @@ def exit_status(returncode: int) -> dict[str, Any]:
 
 
 class Terminal:
-    """One command, running or ended. `on_output(bytes)` sees every chunk as it is read."""
+    """One command, running or ended. `on_output(bytes)` sees every chunk as it is read; `drain`, when given, is
+    awaited after each (its reader waits for whoever takes the output, as a pipe's would)."""
 
-    def __init__(self, terminal_id: str, spec: TerminalSpec, on_output: Callable[[bytes], None]) -> None:
+    def __init__(self, terminal_id: str, spec: TerminalSpec, on_output: Callable[[bytes], None],
+                 drain: Callable[[], Awaitable[None]] | None = None) -> None:
         self.id = terminal_id
         self.spec = spec
         self.output = OutputBuffer(spec.output_limit)
         self._on_output = on_output
+        self._drain = drain
         self._proc: asyncio.subprocess.Process | None = None
         self._exited: asyncio.Future[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._transport: asyncio.SubprocessTransport | None = None
 
-    async def start(self) -> None:
+    async def start(self, preexec_fn: Callable[[], None] | None = None,
+                    owned_fds: tuple[int, ...] | None = None) -> None:
+        """Runs the command, handed `spec.pass_fds`; the descriptors this side holds for it (`owned_fds`, default
+        those) are closed once it started or failed to. `preexec_fn` runs in the child before it execs."""
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: ExitProtocol(1 << 20, loop), *self.spec.argv, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=self.spec.cwd,
-                env=self.spec.env, start_new_session=True, pass_fds=self.spec.pass_fds)
+                env=self.spec.env, start_new_session=True, pass_fds=self.spec.pass_fds, preexec_fn=preexec_fn)
         except OSError as exc:
             raise RpcError(INVALID_PARAMS, f"cannot run {self.spec.shown!r}: {exc.strerror or exc}",
                            {"command": self.spec.shown}) from None
         finally:
-            for fd in self.spec.pass_fds:
+            for fd in self.spec.pass_fds if owned_fds is None else owned_fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
@@ -135,6 +158,8 @@ class Terminal:
             while chunk := await stream.read(READ_CHUNK):
                 self.output.append(chunk)
                 self._on_output(chunk)
+                if self._drain is not None:
+                    await self._drain()
                 # A flooding command is one chunk per wake-up of the event loop, and no faster than its pace.
                 pace = self.spec.pace
                 await asyncio.sleep(pace.delay(time.monotonic(), len(chunk)) if pace is not None else 0)
@@ -179,6 +204,47 @@ class Terminal:
             self._transport.close()
 
 
+class HeldTerminal(Terminal):
+    """A terminal whose command a `TerminalRunner` runs elsewhere: it answers as a `Terminal` does (its subclass
+    gives `pid`, `exit`, `wait`, `kill` and `stop`), keeps a copy of its output in `output`, and hands each chunk on
+    once asked to flow (so whoever serves it says it runs before any of its output)."""
+
+    def __init__(self, terminal_id: str, spec: TerminalSpec) -> None:
+        super().__init__(terminal_id, spec, self._hand_on)
+        self._flowing_to: Callable[[bytes], None] | None = None
+        self._pending: list[bytes] = []  # what came before anyone asked it to flow
+
+    async def start(self, preexec_fn: Callable[[], None] | None = None,
+                    owned_fds: tuple[int, ...] | None = None) -> None:
+        raise NotImplementedError("a held terminal is started by its runner")
+
+    def flow(self, on_output: Callable[[bytes], None]) -> None:
+        """What it wrote since it started or was reported and was not handed on yet, then each chunk as it comes."""
+        pending, self._pending = self._pending, []
+        for chunk in pending:
+            on_output(chunk)
+        self._flowing_to = on_output
+
+    def received(self, data: bytes) -> None:
+        """A chunk of its output, as its runner got it: kept, and handed on."""
+        self.output.append(data)
+        self._hand_on(data)
+
+    def _hand_on(self, data: bytes) -> None:
+        if self._flowing_to is not None:
+            self._flowing_to(data)
+        else:
+            self._pending.append(data)
+
+
+class TerminalRunner(Protocol):
+    """Where commands run when not as this process's children."""
+
+    async def start(self, terminal_id: str, spec: TerminalSpec) -> HeldTerminal:
+        """`spec` started under `terminal_id` (its descriptors closed here), or an RpcError saying why not."""
+        ...
+
+
 class TerminalHost(Protocol):
     """The policy of whoever serves an agent's terminals."""
 
@@ -205,25 +271,34 @@ class TerminalHost(Protocol):
 
 @dataclass
 class Terminals:
-    """One agent connection's terminals, by id. Ids are random: an id from before a restart is simply unknown."""
+    """One agent connection's terminals, by id. Ids are random: an id from before a restart is unknown, unless
+    the terminal ran on where its runner keeps it (an agent host) and was `adopt`ed again."""
 
     host: TerminalHost
     live: dict[str, Terminal] = field(default_factory=dict)
+    runner: TerminalRunner | None = None  # where commands run; None: as this process's children
     _watchers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def handle(self, method: str, params: Any) -> Any:
+        from .models import CreateTerminalRequest, TerminalRequest, parse_request
+
         if method == "terminal/create":
             request = parse_request(CreateTerminalRequest, params, method)
             spec = self.host.plan(request)
             terminal_id = f"term-{uuid.uuid4().hex[:16]}"
             host = self.host
-            terminal = Terminal(terminal_id, spec, lambda data: host.output(terminal, data))
-            await terminal.start()
-            self.live[terminal_id] = terminal
-            self.host.opened(terminal)
-            watcher = asyncio.get_running_loop().create_task(self._watch(terminal))
-            self._watchers.add(watcher)
-            watcher.add_done_callback(self._watchers.discard)
+            if self.runner is not None:
+                held = await self.runner.start(terminal_id, spec)
+                self.live[terminal_id] = held
+                host.opened(held)  # said before any of its output
+                held.flow(lambda data: host.output(held, data))
+                self._watch_soon(held)
+                return {"terminalId": terminal_id}
+            local = Terminal(terminal_id, spec, lambda data: host.output(local, data))
+            await local.start()
+            self.live[terminal_id] = local
+            host.opened(local)
+            self._watch_soon(local)
             return {"terminalId": terminal_id}
         which = parse_request(TerminalRequest, params, method)
         known = self.live.get(which.terminalId)
@@ -247,6 +322,18 @@ class Terminals:
         await terminal.stop()
         self.host.released(terminal)
         return {}
+
+    def adopt(self, terminal: Terminal, watch: bool = True) -> None:
+        """A terminal this connection did not create is known again (one an agent host kept running while no gateway
+        ran): the agent's methods reach it by its id. `watch`: its exit is still to be told to the host."""
+        self.live[terminal.id] = terminal
+        if watch:
+            self._watch_soon(terminal)
+
+    def _watch_soon(self, terminal: Terminal) -> None:
+        watcher = asyncio.get_running_loop().create_task(self._watch(terminal))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
 
     async def _watch(self, terminal: Terminal) -> None:
         status = await terminal.wait()

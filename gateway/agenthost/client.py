@@ -4,6 +4,8 @@ A connection reads like the agent's pipes did: `stdout` is a reader with `read`/
 peer reads) that knows the offset of the last agent line it handed out whole (`consumed`, what the gateway commits),
 and `stdin` a byte sink (`write`/`drain`/`close`/`is_closing`) whose lines go out numbered, kept in `GatewayLines`
 until the host has taken them, and sent again on the next attach: the host writes each to the agent once (AH-8).
+The agent's terminals run in the host: `term_start`, `term_kill` and `term_release` say what to do with them, their
+news (`term_output`, `term_exit`) goes to `on_terminal` (`remote_terminals.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from . import protocol
 from .host import FrameReader
-from .protocol import FrameError
+from .protocol import FrameError, TermStart
 from .spec import HostSpec, private_directory, socket_address, write_spec
 
 QUEUE_BYTES = 4 * 1024 * 1024  # agent lines received and not yet read, past which the socket is not read
@@ -111,6 +113,8 @@ class Welcome:
     host_pid: int
     agent_pid: int
     exit_code: int | None
+    terminals: tuple[dict[str, Any], ...] = ()  # TM-4: every terminal the host holds, as it reports it
+    runs_terminals: bool = False  # its welcome lists terminals: it runs them (a host of an older gateway does not)
 
 
 _END = (-1, b"")  # the agent's exit, in the line queue
@@ -138,6 +142,9 @@ class HostConnection:
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the connection's end
         self.on_taken: Callable[[int], None] | None = None  # the host took the gateway's lines up to a seq
         self.on_sent: Callable[[int, bytes], None] | None = None  # a line for the agent got its seq
+        self._on_terminal: Callable[[dict[str, Any]], None] | None = None
+        self._terminal_news: list[dict[str, Any]] = []  # what came before anyone listened
+        self._terminal_answers: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         self.stdout = AgentStdout(self)
         self.stdin = AgentStdin(self)
         self._reading = asyncio.get_running_loop().create_task(self._read())
@@ -165,7 +172,9 @@ class HostConnection:
             answer = answer or {}
             raise HostError(f"the agent host refused the attach: {answer.get('reason', 'it closed the connection')}",
                             answer.get("rule"))
-        welcome = Welcome(answer["head"], answer["written"], answer["host_pid"], answer["agent_pid"], answer["exit"])
+        welcome = Welcome(answer["head"], answer["written"], answer["host_pid"], answer["agent_pid"], answer["exit"],
+                          tuple(t for t in answer.get("terminals") or () if isinstance(t, dict)),
+                          isinstance(answer.get("terminals"), list))
         outbox = outbox if outbox is not None else GatewayLines(welcome.written)
         outbox.taken(welcome.written)
         connection = cls(writer, welcome, committed, outbox, frames)
@@ -199,6 +208,16 @@ class HostConnection:
                 elif kind in (protocol.STDERR, protocol.STATUS):
                     if self._answers:
                         self._answers.popleft().set_result(frame)
+                elif kind in protocol.TERMINAL_FRAMES:
+                    if self._on_terminal is not None:
+                        self._on_terminal(frame)
+                    else:
+                        self._terminal_news.append(frame)
+                elif kind in protocol.TERMINAL_ANSWERS:
+                    waiter = self._terminal_answers.pop(
+                        ("release" if kind == protocol.TERM_RELEASED else "start", str(frame.get("id"))), None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(frame)
                 elif kind in (protocol.SUPERSEDED, protocol.VIOLATION):
                     reason = HostDisconnected(f"the agent host ended this connection: {frame.get('reason')}",
                                               frame.get("rule"))
@@ -208,10 +227,11 @@ class HostConnection:
         finally:
             self.closed_reason = reason
             self._writer.close()
-            for answer in self._answers:
+            for answer in [*self._answers, *self._terminal_answers.values()]:
                 if not answer.done():
                     answer.set_exception(reason)
             self._answers.clear()
+            self._terminal_answers.clear()
             self._arrived.set()
             if not self.ended.done():
                 self.ended.set_result(None)
@@ -292,6 +312,38 @@ class HostConnection:
     async def status(self) -> dict[str, Any]:
         """The host's figures: the spool's head, acked offset and bytes, whether it paused reading the agent..."""
         return await self._ask({"t": protocol.STATUS})
+
+    # -- terminals ---------------------------------------------------------------------------------------------------
+    @property
+    def on_terminal(self) -> Callable[[dict[str, Any]], None] | None:
+        return self._on_terminal
+
+    @on_terminal.setter
+    def on_terminal(self, listener: Callable[[dict[str, Any]], None] | None) -> None:
+        """Who hears the terminals' news (`term_output`, `term_exit`); what came before is handed on first."""
+        self._on_terminal = listener
+        if listener is not None:
+            news, self._terminal_news = self._terminal_news, []
+            for frame in news:
+                listener(frame)
+
+    async def _term_ask(self, key: tuple[str, str], frame: dict[str, Any]) -> dict[str, Any]:
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._send(frame)
+        self._terminal_answers[key] = answer
+        return await answer
+
+    async def term_start(self, start: TermStart) -> dict[str, Any]:
+        """TM-1: the host starts this terminal; its answer (`term_started` with the pid, or `term_failed`)."""
+        return await self._term_ask(("start", start.id), protocol.term_start_frame(start))
+
+    def term_kill(self, terminal_id: str) -> None:
+        """TM-5: the terminal's process group killed; its `term_exit` follows."""
+        self._send({"t": protocol.TERM_KILL, "id": terminal_id})
+
+    async def term_release(self, terminal_id: str) -> None:
+        """TM-5: the terminal's whole tree killed and forgotten by the host."""
+        await self._term_ask(("release", terminal_id), {"t": protocol.TERM_RELEASE, "id": terminal_id})
 
     def stop(self, grace: float | None = None) -> None:
         """Stop the agent's tree (stdin closed, SIGTERM, SIGKILL); its exit follows as usual."""

@@ -3,7 +3,8 @@ socket, and ends by the LG rules (docs/agent-hosts.md). It decides nothing itsel
 
 Started by `python -m gateway.agenthost SPEC` (`__main__.py`), detached from the gateway. The agent leads its own
 process group and gets SIGKILL when the host dies (PR_SET_PDEATHSIG); it is stopped like `acp.process` stops it
-(stdin closed, SIGTERM to the group, SIGKILL, then every process carrying its tree marker).
+(stdin closed, SIGTERM to the group, SIGKILL, then every process carrying its tree marker). The terminals the agent
+opens run here too, as the gateway says (`host_terminals.py`, TM-…), and end with the agent's tree.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from acp.process import AgentProcess, ExitProtocol, StderrRing
 
 from . import protocol
+from .host_terminals import HostTerminals
 from .protocol import FrameError, LineSplitter
 from .spec import HostSpec, private_directory, socket_address
 from .spool import AGENT, GATEWAY, Spool, SpoolError
@@ -131,6 +133,19 @@ class Host:
         self._gateway_lines = asyncio.Event()  # new gateway lines for the agent
         self._life = asyncio.Event()  # something LG-* looks at changed
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.terminals = HostTerminals(self._to_gateway, self._gateway_took)
+
+    def _to_gateway(self, frame: dict[str, Any]) -> None:
+        """A frame for the attached gateway; nothing while none is (what it says is kept for the next one)."""
+        if self.attached is not None:
+            self.attached.send(frame)
+
+    async def _gateway_took(self) -> None:
+        """Until the attached gateway's connection took what was written to it (at once when none is attached)."""
+        attachment = self.attached
+        if attachment is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await attachment.writer.drain()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -155,7 +170,9 @@ class Host:
                 self._agent_lines.set()
         if (tail := splitter.tail()) is not None:
             spool.append(AGENT, [tail])
-        self.exit_code = await self.agent.wait()
+        code = await self.agent.wait()
+        await self.terminals.kill_all()  # TM-6: the agent's terminals end with it (their exits are told first)
+        self.exit_code = code
         self._agent_lines.set()
         self._life.set()
 
@@ -210,7 +227,7 @@ class Host:
         attachment = self.attached = Attachment(writer, hello.incarnation, hello.committed)
         self._life.set()
         attachment.send(protocol.welcome(self.spool.head(AGENT), self.written, os.getpid(), self.agent.pid,
-                                         self.exit_code))
+                                         self.exit_code, self.terminals.reports()))
         attachment.sender = self._spawn(self.send_agent_lines(attachment))
         try:
             await self.receive(attachment, frames)
@@ -283,12 +300,27 @@ class Host:
             elif request.kind == protocol.STATUS:
                 attachment.send(self.status())
             elif request.kind == protocol.STOP:
-                self._spawn(self.agent.stop(self.spec.stop_grace if request.grace is None else request.grace))
+                self._spawn(self.stop_tree(self.spec.stop_grace if request.grace is None else request.grace))
+            elif request.kind == protocol.TERM_START and request.start is not None:  # TM-1, TM-2
+                attachment.send(await self.terminals.start(request.start))
+            elif request.kind == protocol.TERM_KILL:  # TM-5
+                self.terminals.kill(request.terminal_id)
+            elif request.kind == protocol.TERM_RELEASE:  # TM-5: its tree may take a while to end; lines go on
+                self._spawn(self._release_terminal(attachment, request.terminal_id))
             elif request.kind == protocol.RELEASE:  # LG-2
                 self.released = True
                 self._life.set()
                 return
             await attachment.writer.drain()
+
+    async def _release_terminal(self, attachment: Attachment, terminal_id: str) -> None:
+        answer = await self.terminals.release(terminal_id)
+        attachment.send(answer)
+
+    async def stop_tree(self, grace: float) -> None:
+        """The agent's tree stopped, and its terminals (TM-6)."""
+        await self.agent.stop(grace)
+        await self.terminals.kill_all()
 
     # -- the host's life ---------------------------------------------------------------------------------------------
     def terminate(self) -> None:
@@ -348,6 +380,7 @@ async def run(spec: HostSpec, ready: Callable[[str], None]) -> str:
         host.attached.end()
     if agent.returncode is None:
         await agent.stop(spec.stop_grace)
+    await host.terminals.kill_all()  # TM-6 (they carry the agent's marker: most ended with its tree already)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(reading), spec.stop_grace)
     for task in (reading, writing, *host._tasks):

@@ -4,6 +4,10 @@ tested by the table in tests/gateway/agenthost/test_protocol.py; docs/agent-host
 Frames are one JSON object per line, `t` naming the kind. A line of the agent or of the gateway travels as `line`
 (a JSON string) when it is valid UTF-8 — every ACP line is — and as `b64` otherwise, so any bytes pass unchanged.
 No I/O here: the host (`host.py`) and the client (`client.py`) perform what these functions decide.
+
+The agent's terminals (`terminal/*`) run in its host too (TM-…): the gateway decides what a terminal runs (its
+policy, `gateway/runtime/terminals.py`) and tells the host, which starts it as its own child, keeps its output and
+streams it; so a terminal outlives the gateway as its agent does.
 """
 
 from __future__ import annotations
@@ -19,9 +23,14 @@ import orjson
 
 # Gateway -> host
 HELLO, LINE, ACK, STDERR, STOP, RELEASE, STATUS = "hello", "line", "ack", "stderr", "stop", "release", "status"
+TERM_START, TERM_KILL, TERM_RELEASE = "term_start", "term_kill", "term_release"
 # Host -> gateway (and LINE, STDERR, STATUS)
 WELCOME, REFUSED, WRITTEN, EXIT = "welcome", "refused", "written", "exit"
 SUPERSEDED, VIOLATION = "superseded", "violation"
+TERM_STARTED, TERM_FAILED, TERM_OUTPUT, TERM_EXIT, TERM_RELEASED = (
+    "term_started", "term_failed", "term_output", "term_exit", "term_released")
+TERMINAL_FRAMES = frozenset({TERM_OUTPUT, TERM_EXIT})  # a terminal's own news, as it happens
+TERMINAL_ANSWERS = frozenset({TERM_STARTED, TERM_FAILED, TERM_RELEASED})  # answers to the gateway, by terminal id
 
 # Every rule, by id: the docs and the test table use the same ids.
 RULES: dict[str, str] = {
@@ -41,6 +50,20 @@ RULES: dict[str, str] = {
     "LG-1": "no gateway attached for `linger` seconds: the agent's tree is stopped and the host exits",
     "LG-2": "the attached gateway releases the host: the agent's tree is stopped (if running) and the host exits",
     "LG-3": "the agent exited: the host keeps its lines and exit for the gateway until LG-1 or LG-2",
+    "TM-1": "a `term_start` runs what it says (argv, cwd, env, descriptors' contents) as the host's child, in a "
+            "process group of its own, killed when the host dies: answered `term_started` with its pid, or "
+            "`term_failed` with why",
+    "TM-2": "a `term_start` for a terminal id the host holds already is refused (`term_failed`): nothing is started",
+    "TM-3": "a terminal's output is kept in a buffer of its limit (cut from its beginning at a character boundary) "
+            "and sent as `term_output` to the attached gateway as it is read; with none attached it is only kept",
+    "TM-4": "a terminal's exit is sent (`term_exit`) once its output is read; a welcome lists every terminal not "
+            "released: its pid, its output kept, its exit",
+    "TM-5": "`term_kill` kills the terminal's process group; `term_release` kills its whole tree and forgets it, "
+            "answered `term_released` (an id the host does not hold too)",
+    "TM-6": "the agent's tree stopped (`stop`, LG-1, LG-2) or the agent exited: every terminal's tree is killed; its "
+            "output and exit stay until it is released",
+    "TM-7": "a gateway that attached again publishes of a terminal's output what its mark had not, as far as the host "
+            "still holds it and within the published cap; its exit once",
 }
 
 
@@ -181,11 +204,13 @@ def decide_hello(frame: dict[str, Any], facts: HostFacts) -> tuple[Verdict, Hell
     return Verdict("AH-6", True, "attached"), hello
 
 
-def welcome(head: int, written: int, host_pid: int, agent_pid: int, exit_code: int | None) -> dict[str, Any]:
+def welcome(head: int, written: int, host_pid: int, agent_pid: int, exit_code: int | None,
+            terminals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The answer to an accepted hello: the agent's head, the last gateway line written to the agent (resend the
-    ones after it), the processes, and the agent's exit status when it already exited."""
+    ones after it), the processes, the agent's exit status when it already exited, and its terminals (TM-4:
+    `terminal_report` each)."""
     return {"t": WELCOME, "head": head, "written": written, "host_pid": host_pid, "agent_pid": agent_pid,
-            "exit": exit_code}
+            "exit": exit_code, "terminals": terminals or []}
 
 
 def refused(verdict: Verdict) -> dict[str, Any]:
@@ -221,6 +246,21 @@ def decide_ack(offset: int, acked: int, head: int) -> tuple[str, AckAction]:
 
 
 @dataclass(frozen=True)
+class TermStart:
+    """What a terminal runs, as the gateway's policy decided it (TM-1): the host adds nothing of its own."""
+
+    id: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    limit: int  # output bytes kept
+    shown: str  # the command as the agent asked for it, for people
+    marker: str | None = None  # the entry of `env` every process of the terminal carries: its tree
+    fds: tuple[tuple[int, bytes], ...] = ()  # descriptors the command is handed: (number, what it holds from 0)
+    rate: float | None = None  # bytes a second its output is read at (the session's), None: as fast as it comes
+
+
+@dataclass(frozen=True)
 class Request:
     """A frame after the hello, checked: what the host must do."""
 
@@ -231,6 +271,61 @@ class Request:
     sent: int | None = None  # ACK: the gateway's lines it no longer needs in the spool
     lines: int = 20  # STDERR
     grace: float | None = None  # STOP
+    terminal_id: str = ""  # TERM_*
+    start: TermStart | None = None  # TERM_START
+
+
+TERMINAL_ID_MAX = 200
+
+
+def _terminal_id(frame: dict[str, Any]) -> str:
+    terminal_id = frame.get("id")
+    if not isinstance(terminal_id, str) or not 0 < len(terminal_id) <= TERMINAL_ID_MAX:
+        raise FrameError(f"a terminal frame needs `id`, a string of 1 to {TERMINAL_ID_MAX} characters")
+    return terminal_id
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def parse_term_start(frame: dict[str, Any]) -> TermStart:
+    """A `term_start`'s fields, checked (FrameError: AH-13)."""
+    terminal_id = _terminal_id(frame)
+    argv, cwd, env, limit = frame.get("argv"), frame.get("cwd"), frame.get("env"), _count(frame.get("limit"))
+    if not _strings(argv) or not argv:
+        raise FrameError("`argv` is a non-empty list of strings")
+    if not isinstance(cwd, str) or not isinstance(env, dict) \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise FrameError("`cwd` is a string and `env` an object of strings")
+    if limit is None or not isinstance(frame.get("shown", ""), str):
+        raise FrameError("`limit` is a count of bytes and `shown` a string")
+    marker, rate = frame.get("marker"), frame.get("rate")
+    if marker is not None and (not isinstance(marker, str) or marker not in env):
+        raise FrameError("`marker` names an entry of `env`")
+    if rate is not None and (not isinstance(rate, int | float) or isinstance(rate, bool) or rate <= 0):
+        raise FrameError("`rate` is bytes a second")
+    fds: list[tuple[int, bytes]] = []
+    for item in frame.get("fds") or []:
+        if not isinstance(item, list) or len(item) != 2 or _count(item[0]) is None or item[0] < 3:
+            raise FrameError("`fds` holds [number >= 3, contents] pairs")
+        if not isinstance(item[1], str):
+            raise FrameError("a descriptor's contents are base64")
+        fds.append((item[0], carried({"b64": item[1]})))
+    return TermStart(terminal_id, list(argv), cwd, dict(env), limit, frame.get("shown", ""), marker, tuple(fds),
+                     float(rate) if rate is not None else None)
+
+
+def term_start_frame(start: TermStart) -> dict[str, Any]:
+    """`parse_term_start`'s inverse: what the gateway sends."""
+    frame: dict[str, Any] = {"t": TERM_START, "id": start.id, "argv": start.argv, "cwd": start.cwd, "env": start.env,
+                             "limit": start.limit, "shown": start.shown,
+                             "fds": [[fd, base64.b64encode(data).decode("ascii")] for fd, data in start.fds]}
+    if start.marker is not None:
+        frame["marker"] = start.marker
+    if start.rate is not None:
+        frame["rate"] = start.rate
+    return frame
 
 
 def parse_request(frame: dict[str, Any]) -> Request:
@@ -258,6 +353,11 @@ def parse_request(frame: dict[str, Any]) -> Request:
         return Request(STOP, grace=float(grace) if grace is not None else None)
     if kind in (RELEASE, STATUS):
         return Request(kind)
+    if kind == TERM_START:
+        start = parse_term_start(frame)
+        return Request(TERM_START, terminal_id=start.id, start=start)
+    if kind in (TERM_KILL, TERM_RELEASE):
+        return Request(kind, terminal_id=_terminal_id(frame))
     raise FrameError(f"unknown frame {kind!r}")
 
 
@@ -272,3 +372,22 @@ def decide_life(*, released: bool, attached: bool, detached_for: float, linger: 
     if not attached and detached_for >= linger:
         return "LG-1", "end"
     return "LG-3", "serve"
+
+
+# -- terminals -------------------------------------------------------------------------------------------------------
+def decide_term_start(terminal_id: str, held: set[str] | frozenset[str]) -> tuple[str, bool]:
+    """Whether the host starts a terminal under this id (TM-1), or refuses it: the id is taken (TM-2)."""
+    if terminal_id in held:
+        return "TM-2", False
+    return "TM-1", True
+
+
+def unseen_output(marked: int, total: int, held: int, cap: int) -> tuple[str, int, int]:
+    """TM-7: which bytes of a terminal's output a gateway that attached again publishes, as offsets into everything
+    it wrote (`start`, `end`; nothing when equal). `marked`: the bytes its published events held at the last commit
+    (the journal's mark); `total`: the bytes the terminal wrote; `held`: the last ones the host still keeps (its
+    buffer); `cap`: the bytes of a terminal's output ever published. Bytes the host no longer holds are not
+    published (the events skip them: `terminal_exited` says the stream is incomplete)."""
+    end = min(total, cap)
+    start = min(max(marked, total - held), end)
+    return "TM-7", start, end

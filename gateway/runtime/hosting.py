@@ -4,6 +4,9 @@ restarted, and the agent as the ACP client sees it (`HostedAgent`, a stand-in fo
 What the gateway has done with each of the agent's lines is kept by a `Ledger` (`gateway/agenthost/ledger.py`): its
 mark is written in the journal's group commits (`Hosts.marks`, called as each group is cut), and once a group is
 committed the host is told it may drop the lines before the mark's committed offset (`Hosts.committed`).
+
+The agent's terminals run in its host too (`HostedAgent.terminals`, TM-…): the mark also says what the session's
+events hold of each one's output (`terminals`), so a gateway that attached again publishes the rest, once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -27,6 +30,7 @@ from acp.process import StderrRing
 
 from ..agenthost.client import HostConnection, HostError, new_secret, start_host
 from ..agenthost.ledger import Ledger, Mark
+from ..agenthost.remote_terminals import RemoteTerminals
 from ..agenthost.spec import HostSpec
 from ..store import StoreBase
 from .spawn_env import Spawn
@@ -55,6 +59,14 @@ class HostRecord:
                    int(raw["agent_pid"]), [str(a) for a in raw.get("argv", [])], float(raw.get("started", 0)))
 
 
+class TerminalMarks(Protocol):
+    """What the session's events hold of its terminals' output (`terminals.SessionTerminals`)."""
+
+    version: int
+
+    def mark(self) -> dict[str, list[int]]: ...
+
+
 class HostedAgent:
     """An agent that runs in a host, as `acp.client.AcpClient` speaks to it: its lines through the host's connection
     (a reattach passes over the ones whose effects are committed), its exit when the host says so, its stderr asked
@@ -62,7 +74,7 @@ class HostedAgent:
     follow); a gateway that stops detaches (`detach`) and the agent goes on."""
 
     def __init__(self, connection: HostConnection, record: HostRecord, ledger: Ledger, incarnation: int,
-                 init: dict[str, Any] | None = None) -> None:
+                 init: dict[str, Any] | None = None, marked_terminals: Mapping[str, Any] | None = None) -> None:
         self.connection = connection
         self.init = init  # the agent's answer to `initialize`, as stored
         # request ids count above every earlier attach's (the first attach's start at 0, as an unhosted agent's)
@@ -75,6 +87,10 @@ class HostedAgent:
         self.stderr = StderrRing()
         self.detached = False
         self.on_stopped: Callable[[], Awaitable[None]] | None = None  # the host is gone for good
+        # Its terminals, which run in the host: those it reported are known again from the start, so a request of
+        # the agent's replayed at once finds them (the connection's news reaches them from its first frame).
+        self.terminals = RemoteTerminals(connection, lambda: self.detached)
+        self.marked_terminals = dict(marked_terminals or {})  # what the stored mark said of each
         connection.stdout.skip = ledger.skip
         connection.on_sent = ledger.sent
         connection.on_taken = ledger.taken
@@ -156,6 +172,11 @@ class Hosts:
         self.linger = linger
         self.agents: dict[str, HostedAgent] = {}
         self._acks: dict[str, int] = {}  # the committed offset of each mark in the group being committed
+        # What each session's events hold of its agent's terminals (`serve_terminals`), and the version of it last
+        # handed to a group commit; before they are served, what the stored mark said of them.
+        self._terminal_marks: dict[str, TerminalMarks] = {}
+        self._terminals_stored: dict[str, int] = {}
+        self._marked_terminals: dict[str, dict[str, Any]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -188,8 +209,10 @@ class Hosts:
         if row is None:
             return None
         record = HostRecord.of(row.host)
+        marked = (row.mark or {}).get("terminals")
         try:
-            return await self._attach(session_id, record, Ledger(Mark.decode(row.mark)), row.host.get("init"))
+            return await self._attach(session_id, record, Ledger(Mark.decode(row.mark)), row.host.get("init"),
+                                      marked if isinstance(marked, dict) else None)
         except (HostError, OSError) as exc:
             log.warning("session %s: its agent host could not be attached again (%s); the session goes by the "
                         "restore rules", session_id, exc, extra={"session_id": session_id})
@@ -199,13 +222,16 @@ class Hosts:
             await self.store.hosts.drop(session_id)
             return None
 
-    async def _attach(self, session_id: str, record: HostRecord, ledger: Ledger,
-                      init: dict[str, Any] | None = None) -> HostedAgent:
+    async def _attach(self, session_id: str, record: HostRecord, ledger: Ledger, init: dict[str, Any] | None = None,
+                      marked_terminals: Mapping[str, Any] | None = None) -> HostedAgent:
         incarnation = await self.store.hosts.next_incarnation(session_id)  # a newer attach wins at the host (AH-3)
         connection = await HostConnection.attach(record.socket, record.secret, incarnation, ledger.committed(),
                                                  timeout=10.0)
-        agent = HostedAgent(connection, record, ledger, incarnation, init)
+        agent = HostedAgent(connection, record, ledger, incarnation, init, marked_terminals)
         self.agents[session_id] = agent
+        self._forget_terminals(session_id)
+        if agent.marked_terminals:
+            self._marked_terminals[session_id] = agent.marked_terminals
 
         async def stopped() -> None:
             self.forget(session_id, agent)
@@ -234,6 +260,7 @@ class Hosts:
                 self._clear(record)
             await self.store.hosts.drop(session_id)
         agent = self.agents.pop(session_id, None)
+        self._forget_terminals(session_id)
         if agent is not None:
             agent.detached = True
             await agent.connection.close()
@@ -254,16 +281,36 @@ class Hosts:
     def forget(self, session_id: str, agent: HostedAgent) -> None:
         if self.agents.get(session_id) is agent:
             del self.agents[session_id]
+            self._forget_terminals(session_id)
+
+    def serve_terminals(self, session_id: str, marks: TerminalMarks) -> None:
+        """The session's terminals are served (`terminals.SessionTerminals`): its marks say what its events hold of
+        them from now on."""
+        self._terminal_marks[session_id] = marks
+        self._marked_terminals.pop(session_id, None)
+        self._terminals_stored.pop(session_id, None)
+
+    def _forget_terminals(self, session_id: str) -> None:
+        self._terminal_marks.pop(session_id, None)
+        self._terminals_stored.pop(session_id, None)
+        self._marked_terminals.pop(session_id, None)
 
     # -- the journal's group commits ----------------------------------------------------------------------------
     def marks(self) -> dict[str, bytes] | None:
         """The marks that changed since the last group: they go into this one (the bus calls this as it cuts it)."""
         changed: dict[str, bytes] = {}
         for session_id, agent in self.agents.items():
-            ledger = agent.ledger
-            if ledger.changed():
+            ledger, terminals = agent.ledger, self._terminal_marks.get(session_id)
+            version = terminals.version if terminals is not None else -1
+            if ledger.changed() or version != self._terminals_stored.get(session_id, -1):
                 ledger.stored = ledger.version
-                changed[session_id] = ledger.mark().encode()
+                mark = ledger.mark().encode()
+                if terminals is not None:  # what the events of this group and before hold of its terminals' output
+                    self._terminals_stored[session_id] = version
+                    mark = orjson.dumps({**orjson.loads(mark), "terminals": terminals.mark()})
+                elif session_id in self._marked_terminals:  # not served yet (a reattach under way): they stand
+                    mark = orjson.dumps({**orjson.loads(mark), "terminals": self._marked_terminals[session_id]})
+                changed[session_id] = mark
                 self._acks[session_id] = ledger.committed()
         return changed or None
 
@@ -302,6 +349,7 @@ class Hosts:
         for session_id in marks:
             self._acks.pop(session_id, None)
             agent = self.agents.get(session_id)
+            self._terminals_stored.pop(session_id, None)
             if agent is not None:
                 agent.ledger.stored = -1
 

@@ -302,6 +302,16 @@ class Launcher:
                            on_elicitation=self._elicitation_handler(row))
         client.conn.on_line = agent.connection.stdout.line_done
         client.conn.observers.append(agent.observe)
+        if terminals is not None and client.terminals is not None and agent.connection.welcome.runs_terminals:
+            # Its terminals run in its host, and outlive this gateway with it. Those the host kept running while no
+            # gateway ran are known again before the agent's first replayed line is read (a `terminal/wait_for_exit`
+            # it sent before the restart is among them); what the session's events lack of them is published. (A
+            # host an older gateway started runs none: its agent's terminals are this gateway's, as they were.)
+            client.terminals.runner = agent.terminals
+            for terminal in agent.terminals.reported:
+                unpublished_exit = terminals.adopt(terminal, agent.marked_terminals.get(terminal.id))
+                client.terminals.adopt(terminal, watch=unpublished_exit)
+            self.hosts.serve_terminals(row.id, terminals)
         return client
 
     def _client_options(self, row: SessionRow, first_request_id: int = 0) -> ClientOptions:

@@ -6,6 +6,10 @@ the agent's stop and the reaper after a crash end it too) and one of its own (it
 output streams to the session's frontends as `terminal_output` events (at most `PUBLISHED_BYTES` of it: a flooding
 command must not fill the journal), its exit as `terminal_exited`, and what it kept goes into the session's history.
 `refusal` is the one decision; the rest reports.
+
+A hosted agent's terminals run in its host (docs/agent-hosts.md, TM-…): the policy stays here, and what of each
+terminal's output the session's events hold rides in the host's mark, in the same commit as those events (`mark`),
+so a gateway that attached again (`adopt`) publishes what the host kept since, and nothing twice (TM-7).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from acp.errors import INVALID_PARAMS, RpcError
 from acp.models import CreateTerminalRequest
 from acp.terminals import Terminal, TerminalSpec
 
+from ..agenthost.protocol import unseen_output
+from ..agenthost.remote_terminals import RemoteTerminal, Reported
 from ..errors import LIMIT_EXCEEDED
 from ..store import HistoryEntry, SessionRow
 from .settings import Settings
@@ -91,8 +97,10 @@ class SessionTerminals:
         self.directory_refusal = directory_refusal
         self.publish = publish  # (event type, data): queued to the session's journal
         self.history = history
-        self._published: dict[str, int] = {}
-        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+        self._published: dict[str, int] = {}  # of each terminal: its output's offset published up to (fed to decoding)
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}  # the terminals opened and not released
+        self._told_exit: set[str] = set()  # their `terminal_exited` is published
+        self.version = 0  # changes with every change of `mark()`
 
     def plan(self, request: CreateTerminalRequest) -> TerminalSpec:
         refused = refusal(request, session_cwd=self.row.cwd, settings=self.settings,
@@ -119,6 +127,10 @@ class SessionTerminals:
     def opened(self, terminal: Terminal) -> None:
         self.counts.add(self.row.owner, self.row.id, 1)
         self._decoders[terminal.id] = codecs.getincrementaldecoder("utf-8")("replace")
+        self._started(terminal)
+
+    def _started(self, terminal: Terminal) -> None:
+        self.version += 1
         self.publish("terminal_started", {"terminal_id": terminal.id, "command": terminal.spec.shown,
                                           "cwd": terminal.spec.cwd, "output_byte_limit": terminal.spec.output_limit})
 
@@ -128,10 +140,43 @@ class SessionTerminals:
             return
         piece = data[:PUBLISHED_BYTES - sent]
         self._published[terminal.id] = sent + len(piece)
+        self.version += 1
         decoder = self._decoders.get(terminal.id)
         text = decoder.decode(piece) if decoder is not None else piece.decode("utf-8", "replace")
         if text:
             self.publish("terminal_output", {"terminal_id": terminal.id, "text": text})
+
+    def mark(self) -> dict[str, list[int]]:
+        """What the session's events hold of each terminal not released, as queued so far: [the bytes of its output
+        published as text (a character still being decoded is not), 1 if its exit is published]. A hosted agent's
+        mark carries it, in the commit of those events (`hosting.Hosts.marks`)."""
+        return {terminal_id: [self._published.get(terminal_id, 0) - len(decoder.getstate()[0]),
+                              int(terminal_id in self._told_exit)]
+                for terminal_id, decoder in self._decoders.items()}
+
+    def adopt(self, terminal: RemoteTerminal, marked: Any) -> bool:
+        """A terminal the agent's host kept running (or kept the end of) while no gateway ran, known again: counted,
+        its start published unless `marked` (its entry of the mark: what the events held of it at the last commit)
+        says it was, then its output the events lack and the host still holds (TM-7), then what comes. Returns
+        whether its exit is still to be published."""
+        self.counts.add(self.row.owner, self.row.id, 1)
+        self._decoders[terminal.id] = codecs.getincrementaldecoder("utf-8")("replace")
+        published, told_exit = 0, False
+        if isinstance(marked, list) and len(marked) == 2 and all(isinstance(v, int) for v in marked):
+            published, told_exit = max(0, marked[0]), bool(marked[1])
+        else:
+            self._started(terminal)
+        reported = terminal.reported or Reported(b"", 0)
+        _, start, end = unseen_output(published, reported.total, len(reported.data), PUBLISHED_BYTES)
+        first = reported.total - len(reported.data)  # the offset of the first byte the host still held
+        self._published[terminal.id] = start
+        if end > start:  # then published up to `end`: where what comes next starts, or the cap
+            self.output(terminal, reported.data[start - first:end - first])
+        if told_exit:
+            self._told_exit.add(terminal.id)
+        self.version += 1
+        terminal.flow(lambda data: self.output(terminal, data))
+        return not told_exit
 
     def ended(self, terminal: Terminal, status: dict[str, Any]) -> None:
         output = terminal.output
@@ -146,8 +191,12 @@ class SessionTerminals:
                else f"killed by {status.get('signal')}")
         self.history.add([HistoryEntry("terminal", ("…" if len(kept) < len(text) or output.truncated else "")
                                        + kept + f"\n[{how}]", terminal.spec.shown)])
+        self._told_exit.add(terminal.id)
+        self.version += 1
 
     def released(self, terminal: Terminal) -> None:
         self.counts.add(self.row.owner, self.row.id, -1)
         self._published.pop(terminal.id, None)
         self._decoders.pop(terminal.id, None)
+        self._told_exit.discard(terminal.id)
+        self.version += 1

@@ -112,3 +112,74 @@ def test_the_splitter_keeps_any_line_whole() -> None:
     assert splitter.feed(b"tail") == []
     assert splitter.tail() == b"tail"
     assert splitter.tail() is None
+
+
+# -- terminals (TM-…) ----------------------------------------------------------------------------------------------
+def term_start(**fields: Any) -> dict[str, Any]:
+    return {"t": "term_start", "id": "term-1", "argv": ["sh", "-c", "true"], "cwd": "/", "env": {"M": "t-1"},
+            "limit": 1000, "shown": "sh -c true", "marker": "M", "fds": [[9, "YWJj"]], "rate": 4096, **fields}
+
+
+def test_a_term_start_travels_whole() -> None:
+    """TM-1: what the gateway's policy planned reaches the host unchanged, a descriptor's contents included."""
+    request = protocol.parse_request(protocol.decode(protocol.encode(term_start())))
+    assert request.kind == "term_start" and request.terminal_id == "term-1" and request.start is not None
+    start = request.start
+    assert (start.argv, start.cwd, start.env, start.limit, start.marker, start.fds, start.rate) == (
+        ["sh", "-c", "true"], "/", {"M": "t-1"}, 1000, "M", ((9, b"abc"),), 4096.0)
+    assert protocol.parse_term_start(protocol.term_start_frame(start)) == start
+
+
+@pytest.mark.parametrize("frame", [
+    term_start(id=""), term_start(id=7), term_start(id="x" * 201), term_start(argv=[]), term_start(argv="sh"),
+    term_start(argv=["sh", 1]), term_start(cwd=None), term_start(env={"A": 1}), term_start(env=["A=1"]),
+    term_start(limit=-1), term_start(limit=True), term_start(shown=3), term_start(marker="NOT_IN_ENV"),
+    term_start(fds=[[2, "YWJj"]]), term_start(fds=[[9]]), term_start(fds=[[9, "%%%"]]), term_start(fds=[[9, 3]]),
+    term_start(rate=0), term_start(rate="fast"), {"t": "term_kill"}, {"t": "term_release", "id": ""},
+])
+def test_a_malformed_terminal_frame_is_a_violation(frame: dict[str, Any]) -> None:
+    """AH-13, for the terminals' frames."""
+    with pytest.raises(FrameError):
+        protocol.parse_request(frame)
+
+
+@pytest.mark.parametrize("kind", ["term_kill", "term_release"])
+def test_a_terminal_is_named_by_its_id(kind: str) -> None:
+    """TM-5."""
+    assert protocol.parse_request({"t": kind, "id": "term-1"}) == protocol.Request(kind, terminal_id="term-1")
+
+
+@pytest.mark.parametrize("terminal_id,held,rule,accepted", [
+    ("term-1", set(), "TM-1", True),
+    ("term-2", {"term-1"}, "TM-1", True),
+    ("term-1", {"term-1"}, "TM-2", False),
+])
+def test_term_start_rules(terminal_id: str, held: set[str], rule: str, accepted: bool) -> None:
+    assert protocol.decide_term_start(terminal_id, held) == (rule, accepted)
+
+
+UNSEEN = [
+    # (case, marked, total, held, cap) -> (start, end): the output offsets a gateway that attached again publishes
+    ("all of it published already", 100, 100, 100, 1000, 100, 100),
+    ("what came after the mark, all held", 40, 100, 100, 1000, 40, 100),
+    ("nothing published, all held", 0, 100, 100, 1000, 0, 100),
+    ("the host holds only its last bytes: the rest is skipped", 10, 100, 30, 1000, 70, 100),
+    ("the cap reached before the restart", 1000, 5000, 500, 1000, 1000, 1000),
+    ("the cap reached since", 900, 5000, 4500, 1000, 900, 1000),
+    ("the cap reached since, and the bytes up to it no longer held", 900, 5000, 500, 1000, 1000, 1000),
+    ("a limit of 0: nothing held", 10, 100, 0, 1000, 100, 100),
+    ("nothing written", 0, 0, 0, 1000, 0, 0),
+]
+
+
+@pytest.mark.parametrize("case,marked,total,held,cap,start,end", UNSEEN, ids=[row[0] for row in UNSEEN])
+def test_unseen_output_rule(case: str, marked: int, total: int, held: int, cap: int, start: int, end: int) -> None:
+    """TM-7: published once, from what the host still holds, within the cap."""
+    assert protocol.unseen_output(marked, total, held, cap) == ("TM-7", start, end)
+
+
+def test_a_welcome_lists_the_terminals() -> None:
+    """TM-4."""
+    report = {"id": "term-1", "pid": 7, "total": 3, "output": {"line": "abc"}, "exit": None}
+    assert protocol.welcome(1, 0, 2, 3, None, [report])["terminals"] == [report]
+    assert protocol.welcome(1, 0, 2, 3, None)["terminals"] == []
