@@ -187,6 +187,12 @@ class Connection:
         if req_id not in self._pending:
             self._pending[req_id] = asyncio.get_running_loop().create_future()
 
+    def unexpect(self, req_id: int | str) -> None:
+        """A request `expect`ed that never reached the peer after all: forgotten, so it can be sent now with its id."""
+        fut = self._pending.get(req_id)
+        if fut is not None and not fut.done():
+            del self._pending[req_id]
+
     async def answer_to(self, req_id: int | str) -> Any:
         """The result of a request `expect`ed."""
         if self._closed_reason is not None:

@@ -57,6 +57,7 @@ class GatewayProcess:
         self.port = 0
         self.stderr_lines: list[str] = []
         self.checked = 0  # how many of `stderr_lines` were checked for a traceback (`unchecked_traceback`)
+        self.env: dict[str, str] = {}  # set in its environment at the next start (e.g. ACP_GATEWAY_FAILPOINT)
 
     @property
     def url(self) -> str:
@@ -86,7 +87,7 @@ class GatewayProcess:
         return argv
 
     async def start(self) -> GatewayProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY_")}
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY_")}, **self.env}
         self.proc = await asyncio.create_subprocess_exec(*self.argv(), stdout=asyncio.subprocess.PIPE,
                                                          stderr=asyncio.subprocess.PIPE, env=env)
         assert self.proc.stdout is not None and self.proc.stderr is not None

@@ -12,6 +12,7 @@ that are not open are skipped (their effects are committed), the open ones and e
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,11 @@ RULES: dict[str, str] = {
     "LD-4": "the gateway attaches with the line before the oldest open one, or the last line seen",
     "LD-5": "a replayed line up to `seen` that is not open is skipped: its effects are committed",
     "LD-6": "a replayed open line, and every line after `seen`, is handled as a live one",
+    "LD-7": "a prompt whose line's sequence number the mark holds reached the agent iff the host took that line",
+    "LD-8": "a prompt whose line's number the mark lacks never reached the agent if the host took no line after the "
+            "last one sent before it: the turn goes on by sending it again, with the same id",
+    "LD-9": "a prompt whose line's number the mark lacks, the host having taken lines after the last one sent before "
+            "it, is taken as reached: its answer is awaited (the user's cancel ends the wait)",
 }
 
 REPLAYED = "replayed"  # an open line of the mark, before the replay brings it again
@@ -36,16 +42,32 @@ class Mark:
     seen: int = 0  # the last line read and handed to the peer
     open: dict[int, str] = field(default_factory=dict)  # offset -> "request:<id>", "prompt:<id>" or REPLAYED
     prompts: list[Any] = field(default_factory=list)  # ids of the prompts sent whose turns are not over
+    # Of each such prompt, where its line stands among the gateway's lines (sequence numbers, LD-7/LD-8): the last
+    # line sent before it was named, and its own once sent. Only the latter is certain to be in the mark.
+    after: dict[Any, int] = field(default_factory=dict)
+    seq: dict[Any, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return orjson.dumps({"seen": self.seen, "open": sorted(self.open), "prompts": self.prompts})
+        lines = [[p, self.after.get(p, 0), self.seq.get(p)] for p in self.prompts]
+        return orjson.dumps({"seen": self.seen, "open": sorted(self.open), "prompts": self.prompts,
+                             "prompt_lines": lines})
 
     @classmethod
     def decode(cls, raw: dict[str, Any] | None) -> Mark:
         if not raw:
             return cls()
+        lines = raw.get("prompt_lines", [])
         return cls(int(raw.get("seen", 0)), {int(o): REPLAYED for o in raw.get("open", [])},
-                   list(raw.get("prompts", [])))
+                   list(raw.get("prompts", [])), {p: int(a) for p, a, _ in lines},
+                   {p: int(n) for p, _, n in lines if n is not None})
+
+
+def prompt_reached(prompt_id: Any, mark: Mark, written: int) -> bool:
+    """Whether a prompt the mark says was sent reached the agent, given the last gateway line its host took
+    (`written`, from its welcome): LD-7, LD-8, LD-9."""
+    if prompt_id in mark.seq:
+        return written >= mark.seq[prompt_id]  # LD-7
+    return written > mark.after.get(prompt_id, 0)  # LD-8 (False) / LD-9 (True)
 
 
 class Ledger:
@@ -55,6 +77,9 @@ class Ledger:
         self.replay_until = start.seen  # LD-5 applies to lines up to here
         self.open: dict[int, str] = dict(start.open)
         self.prompts: list[Any] = list(start.prompts)
+        self.after: dict[Any, int] = dict(start.after)
+        self.seq: dict[Any, int] = dict(start.seq)
+        self.last_sent = 0  # the gateway's last line sent (its sequence number), or the host's `written` at attach
         self._requests: dict[Any, int] = {}  # the agent's open requests: id -> offset
         self._answers: dict[int, int] = {}  # gateway line seq -> offset of the request it answers
         self.version = 0  # changes with every change of the mark
@@ -85,8 +110,20 @@ class Ledger:
             self.open.pop(offset, None)  # a replayed open line that turned out to need nothing more
         self.version += 1
 
+    def attached(self, written: int) -> None:
+        """The host took the gateway's lines up to `written` (its welcome): the next line sent comes after it."""
+        self.last_sent = max(self.last_sent, written)
+
     def sent(self, seq: int, line: bytes) -> None:
-        """A line the gateway sent (its sequence number): an answer to an open request is remembered (LD-1)."""
+        """A line the gateway sent (its sequence number): an answer to an open request is remembered (LD-1), a
+        prompt's number kept for the mark (LD-7)."""
+        self.last_sent = max(self.last_sent, seq)
+        if self.prompts and b'"session/prompt"' in line and self.prompts[-1] not in self.seq:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                message = orjson.loads(line)
+                if isinstance(message, dict) and message.get("id") in self.prompts:
+                    self.seq[message["id"]] = seq
+                    self.version += 1
         if not self._requests or (b'"result"' not in line and b'"error"' not in line):
             return
         try:
@@ -109,19 +146,33 @@ class Ledger:
     def expect_prompt(self, prompt_id: Any) -> None:
         """A prompt is about to be sent with this id: a reattach waits for its answer (LD-2)."""
         self.prompts.append(prompt_id)
+        self.after[prompt_id] = self.last_sent
+        self.seq.pop(prompt_id, None)
         self.version += 1
+
+    def resend_prompt(self, prompt_id: Any) -> None:
+        """LD-8: the prompt never reached the agent and goes again, after the lines sent since."""
+        self.after[prompt_id] = self.last_sent
+        self.seq.pop(prompt_id, None)
+        self.version += 1
+
+    def reached(self, prompt_id: Any, written: int) -> bool:
+        """Whether that prompt reached the agent, its host having taken the gateway's lines up to `written`."""
+        return prompt_reached(prompt_id, self.mark(), written)
 
     def settle_prompt(self, prompt_id: Any) -> None:
         """The turn of that prompt is over (its end is queued with this group): its answer is no longer needed."""
         if prompt_id in self.prompts:
             self.prompts.remove(prompt_id)
+        self.after.pop(prompt_id, None)
+        self.seq.pop(prompt_id, None)
         for offset in [o for o, what in self.open.items() if what == f"prompt:{prompt_id}"]:
             del self.open[offset]
         self.version += 1
 
     # -- the group commit -----------------------------------------------------------------------------------------
     def mark(self) -> Mark:
-        return Mark(self.seen, dict(self.open), list(self.prompts))
+        return Mark(self.seen, dict(self.open), list(self.prompts), dict(self.after), dict(self.seq))
 
     def changed(self) -> bool:
         return self.version != self.stored

@@ -143,10 +143,19 @@ class SessionManager:
     async def _go_on(self, live: LiveSession) -> None:
         """A session whose agent kept running in its host: its turn goes on (the prompt's answer awaited), or, when
         no prompt of it is known, its turn is closed as one a crash cut."""
+        agent = self.launcher.hosts.agents.get(live.session_id)
+        written = agent.connection.welcome.written if agent is not None else 0
+        if live.ledger is not None:
+            live.ledger.attached(written)
         if SessionState(live.row.state) is not SessionState.RUNNING:
             return
         prompts = live.ledger.prompts if live.ledger is not None else []
-        if prompts:
+        if prompts and live.ledger is not None and not live.ledger.reached(prompts[-1], written):
+            # The gateway stopped after the turn was recorded and before its prompt reached the host (LD-8): the
+            # agent never saw it, so it goes now, once, with the same id.
+            live.ledger.resend_prompt(prompts[-1])
+            self.turns.resume(live, prompts[-1], resend=True)
+        elif prompts:
             self.turns.resume(live, prompts[-1])
         else:
             await self.turns.close_interrupted(live.row)

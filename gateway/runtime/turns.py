@@ -16,12 +16,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from acp.errors import RpcError, TransportError
 
 from .. import metrics
 from ..errors import GatewayError, agent_failed, busy, not_resumable, storage_failed, unexpected
 from ..journal import EventBus
 from ..store import HistoryEntry, SessionRow, StoreBase
+from . import failpoints
 from .broker import PermissionBroker
 from .commands import Command, CommandDecision, decide
 from .diagnosis import limit_said, stderr_said
@@ -95,20 +98,48 @@ class TurnRunner:
         live.turn = turn
         return turn
 
-    def resume(self, live: LiveSession, prompt_id: int) -> asyncio.Task[dict[str, Any]]:
+    def resume(self, live: LiveSession, prompt_id: int, resend: bool = False) -> asyncio.Task[dict[str, Any]]:
         """The turn a hosted agent went on with while no gateway was attached: its prompt's answer is awaited, and
-        it ends as any turn."""
-        live.prompt_sent, live.cancel_requested, live.prompt_id = True, False, prompt_id
-        turn = asyncio.ensure_future(self._resumed(live))
+        it ends as any turn. `resend`: the prompt never reached the agent (the gateway stopped between recording the
+        turn and sending it); it is sent now, as the turn's `turn_started` recorded it."""
+        live.prompt_sent, live.cancel_requested, live.prompt_id = not resend, False, prompt_id
+        turn = asyncio.ensure_future(self._resumed(live, resend))
         turn.add_done_callback(_retrieve)
         live.turn = turn
         return turn
 
-    async def _resumed(self, live: LiveSession) -> dict[str, Any]:
+    async def _resumed(self, live: LiveSession, resend: bool) -> dict[str, Any]:
         row = live.row
-        end = await self._ask_agent(live, row, None)
+        sent: list[dict[str, Any]] | None = None
+        if resend:
+            assert live.prompt_id is not None
+            live.client.conn.unexpect(live.prompt_id)
+            sent = await self._recorded_prompt(live)
+            await self.writer.message(row, "info", "the gateway stopped before this turn's prompt reached agent "
+                                      f"{live.profile.id}: sent now")
+        end = await self._ask_agent(live, row, sent)
         await self._ended(live, row, end)
         return {"stop_reason": end.stop_reason}
+
+    async def _recorded_prompt(self, live: LiveSession) -> list[dict[str, Any]]:
+        """What `_run` would have sent for the running turn: its `turn_started` prompt, with the resume context where
+        the session still needs one."""
+        row = live.row
+        blocks: list[dict[str, Any]] = []
+        cursor: int | None = (row.turn_event_id or 1) - 1
+        until = self.bus.head(row.owner)
+        while cursor is not None and cursor < until and not blocks:
+            frames, cursor = await self.store.events.after(row.owner, cursor, until, row.id)
+            for frame in frames:
+                data = orjson.loads(frame)["params"]
+                if data.get("type") == "turn_started":
+                    blocks = list(data.get("data", {}).get("prompt") or [])
+                    break
+        if live.needs_resume_context:
+            earlier = (await self.store.history.all(row.id))[:-1]
+            blocks = [{"type": "text", "text": render_resume_context(earlier, prompt_text(blocks))},
+                      *(b for b in blocks if b.get("type") != "text")]
+        return blocks
 
     async def _ended(self, live: LiveSession, row: SessionRow, end: TurnEnd) -> None:
         """The turn's end recorded; then what its caller is told when it did not end well."""
@@ -177,6 +208,7 @@ class TurnRunner:
             self.writer.enqueue(updated, "turn_started", {"prompt": blocks}, started)
             row = updated
             await started
+            failpoints.reached("turn-recorded")
             await self.writer.stage(row, "prompting")
         except Exception as exc:
             # Nothing was sent to the agent; if the row says RUNNING, it must not stay so.

@@ -160,8 +160,42 @@ def test_ledger_rules(case: str, rule: str, steps: list[Step], committed: int, o
         committed, open_, skipped, prompts)
 
 
+# Whether a prompt the mark names reached the agent, from where its line stands and the host's `written` (welcome).
+PROMPT_ROWS: list[tuple[str, str, list[Step], int, bool]] = [
+    ("its line's number is kept and the host took it", "LD-7",
+     [("sent", 3, answer(1)), ("expect", 5), ("sent", 4, prompt(5))], 4, True),
+    ("its line's number is kept and the host stopped short of it", "LD-7",
+     [("sent", 3, answer(1)), ("expect", 5), ("sent", 4, prompt(5))], 3, False),
+    ("recorded, never sent, the host took nothing after the line before it", "LD-8",
+     [("sent", 3, answer(1)), ("expect", 5)], 3, False),
+    ("recorded, never sent, on a fresh agent", "LD-8", [("expect", 1)], 0, False),
+    ("recorded, the host took a line after the one before it: taken as reached", "LD-9",
+     [("sent", 3, answer(1)), ("expect", 5)], 4, True),
+]
+
+
+@pytest.mark.parametrize("case,rule,steps,written,reached", PROMPT_ROWS, ids=[row[0] for row in PROMPT_ROWS])
+def test_prompt_reached_rules(case: str, rule: str, steps: list[Step], written: int, reached: bool) -> None:
+    prompt_id = next(step[1] for step in steps if step[0] == "expect")
+    ledger = play(steps)
+    assert ledger.reached(prompt_id, written) is reached
+    assert reattached(ledger).reached(prompt_id, written) is reached  # as the next gateway reads the mark
+
+
+def test_a_prompt_sent_again_is_placed_after_the_lines_sent_since() -> None:
+    ledger = reattached(play([("expect", 5)]))  # recorded by a gateway that died before sending it
+    ledger.attached(0)
+    assert not ledger.reached(5, 0)  # LD-8: it goes again
+    ledger.sent(1, answer(3))  # another line went first
+    ledger.resend_prompt(5)
+    assert not ledger.reached(5, 1) and ledger.reached(5, 2)
+    ledger.sent(2, prompt(5))
+    assert orjson.loads(ledger.mark().encode())["prompt_lines"] == [[5, 1, 2]]
+    assert not ledger.reached(5, 1) and ledger.reached(5, 2)  # LD-7 from here
+
+
 def test_every_rule_has_a_row() -> None:
-    assert sorted({row[1] for row in ROWS}) == sorted(ledger_rules.RULES)
+    assert sorted({row[1] for row in ROWS} | {row[1] for row in PROMPT_ROWS}) == sorted(ledger_rules.RULES)
 
 
 def test_every_rule_id_is_in_the_docs() -> None:
@@ -175,8 +209,8 @@ def test_the_mark_is_kept_as_the_store_keeps_it() -> None:
     """Offsets and prompt ids in JSON; what each open line was is not kept: a reattach learns it again (LD-6)."""
     ledger = play([("expect", "p-1"), *THREE, read(4, done(9)), read(5, failed("p-1"))])
     raw = orjson.loads(ledger.mark().encode())
-    assert raw == {"seen": 5, "open": [2, 5], "prompts": ["p-1"]}
-    assert Mark.decode(raw) == Mark(5, {2: REPLAYED, 5: REPLAYED}, ["p-1"])
+    assert raw == {"seen": 5, "open": [2, 5], "prompts": ["p-1"], "prompt_lines": [["p-1", 0, None]]}
+    assert Mark.decode(raw) == Mark(5, {2: REPLAYED, 5: REPLAYED}, ["p-1"], {"p-1": 0})
     assert Mark.decode(None) == Mark.decode({}) == Mark()
 
 
@@ -207,12 +241,12 @@ def test_a_new_agents_mark_goes_with_the_next_group_and_then_only_changes() -> N
     assert not ledger.changed() and cut(hosts) is None
     ledger.read(1, ask(7))
     assert ledger.changed()
-    assert orjson.loads(cut(hosts) or b"") == {"seen": 1, "open": [1], "prompts": []}
+    assert orjson.loads(cut(hosts) or b"") == {"seen": 1, "open": [1], "prompts": [], "prompt_lines": []}
     ledger.sent(1, answer(7))  # an answer on its way changes no mark: the request stays open until it is taken
     ledger.taken(0)
     assert not ledger.changed() and cut(hosts) is None
     ledger.taken(1)
-    assert orjson.loads(cut(hosts) or b"") == {"seen": 1, "open": [], "prompts": []}
+    assert orjson.loads(cut(hosts) or b"") == {"seen": 1, "open": [], "prompts": [], "prompt_lines": []}
     ledger.expect_prompt(3)
     assert orjson.loads(cut(hosts) or b"")["prompts"] == [3]
     ledger.settle_prompt(3)
