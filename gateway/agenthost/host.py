@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import time
@@ -22,7 +21,7 @@ from typing import Any
 from acp.process import AgentProcess, ExitProtocol, StderrRing
 
 from . import protocol
-from .host_terminals import HostTerminals
+from .host_terminals import HostTerminals, terminal_preexec
 from .protocol import FrameError, LineSplitter
 from .spec import HostSpec, private_directory, socket_address
 from .spool import AGENT, GATEWAY, Spool, SpoolError
@@ -39,17 +38,9 @@ class StartError(Exception):
 
 
 def die_with_host() -> Callable[[], None]:
-    """A preexec_fn that has the kernel SIGKILL the child when the host dies, however it dies. The host may die
-    between fork and prctl: then the child's parent is no longer the host, and it exits at once."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl  # looked up now: after fork, only the call
-    host = os.getpid()
-
-    def arm() -> None:
-        if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != host:
-            os._exit(127)
-
-    return arm
+    """A preexec_fn that has the kernel SIGKILL the child when the host dies, however it dies (a terminal's, with no
+    descriptor to move)."""
+    return terminal_preexec([])
 
 
 async def spawn_agent(spec: HostSpec) -> AgentProcess:

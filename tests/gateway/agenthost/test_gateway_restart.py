@@ -11,7 +11,6 @@ import contextlib
 import os
 import random
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +71,6 @@ class World:
         started = await client.call("task.session.start", {"agent": "ref", "cwd": str(self.work),
                                                            "wait_ready": True})
         return str(started["session_id"])
-
-
-@pytest.fixture
-async def hosted(tmp_path: Path) -> AsyncIterator[World]:
-    w = World(tmp_path, 60)
-    async with running(w.gateway):
-        yield w
-    for pid in host_pids(w.gateway.state_dir):  # a test that failed half-way leaves no host behind
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def chunk_texts(events: list[dict[str, Any]], sid: str) -> list[str]:
