@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +27,12 @@ from . import proctree
 from .budget import ByteRate
 from .errors import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
 from .process import ExitProtocol
+
+# A stable name of the peer's line being handled, set by whoever feeds the connection (a hosted agent: its host and
+# the line's offset in the host's spool). A handler that creates something the peer names later (a terminal) derives
+# its id from it, so the same line handled again after a gateway restart names the same thing. Tasks answering a
+# request copy it as the line is dispatched.
+request_key: ContextVar[str | None] = ContextVar("acp_request_key", default=None)
 
 if TYPE_CHECKING:  # the agent host runs `Terminal` and starts in a hurry: the request models load where they parse
     from .models import CreateTerminalRequest
@@ -284,8 +292,17 @@ class Terminals:
 
         if method == "terminal/create":
             request = parse_request(CreateTerminalRequest, params, method)
+            key = request_key.get()
+            if key is not None and self.runner is not None:
+                # The id follows from the agent's line: a create handled again after a restart (its answer never
+                # reached the agent) finds the terminal its first handling started, adopted from the host, and names
+                # it again instead of running its command twice.
+                terminal_id = f"term-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+                if terminal_id in self.live:
+                    return {"terminalId": terminal_id}
+            else:
+                terminal_id = f"term-{uuid.uuid4().hex[:16]}"
             spec = self.host.plan(request)
-            terminal_id = f"term-{uuid.uuid4().hex[:16]}"
             host = self.host
             if self.runner is not None:
                 held = await self.runner.start(terminal_id, spec)

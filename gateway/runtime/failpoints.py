@@ -1,7 +1,8 @@
 """Crash windows a test cannot hit from outside: the gateway kills itself (SIGKILL, as `kill -9`) at a named point
 when `ACP_GATEWAY_FAILPOINT` names it. Unset, as in every real deployment, each point is one dictionary lookup.
 
-Points: `turn-recorded` — a turn's `turn_started` is committed, its prompt not yet sent to the agent.
+Points: `turn-recorded` — a turn's `turn_started` is committed, its prompt not yet sent to the agent;
+`terminal-started` — an agent's terminal runs, its id not yet answered to the agent.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from acp.replay.recording import record_process
 from acp.restore import Outcome, RestoreMethod
 from acp.session_config import ConfigOffer
 from acp.session_setup import RestoreResult, establish_session
-from acp.terminals import Terminal, TerminalSpec
+from acp.terminals import Terminal, TerminalSpec, request_key
 from agents.profiles import AgentProfile
 from agents.registry.credentials import given, keep_vars, offered_vars, required_vars
 from agents.registry.installs import current_version, launch_refusal, profile_at
@@ -300,7 +300,13 @@ class Launcher:
                            on_permission=lambda params: self._on_permission(row.id, params),
                            options=self._client_options(row, agent.first_request_id), terminal_host=terminals,
                            on_elicitation=self._elicitation_handler(row))
-        client.conn.on_line = agent.connection.stdout.line_done
+        stdout, host_name = agent.connection.stdout, agent.record.socket
+
+        def on_line() -> None:  # the line handled now, named for the requests it carries (a terminal's id)
+            stdout.line_done()
+            request_key.set(f"{host_name}:{stdout.consumed}")
+
+        client.conn.on_line = on_line
         client.conn.observers.append(agent.observe)
         if terminals is not None and client.terminals is not None and agent.connection.welcome.runs_terminals:
             # Its terminals run in its host, and outlive this gateway with it. Those the host kept running while no

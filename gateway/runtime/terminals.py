@@ -31,6 +31,7 @@ from ..agenthost.protocol import unseen_output
 from ..agenthost.remote_terminals import RemoteTerminal, Reported
 from ..errors import LIMIT_EXCEEDED
 from ..store import HistoryEntry, SessionRow
+from . import failpoints
 from .settings import Settings
 from .spawn_env import Source, Spawn
 from .spawn_env import refusal as env_refusal
@@ -125,6 +126,7 @@ class SessionTerminals:
                             self.pace)
 
     def opened(self, terminal: Terminal) -> None:
+        failpoints.reached("terminal-started")  # started, its id not yet answered to the agent
         self.counts.add(self.row.owner, self.row.id, 1)
         self._decoders[terminal.id] = codecs.getincrementaldecoder("utf-8")("replace")
         self._started(terminal)

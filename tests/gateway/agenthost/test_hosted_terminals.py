@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,6 @@ from tests.gateway.agenthost.test_gateway_restart import World, agent_pids, host
 from tests.gateway.sandbox.test_sandbox import session, sref
 from tests.gateway_harness import EventLog, running, subscribed
 from tests.support.world import Spec, WorldFactory
-
-
-@pytest.fixture
-async def hosted(tmp_path: Path) -> AsyncIterator[World]:
-    w = World(tmp_path, 60)
-    async with running(w.gateway):
-        yield w
-    for pid in host_pids(w.gateway.state_dir):  # a test that failed half-way leaves no host behind
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def parent_of(pid: int) -> int | None:
@@ -261,3 +250,41 @@ async def test_a_descriptor_a_terminal_is_handed_reaches_it_at_its_number() -> N
         os.close(used)
         for terminal_id in list(terminals.held):
             await terminals.release(terminal_id)
+
+
+async def test_a_create_handled_again_after_a_crash_runs_its_command_once(tmp_path: Path) -> None:
+    """The gateway dies (failpoint `terminal-started`) after the host started the agent's terminal and before the
+    agent had its id: the next gateway handles the replayed `terminal/create` by naming the terminal the host kept
+    (its id follows from the agent's line), not by running the command again."""
+    hosted = World(tmp_path, 60)
+    runs = tmp_path / "runs"
+    gateway = hosted.gateway
+    gateway.env = {"ACP_GATEWAY_FAILPOINT": "terminal-started"}
+    await gateway.start()
+    try:
+        client, log = await subscribed(gateway)
+        sid = await hosted.session(client)
+        [agent] = agent_pids(hosted.agent_state)
+        prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
+                                                                             "prompt": f"/term echo ran >> {runs}"}))
+        assert gateway.proc is not None
+        await asyncio.wait_for(gateway.proc.wait(), 30)  # it killed itself with the terminal started, unanswered
+        with contextlib.suppress(Exception):
+            await prompt
+        await client.close()
+        gateway.env = {}
+        await gateway.start()
+        client, log = await subscribed(gateway, 0)
+        ended = await log.wait(lambda e: e["type"] == "turn_ended" and e["session_id"] == sid, timeout=30)
+        assert ended["data"]["stop_reason"] == "end_turn"
+        assert runs.read_text() == "ran\n"  # once
+        assert agent_pids(hosted.agent_state) == {agent}
+        events = [e for e in log.events if e["session_id"] == sid]
+        assert len([e for e in events if e["type"] == "terminal_started"]) == 1
+        assert 'terminal exit {"exitCode":0,"signal":null}' in agent_text(events, sid)
+        await client.close()
+    finally:
+        await gateway.stop()
+        for host in host_pids(gateway.state_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(host, signal.SIGKILL)

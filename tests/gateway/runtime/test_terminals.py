@@ -19,6 +19,7 @@ from acp.terminals import OutputBuffer, incomplete_tail
 from gateway.clients.client import GatewayClient
 from gateway.runtime.settings import Settings
 from gateway.runtime.terminals import PUBLISHED_BYTES, refusal
+from tests.conftest import wait_until
 from tests.gateway_harness import EventLog, processes_naming, reference_profile
 from tests.support.world import Layout, Spec, World, WorldFactory, start
 
@@ -187,7 +188,7 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway_w
     assert processes_naming(f"{tag}-a")
     await client.call("task.session.cancel", {"session_id": sid})
     await asyncio.wait([turn], timeout=15)
-    assert processes_naming(f"{tag}-a") == []
+    await wait_until(lambda: processes_naming(f"{tag}-a") == [], what="the cancelled terminal's command gone")
     # A kill -9 of the gateway mid-command: after the restart nothing of it is left, and the agent asking for that
     # terminal's output is told it is gone.
     sid = (await start(client, own.work))["session_id"]
@@ -200,7 +201,8 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway_w
     with pytest.raises(ConnectionError):
         await cut
     await own.gateway.start()
-    assert processes_naming(f"{tag}-b") == []
+    # killed by then (the parent-death signal, or the start's reaper); a loaded machine may still be tearing it down
+    await wait_until(lambda: processes_naming(f"{tag}-b") == [], what="the terminal's command gone after the kill")
     client, log = await own.subscribed()
     text, _ = await said(client, log, sid, f"/termout {started['data']['terminal_id']}")
     assert f"terminal/output error -32002: terminal {started['data']['terminal_id']} is not known" in text
