@@ -228,7 +228,9 @@ async def load_replays(ctx: CheckContext) -> str:
         await second.call("session/load", {"sessionId": sid, "cwd": ctx.workdir, "mcpServers": []})
     except RpcError as err:
         raise CheckFailed(f"session/load of {shown(sid)} answered {err.code} {err.message}") from None
-    before = list(second.updates)
+    load_ids = [m["msg"].get("id") for m in second.transcript
+                if m["dir"] == "out" and m["msg"].get("method") == "session/load"]
+    before = second.updates[:second.updates_at.get(load_ids[-1], len(second.updates))]
     await _settle(second)
     late = conversation(second.updates[len(before):])  # commands or usage reported after the answer are not replay
     users = "".join(_chunk_text(u, "user_message_chunk") for u in before)

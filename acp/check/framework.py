@@ -158,13 +158,16 @@ class Probe:
     envelope: list[str] = field(default_factory=list)
     error_shapes: list[str] = field(default_factory=list)
     responses_in: list[dict[str, Any]] = field(default_factory=list)  # every response since the check began
+    # How many updates had arrived when each response (by id) was read: what came before an answer, counted at the
+    # answer's arrival, not when the awaiting coroutine next ran (late updates may have been read by then).
+    updates_at: dict[Any, int] = field(default_factory=dict)
     last_new: dict[str, Any] | None = None  # the last session/new answer
     terminals: ScratchTerminals | None = None  # the terminals it was given, where the offer has them
 
     def begin(self) -> None:
         """A check starts using this (shared) process: what it observes from now on is that check's evidence."""
         self.transcript, self.violations, self.updates, self.requests_in = [], [], [], []
-        self.responses_in = []
+        self.responses_in, self.updates_at = [], {}
         self._noise_before = self._noise_total
         self.permission_asked.clear()
         self.first_update.clear()
@@ -181,6 +184,7 @@ class Probe:
             self.activity += 1  # a request of the agent's (a permission, a file): the turn runs
         if "method" not in msg:
             self.responses_in.append(msg)
+            self.updates_at[msg.get("id")] = len(self.updates)
             self._judge_envelope(msg)
         answered = self._answering.pop(msg.get("id"), None) if "method" not in msg else None
         violation = acp_v1_schema().check_from_agent(msg, answered)
