@@ -213,14 +213,21 @@ async def all_live(gw: Gateway, ids: list[str], hosts: list[int], state: Path) -
 
 
 async def streaming_restart(gw: Gateway, state: Path, agents: Path, config: Path, sid: str, gate: Path) -> \
-        tuple[Gateway, float]:
+        tuple[Gateway, float, float, float]:
     """A session's agent streaming (`/trickle`: a chunk every 3 ms) when the gateway is killed -9: ms from the new
-    process's start to a subscriber's first update of that session; the stream then ends (its turn too)."""
+    process's start to a subscriber's first update of that session, and from its listening line to that update;
+    beside it, a new subscriber's first update of the same stream before the kill (no restart at all). The stream
+    then ends (its turn too)."""
     admin = await GatewayClient.connect(gw.url, TOKEN)
     sub = await lean_subscriber(gw, sid)
     prompt = asyncio.ensure_future(admin.call("task.session.prompt", {"session_id": sid,
                                                                        "prompt": f"/trickle {gate}"}))
     await first_update(sub)
+    t_live = time.perf_counter()
+    live_sub = await lean_subscriber(gw, sid)
+    await first_update(live_sub)
+    live_ms = (time.perf_counter() - t_live) * 1000
+    await live_sub.close()
     kill9(gw)
     for conn in (sub, admin):
         with contextlib.suppress(Exception):
@@ -230,9 +237,11 @@ async def streaming_restart(gw: Gateway, state: Path, agents: Path, config: Path
         await prompt
     t0 = time.perf_counter()
     gw = Gateway(state, agents, ["--config", str(config)]).start()
+    t_listening = time.perf_counter()
     sub = await lean_subscriber(gw, sid)
     await first_update(sub)
     took = (time.perf_counter() - t0) * 1000
+    next_ms = (time.perf_counter() - t_listening) * 1000
     gate.touch()
 
     async def turn_ended() -> None:
@@ -241,7 +250,7 @@ async def streaming_restart(gw: Gateway, state: Path, agents: Path, config: Path
 
     await asyncio.wait_for(turn_ended(), 30)  # the next run's stream is a new turn
     await sub.close()
-    return gw, took
+    return gw, took, next_ms, live_ms
 
 
 async def restart_figures(tmp: Path, agents: Path, rows: list[str]) -> list[float]:
@@ -262,6 +271,8 @@ async def restart_figures(tmp: Path, agents: Path, rows: list[str]) -> list[floa
             raise RuntimeError(f"{HOSTED_SESSIONS} hosted sessions started, but {len(hosts)} agent hosts run")
         reattach_ms: list[float] = []
         streaming_ms: list[float] = []
+        next_ms: list[float] = []
+        live_ms: list[float] = []
         host_rss: list[float] = []
         agent_rss: list[float] = []
         host_pss: list[float] = []
@@ -278,9 +289,11 @@ async def restart_figures(tmp: Path, agents: Path, rows: list[str]) -> list[floa
             agent_rss.append(statistics.median(memory_kib(k[0], "VmRSS") for k in kids.values()))
             host_pss.append(statistics.median(memory_kib(pid, "Pss") for pid in hosts))
             agent_pss.append(statistics.median(memory_kib(k[0], "Pss") for k in kids.values()))
-            gw, took = await streaming_restart(gw, state, agents, hosted_config, ids[run % len(ids)],
-                                               tmp / f"hosts-gate-{run}")
+            gw, took, after_listening, live = await streaming_restart(gw, state, agents, hosted_config,
+                                                                      ids[run % len(ids)], tmp / f"hosts-gate-{run}")
             streaming_ms.append(took)
+            next_ms.append(after_listening)
+            live_ms.append(live)
         gw.stop()  # on_stop = "detach": the hosts stay, unattached, until they are ended here
         end_hosts([state])
         # The baseline: the same store, no hosts (host_linger = 0, the agents gone). Its first start finds the dead
@@ -299,6 +312,9 @@ async def restart_figures(tmp: Path, agents: Path, rows: list[str]) -> list[floa
                     "reattached)", reattach_ms, cold_ms, "ms", "reported", True, cold))
     rows.append(row(f"restart after kill -9 → first update of a session streaming through it ({HOSTED_SESSIONS} "
                     "hosts reattached)", streaming_ms, cold_ms, "ms", "reported", True, cold))
+    rows.append(row("a reattached session's next update (listening → a new subscriber's first update of the "
+                    "session streaming through the kill -9)", next_ms, live_ms, "ms", "reported", True,
+                    "a new subscriber's first update of the same stream before the kill"))
     rows.append(row(f"memory per agent host (RSS, median of {HOSTED_SESSIONS}; PSS {statistics.median(host_pss):,.0f} "
                     f"KiB per host, {statistics.median(agent_pss):,.0f} per agent)", host_rss, agent_rss, "KiB",
                     "reported", True, "its agent, a reference agent (RSS)"))
