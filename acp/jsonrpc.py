@@ -85,6 +85,9 @@ class Connection:
         # Told as each line is taken from a chunk, before it is handled (a hosted agent's reader then knows which
         # line the observers see: gateway.agenthost.client.AgentStdout.line_done). Set before the peer starts.
         self.on_line: Callable[[], None] | None = None
+        # Told as a request of the peer's is dispatched, before its answering task starts (which copies the context
+        # this sets: a hosted agent's request is named by its line, `acp.terminals.request_key`).
+        self.naming_request: Callable[[], None] | None = None
         self._read_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -228,9 +231,19 @@ class Connection:
         try:
             # A plain loop over chunks, not an async generator of lines: a flooding agent sends
             # hundreds of thousands of lines a second, and each `async for` step costs a coroutine.
-            while chunk := await reader.read(READ_CHUNK):
+            # A reader that hands out whole lines (an agent in a host: gateway.agenthost.client.AgentStdout) is not
+            # joined into bytes only to be split again here.
+            read_lines = getattr(reader, "read_lines", None)
+            while True:
+                if read_lines is not None:
+                    if not (lines := await read_lines(READ_CHUNK)):
+                        break
+                else:
+                    if not (chunk := await reader.read(READ_CHUNK)):
+                        break
+                    lines = splitter.feed(chunk)
                 requests = 0
-                for line in splitter.feed(chunk):
+                for line in lines:
                     if on_line is not None:
                         on_line()
                     msg = parse_frame(line, stats)
@@ -245,7 +258,7 @@ class Connection:
                                 await asyncio.sleep(self._pace_refusals())
                             elif requests % REQUESTS_PER_WAKEUP == 0:
                                 await asyncio.sleep(0)
-                line = b""  # the last line (up to 64 MiB) is not kept alive while the next one arrives
+                line, lines = b"", []  # the last line (up to 64 MiB) is not kept alive while the next one arrives
                 # Bounded work per wake-up: `read` returns at once while the stream holds data, so a flooding agent
                 # would keep the loop here; one chunk at a time, every other connection is served between.
                 await asyncio.sleep(0)
@@ -277,6 +290,8 @@ class Connection:
                         self._refused += 1
                         self._spawn(self._reply_error(msg_id, RpcError(LIMIT_EXCEEDED, f"{method}: {refused}")))
                         return
+                if self.naming_request is not None:
+                    self.naming_request()
                 task = self._spawn(self._answer(msg_id, method, params))
                 if budget is not None:
                     task.add_done_callback(lambda _: budget.give(size))

@@ -24,7 +24,7 @@ from . import protocol
 from .host_terminals import HostTerminals, terminal_preexec
 from .protocol import FrameError, LineSplitter
 from .spec import HostSpec, private_directory, socket_address
-from .spool import AGENT, GATEWAY, Spool, SpoolError
+from .spool import AGENT, GATEWAY, Spool, SpoolError, reading_paced
 
 READ_CHUNK = 64 * 1024
 STDOUT_LIMIT = 1 << 20  # asyncio's pipe buffer before it stops reading the agent (as acp.process)
@@ -83,20 +83,36 @@ class FrameReader:
             self._ready.reverse()
         return protocol.decode(self._ready.pop())
 
+    async def next_lines(self) -> list[bytes] | None:
+        """Every whole frame already read (at least one), in order and undecoded; None at the connection's end."""
+        while not self._ready:
+            chunk = await self._reader.read(READ_CHUNK)
+            if not chunk:
+                return None
+            self._ready = self._splitter.feed(chunk)
+            self._ready.reverse()
+        lines, self._ready = self._ready, []
+        lines.reverse()
+        return lines
+
 
 class Attachment:
     """The attached gateway's connection."""
 
-    def __init__(self, writer: asyncio.StreamWriter, incarnation: int, cursor: int) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, incarnation: int, cursor: int, raw: bool = False) -> None:
         self.writer = writer
         self.incarnation = incarnation
+        self.raw = raw  # its hello asked for the agent's lines as raw frames
         self.cursor = cursor  # the last agent line sent on it
         self.exit_sent = False
         self.sender: asyncio.Task[None] | None = None
 
     def send(self, frame: dict[str, Any]) -> None:
+        self.send_bytes(protocol.encode(frame))
+
+    def send_bytes(self, frames: bytes) -> None:
         if not self.writer.is_closing():
-            self.writer.write(protocol.encode(frame))
+            self.writer.write(frames)
 
     def end(self, frame: dict[str, Any] | None = None) -> None:
         if frame is not None:
@@ -120,7 +136,8 @@ class Host:
         self.detached_since = time.monotonic()
         self.ended_by: str | None = None  # the LG rule the host ended by
         self._agent_lines = asyncio.Event()  # new agent lines or its exit
-        self._acked = asyncio.Event()  # the gateway acknowledged agent lines (SP-1 may let reading go on)
+        # The gateway acknowledged agent lines, or was sent some, or detached: SP-1 or SP-3 may let reading go on.
+        self._may_read = asyncio.Event()
         self._gateway_lines = asyncio.Event()  # new gateway lines for the agent
         self._life = asyncio.Event()  # something LG-* looks at changed
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -146,13 +163,15 @@ class Host:
 
     # -- the agent's side --------------------------------------------------------------------------------------------
     async def read_agent(self) -> None:
-        """Every stdout line into the spool; paused while SP-1 says so. Then the exit (the agent's whole tree)."""
+        """Every stdout line into the spool; paused while SP-1 or SP-3 says so. Then the exit (the agent's whole
+        tree)."""
         splitter, stdout, spool = LineSplitter(), self.agent.stdout, self.spool
         while True:
-            while spool.paused:  # SP-1: backpressure; the agent blocks on its full pipe, nothing is lost
-                self._acked.clear()
-                if spool.paused:
-                    await self._acked.wait()
+            # SP-1 (backpressure) and SP-3 (pacing): the agent blocks on its full pipe, nothing is lost.
+            while spool.paused or reading_paced(self._unsent_lines()):
+                self._may_read.clear()
+                if spool.paused or reading_paced(self._unsent_lines()):
+                    await self._may_read.wait()
             chunk = await stdout.read(READ_CHUNK)
             if not chunk:
                 break
@@ -166,6 +185,11 @@ class Host:
         self.exit_code = code
         self._agent_lines.set()
         self._life.set()
+
+    def _unsent_lines(self) -> int | None:
+        """The agent's lines spooled and not yet sent to the attached gateway; None when none is attached."""
+        attachment = self.attached
+        return None if attachment is None else self.spool.head(AGENT) - attachment.cursor
 
     async def write_agent(self) -> None:
         """The gateway's lines to the agent's stdin, from the spool, in sequence order, each once."""
@@ -214,8 +238,8 @@ class Host:
         self.newest_incarnation = hello.incarnation
         if hello.committed > self.spool.acked(AGENT):  # AH-6: what the gateway committed it never needs again
             self.spool.ack(AGENT, hello.committed)
-            self._acked.set()
-        attachment = self.attached = Attachment(writer, hello.incarnation, hello.committed)
+            self._may_read.set()
+        attachment = self.attached = Attachment(writer, hello.incarnation, hello.committed, hello.raw)
         self._life.set()
         attachment.send(protocol.welcome(self.spool.head(AGENT), self.written, os.getpid(), self.agent.pid,
                                          self.exit_code, self.terminals.reports()))
@@ -228,6 +252,7 @@ class Host:
             attachment.end()
             if self.attached is attachment:
                 self.attached = None
+                self._may_read.set()
                 self.detached_since = time.monotonic()
                 self._life.set()
 
@@ -239,10 +264,16 @@ class Host:
             while True:
                 self._agent_lines.clear()
                 if attachment.cursor < spool.head(AGENT):
-                    for offset, line in spool.read_after(AGENT, attachment.cursor, SEND_BATCH_BYTES):
-                        attachment.send({"t": protocol.LINE, "offset": offset, **protocol.carry(line)})
-                        attachment.cursor = offset
+                    batch = spool.read_after(AGENT, attachment.cursor, SEND_BATCH_BYTES)
+                    if attachment.raw:
+                        attachment.send_bytes(protocol.encode_raw_lines(batch))
+                    else:
+                        for offset, line in batch:
+                            attachment.send({"t": protocol.LINE, "offset": offset, **protocol.carry(line)})
+                    if batch:
+                        attachment.cursor = batch[-1][0]
                     await attachment.writer.drain()
+                    self._may_read.set()
                     continue
                 if self.exit_code is not None and not attachment.exit_sent:
                     attachment.exit_sent = True
@@ -282,7 +313,7 @@ class Host:
                     return
                 if ack == "trim":
                     spool.ack(AGENT, request.offset)
-                    self._acked.set()
+                    self._may_read.set()
                 if request.sent is not None:  # the gateway's own lines: kept until delivered and acknowledged
                     spool.ack(GATEWAY, min(request.sent, self.delivered))
             elif request.kind == protocol.STDERR:

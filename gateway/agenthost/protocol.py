@@ -3,6 +3,10 @@ tested by the table in tests/gateway/agenthost/test_protocol.py; docs/agent-host
 
 Frames are one JSON object per line, `t` naming the kind. A line of the agent or of the gateway travels as `line`
 (a JSON string) when it is valid UTF-8 — every ACP line is — and as `b64` otherwise, so any bytes pass unchanged.
+A gateway whose hello says `raw: true` is sent the agent's lines as raw frames instead: `>` then the offset in
+decimal, one space, the line's bytes as the agent wrote them (a line holds no newline, so any bytes pass): no
+escaping on either side, which is most of what relaying a flood through a host costs. A host that does not know
+`raw` (an older version) sends JSON frames; the gateway reads both.
 No I/O here: the host (`host.py`) and the client (`client.py`) perform what these functions decide.
 
 The agent's terminals (`terminal/*`) run in its host too (TM-…): the gateway decides what a terminal runs (its
@@ -85,7 +89,26 @@ def encode(frame: dict[str, Any]) -> bytes:
     return orjson.dumps(frame) + b"\n"
 
 
+RAW_LINE = b">"  # a raw frame's first byte (JSON frames start with `{`)
+
+
+def encode_raw_lines(lines: list[tuple[int, bytes]]) -> bytes:
+    """The agent's lines as raw frames, one after another."""
+    return b"".join([b">%d %b\n" % (offset, line) for offset, line in lines])
+
+
+def raw_line(frame: bytes) -> tuple[int, bytes]:
+    """A raw frame's offset and line."""
+    offset, space, data = frame[1:].partition(b" ")
+    if not space or not offset.isdigit():
+        raise FrameError("a raw line frame is `>`, its offset, a space and the line")
+    return int(offset), data
+
+
 def decode(line: bytes) -> dict[str, Any]:
+    if line[:1] == RAW_LINE:
+        offset, data = raw_line(line)
+        return {"t": LINE, "offset": offset, "raw": data}
     try:
         frame = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -104,7 +127,10 @@ def carry(data: bytes) -> dict[str, str]:
 
 
 def carried(frame: dict[str, Any]) -> bytes:
-    """The line a frame carries (`carry`'s inverse)."""
+    """The line a frame carries (`carry`'s inverse; a raw frame's bytes)."""
+    raw = frame.get("raw")
+    if isinstance(raw, bytes):
+        return raw
     text = frame.get("line")
     if isinstance(text, str):
         return text.encode("utf-8")
@@ -165,6 +191,7 @@ class Hello:
     secret: str
     incarnation: int
     committed: int  # offset of the last agent line whose effects the gateway committed
+    raw: bool = False  # the agent's lines go to it as raw frames
 
 
 @dataclass(frozen=True)
@@ -181,7 +208,7 @@ def parse_hello(frame: dict[str, Any]) -> Hello | None:
     incarnation, committed = _count(frame.get("incarnation")), _count(frame.get("committed"))
     if incarnation is None or committed is None:
         return None
-    return Hello(frame["secret"], incarnation, committed)
+    return Hello(frame["secret"], incarnation, committed, frame.get("raw") is True)
 
 
 def decide_hello(frame: dict[str, Any], facts: HostFacts) -> tuple[Verdict, Hello | None]:

@@ -38,6 +38,19 @@ def reading_paused(unacked_bytes: int, max_bytes: int) -> bool:
     return unacked_bytes >= max_bytes
 
 
+# SP-3's window: lines the host reads ahead of what it sent its gateway. Counted in lines, not bytes: it paces, it
+# bounds nothing (SP-1 bounds the spool in bytes); a 64 KiB pipe holds a few hundred ACP lines, this a few thousand.
+SEND_AHEAD_LINES = 4096
+
+
+def reading_paced(unsent_lines: int | None) -> bool:
+    """SP-3: with a gateway attached (`unsent_lines`: the agent's lines spooled and not yet sent to it), the host reads
+    the agent only while fewer than SEND_AHEAD_LINES wait to be sent: an agent flooding faster than its gateway reads
+    is paced as a pipe would pace it, instead of running ahead and taking the CPU its gateway and subscribers need.
+    With none attached (None) only SP-1 applies: the agent works on while no gateway runs."""
+    return unsent_lines is not None and unsent_lines >= SEND_AHEAD_LINES
+
+
 def segment_droppable(first: int, count: int, acked: int) -> bool:
     """SP-2: a segment goes once its last line is at or below the acknowledged offset."""
     return first + count - 1 <= acked

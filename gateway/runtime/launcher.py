@@ -302,11 +302,11 @@ class Launcher:
                            on_elicitation=self._elicitation_handler(row))
         stdout, host_name = agent.connection.stdout, agent.record.socket
 
-        def on_line() -> None:  # the line handled now, named for the requests it carries (a terminal's id)
-            stdout.line_done()
+        def naming_request() -> None:  # the request handled now, named by its line (a terminal's id follows from it)
             request_key.set(f"{host_name}:{stdout.consumed}")
 
-        client.conn.on_line = on_line
+        client.conn.on_line = stdout.line_done
+        client.conn.naming_request = naming_request
         client.conn.observers.append(agent.observe)
         if terminals is not None and client.terminals is not None and agent.connection.welcome.runs_terminals:
             # Its terminals run in its host, and outlive this gateway with it. Those the host kept running while no

@@ -17,6 +17,8 @@ import pytest
 from gateway.agenthost import protocol
 from gateway.agenthost.client import HostConnection, HostDisconnected, HostError, start_host
 from gateway.agenthost.host import READ_CHUNK
+from gateway.agenthost.spec import socket_address
+from tests.conftest import wait_until
 
 from .support import WAIT, Started, alive, gone, numbered, numbered_spec, read_lines, start_numbered
 
@@ -110,6 +112,23 @@ async def test_a_newer_incarnation_wins_and_an_older_one_is_refused(host: Starte
     new.send(b"echo still mine")
     again = await host.attach(incarnation=4, outbox=new.outbox)
     assert await read_lines(again, 1) == [(1, b"1 echo still mine")]
+
+
+async def test_a_gateway_that_does_not_ask_for_raw_frames_gets_the_same_lines_as_json(host: Started) -> None:
+    """An older gateway's hello (no `raw`) is sent JSON line frames; this gateway's, raw ones: the same lines."""
+    with socket_address(host.handle.socket_path) as address:
+        reader, writer = await asyncio.open_unix_connection(address)
+    writer.write(protocol.encode({"t": "hello", "secret": host.secret, "incarnation": 1, "committed": 0}))
+    assert protocol.decode(await asyncio.wait_for(reader.readline(), WAIT))["t"] == "welcome"
+    writer.write(protocol.encode({"t": "line", "seq": 1, **protocol.carry(b"flood 3")}))
+    frames: list[bytes] = []
+    while len([f for f in frames if f.startswith(b'{"t":"line"')]) < 3:
+        frames.append(await asyncio.wait_for(reader.readline(), WAIT))
+    as_json = [(f["offset"], protocol.carried(f)) for f in map(protocol.decode, frames) if f["t"] == "line"]
+    writer.close()
+    newer = await host.attach(incarnation=2)
+    assert await read_lines(newer, 3) == as_json
+    assert numbered(as_json)
 
 
 async def test_an_offset_the_spool_never_had_is_refused(host: Started) -> None:
@@ -212,6 +231,34 @@ async def test_past_the_bound_the_host_stops_reading_the_agent_and_loses_nothing
         assert [offset for offset, _ in received] == list(range(1, 20001))
         assert numbered(received)
         assert (await connection.status())["head"] == 20000
+    finally:
+        started.kill()
+
+
+async def test_an_attached_gateway_that_reads_nothing_paces_the_agent_and_a_detach_lets_it_run(tmp_path: Path) -> None:
+    """SP-3: attached, the host reads the agent only a window ahead of what it sent the gateway (the agent blocks on
+    its pipe, as a gateway's child would); detached, it reads on up to the spool's bound (SP-1)."""
+    flood = 300_000
+    flooded = sum(len(b"%d flood line %d of %d\n" % (i, i, flood)) for i in range(1, flood + 1))  # about 9 MB
+    started = await start_numbered(tmp_path, spool_max_bytes=64 << 20)
+    spool = Path(started.handle.spool_dir)
+
+    def spooled() -> int:
+        return sum(f.stat().st_size for f in spool.glob("agent-*"))
+
+    def writing_blocked() -> bool:
+        return "pipe_write" in Path(f"/proc/{started.handle.agent_pid}/wchan").read_text()
+
+    try:
+        with socket_address(started.handle.socket_path) as address:
+            _, writer = await asyncio.open_unix_connection(address)
+        writer.write(protocol.encode({"t": "hello", "secret": started.secret, "incarnation": 1, "committed": 0,
+                                      "raw": True}))
+        writer.write(protocol.encode({"t": "line", "seq": 1, **protocol.carry(b"flood %d" % flood)}))
+        await wait_until(writing_blocked, WAIT, "the agent to block on its stdout")
+        assert spooled() < flooded // 4  # a window past what the socket took, not the flood
+        writer.close()  # detached: nothing paces the agent but the bound
+        await wait_until(lambda: spooled() == flooded, WAIT, "the whole flood in the spool")
     finally:
         started.kill()
 

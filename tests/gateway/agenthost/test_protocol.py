@@ -97,6 +97,31 @@ def test_a_line_travels_unchanged(data: bytes) -> None:
     assert ("line" in frame) == (data != b"\xff\xfe not utf-8")
 
 
+@pytest.mark.parametrize("data", [b'{"jsonrpc":"2.0","method":"x"}', "ünïcødé ✓".encode(), b"\xff\xfe not utf-8",
+                                  b"", b"\x00\r\t", b"> 7 {", b" leading space"])
+def test_a_raw_frame_carries_any_line_unchanged(data: bytes) -> None:
+    [line, after] = protocol.encode_raw_lines([(12, data)]).split(b"\n")
+    assert after == b""
+    frame = protocol.decode(line)
+    assert (frame["t"], frame["offset"], protocol.carried(frame)) == ("line", 12, data)
+
+
+@pytest.mark.parametrize("line", [b">", b">12", b"> 12 x", b">x 1", b">-1 x", b">1.5 x"])
+def test_a_malformed_raw_frame_is_refused(line: bytes) -> None:
+    with pytest.raises(FrameError):
+        protocol.decode(line)
+
+
+@pytest.mark.parametrize(("frame", "raw"), [
+    ({"t": "hello", "secret": "s", "incarnation": 1, "committed": 0}, False),
+    ({"t": "hello", "secret": "s", "incarnation": 1, "committed": 0, "raw": True}, True),
+    ({"t": "hello", "secret": "s", "incarnation": 1, "committed": 0, "raw": 1}, False),
+])
+def test_a_hello_asks_for_raw_frames_only_with_true(frame: dict[str, Any], raw: bool) -> None:
+    hello = protocol.parse_hello(frame)
+    assert hello is not None and hello.raw is raw
+
+
 def test_every_rule_id_is_in_the_docs() -> None:
     from tests.support.paths import REPO
 

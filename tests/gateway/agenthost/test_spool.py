@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agenthost.spool import AGENT, GATEWAY, MIN_SEGMENT_BYTES, Spool, SpoolError
+from gateway.agenthost.spool import (
+    AGENT,
+    GATEWAY,
+    MIN_SEGMENT_BYTES,
+    SEND_AHEAD_LINES,
+    Spool,
+    SpoolError,
+    reading_paced,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -82,3 +90,11 @@ def test_files_are_the_hosts_alone(tmp_path: Path) -> None:
         Spool(tmp_path / "s", max_bytes=1 << 20)  # a second spool never writes into the first's
     spool.remove()
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(("unsent", "paced"), [
+    (None, False),  # no gateway attached: only SP-1 bounds reading
+    (0, False), (SEND_AHEAD_LINES - 1, False), (SEND_AHEAD_LINES, True), (10 * SEND_AHEAD_LINES, True),
+])
+def test_sp3_reading_waits_for_the_attached_gateway(unsent: int | None, paced: bool) -> None:
+    assert reading_paced(unsent) is paced
