@@ -27,7 +27,7 @@ from agents.profiles import AgentProfile
 
 from . import __version__, metrics
 from .api.outbox import Outbox
-from .api.rpc import RpcAdapter
+from .api.rpc import RpcAdapter, load_dispatch
 from .api.server import AcpFactory, AcpPeer, GatewayServer, ui_files, ui_pages
 from .config import ServeConfig
 from .errors import is_storage_error
@@ -234,6 +234,7 @@ class Gateway:
                           "(allow_unconfined_agents)", lambda: 1 if self.unconfined else 0)
             metrics.gauge("acp_gateway_store_healthy", "1 while the store accepts writes, 0 after a refused one",
                           lambda: 0 if store.health() else 1)
+            load_dispatch()  # before it says it listens: the first frame after a restart waits for no import
             await server.start()
             tune_gc_for_serving()
             self._announce(state_dir, generated, server.port)

@@ -26,8 +26,7 @@ LAZY_FOR_SERVE = {
     "acp.replay.agent": "`acp-gateway replay` (the command line lists its flags from acp.replay.arguments)",
     "acp.replay.rules": "`acp-gateway replay`",
     "acp.replay.record": "a gateway recording its agents (record_dir, acp/replay/recording.py)",
-    "jsonschema": "an agent's form question (acp/elicitation.py), and jsonrpcserver's own validator",
-    "jsonrpcserver": "the first /rpc frame (api/rpc.py: its package imports jsonschema)",
+    "jsonschema": "an agent's form question (acp/elicitation.py); jsonrpcserver's own validator is never loaded",
     "pythonjsonlogger": "log_format = \"json\" (app.serve_command)",
     "gateway.api.acp_server": "the first /acp connection (app.acp_endpoint)",
     "gateway.clients.client": "the wire-only verbs, when they run (cli/frontend.py, cli/questions.py)",
@@ -108,3 +107,20 @@ assert gateway.store.Store is gateway.store.SqliteStore
 def test_the_checker_registry_keeps_its_order_when_the_kit_is_imported_first() -> None:
     subprocess.run([sys.executable, "-c", "import acp.check.kit\n" + REGISTRY_ORDER], cwd=REPO, timeout=60,
                    check=True)
+
+
+def test_serving_loads_jsonrpcservers_dispatch_without_its_validator() -> None:
+    """`serve` loads jsonrpcserver's dispatch modules before it listens (a restarted gateway's first frame waits for
+    no import), not its package's jsonschema validator and server."""
+    modules = imported_by("from gateway.api import rpc\nrpc.load_dispatch()")
+    assert loaded(modules, "jsonrpcserver.async_dispatcher")
+    assert not loaded(modules, "jsonschema")
+    assert "jsonrpcserver.main" not in modules
+
+
+def test_jsonrpcserver_stays_whole_for_whoever_asks_the_package() -> None:
+    code = ("from gateway.api import rpc\nrpc.load_dispatch()\n"
+            "from jsonrpcserver import Success, dispatch\nassert Success is rpc.Success and callable(dispatch)\n"
+            "import jsonrpcserver.main")
+    modules = imported_by(code)
+    assert loaded(modules, "jsonschema")  # the package's own __init__ ran when it was asked for its names

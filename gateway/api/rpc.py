@@ -10,9 +10,11 @@ per member, as the JSON-RPC spec says.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import logging
 import re
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,9 +52,10 @@ from .contract import (
 )
 from .liveness import Liveness
 
-# jsonrpcserver is loaded at the first frame (`_load_jsonrpcserver`), not before the gateway listens: its package
-# imports jsonschema and builds a request validator (~40 ms) that this adapter never uses (`_validate_request`);
-# the first frame after a start pays it instead.
+# Of jsonrpcserver only its dispatch modules are loaded (`load_dispatch`, by `serve` before it listens, else at the
+# first frame), never its package's __init__ (`_jsonrpcserver_package`): that imports jsonschema to build a request
+# validator, and its own server (~30 ms), neither of which this adapter uses (`_validate_request`). A restarted
+# gateway's first frame (a reattached session's first subscriber) paid them: 38 ms before its first update.
 if TYPE_CHECKING:
     from jsonrpcserver import Error, Success
     from jsonrpcserver.async_dispatcher import dispatch_request
@@ -64,18 +67,41 @@ if TYPE_CHECKING:
 _jsonrpcserver_loaded = False
 
 
-def _load_jsonrpcserver() -> None:
-    """jsonrpcserver's names, as module globals, the first time a frame needs them (the methods run only after)."""
+def _jsonrpcserver_package() -> None:
+    """Register the `jsonrpcserver` package without running its __init__, so its submodules import alone. Whoever
+    later asks the package itself for a name (`from jsonrpcserver import dispatch`) runs the __init__ then, through
+    the package's module `__getattr__` (PEP 562): the package stays whole for everyone else."""
+    if "jsonrpcserver" in sys.modules:
+        return
+    spec = importlib.util.find_spec("jsonrpcserver")
+    if spec is None or spec.loader is None:
+        raise ImportError("jsonrpcserver is not installed")
+    package = importlib.util.module_from_spec(spec)
+    loader = spec.loader
+
+    def complete(name: str) -> Any:
+        del package.__getattr__
+        loader.exec_module(package)
+        return getattr(package, name)
+
+    setattr(package, "__getattr__", complete)  # noqa: B010  (mypy: a module's __getattr__ is a method)
+    sys.modules["jsonrpcserver"] = package
+
+
+def load_dispatch() -> None:
+    """jsonrpcserver's names, as module globals (the methods run only after); once."""
     global Error, Success, dispatch_request, create_request, to_response, InvalidRequestResponse, to_serializable, \
         NOID, Left, _jsonrpcserver_loaded
-    from jsonrpcserver import Error, Success
+    _jsonrpcserver_package()
     from jsonrpcserver.async_dispatcher import dispatch_request
     from jsonrpcserver.dispatcher import create_request, to_response
     from jsonrpcserver.response import InvalidRequestResponse, to_serializable
+    from jsonrpcserver.result import Error, Success
     from jsonrpcserver.sentinels import NOID
     from oslash.either import Left
 
     _jsonrpcserver_loaded = True
+
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
@@ -295,7 +321,7 @@ class RpcAdapter:
         result check, response). Its whole-message entry point adds an Either chain and an `asyncio.gather`
         (a task) per message: 41 µs of a status call's 52, measured; this path costs 10."""
         if not _jsonrpcserver_loaded:
-            _load_jsonrpcserver()
+            load_dispatch()
         try:
             _validate_request(message)
         except ValueError:
