@@ -30,7 +30,7 @@ from .spec import HostSpec, private_directory, socket_address, write_spec
 # commit and one fan-out, and groups four times that size overflowed a subscriber's outbox under a flood, moving it
 # onto the (far costlier) journal feed: relay through a host 0.49x -> 0.74x of the unhosted relay.
 PIPE_BYTES = 64 * 1024
-QUEUE_BYTES = 4 * 1024 * 1024  # agent lines received and not yet read, past which the socket is not read
+QUEUE_BYTES = 1024 * 1024  # agent lines received and not yet read, past which the socket is not read
 
 
 class HostError(Exception):
@@ -121,8 +121,11 @@ class Welcome:
     runs_terminals: bool = False  # its welcome lists terminals: it runs them (a host of an older gateway does not)
 
 
-_END = (-1, b"")  # the agent's exit, in the line queue
+_END = [-1, [], 0, 0]  # the agent's exit, in the line queue
 NOT_READY = object()  # `ready_line`: no line has arrived yet
+# A run in the line queue: [offset of lines[index], lines (consecutive offsets), index of the next one to take, bytes
+# of lines[index:]]. A raw batch arrives as one run, a slice of the lines its read was split into.
+Run = list[Any]
 
 
 class HostConnection:
@@ -135,7 +138,8 @@ class HostConnection:
         self.committed = committed  # what the attach said: the lines read here come after it
         self.outbox = outbox
         self._frames = frames
-        self._lines: deque[tuple[int, bytes]] = deque()
+        self._lines: deque[Run] = deque()
+        self._batches = protocol.AgentLines()
         self._queued_bytes = 0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
@@ -189,20 +193,19 @@ class HostConnection:
     # -- reading -----------------------------------------------------------------------------------------------------
     async def _read(self) -> None:
         reason: HostError = HostDisconnected("the agent host closed the connection")
-        raw_line, lines = protocol.raw_line, self._lines
+        batches, lines = self._batches, self._lines
         try:
             while (frames := await self._frames.next_lines()) is not None:
-                for line in frames:
-                    if line[:1] == protocol.RAW_LINE:  # the agent's lines: the bulk of what arrives, decoded here
-                        offset, data = raw_line(line)
-                        lines.append((offset, data))
-                        self._queued_bytes += len(data)
+                for item in batches.feed(frames):
+                    if isinstance(item, tuple):  # the agent's lines: the bulk of what arrives, never looked into
+                        self._queue_run(*item)
                         continue
-                    stop = self._handle(protocol.decode(line))
+                    stop = self._handle(item)
                     if stop is not None:
                         reason = stop
                         return
-                self._arrived.set()
+                if lines:
+                    self._arrived.set()
                 if self._queued_bytes >= QUEUE_BYTES:  # a slow reader: the host waits, its spool holds the rest
                     self._room.clear()
                     await self._room.wait()
@@ -224,13 +227,12 @@ class HostConnection:
         """A frame other than a raw line; the reason the connection ends, when the host ended it."""
         kind = frame.get("t")
         if kind == protocol.LINE:  # a host that sends JSON frames (an older version)
-            data = protocol.carried(frame)
-            self._lines.append((frame["offset"], data))
-            self._queued_bytes += len(data)
+            self._queue_run(frame["offset"], [protocol.carried(frame)])
         elif kind == protocol.EXIT:
             if not self.exit_code.done():
                 self.exit_code.set_result(frame["code"])
             self._lines.append(_END)
+            self._arrived.set()
         elif kind == protocol.WRITTEN:
             self.outbox.taken(frame["seq"])
             if self.on_taken is not None:
@@ -252,24 +254,62 @@ class HostConnection:
             return HostDisconnected(f"the agent host ended this connection: {frame.get('reason')}", frame.get("rule"))
         return None
 
-    async def next_line(self) -> tuple[int, bytes] | None:
-        """The agent's next line and its offset; None once the agent exited and every line was read. Raises
-        HostDisconnected when the connection ended first."""
+    def _queue_run(self, first: int, lines: list[bytes]) -> None:
+        size = sum(map(len, lines))
+        self._lines.append([first, lines, 0, size])
+        self._queued_bytes += size
+
+    def _taken(self, size: int) -> None:
+        self._queued_bytes -= size
+        if self._queued_bytes < QUEUE_BYTES:
+            self._room.set()
+
+    async def wait_lines(self) -> None:
+        """Until a line (or the agent's exit) is here to take. Raises HostDisconnected when the connection ended
+        first."""
         while not self._lines:
             if self.closed_reason is not None:
                 raise self.closed_reason
             self._arrived.clear()
             await self._arrived.wait()
+
+    def take_runs(self, max_bytes: int) -> list[tuple[int, list[bytes]]] | None:
+        """The agent's lines here now, as runs of consecutive offsets (their first offset, their lines), whole runs up
+        to about `max_bytes` (at least one); None once the agent exited and every line was taken."""
+        taken: list[tuple[int, list[bytes]]] = []
+        size = 0
+        lines = self._lines
+        while lines and size < max_bytes:
+            run = lines[0]
+            if run is _END:
+                break
+            first, batch, index, run_bytes = run
+            lines.popleft()
+            taken.append((first, batch[index:] if index else batch))
+            size += run_bytes
+        if not taken and lines and lines[0] is _END:
+            return None
+        self._taken(size)
+        return taken
+
+    async def next_line(self) -> tuple[int, bytes] | None:
+        """The agent's next line and its offset; None once the agent exited and every line was read. Raises
+        HostDisconnected when the connection ended first."""
+        await self.wait_lines()
         return self._take()
 
     def _take(self) -> tuple[int, bytes] | None:
-        if self._lines[0] is _END:
+        run = self._lines[0]
+        if run is _END:
             return None
-        offset, data = self._lines.popleft()
-        self._queued_bytes -= len(data)
-        if self._queued_bytes < QUEUE_BYTES:
-            self._room.set()
-        return offset, data
+        first, batch, index = run[0], run[1], run[2]
+        line = batch[index]
+        if index + 1 == len(batch):
+            self._lines.popleft()
+        else:
+            run[0], run[2], run[3] = first + 1, index + 1, run[3] - len(line)
+        self._taken(len(line))
+        return first, line
 
     def ready_line(self) -> tuple[int, bytes] | object | None:
         """The next line if one is here already (else NOT_READY; None: the agent exited and every line was read)."""
@@ -391,18 +431,27 @@ class AgentStdout:
 
     def __init__(self, connection: HostConnection) -> None:
         self._connection = connection
-        self._offsets: deque[int] = deque()  # the lines handed out whose `line_done` has not come yet
+        # The lines handed out whose `line_done` has not come yet: runs of [next offset, lines left].
+        self._runs: deque[list[int]] = deque()
         self._skipped = 0  # the last line a reattach passed over
         self.consumed = connection.committed
         self._eof = False
         # Lines a reattach passes over (their effects are committed: `ledger.Ledger.skip`); they count as consumed.
         self.skip: Callable[[int], bool] | None = None
+        self.skip_until = -1  # no line past this offset is skipped (`skip` is not asked about them)
 
     def line_done(self) -> None:
         """The next line handed out is being handled now."""
-        if self._offsets:
-            self.consumed = self._offsets.popleft()
-        if not self._offsets and self._skipped > self.consumed:
+        runs = self._runs
+        if runs:
+            run = runs[0]
+            self.consumed = run[0]
+            if run[1] == 1:
+                runs.popleft()
+            else:
+                run[0] += 1
+                run[1] -= 1
+        if not runs and self._skipped > self.consumed:
             self.consumed = self._skipped
 
     async def read(self, n: int = -1) -> bytes:
@@ -413,32 +462,32 @@ class AgentStdout:
 
     async def read_lines(self, n: int = -1) -> list[bytes]:
         """`read`'s lines, without their newlines, not joined ([] at the end): the ACP reader takes them as they are
-        instead of splitting what was joined for it."""
+        instead of splitting what was joined for it. Whole runs as they arrived: only the lines a reattach may pass
+        over (up to `skip_until`) are looked at one by one."""
         out: list[bytes] = []
-        size = 0
         n = min(n, PIPE_BYTES) if n > 0 else PIPE_BYTES
-        connection, offsets, skip = self._connection, self._offsets, self.skip
+        connection, runs = self._connection, self._runs
         while not out:
             if self._eof:
                 return out
-            item: tuple[int, bytes] | object | None = await connection.next_line()
-            while item is not NOT_READY:
-                if item is None:
-                    self._eof = True
-                    break
-                assert isinstance(item, tuple)
-                offset, line = item
-                if skip is not None and skip(offset):
-                    self._skipped = offset
-                    if not offsets and not out:
-                        self.consumed = offset
-                else:
-                    out.append(line)
-                    offsets.append(offset)
-                    size += len(line) + 1
-                    if n <= size:
-                        break
-                item = connection.ready_line()
+            await connection.wait_lines()
+            taken = connection.take_runs(n)
+            if taken is None:
+                self._eof = True
+                return out
+            for first, lines in taken:
+                if self.skip is None or first > self.skip_until:
+                    out += lines
+                    runs.append([first, len(lines)])
+                    continue
+                for offset, line in enumerate(lines, first):
+                    if self.skip(offset):
+                        self._skipped = offset
+                        if not runs and not out:
+                            self.consumed = offset
+                    else:
+                        out.append(line)
+                        runs.append([offset, 1])
         return out
 
     async def readline(self) -> bytes:

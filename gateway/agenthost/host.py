@@ -28,7 +28,9 @@ from .spool import AGENT, GATEWAY, Spool, SpoolError, reading_paced
 
 READ_CHUNK = 64 * 1024
 STDOUT_LIMIT = 1 << 20  # asyncio's pipe buffer before it stops reading the agent (as acp.process)
-SEND_BATCH_BYTES = 256 * 1024  # agent lines read from the spool per write to the gateway
+SEND_BATCH_BYTES = 256 * 1024  # agent lines read from the spool per write to a gateway taking JSON frames
+# A raw batch: about what a pipe holds, so the gateway hands its ACP reader a batch at a time (one group commit each).
+RAW_BATCH_BYTES = 64 * 1024
 HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed (it holds no attachment)
 PR_SET_PDEATHSIG = 1
 
@@ -264,14 +266,14 @@ class Host:
             while True:
                 self._agent_lines.clear()
                 if attachment.cursor < spool.head(AGENT):
-                    batch = spool.read_after(AGENT, attachment.cursor, SEND_BATCH_BYTES)
-                    if attachment.raw:
-                        attachment.send_bytes(protocol.encode_raw_lines(batch))
+                    if attachment.raw:  # one batch, never split into lines here
+                        block = spool.read_block_after(AGENT, attachment.cursor, RAW_BATCH_BYTES)
+                        attachment.send_bytes(protocol.encode_raw_batch(attachment.cursor + 1, block))
+                        attachment.cursor += block.count(b"\n")
                     else:
-                        for offset, line in batch:
+                        for offset, line in spool.read_after(AGENT, attachment.cursor, SEND_BATCH_BYTES):
                             attachment.send({"t": protocol.LINE, "offset": offset, **protocol.carry(line)})
-                    if batch:
-                        attachment.cursor = batch[-1][0]
+                            attachment.cursor = offset
                     await attachment.writer.drain()
                     self._may_read.set()
                     continue

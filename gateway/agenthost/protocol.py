@@ -3,10 +3,11 @@ tested by the table in tests/gateway/agenthost/test_protocol.py; docs/agent-host
 
 Frames are one JSON object per line, `t` naming the kind. A line of the agent or of the gateway travels as `line`
 (a JSON string) when it is valid UTF-8 — every ACP line is — and as `b64` otherwise, so any bytes pass unchanged.
-A gateway whose hello says `raw: true` is sent the agent's lines as raw frames instead: `>` then the offset in
-decimal, one space, the line's bytes as the agent wrote them (a line holds no newline, so any bytes pass): no
-escaping on either side, which is most of what relaying a flood through a host costs. A host that does not know
-`raw` (an older version) sends JSON frames; the gateway reads both.
+A gateway whose hello says `raw: true` is sent the agent's lines as raw batches instead: a header line, `>` then
+the first line's offset and the number of lines in decimal, then that many lines exactly as the agent wrote them (a
+line holds no newline, so any bytes pass). Nothing is escaped on either side and nothing of a line is looked into:
+the gateway takes a batch's lines as one slice of what it split (`AgentLines`). A host that does not know `raw` (an
+older version) sends JSON frames; the gateway reads both.
 No I/O here: the host (`host.py`) and the client (`client.py`) perform what these functions decide.
 
 The agent's terminals (`terminal/*`) run in its host too (TM-…): the gateway decides what a terminal runs (its
@@ -89,26 +90,53 @@ def encode(frame: dict[str, Any]) -> bytes:
     return orjson.dumps(frame) + b"\n"
 
 
-RAW_LINE = b">"  # a raw frame's first byte (JSON frames start with `{`)
+RAW_BATCH = b">"  # a raw batch header's first byte (JSON frames start with `{`)
 
 
-def encode_raw_lines(lines: list[tuple[int, bytes]]) -> bytes:
-    """The agent's lines as raw frames, one after another."""
-    return b"".join([b">%d %b\n" % (offset, line) for offset, line in lines])
+def encode_raw_batch(first: int, block: bytes) -> bytes:
+    """The agent's consecutive lines from offset `first`, each ending in its newline (as the spool holds them), as
+    one raw batch: its header, then the lines."""
+    return b">%d %d\n" % (first, block.count(b"\n")) + block
 
 
-def raw_line(frame: bytes) -> tuple[int, bytes]:
-    """A raw frame's offset and line."""
-    offset, space, data = frame[1:].partition(b" ")
-    if not space or not offset.isdigit():
-        raise FrameError("a raw line frame is `>`, its offset, a space and the line")
-    return int(offset), data
+def raw_batch(header: bytes) -> tuple[int, int]:
+    """A raw batch header's first offset and line count."""
+    first, space, count = header[1:].partition(b" ")
+    if not space or not first.isdigit() or not count.isdigit() or int(count) == 0:
+        raise FrameError("a raw batch header is `>`, the first line's offset, a space and its line count (at least 1)")
+    return int(first), int(count)
+
+
+class AgentLines:
+    """Sans-I/O: a connection's lines as split, in; the agent's lines (as runs of consecutive offsets, each a slice of
+    the lines given) and the other frames (decoded), out, in order. A batch may end in a later read than its header:
+    the lines it still owes are taken from the next."""
+
+    def __init__(self) -> None:
+        self._owed = 0  # lines of the current batch not yet seen
+        self._next = 0  # the offset of the next of them
+
+    def feed(self, lines: list[bytes]) -> list[tuple[int, list[bytes]] | dict[str, Any]]:
+        out: list[tuple[int, list[bytes]] | dict[str, Any]] = []
+        i, n = 0, len(lines)
+        while i < n:
+            if self._owed:
+                take = min(self._owed, n - i)
+                out.append((self._next, lines[i:i + take]))
+                self._next += take
+                self._owed -= take
+                i += take
+                continue
+            line = lines[i]
+            i += 1
+            if line[:1] == RAW_BATCH:
+                self._next, self._owed = raw_batch(line)
+            else:
+                out.append(decode(line))
+        return out
 
 
 def decode(line: bytes) -> dict[str, Any]:
-    if line[:1] == RAW_LINE:
-        offset, data = raw_line(line)
-        return {"t": LINE, "offset": offset, "raw": data}
     try:
         frame = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -127,10 +155,7 @@ def carry(data: bytes) -> dict[str, str]:
 
 
 def carried(frame: dict[str, Any]) -> bytes:
-    """The line a frame carries (`carry`'s inverse; a raw frame's bytes)."""
-    raw = frame.get("raw")
-    if isinstance(raw, bytes):
-        return raw
+    """The line a frame carries (`carry`'s inverse)."""
     text = frame.get("line")
     if isinstance(text, str):
         return text.encode("utf-8")

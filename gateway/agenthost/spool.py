@@ -17,6 +17,8 @@ import contextlib
 import os
 from array import array
 from dataclasses import dataclass, field
+from itertools import accumulate, count
+from operator import add
 from pathlib import Path
 from typing import Literal
 
@@ -130,11 +132,12 @@ class Spool:
             if lane.fd is None or lane.segments[-1].size >= self.segment_bytes:
                 self._roll(direction, lane)
             segment = lane.segments[-1]
-            end, position = start, segment.size
-            while end < len(lines) and position < self.segment_bytes:
-                position += len(lines[end]) + 1
-                segment.ends.append(position)
-                end += 1
+            # The position after each line (its newline included), in C iterators, not a loop over lines: the host
+            # spools every line of a flood. The segment takes lines while it holds less than segment_bytes.
+            rest = lines[start:] if start else lines
+            ends = list(map(add, accumulate(map(len, rest)), count(segment.size + 1)))
+            end = start + min(bisect.bisect_left(ends, self.segment_bytes) + 1, len(rest))
+            segment.ends.extend(ends[:end - start])
             data = b"\n".join(lines[start:end]) + b"\n"
             assert lane.fd is not None
             view = memoryview(data)
@@ -178,13 +181,21 @@ class Spool:
     # -- reading -----------------------------------------------------------------------------------------------------
     def read_after(self, direction: Direction, offset: int, max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
         """The lines after `offset`, in order, about `max_bytes` of them (at least one when there is one)."""
+        data = self.read_block_after(direction, offset, max_bytes)
+        if not data:
+            return []
+        return [(offset + 1 + i, line) for i, line in enumerate(data[:-1].split(b"\n"))]
+
+    def read_block_after(self, direction: Direction, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        """`read_after`'s lines as the spool holds them, each ending in its newline (b"" when there is none): the
+        first is offset + 1, and there are as many as newlines."""
         lane = self._lanes[direction]
         if offset < self.floor(direction):
             raise SpoolError(f"{direction} lines up to {self.floor(direction)} are trimmed; asked after {offset}")
         if offset > lane.head:
             raise SpoolError(f"{direction} head is {lane.head}; asked after {offset}")
         if offset == lane.head:
-            return []
+            return b""
         index = bisect.bisect_right([s.first for s in lane.segments], offset + 1) - 1
         segment = lane.segments[index]
         start = self._position(segment, offset) if offset >= segment.first else 0
@@ -196,8 +207,7 @@ class Spool:
                 if not more:
                     raise SpoolError(f"{segment.path} ends inside a line")
                 data += more
-        data = data[: data.rindex(b"\n")]
-        return [(offset + 1 + i, line) for i, line in enumerate(data.split(b"\n"))]
+        return data[: data.rindex(b"\n") + 1]
 
     @staticmethod
     def _position(segment: Segment, offset: int) -> int:

@@ -92,6 +92,7 @@ class HostedAgent:
         self.terminals = RemoteTerminals(connection, lambda: self.detached)
         self.marked_terminals = dict(marked_terminals or {})  # what the stored mark said of each
         connection.stdout.skip = ledger.skip
+        connection.stdout.skip_until = ledger.replay_until
         connection.on_sent = ledger.sent
         connection.on_taken = ledger.taken
         if connection.welcome.exit_code is not None and not connection.exit_code.done():

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gateway.agenthost import protocol
-from gateway.agenthost.protocol import FrameError, HostFacts
+from gateway.agenthost.protocol import FrameError, HostFacts, LineSplitter
 
 pytestmark = pytest.mark.unit
 
@@ -97,19 +97,39 @@ def test_a_line_travels_unchanged(data: bytes) -> None:
     assert ("line" in frame) == (data != b"\xff\xfe not utf-8")
 
 
-@pytest.mark.parametrize("data", [b'{"jsonrpc":"2.0","method":"x"}', "ünïcødé ✓".encode(), b"\xff\xfe not utf-8",
-                                  b"", b"\x00\r\t", b"> 7 {", b" leading space"])
-def test_a_raw_frame_carries_any_line_unchanged(data: bytes) -> None:
-    [line, after] = protocol.encode_raw_lines([(12, data)]).split(b"\n")
-    assert after == b""
-    frame = protocol.decode(line)
-    assert (frame["t"], frame["offset"], protocol.carried(frame)) == ("line", 12, data)
+RAW_LINES = [b'{"jsonrpc":"2.0","method":"x"}', "ünïcødé ✓".encode(), b"\xff\xfe not utf-8", b"", b"\x00\r\t",
+             b">7 1", b'{"t":"exit","code":0}', b" leading space"]
 
 
-@pytest.mark.parametrize("line", [b">", b">12", b"> 12 x", b">x 1", b">-1 x", b">1.5 x"])
-def test_a_malformed_raw_frame_is_refused(line: bytes) -> None:
+def split(data: bytes, cuts: list[int]) -> list[list[bytes]]:
+    """`data` as a connection's reads cut at `cuts`, each split into whole lines (LineSplitter)."""
+    splitter, reads, start = LineSplitter(), [], 0
+    for cut in [*cuts, len(data)]:
+        reads.append(splitter.feed(data[start:cut]))
+        start = cut
+    return reads
+
+
+@pytest.mark.parametrize("cuts", [[], [1], [5], [9, 20, 21], list(range(1, 140, 3))])
+def test_a_raw_batch_carries_any_lines_unchanged_however_its_reads_are_cut(cuts: list[int]) -> None:
+    """Lines that look like headers or JSON frames inside a batch are the agent's; frames around it are decoded."""
+    block = b"".join(line + b"\n" for line in RAW_LINES)
+    data = (protocol.encode({"t": "written", "seq": 3}) + protocol.encode_raw_batch(12, block)
+            + protocol.encode({"t": "exit", "code": 0, "head": 19}))
+    reader = protocol.AgentLines()
+    items = [item for read in split(data, cuts) for item in reader.feed(read)]
+    frames = [item for item in items if isinstance(item, dict)]
+    runs = [item for item in items if isinstance(item, tuple)]
+    assert [f["t"] for f in frames] == ["written", "exit"]
+    assert [(offset, line) for first, lines in runs for offset, line in enumerate(lines, first)] == \
+        list(enumerate(RAW_LINES, 12))
+    assert items.index(frames[1]) == len(items) - 1  # the exit after every line
+
+
+@pytest.mark.parametrize("header", [b">", b">12", b"> 12 1", b">x 1", b">-1 1", b">1.5 1", b">1 0", b">1 x"])
+def test_a_malformed_raw_batch_header_is_refused(header: bytes) -> None:
     with pytest.raises(FrameError):
-        protocol.decode(line)
+        protocol.AgentLines().feed([header])
 
 
 @pytest.mark.parametrize(("frame", "raw"), [
