@@ -154,12 +154,13 @@ async def run_frontend(args: argparse.Namespace) -> int:
             return 0
         print(f"acp-gateway {args.command}: {err.message} (code {err.code})", file=sys.stderr)
         return 1
-    except ConnectionError:
+    except ConnectionError as exc:
         # The session is the gateway's, not this command's: a turn it started goes on (or, if the gateway
         # died, is closed as interrupted when it starts again).
         session = getattr(args, "session_id", None)
         then = f": `acp-gateway status {session}` says what became of the session" if session else ""
-        print(f"acp-gateway {args.command}: the connection to the gateway at {args.url} closed{then}",
+        why = f" ({exc})" if isinstance(exc, TurnNotFollowed) else ""
+        print(f"acp-gateway {args.command}: the connection to the gateway at {args.url} closed{why}{then}",
               file=sys.stderr)
         return 2
     finally:
@@ -555,33 +556,62 @@ async def _permission(args: argparse.Namespace, client: GatewayClient) -> int:
     return 0
 
 
+class TurnNotFollowed(ConnectionError):
+    """`prompt` lost its gateway mid-turn and could not follow the turn again: why, in words."""
+
+
+# How long `prompt` tries to reach a gateway that went away mid-turn (a restart, an upgrade): its turn goes on in the
+# gateway (or in the agent's host, docs/agent-hosts.md), and this terminal follows it again when the gateway is back.
+RECONNECT_FOR = 120.0
+
+
 async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
     if args.session_id is None:
         args.session_id = await _directory_session(args, client)
-    await client.call("task.session.subscribe", {"session_id": args.session_id})
+    cursor = (await client.call("task.session.subscribe", {"session_id": args.session_id}))["cursor"]
     chat = ChatPrinter(sys.stdout)
     interactive = sys.stdin.isatty() and not args.json
-    turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": args.session_id,
-                                                                      "prompt": args.text}))
+    turn: asyncio.Future[Any] = asyncio.ensure_future(client.call("task.session.prompt", {
+        "session_id": args.session_id, "prompt": args.text}))
     lines = StdinLines() if interactive else None
     asking: asyncio.Future[Any] | None = None  # a permission request or a question being asked on the terminal
     question: dict[str, Any] | None = None  # the question `asking` asks, if it is one
-    ended = False  # the turn's `turn_ended` came
+    started = False  # the turn's `turn_started` came: the gateway took the prompt
+    ended: dict[str, Any] | None = None  # the turn's `turn_ended`, when it came
+    reconnected: GatewayClient | None = None  # the connection that replaced the first one, if any
     closed = asyncio.ensure_future(client.ws.wait_closed())
     try:
         while True:
-            if turn.done() and (ended or turn.exception() is not None or closed.done()):
+            if closed.done() and ended is None and not (turn.done() and not turn.exception()):
+                # The gateway went away mid-turn: the turn goes on there; follow it again from the last event seen
+                # (whether it took the prompt at all, its events after the reconnect say).
+                _let_go(turn)
+                if asking is not None:
+                    _let_go(asking)  # asked again when the gateway offers the request again after the reconnect
+                client = reconnected = await _follow_again(args, cursor, reconnected)
+                closed = asyncio.ensure_future(client.ws.wait_closed())
+                turn = asyncio.get_running_loop().create_future()  # its answer is the `turn_ended` event now
+            if turn.done() and (ended is not None or turn.exception() is not None or closed.done()):
                 break  # refused, or answered and every event of the turn printed (or no more can come)
             note = asyncio.ensure_future(client.notifications.get())
             # The answer may come before the turn's last events (the gateway answers calls ahead of a backlog):
             # once it is in, the events are read on to the turn's end.
-            await asyncio.wait({note, closed} if turn.done() else {note, turn}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({note, closed} if turn.done() else {note, turn, closed},
+                               return_when=asyncio.FIRST_COMPLETED)
             if not note.done():
                 note.cancel()
                 continue
             event = note.result().get("params") or {}
-            if event.get("type") == "turn_ended":  # the subscription is this session's (named or not)
-                ended = True
+            if isinstance(event.get("id"), int):
+                cursor = event["id"]
+            if event.get("type") == "turn_started":
+                started = True
+            if event.get("type") == "caught_up" and reconnected is not None and not started:
+                raise TurnNotFollowed("it went away before it took the prompt: send it again")
+            if event.get("type") == "turn_ended" and started:  # the subscription is this session's (named or not)
+                ended = event.get("data") or {}
+                if reconnected is not None and not turn.done():  # after a reconnect: the event is the answer
+                    turn.set_result({"stop_reason": ended.get("stop_reason")})
             if args.json:
                 if event.get("type") not in ("heartbeat", "caught_up"):
                     print(orjson.dumps(event).decode(), flush=True)
@@ -629,8 +659,44 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
             if task is not None:
                 _let_go(task)
         chat.end()
+        if reconnected is not None:
+            await reconnected.close()
     _print(args, result, f"stop reason: {result['stop_reason']}")
     return 0
+
+
+async def _follow_again(args: argparse.Namespace, cursor: int, previous: GatewayClient | None) -> GatewayClient:
+    """A new connection to the gateway (found again as at the start: a restarted one may listen elsewhere),
+    subscribed to the session after event `cursor`; tried for RECONNECT_FOR seconds."""
+    from ..clients.client import GatewayClient, HandshakeRefused
+
+    if previous is not None:
+        await previous.close()
+    print(f"acp-gateway prompt: the connection to {args.url} closed; reconnecting (the turn goes on in the "
+          "gateway)", file=sys.stderr, flush=True)
+    deadline = asyncio.get_running_loop().time() + RECONNECT_FOR
+    pause = 0.1
+    while True:
+        args.url = args.url_given
+        args.url = gateway_url(args)
+        try:
+            client = await GatewayClient.connect(args.url, args.token)
+        except HandshakeRefused as refused:
+            raise TurnNotFollowed(f"it refused the reconnect: {refused}") from None
+        except Exception:
+            if asyncio.get_running_loop().time() + pause > deadline:
+                raise TurnNotFollowed(f"it did not come back within {RECONNECT_FOR:.0f} s") from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            continue
+        try:
+            await client.call("task.session.subscribe", {"session_id": args.session_id, "since": cursor})
+        except Exception:
+            await client.close()
+            raise
+        print(f"acp-gateway prompt: reconnected to {args.url}; going on after event {cursor}", file=sys.stderr,
+              flush=True)
+        return client
 
 
 def _let_go(task: asyncio.Future[Any]) -> None:
