@@ -3,12 +3,18 @@ socket (bound read-only into each sandbox, `key_relay` turning it into a loopbac
 proxy swaps it for the real key (`key_rules`) and streams the upstream's answer back unchanged.
 
 Grants live in memory, one per brokered entry per agent execution, and end with the execution: a stand-in an agent
-kept is worthless once it has exited, and nothing about a grant is stored.
+kept is worthless once it has exited, and nothing about a grant is stored. A stand-in is derived from the execution
+(an HMAC under a secret of the state directory's, never shown to an agent), so a restarted gateway that takes an
+agent back from its host (docs/agent-hosts.md) grants the very stand-in that agent holds, the real key read again
+from where the profile names it; the socket keeps its path, in a directory of its own that sandboxes bind.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
 import secrets
@@ -27,7 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("acp_gateway.key_proxy")
 
-SANDBOX_SOCKET = "/run/acp-gateway/keys.sock"  # where a sandbox sees the proxy's socket
+SANDBOX_DIRECTORY = "/run/acp-gateway"  # where a sandbox sees the proxy socket's directory (bound, not the socket:
+SANDBOX_SOCKET = f"{SANDBOX_DIRECTORY}/keys.sock"  # a restarted gateway's new socket is seen there by every agent)
+SECRET_BYTES = 32
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # a model request with its context: large, never unbounded
 CHUNK = 64 * 1024
 
@@ -49,7 +57,9 @@ class KeyProxy:
     """The gateway's forwarding proxy for brokered keys (one per gateway, started at the first brokered launch)."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.socket_path = state_dir / "run" / "keys.sock"
+        self.socket_path = state_dir / "run" / "keys" / "keys.sock"  # the only file in its directory
+        self.secret_path = state_dir / "run" / "stand-ins.secret"  # never in a directory any sandbox binds
+        self._secret: bytes | None = None
         self.grants: dict[str, Grant] = {}
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -61,17 +71,41 @@ class KeyProxy:
         no grant: its agent is then given no key, and says so itself."""
         await self.start()
         env: dict[str, str] = {}
-        for entry in keys:
+        for index, entry in enumerate(keys):
             real, preset = entry.real_key(environ), entry.resolved()
             if not real:
                 log.warning("session %s: a brokered key for %s cannot be read; its agent gets none", session_id,
                             preset.upstream, extra={"session_id": session_id})
                 continue
-            stand_in = STAND_IN_PREFIX + secrets.token_urlsafe(32)
+            stand_in = self.stand_in(execution_id, index)
             url = f"{preset.base_url_var}={preset.base_path}"
             self.grants[stand_in] = Grant(owner, session_id, execution_id, preset.upstream, preset.header, real, url)
             env[preset.key_var] = stand_in
         return env
+
+    def stand_in(self, execution_id: str, index: int) -> str:
+        """The stand-in of an execution's `index`-th brokered key: the same for every gateway of this state
+        directory, unguessable without its secret."""
+        digest = hmac.new(self._state_secret(), f"{execution_id}\0{index}".encode(), hashlib.sha256).digest()
+        return STAND_IN_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+    def _state_secret(self) -> bytes:
+        if self._secret is None:
+            self.secret_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                secret = self.secret_path.read_bytes()
+                if len(secret) != SECRET_BYTES:
+                    raise RuntimeError(f"{self.secret_path} is not a stand-in secret ({len(secret)} bytes, not "
+                                       f"{SECRET_BYTES}): remove it and restart the agents with brokered keys") \
+                        from None
+            else:
+                secret = secrets.token_bytes(SECRET_BYTES)
+                with os.fdopen(fd, "wb") as file:
+                    file.write(secret)
+            self._secret = secret
+        return self._secret
 
     def urls(self, session_id: str) -> tuple[str, ...]:
         """The base URLs a session's agent and terminals are given (none: it has no brokered key)."""
@@ -91,6 +125,7 @@ class KeyProxy:
 
         directory = self.socket_path.parent
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory.parent, 0o700)
         os.chmod(directory, 0o700)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a gateway killed before it could remove it

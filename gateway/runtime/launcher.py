@@ -284,9 +284,9 @@ class Launcher:
         return None
 
     def hosted(self, profile: AgentProfile) -> bool:
-        """Whether this profile's agents run in agent hosts. Not one with a brokered key: its stand-in is this
-        gateway's, and would not be honoured after a restart."""
-        return self.hosts.enabled and not profile.brokered
+        """Whether this profile's agents run in agent hosts (a brokered key's stand-in is honoured again by the next
+        gateway: `KeyProxy.stand_in`)."""
+        return self.hosts.enabled
 
     def _elicitation_handler(self, row: SessionRow) -> Any:
         return self.elicitations.handler(
@@ -538,6 +538,9 @@ class Launcher:
         config.sign_in_values = list(signed_in.values())
         config.profile_secrets = [*hidden_values(profile, []), *self.settings.gateway_secrets]
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
+        if profile.brokered:  # the grants of the stand-ins the agent holds, its real keys read again
+            env.update(await self.keys.admit(row.owner, row.id, execution_id, profile.brokered,
+                                             dict(self.settings.environ)))
         owner = row.owner
         history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
         coalescer = await self._turn_so_far(row, history) if SessionState(row.state) is SessionState.RUNNING \

@@ -18,7 +18,7 @@ from agents.profiles import AgentProfile
 from ..store import SessionRow
 from . import reaper, sandbox, workspace
 from .config import SessionConfig
-from .key_proxy import SANDBOX_SOCKET, KeyProxy
+from .key_proxy import SANDBOX_DIRECTORY, SANDBOX_SOCKET, KeyProxy
 from .settings import Settings
 from .spawn_env import Spawn, args_fd, bwrap_env_args, wrapper_env
 from .terminals import TERMINAL_MARKER
@@ -131,7 +131,7 @@ class AgentSpawner:
             masked_dirs=[*(p for p in protected if os.path.isdir(p)), hosts],
             masked_files=[p for p in protected if not os.path.isdir(p)],
             network=network, uid=sandbox.owner_uid(row.owner),
-            sockets=[(str(self.keys.socket_path), SANDBOX_SOCKET)] if urls else [])
+            sockets=[(str(self.keys.socket_path.parent), SANDBOX_DIRECTORY)] if urls else [])
         fd = args_fd(bwrap_env_args(program_env))
         wrapped = sandbox.bwrap_argv(plan, BWRAP or "bwrap", fd)
         if network == "outbound":  # in a network namespace of its own, out through slirp4netns only

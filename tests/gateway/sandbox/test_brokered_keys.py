@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from gateway.runtime.key_rules import STAND_IN_PREFIX
+from tests.gateway.agenthost.test_gateway_restart import agent_pids
 from tests.gateway_harness import BOB, agent_said, reference_profile, running, two_owner_gateway
 
 REAL_KEY = "sk-ant-dummy-REAL-KEY-0123456789abcdef"
@@ -99,7 +100,7 @@ async def test_the_agent_calls_its_api_through_the_proxy_and_never_holds_the_key
         events = orjson.dumps(await bob.call("task.session.events", {"session_id": sid})).decode()
         history = orjson.dumps(await bob.call("task.session.history", {"session_id": sid})).decode()
         await bob.call("task.session.cancel", {"session_id": sid})  # its agent stops: the stand-in ends
-        status, text = await refused_after_exit(gw.state_dir / "run" / "keys.sock", stand_in)
+        status, text = await refused_after_exit(gw.state_dir / "run" / "keys" / "keys.sock", stand_in)
         assert status == 401 and "no longer" in text and stand_in not in text, (status, text)
         await bob.close()
     [call] = upstream.seen
@@ -111,6 +112,46 @@ async def test_the_agent_calls_its_api_through_the_proxy_and_never_holds_the_key
                         ("history", history), ("log", "".join(gw.stderr_lines)), ("state directory", store.decode(
                             errors="replace"))):
         assert REAL_KEY not in text, where
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_hosted_agent_keeps_its_stand_in_across_a_gateway_kill(tmp_path: Path, upstream: Upstream,
+                                                                       sandbox: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent with a brokered key runs in an agent host and outlives a gateway `kill -9`: the next gateway grants
+    the stand-in it holds again (derived from its execution, the real key read again), on a socket it still reaches."""
+    monkeypatch.setenv("DUMMY_VENDOR_KEY", REAL_KEY)
+    unconfined = "allow_unconfined_agents = true\n" if sandbox == "none" else ""
+    gw = two_owner_gateway(tmp_path, config=f'{unconfined}sandbox = "{sandbox}"\nhost_linger = 60\n')
+    reference_profile(gw.agents_dir, tmp_path / "agent-state", "ref", extra=(
+        f'[[brokered]]\napi = "anthropic"\nkey = {{ env = "DUMMY_VENDOR_KEY" }}\nupstream = "{upstream.url}"\n'))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "call.py").write_text(CALL)
+    async with running(gw):
+        bob = await gw.client(BOB)
+        sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True}))[
+            "session_id"]
+        assert "status 200 text/event-stream" in await agent_said(gw, BOB, sid, "/sh python3 call.py")
+        before = agent_pids(tmp_path / "agent-state")  # the agent, and the key relay it runs under
+        assert before
+        await bob.close()
+        await gw.kill9()
+        await gw.start()
+        bob = await gw.client(BOB)
+        said = await agent_said(gw, BOB, sid, "/sh python3 call.py")
+        assert "status 200 text/event-stream data: one||data: two||data: three||" in said, said
+        assert agent_pids(tmp_path / "agent-state") == before  # the same agent process
+        await bob.call("task.session.cancel", {"session_id": sid})
+        await bob.close()
+    assert len(upstream.seen) == 2
+    for call in upstream.seen:
+        headers = {k.lower(): v for k, v in call["headers"].items()}  # type: ignore[attr-defined]
+        assert headers["x-api-key"] == REAL_KEY, headers
+    secret = gw.state_dir / "run" / "stand-ins.secret"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    store = b"".join(p.read_bytes() for p in gw.state_dir.rglob("*") if p.is_file())
+    assert REAL_KEY.encode() not in store and REAL_KEY not in "".join(gw.stderr_lines)
 
 
 async def test_a_request_without_a_stand_in_is_refused_and_reaches_no_upstream(tmp_path: Path,
