@@ -76,23 +76,23 @@ class FrameReader:
         self._splitter = LineSplitter()
         self._ready: list[bytes] = []
 
-    async def next(self) -> dict[str, Any] | None:
+    async def _fill(self) -> bool:
+        """Until a whole frame is read (newest last in `_ready`, reversed); False at the connection's end."""
         while not self._ready:
             chunk = await self._reader.read(READ_CHUNK)
             if not chunk:
-                return None
+                return False
             self._ready = self._splitter.feed(chunk)
             self._ready.reverse()
-        return protocol.decode(self._ready.pop())
+        return True
+
+    async def next(self) -> dict[str, Any] | None:
+        return protocol.decode(self._ready.pop()) if await self._fill() else None
 
     async def next_lines(self) -> list[bytes] | None:
         """Every whole frame already read (at least one), in order and undecoded; None at the connection's end."""
-        while not self._ready:
-            chunk = await self._reader.read(READ_CHUNK)
-            if not chunk:
-                return None
-            self._ready = self._splitter.feed(chunk)
-            self._ready.reverse()
+        if not await self._fill():
+            return None
         lines, self._ready = self._ready, []
         lines.reverse()
         return lines

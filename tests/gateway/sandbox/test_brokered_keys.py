@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gateway.runtime.key_rules import STAND_IN_PREFIX
 from tests.gateway.agenthost.test_gateway_restart import agent_pids
-from tests.gateway_harness import BOB, agent_said, reference_profile, running, two_owner_gateway
+from tests.gateway_harness import BOB, GatewayProcess, agent_said, reference_profile, running, two_owner_gateway
 
 REAL_KEY = "sk-ant-dummy-REAL-KEY-0123456789abcdef"
 CALL = """import os, urllib.request
@@ -63,6 +63,21 @@ async def upstream() -> AsyncIterator[Upstream]:
     await runner.cleanup()
 
 
+def brokered_gateway(tmp_path: Path, upstream: Upstream, sandbox: str, network: str | None,
+                     config: str = "") -> tuple[GatewayProcess, Path]:
+    """A gateway whose `ref` profile brokers an Anthropic key (the gateway's DUMMY_VENDOR_KEY) to `upstream`, and the
+    workspace holding call.py (one model call with what the agent was given)."""
+    unconfined = "allow_unconfined_agents = true\n" if sandbox == "none" else ""
+    gw = two_owner_gateway(tmp_path, config=f'{unconfined}sandbox = "{sandbox}"\n{config}')
+    extra = (f'network = "{network}"\n' if network else "") + (
+        f'[[brokered]]\napi = "anthropic"\nkey = {{ env = "DUMMY_VENDOR_KEY" }}\nupstream = "{upstream.url}"\n')
+    reference_profile(gw.agents_dir, tmp_path / "agent-state", "ref", extra=extra)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "call.py").write_text(CALL)
+    return gw, work
+
+
 async def refused_after_exit(socket_path: Path, stand_in: str) -> tuple[int, str]:
     """What the proxy answers a stand-in whose agent has gone (asked on its socket, as a relay would)."""
     connector = aiohttp.UnixConnector(path=str(socket_path))
@@ -78,14 +93,7 @@ async def test_the_agent_calls_its_api_through_the_proxy_and_never_holds_the_key
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert shutil.which("bwrap"), "make test installs bubblewrap"
     monkeypatch.setenv("DUMMY_VENDOR_KEY", REAL_KEY)  # the gateway's own environment: named by the profile
-    unconfined = "allow_unconfined_agents = true\n" if sandbox == "none" else ""
-    gw = two_owner_gateway(tmp_path, config=f'{unconfined}sandbox = "{sandbox}"\n')
-    extra = (f'network = "{network}"\n' if network else "") + (
-        f'[[brokered]]\napi = "anthropic"\nkey = {{ env = "DUMMY_VENDOR_KEY" }}\nupstream = "{upstream.url}"\n')
-    reference_profile(gw.agents_dir, tmp_path / "agent-state", "ref", extra=extra)
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    (work / "call.py").write_text(CALL)
+    gw, work = brokered_gateway(tmp_path, upstream, sandbox, network)
     async with running(gw):
         bob = await gw.client(BOB)
         sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True}))[
@@ -121,13 +129,7 @@ async def test_a_hosted_agent_keeps_its_stand_in_across_a_gateway_kill(tmp_path:
     """An agent with a brokered key runs in an agent host and outlives a gateway `kill -9`: the next gateway grants
     the stand-in it holds again (derived from its execution, the real key read again), on a socket it still reaches."""
     monkeypatch.setenv("DUMMY_VENDOR_KEY", REAL_KEY)
-    unconfined = "allow_unconfined_agents = true\n" if sandbox == "none" else ""
-    gw = two_owner_gateway(tmp_path, config=f'{unconfined}sandbox = "{sandbox}"\nhost_linger = 60\n')
-    reference_profile(gw.agents_dir, tmp_path / "agent-state", "ref", extra=(
-        f'[[brokered]]\napi = "anthropic"\nkey = {{ env = "DUMMY_VENDOR_KEY" }}\nupstream = "{upstream.url}"\n'))
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    (work / "call.py").write_text(CALL)
+    gw, work = brokered_gateway(tmp_path, upstream, sandbox, None, "host_linger = 60\n")
     async with running(gw):
         bob = await gw.client(BOB)
         sid = (await bob.call("task.session.start", {"agent": "ref", "cwd": str(work), "wait_ready": True}))[
