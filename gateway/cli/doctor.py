@@ -71,16 +71,22 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
            else "; journal commits do not wait for the WAL flush (journal_synchronous_commit = false: a crash of "
                 "the PostgreSQL server may lose the last ~0.6 s of events)"))
     say(hosts.summary(config))
-    say(f"owners: {len(owners) or 1} ({', '.join(sorted(owners)) or 'default, with a token generated at start'})")
+    kept_token = "default, its token in " + str(state_dir / "token") if (state_dir / "token").exists() \
+        else "default, with a token generated at start"
+    say(f"owners: {len(owners) or 1} ({', '.join(sorted(owners)) or kept_token})")
     say(f"sandbox: {config.sandbox}; tools: " + ", ".join(
         f"{tool} {'found' if shutil.which(tool) else 'missing'}" for tool in ("bwrap", "slirp4netns", "prlimit")))
     loose = confinement.unconfined(config, profiles)
     if len(owners) > 1 and loose:
         say("agents unconfined for several owners: " + ("accepted (allow_unconfined_agents): each owner's agent can "
             "read the others' work" if config.allow_unconfined_agents else "REFUSED at serve"))
+    serving = hosts.gateway_pid(state_dir)
     problems = [p for p in (confinement.refusal(config, profiles),
                             confinement.sandbox_unavailable(config, profiles.values()),
-                            confinement.cluster_secret_missing(config)) if p is not None]
+                            confinement.cluster_secret_missing(config),
+                            None if serving is None else f"a gateway (pid {serving}) already serves this state "
+                            "directory: stop it first (SIGTERM leaves its agents running in their hosts for the next "
+                            "one) or give serve another --state-dir") if p is not None]
     if postgres:
         facts, found = database_facts(store, config.cluster_secret)
         for fact in facts:

@@ -160,6 +160,9 @@ async def run_frontend(args: argparse.Namespace) -> int:
         session = getattr(args, "session_id", None)
         then = f": `acp-gateway status {session}` says what became of the session" if session else ""
         why = f" ({exc})" if isinstance(exc, TurnNotFollowed) else ""
+        if isinstance(exc, TurnNotFollowed) and session:  # no gateway to ask: what can be seen without one
+            then = (f": `acp-gateway hosts` shows whether its agent still runs in its host; once a gateway serves "
+                    f"again, `acp-gateway watch --session {session}` follows the session")
         print(f"acp-gateway {args.command}: the connection to the gateway at {args.url} closed{why}{then}",
               file=sys.stderr)
         return 2
@@ -563,6 +566,7 @@ class TurnNotFollowed(ConnectionError):
 # How long `prompt` tries to reach a gateway that went away mid-turn (a restart, an upgrade): its turn goes on in the
 # gateway (or in the agent's host, docs/agent-hosts.md), and this terminal follows it again when the gateway is back.
 RECONNECT_FOR = 120.0
+RECONNECT_SAY_EVERY = 15.0
 
 
 async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
@@ -672,11 +676,17 @@ async def _follow_again(args: argparse.Namespace, cursor: int, previous: Gateway
 
     if previous is not None:
         await previous.close()
-    print(f"acp-gateway prompt: the connection to {args.url} closed; reconnecting (the turn goes on in the "
-          "gateway)", file=sys.stderr, flush=True)
-    deadline = asyncio.get_running_loop().time() + RECONNECT_FOR
+    print(f"acp-gateway prompt: the connection to {args.url} closed; reconnecting for up to {RECONNECT_FOR:.0f} s "
+          "(a turn its agent host keeps goes on meanwhile)", file=sys.stderr, flush=True)
+    began = asyncio.get_running_loop().time()
+    deadline, said_at = began + RECONNECT_FOR, began
     pause = 0.1
     while True:
+        now = asyncio.get_running_loop().time()
+        if now - said_at >= RECONNECT_SAY_EVERY:  # alive, and how long it has left
+            said_at = now
+            print(f"acp-gateway prompt: still reconnecting to {args.url} ({now - began:.0f} s of "
+                  f"{RECONNECT_FOR:.0f} s)", file=sys.stderr, flush=True)
         args.url = args.url_given
         args.url = gateway_url(args)
         try:

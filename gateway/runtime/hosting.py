@@ -220,6 +220,7 @@ class Hosts:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if _is_host(record):
                     os.kill(record.host_pid, signal.SIGKILL)
+            self._clear(record)  # a host killed -9 left its socket and its spool (the agent's conversation)
             await self.store.hosts.drop(session_id)
             return None
 

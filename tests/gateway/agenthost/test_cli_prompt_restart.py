@@ -47,6 +47,6 @@ async def test_prompt_on_the_command_line_follows_its_turn_across_a_gateway_kill
     ids = [e["id"] for e in printed]
     assert ids == sorted(set(ids))  # no event printed twice
     assert [e["type"] for e in printed].count("turn_ended") == 1
-    assert "closed; reconnecting (the turn goes on in the gateway)" in said
+    assert "closed; reconnecting for up to 120 s (a turn its agent host keeps goes on meanwhile)" in said
     assert f"reconnected to ws://127.0.0.1:{hosted.gateway.port}/rpc" in said
     assert agent_pids(hosted.agent_state) == {pid}  # the same agent process ended the turn

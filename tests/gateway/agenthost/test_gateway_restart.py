@@ -190,6 +190,26 @@ async def test_a_killed_host_puts_the_session_back_on_the_restore_rules(hosted: 
     await client.close()
 
 
+async def test_a_host_killed_while_no_gateway_ran_leaves_nothing_after_the_restart(hosted: World) -> None:
+    """The next gateway cannot attach to it: the session goes by the restore rules, and what the dead host left (its
+    socket, its spool: the agent's conversation) is removed."""
+    client = await hosted.gateway.client()
+    sid = await hosted.session(client)
+    await client.close()
+    [host] = host_pids(hosted.gateway.state_dir)
+    assert list((hosted.gateway.state_dir / "hosts").iterdir())
+    await hosted.gateway.kill9()
+    os.kill(host, signal.SIGKILL)
+    await hosted.gateway.start()
+    assert any("could not be attached again" in line for line in hosted.gateway.stderr_lines)
+    assert not list((hosted.gateway.state_dir / "hosts").iterdir())
+    client = await hosted.gateway.client()
+    status = await client.call("task.session.status", {"session_id": sid})
+    assert (status["is_agent_running"], status["needs_resume"]) == (False, True)
+    assert (await client.call("task.session.prompt", {"session_id": sid, "prompt": "hi"}))["stop_reason"] == "end_turn"
+    await client.close()
+
+
 async def test_no_gateway_back_within_the_linger_leaves_nothing_running(tmp_path: Path) -> None:
     world = World(tmp_path, 1)
     async with running(world.gateway):

@@ -139,3 +139,19 @@ def test_agents_run_in_hosts_that_linger_fifteen_minutes_by_default(tmp_path: Pa
     config = ServeConfig(state_dir=str(tmp_path))
     assert (config.host_linger, config.on_stop) == (900.0, "detach")
     assert summary(config) == "hosts: 0 running (0 lingering)"
+
+
+async def test_doctor_says_serve_would_refuse_while_a_gateway_serves_the_state_directory(hosted: World) -> None:
+    where = ("--state-dir", str(hosted.gateway.state_dir), "--config", str(hosted.tmp_path / "gateway.toml"),
+             "--agents-dir", str(hosted.agents))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY_")}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli", "doctor", *where, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    said = out.decode()
+    assert proc.returncode == 1, said
+    assert hosted.gateway.proc is not None
+    assert f"PROBLEM: a gateway (pid {hosted.gateway.proc.pid}) already serves this state directory" in said, said
+    assert said.rstrip().endswith("serve would refuse to start")
+    await hosted.gateway.kill9()  # none serves it now: doctor's verdict is the sandbox's and the profiles' again
+    assert "already serves" not in await cli("doctor", *where, ok=False)
