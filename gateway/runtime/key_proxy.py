@@ -89,6 +89,12 @@ class KeyProxy:
         digest = hmac.new(self._state_secret(), f"{execution_id}\0{index}".encode(), hashlib.sha256).digest()
         return STAND_IN_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
+    def secret_file(self) -> str:
+        """The secret's path, the file made first if need be (a sandbox masks it by binding over it: a missing one
+        would be made empty by the mount, and taken for a broken secret)."""
+        self._state_secret()
+        return str(self.secret_path)
+
     def _state_secret(self) -> bytes:
         if self._secret is None:
             self.secret_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

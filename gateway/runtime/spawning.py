@@ -129,7 +129,9 @@ class AgentSpawner:
             readable=[r for r in sandbox_reads(profile, program, relayed=bool(urls)) if not sandbox.within(r, hosts)],
             system=sandbox.system_directories(),
             masked_dirs=[*(p for p in protected if os.path.isdir(p)), hosts],
-            masked_files=[p for p in protected if not os.path.isdir(p)],
+            # The stand-ins' secret too, wherever a workspace lets the state directory show: with it, and an
+            # execution's id, another agent's stand-in could be made.
+            masked_files=[*(p for p in protected if not os.path.isdir(p)), self.keys.secret_file()],
             network=network, uid=sandbox.owner_uid(row.owner),
             sockets=[(str(self.keys.socket_path.parent), SANDBOX_DIRECTORY)] if urls else [])
         fd = args_fd(bwrap_env_args(program_env))
