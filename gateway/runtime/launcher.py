@@ -62,7 +62,7 @@ from .spawning import AgentSpawner, SpawnSite
 from .states import TERMINAL_SESSION_STATES, IllegalTransition, SessionEvent, SessionState
 from .status import Boot, BootFacts, decide_boot
 from .terminals import TERMINAL_MARKER, SessionTerminals, TerminalCounts
-from .writer import HistoryWriter, SessionWriter
+from .writer import KEPT_RUNNING, HistoryWriter, SessionWriter
 
 log = logging.getLogger(__name__)
 
@@ -546,6 +546,10 @@ class Launcher:
         coalescer = await self._turn_so_far(row, history) if SessionState(row.state) is SessionState.RUNNING \
             else HistoryCoalescer()
         terminals = self._terminal_host(row, profile, config, env, home, history) if profile.terminals else None
+        # Said before the first line the host kept is read: in the session's events, what the agent said while no
+        # gateway ran comes after the note that it kept running, where it happened.
+        await self.writer.message(row, "info", f"agent {profile.id} kept running while the gateway restarted "
+                                  "(same process, nothing lost)", code=KEPT_RUNNING)
         client = self._hosted_client(row, agent, self._update_intake(row, coalescer, history, config), terminals)
         if SessionState(row.state) is SessionState.RUNNING and agent.ledger.prompts:
             client.conn.expect(agent.ledger.prompts[-1])  # its answer may be among the first lines replayed
@@ -561,8 +565,6 @@ class Launcher:
             proc_start=reaper.process_start(agent.pid), boot_id=reaper.boot_id())
         log.info("session %s: agent %s (pid %d) kept running in its host while the gateway restarted; attached "
                  "again", row.id, profile.id, agent.pid, extra={"session_id": row.id, "agent": profile.id})
-        await self.writer.message(row, "info", f"agent {profile.id} kept running while the gateway restarted "
-                                  "(same process, nothing lost)")
         return live
 
     async def _turn_so_far(self, row: SessionRow, history: HistoryWriter) -> HistoryCoalescer:

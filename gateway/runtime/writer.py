@@ -21,6 +21,10 @@ from .status import ResumeReason, committed_status
 
 log = logging.getLogger(__name__)
 
+# `session_message` codes (docs/api.md): what a message says, for frontends that show it other than as text.
+MessageCode = str
+KEPT_RUNNING: MessageCode = "agent_kept_running"  # an agent host kept the agent (and its turn) through a restart
+
 
 class SessionWriter:
     def __init__(self, store: StoreBase, bus: EventBus, on_row: Callable[[SessionRow], bool]) -> None:
@@ -69,8 +73,9 @@ class SessionWriter:
     async def stage(self, row: SessionRow, stage: str) -> None:
         await self.publish(row, "session_active_stage", {"stage": stage})
 
-    async def message(self, row: SessionRow, level: str, text: str) -> None:
-        await self.publish(row, "session_message", {"level": level, "text": text})
+    async def message(self, row: SessionRow, level: str, text: str, code: MessageCode | None = None) -> None:
+        """A `session_message`; `code` names what it says for frontends that show it other than as text."""
+        await self.publish(row, "session_message", {"level": level, "text": text, **({"code": code} if code else {})})
 
 
 def status_data(row: SessionRow, live: bool, has_token: bool | None = None) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 // The web UI's link to the gateway: the client's start, its health shown in the header, the token, and its events.
-import { $ } from "./dom.js";
+import { $, showErrorAt } from "./dom.js";
 import { state, getClient, setClient, select } from "./state.js";
 import { validEvent, keepRaw, applyListEvent } from "./fold.js";
 import { renderList, renderHead } from "./render_sessions.js";
@@ -77,4 +77,17 @@ function handleEvent(p) {
     }
   }
   if (sid) feed(sid, p);
+  if (sid && keptRunningNews(sid, p) && sid === state.viewed) renderHead();
+  // A turn's end is its outcome, on screen in the transcript: a wait cut by a lost connection is not an error now.
+  if (p.type === "turn_ended" && sid === state.viewed) showErrorAt("prompt-error", null);
+}
+
+// `session_message` code `agent_kept_running` (gateway/runtime/writer.py KEPT_RUNNING): the head says so until the
+// session's next turn starts.
+function keptRunningNews(sid, p) {
+  if (p.type === "session_message" && p.data && p.data.code === "agent_kept_running") {
+    state.keptRunning.set(sid, p.ts); return true;
+  }
+  if (p.type === "turn_started" && state.keptRunning.has(sid)) { state.keptRunning.delete(sid); return true; }
+  return false;
 }

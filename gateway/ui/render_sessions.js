@@ -48,8 +48,14 @@ export function renderHead() {
   const badge = badgeOf(s, state.live ? "" : " stale"); badge.id = "session-state";
   const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
   running.id = "agent-running";
-  head.append(el("strong", "", s.title || s.name || s.session_id), badge, running,
-              el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
+  head.append(el("strong", "", s.title || s.name || s.session_id), badge, running);
+  const kept = state.keptRunning.get(s.session_id);
+  if (kept !== undefined) {  // its agent host kept it, and its turn, through a gateway restart
+    const note = el("span", "muted kept-running", "kept running while the gateway restarted");
+    note.id = "kept-running"; note.title = `the same agent process, attached again at ${new Date(kept * 1000).toLocaleTimeString()}`;
+    head.append(note);
+  }
+  head.append(el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
   if (s.forked_from) {
     const from = el("a", "muted forked-from", `forked from ${(state.sessions.get(s.forked_from) || {}).title || s.forked_from}`);
     from.href = `#${s.forked_from}`; from.dataset.sessionId = s.forked_from; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };

@@ -9,7 +9,8 @@ export const fromUrl = () => decodeURIComponent(location.hash.slice(1)) || null;
 export const state = { token: sessionStorage.getItem("acp-token") || "", live: false, everLive: false,
   statuses: new Map(), viewed: fromUrl(), resumedViews: new Set(),
   misses: 0, logs: new Map(), raw: new Map(), agents: new Map(),
-  showRaw: false, configs: new Map(), palette: { items: [], active: 0 }, asking: new Map(), roots: [], refusedRoots: [], busy: null };
+  showRaw: false, configs: new Map(), palette: { items: [], active: 0 }, asking: new Map(), roots: [], refusedRoots: [], busy: null,
+  keptRunning: new Map() };  // session id -> when an agent host kept its agent through a gateway restart (until its next turn)
 window.__acpGateway = state;  // for debugging in the console
 
 // ---- the connection: the package's OwnerSessionClient (clients/typescript, bundled as client.js: global AcpGateway) ----

@@ -4,12 +4,16 @@ or a crash leaves its outcome on screen."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
 import playwright.async_api as playwright_api
 
+from tests.gateway.agenthost.test_gateway_restart import host_pids
 from tests.gateway.ui.web_ui_support import crash_and_restart, expect, new_page, say, shot, start_in_page, ui_url
-from tests.gateway_harness import GatewayProcess
+from tests.gateway_harness import GatewayProcess, free_port, reference_profile
 
 
 async def test_a_restart_shows_needs_resume_and_reopening_resumes_once(gateway: GatewayProcess,
@@ -106,3 +110,50 @@ async def test_a_tab_closed_mid_turn_and_a_crash_leave_an_outcome_on_screen(gate
     await expect(second.locator(".msg.agent").last).to_have_text("echo: after the crash", timeout=30_000)
     await expect(second.locator("#session-state")).to_have_text("WAITING_FOR_INPUT")
     await shot(second, "ui-interrupted")
+
+
+async def test_a_turn_its_agent_host_kept_running_goes_on_on_screen_after_a_crash(
+        tmp_path: Path, browser: playwright_api.Browser) -> None:
+    """With agent hosts, a gateway `kill -9` mid-turn: the open page reconnects, the rest of the turn shows once and in
+    order after a note of where the gateway went, the head says the agent kept running, and the page's "connection
+    lost" error goes once the turn's outcome is on screen."""
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    reference_profile(agents, tmp_path / "agent-state", "ref")
+    config = tmp_path / "gateway.toml"
+    config.write_text("host_linger = 60\n")
+    gateway = GatewayProcess(tmp_path / "state", agents, "--default-agent", "ref", port=free_port(), config=config)
+    await gateway.start()
+    try:
+        page, errors = await new_page(browser)
+        await start_in_page(page, gateway, work, title="kept")
+        gate = work / "gate"
+        await say(page, f"/gate {gate} 40")
+        await expect(page.locator(".msg.agent").last).to_contain_text("chunk 19 ")
+        await gateway.kill9()
+        await expect(page.locator("#prompt-error")).to_contain_text("Connection lost while the turn ran")
+        gate.touch()  # the rest of the turn is said while no gateway runs: it waits in the host's spool
+        await gateway.start()  # the same port: the open page finds it again
+        await expect(page.locator("#stream")).to_have_text("live", timeout=30_000)
+        await expect(page.locator("#kept-running")).to_have_text("kept running while the gateway restarted")
+        await expect(page.locator("#session-state")).to_have_text("WAITING_FOR_INPUT", timeout=30_000)
+        await expect(page.locator("#prompt-error")).to_be_hidden()
+        said = " ".join(await page.locator(".msg.agent").all_inner_texts())
+        assert [w for w in said.split() if w.isdigit()] == [str(i) for i in range(40)], said  # once, in order
+        # The note sits where the gateway went: after chunk 19, before chunk 20.
+        order = await page.locator("#transcript .msg").evaluate_all(
+            "nodes => nodes.map(n => n.classList.contains('notice') ? 'NOTE:' + n.textContent : n.textContent)")
+        note = next(i for i, text in enumerate(order) if "kept running while the gateway restarted" in text)
+        assert "chunk 19 " in " ".join(order[:note]) and "chunk 20 " in " ".join(order[note:]), order
+        await shot(page, "ui-kept-running")
+        await say(page, "after")  # the next turn: the head's note has said what it had to
+        await expect(page.locator(".msg.agent").last).to_have_text("echo: after")
+        await expect(page.locator("#kept-running")).to_have_count(0)
+        assert errors == []
+    finally:
+        await gateway.stop()
+        for pid in host_pids(gateway.state_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
