@@ -589,6 +589,8 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
             if closed.done() and ended is None and not (turn.done() and not turn.exception()):
                 # The gateway went away mid-turn: the turn goes on there; follow it again from the last event seen
                 # (whether it took the prompt at all, its events after the reconnect say).
+                if getattr(args, "reconnect_for", RECONNECT_FOR) <= 0:
+                    raise ConnectionError("the gateway went away")
                 _let_go(turn)
                 if asking is not None:
                     _let_go(asking)  # asked again when the gateway offers the request again after the reconnect
@@ -671,22 +673,23 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
 
 async def _follow_again(args: argparse.Namespace, cursor: int, previous: GatewayClient | None) -> GatewayClient:
     """A new connection to the gateway (found again as at the start: a restarted one may listen elsewhere),
-    subscribed to the session after event `cursor`; tried for RECONNECT_FOR seconds."""
+    subscribed to the session after event `cursor`; tried for `--reconnect-for` seconds."""
     from ..clients.client import GatewayClient, HandshakeRefused
 
     if previous is not None:
         await previous.close()
-    print(f"acp-gateway prompt: the connection to {args.url} closed; reconnecting for up to {RECONNECT_FOR:.0f} s "
+    wait = float(getattr(args, "reconnect_for", RECONNECT_FOR))
+    print(f"acp-gateway prompt: the connection to {args.url} closed; reconnecting for up to {wait:.0f} s "
           "(a turn its agent host keeps goes on meanwhile)", file=sys.stderr, flush=True)
     began = asyncio.get_running_loop().time()
-    deadline, said_at = began + RECONNECT_FOR, began
+    deadline, said_at = began + wait, began
     pause = 0.1
     while True:
         now = asyncio.get_running_loop().time()
         if now - said_at >= RECONNECT_SAY_EVERY:  # alive, and how long it has left
             said_at = now
             print(f"acp-gateway prompt: still reconnecting to {args.url} ({now - began:.0f} s of "
-                  f"{RECONNECT_FOR:.0f} s)", file=sys.stderr, flush=True)
+                  f"{wait:.0f} s)", file=sys.stderr, flush=True)
         args.url = args.url_given
         args.url = gateway_url(args)
         try:
@@ -695,7 +698,7 @@ async def _follow_again(args: argparse.Namespace, cursor: int, previous: Gateway
             raise TurnNotFollowed(f"it refused the reconnect: {refused}") from None
         except Exception:
             if asyncio.get_running_loop().time() + pause > deadline:
-                raise TurnNotFollowed(f"it did not come back within {RECONNECT_FOR:.0f} s") from None
+                raise TurnNotFollowed(f"it did not come back within {wait:.0f} s") from None
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)
             continue
@@ -767,6 +770,9 @@ VERBS: dict[str, Verb] = {
             "there is none)"),
         arg("--agent", help="the agent of a session started for this directory (default: the gateway's default "
             "agent)"),
+        arg("--reconnect-for", type=float, default=RECONNECT_FOR, metavar="SECONDS",
+            help=f"how long to try to reach a gateway that went away mid-turn, to follow the turn again (default "
+            f"{RECONNECT_FOR:.0f}; 0: say so and exit 2 at once)"),
         arg("text", help="the prompt"),
     ), _prompt),
     "history": Verb("what a session recorded: your messages, the agent's, tool calls", (

@@ -4,6 +4,7 @@ outlive the clients that started them, a crash leaves no agent behind and no tur
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -231,8 +232,8 @@ async def test_cli_prompt_whose_gateway_dies_says_so_in_one_line(gateway: Gatewa
     watcher, log = await subscribed(gateway)
     sid = await start(watcher, paths["work"])
     cli = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "prompt", "--url", gateway.url, "--token", TOKEN, sid, "/hang",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable, "-m", "gateway.cli", "prompt", "--url", gateway.url, "--token", TOKEN, "--reconnect-for", "0",
+        sid, "/hang", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     await log.wait(of(sid, "turn_started"))
     await gateway.kill9()
     _, stderr = await asyncio.wait_for(cli.communicate(), 30)
@@ -240,3 +241,25 @@ async def test_cli_prompt_whose_gateway_dies_says_so_in_one_line(gateway: Gatewa
     assert "Traceback" not in stderr.decode()
     assert stderr.decode().strip() == (f"acp-gateway prompt: the connection to the gateway at {gateway.url} closed: "
                                        f"`acp-gateway status {sid}` says what became of the session")
+
+
+async def test_cli_prompt_whose_gateway_dies_unhosted_hears_the_turn_interrupted_after_the_restart(
+        gateway: GatewayProcess, paths: dict[str, Path]) -> None:
+    """With no agent hosts the turn ends with the gateway; the prompt that waited for it reconnects and prints the
+    outcome the next gateway gives it (`interrupted`), once."""
+    watcher, log = await subscribed(gateway)
+    sid = await start(watcher, paths["work"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY_")}
+    cli = await asyncio.create_subprocess_exec(  # found through the state directory: the restart takes another port
+        sys.executable, "-m", "gateway.cli", "prompt", "--state-dir", str(gateway.state_dir), "--token", TOKEN, sid,
+        "/hang", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    await log.wait(of(sid, "turn_started"))
+    await gateway.kill9()
+    assert cli.stderr is not None
+    said = (await asyncio.wait_for(cli.stderr.readline(), 30)).decode()
+    assert "closed; reconnecting for up to 120 s" in said, said
+    await gateway.start()
+    out, err = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode == 0, err.decode()
+    assert out.decode().strip().splitlines()[-1] == "stop reason: interrupted"
+    assert "reconnected to" in err.decode()
