@@ -268,3 +268,44 @@ async def test_an_agent_that_cannot_start_is_said_so(tmp_path: Path) -> None:
     with pytest.raises(HostError, match="agent command not found"):
         await start_host(numbered_spec(tmp_path, hashed, argv=[str(tmp_path / "no-such-agent")]))
     assert not any(path.suffix == ".spec" for path in (tmp_path / "hosts").iterdir())
+
+
+OLDER_HOSTS_LINES = [b'{"jsonrpc":"2.0","method":"x"}', "ünïcødé ✓".encode(), b"\xff\xfe not utf-8", b""]
+
+
+async def older_host(path: Path) -> asyncio.Server:
+    """A host of an older version on `path`, as it speaks: it answers any hello, ignores `raw`, and sends the agent's
+    lines as JSON line frames, then the agent's exit."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = protocol.decode(await reader.readline())
+        assert hello["t"] == "hello" and hello["raw"] is True  # asked for: an older host does not know it
+        writer.write(protocol.encode(protocol.welcome(len(OLDER_HOSTS_LINES), 0, os.getpid(), os.getpid(), None)))
+        for offset, line in enumerate(OLDER_HOSTS_LINES, 1):
+            writer.write(protocol.encode({"t": "line", "offset": offset, **protocol.carry(line)}))
+        writer.write(protocol.encode({"t": "exit", "code": 0, "head": len(OLDER_HOSTS_LINES)}))
+        await writer.drain()
+        await reader.read()  # until the gateway closes
+        writer.close()
+
+    return await asyncio.start_unix_server(serve, str(path))
+
+
+async def test_a_host_of_an_older_version_sending_json_frames_is_read_as_before(tmp_path: Path) -> None:
+    """An upgraded gateway attaching to a host an older version started: its JSON line frames reach the ACP reader
+    unchanged, each with its offset, then the end."""
+    path = tmp_path / "older.sock"
+    server = await older_host(path)
+    try:
+        one = await HostConnection.attach(str(path), "any", 1, 0)
+        assert [await asyncio.wait_for(one.next_line(), WAIT) for _ in OLDER_HOSTS_LINES] == \
+            list(enumerate(OLDER_HOSTS_LINES, 1))
+        assert await asyncio.wait_for(one.next_line(), WAIT) is None
+        await one.close()
+        other = await HostConnection.attach(str(path), "any", 2, 0)  # as the gateway's ACP reader takes them
+        taken: list[bytes] = []
+        while lines := await asyncio.wait_for(other.stdout.read_lines(), WAIT):
+            taken += lines
+        assert taken == OLDER_HOSTS_LINES
+        await other.close()
+    finally:
+        server.close()
