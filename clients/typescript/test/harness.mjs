@@ -29,7 +29,9 @@ export class Gateway {
     const agent = [PYTHON, "-m", "agents.reference", "--state-dir", join(this.dir, "agent-state")];
     writeFileSync(join(this.dir, "agents", "reference.toml"),
                   `id = "reference"\ncommand = ${JSON.stringify(agent)}\nnative_session_resume = true\n`);
-    writeFileSync(join(this.dir, "gateway.toml"), config);
+    // Agents are the gateway's children here (host_linger = 0), as in the Python harness: a host left lingering after
+    // a test's gateway stops would outlive the run for up to 15 minutes. A test about hosts names host_linger.
+    writeFileSync(join(this.dir, "gateway.toml"), config.includes("host_linger") ? config : `host_linger = 0\n${config}`);
     this.port = 0;
     this.stderr = "";
   }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import pytest
 
 from gateway.clients.client import GatewayClient, RpcCallError
 from tests.conftest import process_alive, wait_until
+from tests.gateway.agenthost.test_gateway_restart import host_pids
 from tests.gateway_harness import GatewayProcess, agent_log, reference_profile
 
 
@@ -49,10 +51,15 @@ async def test_no_flags_on_a_fresh_machine(tmp_path: Path) -> None:
         await client.close()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-    finally:  # a failed assertion must not leave the gateway serving (it is nobody's GatewayProcess)
+        # By default the agent runs in an agent host, which a SIGTERM leaves running for the next gateway.
+        assert host_pids(state)
+    finally:  # a failed assertion must not leave the gateway serving (it is nobody's GatewayProcess), nor its hosts
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+        for pid in host_pids(tmp_path / "xdg" / "acp-gateway"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     # The reference agent kept its sessions in its owner's agent home, under the gateway's state directory.
     from gateway.runtime.homes import owner_dir_name
     home = state / "homes" / owner_dir_name("default")
