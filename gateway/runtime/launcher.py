@@ -230,18 +230,25 @@ class Launcher:
             home = ensure_home(self.settings.state_dir, row.owner, profile)  # the owner's: never shared with another
         except HomeRefused as refused:
             return await self._launch_failed(row, f"session {row.id}: {refused}")
+        env = await self._execution_env(row, profile, config, home, execution_id)
+        owner = row.owner
+        history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
+        return LaunchRun(row, profile, config, env, home, token, first_launch, fresh_start, execution_id, history)
+
+    async def _execution_env(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, home: Path,
+                             execution_id: str) -> dict[str, str]:
+        """An agent execution's environment — a launch's, or that of one a host kept running, taken back — and what
+        `config` must hide of it from events."""
         # What the owner gave this profile's agents to sign in (an env_var method's values) goes in their environment.
         signed_in = self.sign_in.get(row.owner, profile.id)
         config.sign_in_values = list(signed_in.values())
         # the operator's keys and the gateway's own secrets, if the agent repeats them
         config.profile_secrets = [*hidden_values(profile, []), *self.settings.gateway_secrets]
         env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
-        if profile.brokered:  # stand-ins in the key variables; the relay (`spawning`) sets the base URLs
+        if profile.brokered:  # stand-ins in the key variables (the same for the same execution: `KeyProxy.stand_in`)
             env.update(await self.keys.admit(row.owner, row.id, execution_id, profile.brokered,
                                              dict(self.settings.environ)))
-        owner = row.owner
-        history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
-        return LaunchRun(row, profile, config, env, home, token, first_launch, fresh_start, execution_id, history)
+        return env
 
     async def _spawn_agent(self, run: LaunchRun) -> LaunchResult | None:
         """The agent's process, its updates flowing from the first byte (a session/load replays history before it
@@ -534,13 +541,7 @@ class Launcher:
         init = self.hosts.init_of(agent)
         config = await stored(self.store, row.id)
         home = ensure_home(self.settings.state_dir, row.owner, profile)
-        signed_in = self.sign_in.get(row.owner, profile.id)
-        config.sign_in_values = list(signed_in.values())
-        config.profile_secrets = [*hidden_values(profile, []), *self.settings.gateway_secrets]
-        env = {**profile.launch_env(self.settings.environ, home), **signed_in, reaper.MARKER: execution_id}
-        if profile.brokered:  # the grants of the stand-ins the agent holds, its real keys read again
-            env.update(await self.keys.admit(row.owner, row.id, execution_id, profile.brokered,
-                                             dict(self.settings.environ)))
+        env = await self._execution_env(row, profile, config, home, execution_id)  # its stand-ins granted again
         owner = row.owner
         history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
         coalescer = await self._turn_so_far(row, history) if SessionState(row.state) is SessionState.RUNNING \
