@@ -121,11 +121,18 @@ class Welcome:
     runs_terminals: bool = False  # its welcome lists terminals: it runs them (a host of an older gateway does not)
 
 
-_END = [-1, [], 0, 0]  # the agent's exit, in the line queue
-NOT_READY = object()  # `ready_line`: no line has arrived yet
-# A run in the line queue: [offset of lines[index], lines (consecutive offsets), index of the next one to take, bytes
-# of lines[index:]]. A raw batch arrives as one run, a slice of the lines its read was split into.
-Run = list[Any]
+@dataclass(slots=True)
+class _Run:
+    """Agent lines of consecutive offsets in the line queue (a raw batch arrives as one: a slice of the lines its
+    read was split into), taken from `index` on."""
+
+    first: int  # the offset of lines[index]
+    lines: list[bytes]
+    index: int
+    size: int  # bytes of lines[index:]
+
+
+_END = _Run(-1, [], 0, 0)  # the agent's exit, in the line queue
 
 
 class HostConnection:
@@ -138,7 +145,7 @@ class HostConnection:
         self.committed = committed  # what the attach said: the lines read here come after it
         self.outbox = outbox
         self._frames = frames
-        self._lines: deque[Run] = deque()
+        self._lines: deque[_Run] = deque()
         self._batches = protocol.AgentLines()
         self._queued_bytes = 0
         self._arrived = asyncio.Event()
@@ -256,7 +263,7 @@ class HostConnection:
 
     def _queue_run(self, first: int, lines: list[bytes]) -> None:
         size = sum(map(len, lines))
-        self._lines.append([first, lines, 0, size])
+        self._lines.append(_Run(first, lines, 0, size))
         self._queued_bytes += size
 
     def _taken(self, size: int) -> None:
@@ -283,10 +290,9 @@ class HostConnection:
             run = lines[0]
             if run is _END:
                 break
-            first, batch, index, run_bytes = run
             lines.popleft()
-            taken.append((first, batch[index:] if index else batch))
-            size += run_bytes
+            taken.append((run.first, run.lines[run.index:] if run.index else run.lines))
+            size += run.size
         if not taken and lines and lines[0] is _END:
             return None
         self._taken(size)
@@ -302,20 +308,13 @@ class HostConnection:
         run = self._lines[0]
         if run is _END:
             return None
-        first, batch, index = run[0], run[1], run[2]
-        line = batch[index]
-        if index + 1 == len(batch):
+        first, line = run.first, run.lines[run.index]
+        if run.index + 1 == len(run.lines):
             self._lines.popleft()
         else:
-            run[0], run[2], run[3] = first + 1, index + 1, run[3] - len(line)
+            run.first, run.index, run.size = first + 1, run.index + 1, run.size - len(line)
         self._taken(len(line))
         return first, line
-
-    def ready_line(self) -> tuple[int, bytes] | object | None:
-        """The next line if one is here already (else NOT_READY; None: the agent exited and every line was read)."""
-        if not self._lines:
-            return NOT_READY
-        return self._take()
 
     async def __aiter__(self) -> AsyncIterator[tuple[int, bytes]]:
         while (item := await self.next_line()) is not None:

@@ -104,7 +104,7 @@ class Attachment:
     def __init__(self, writer: asyncio.StreamWriter, incarnation: int, cursor: int, raw: bool = False) -> None:
         self.writer = writer
         self.incarnation = incarnation
-        self.raw = raw  # its hello asked for the agent's lines as raw frames
+        self.raw = raw  # its hello asked for the agent's lines as raw batches
         self.cursor = cursor  # the last agent line sent on it
         self.exit_sent = False
         self.sender: asyncio.Task[None] | None = None

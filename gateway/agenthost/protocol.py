@@ -216,7 +216,7 @@ class Hello:
     secret: str
     incarnation: int
     committed: int  # offset of the last agent line whose effects the gateway committed
-    raw: bool = False  # the agent's lines go to it as raw frames
+    raw: bool = False  # the agent's lines go to it as raw batches
 
 
 @dataclass(frozen=True)
