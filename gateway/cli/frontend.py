@@ -444,10 +444,15 @@ async def _watch(args: argparse.Namespace, connected: GatewayClient) -> int:
 
 
 def _reaimed(client: OwnerSessionClient, args: argparse.Namespace) -> str:
+    client.url = _aimed_again(args)
+    return client.url
+
+
+def _aimed_again(args: argparse.Namespace) -> str:
     """The address to (re)connect to: a restarted gateway may have announced another one in the state directory."""
     args.url = args.url_given
-    client.url = gateway_url(args)
-    return client.url
+    args.url = gateway_url(args)
+    return str(args.url)
 
 
 async def _directory_session(args: argparse.Namespace, client: GatewayClient) -> str:
@@ -567,6 +572,7 @@ class TurnNotFollowed(ConnectionError):
 # gateway (or in the agent's host, docs/agent-hosts.md), and this terminal follows it again when the gateway is back.
 RECONNECT_FOR = 120.0
 RECONNECT_SAY_EVERY = 15.0
+RECONNECT_PAUSE_CAP = 2.0
 
 
 async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
@@ -674,7 +680,10 @@ async def _prompt(args: argparse.Namespace, client: GatewayClient) -> int:
 async def _follow_again(args: argparse.Namespace, cursor: int, previous: GatewayClient | None) -> GatewayClient:
     """A new connection to the gateway (found again as at the start: a restarted one may listen elsewhere),
     subscribed to the session after event `cursor`; tried for `--reconnect-for` seconds."""
+    import random
+
     from ..clients.client import GatewayClient, HandshakeRefused
+    from ..clients.policy import backoff_delay
 
     if previous is not None:
         await previous.close()
@@ -683,24 +692,24 @@ async def _follow_again(args: argparse.Namespace, cursor: int, previous: Gateway
           "(a turn its agent host keeps goes on meanwhile)", file=sys.stderr, flush=True)
     began = asyncio.get_running_loop().time()
     deadline, said_at = began + wait, began
-    pause = 0.1
+    attempt = 0
     while True:
         now = asyncio.get_running_loop().time()
         if now - said_at >= RECONNECT_SAY_EVERY:  # alive, and how long it has left
             said_at = now
             print(f"acp-gateway prompt: still reconnecting to {args.url} ({now - began:.0f} s of "
                   f"{wait:.0f} s)", file=sys.stderr, flush=True)
-        args.url = args.url_given
-        args.url = gateway_url(args)
         try:
-            client = await GatewayClient.connect(args.url, args.token)
+            client = await GatewayClient.connect(_aimed_again(args), args.token)
         except HandshakeRefused as refused:
             raise TurnNotFollowed(f"it refused the reconnect: {refused}") from None
         except Exception:
+            # A restart takes about a second: retried soon, never more than RECONNECT_PAUSE_CAP apart.
+            pause = backoff_delay(attempt, random.random(), RECONNECT_PAUSE_CAP)
+            attempt += 1
             if asyncio.get_running_loop().time() + pause > deadline:
                 raise TurnNotFollowed(f"it did not come back within {wait:.0f} s") from None
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
             continue
         try:
             await client.call("task.session.subscribe", {"session_id": args.session_id, "since": cursor})

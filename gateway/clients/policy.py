@@ -111,9 +111,9 @@ def next_reconcile_delay(rand: float) -> float:
     return RECONCILE_INTERVAL + RECONCILE_JITTER * rand
 
 
-def backoff_delay(attempt: int, rand: float) -> float:
-    """Exponential backoff with jitter: attempt 0 waits 0.25–0.5 s, doubling up to a 15–30 s cap."""
-    ceiling: float = min(BACKOFF_CAP, BACKOFF_BASE * (2.0 ** min(max(attempt, 0), 30)))
+def backoff_delay(attempt: int, rand: float, cap: float = BACKOFF_CAP) -> float:
+    """Exponential backoff with jitter: attempt 0 waits 0.25–0.5 s, doubling up to a cap/2–cap wait (15–30 s)."""
+    ceiling: float = min(cap, BACKOFF_BASE * (2.0 ** min(max(attempt, 0), 30)))
     return ceiling * (0.5 + rand / 2)
 
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import log_fault
 from ..journal import EventBus
@@ -22,7 +22,7 @@ from .status import ResumeReason, committed_status
 log = logging.getLogger(__name__)
 
 # `session_message` codes (docs/api.md): what a message says, for frontends that show it other than as text.
-MessageCode = str
+MessageCode = Literal["agent_kept_running"]
 KEPT_RUNNING: MessageCode = "agent_kept_running"  # an agent host kept the agent (and its turn) through a restart
 
 

@@ -47,6 +47,12 @@ def test_backoff_is_exponential_with_jitter_and_capped(attempt: int, rand: float
     assert backoff_delay(attempt, rand) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(("attempt", "rand", "expected"), [(0, 0.0, 0.25), (1, 1.0, 1.0), (2, 1.0, 2.0), (9, 0.0, 1.0)])
+def test_a_backoff_capped_lower_stays_under_its_cap(attempt: int, rand: float, expected: float) -> None:
+    """`prompt` following its turn: a restarted gateway found within 2 s of listening."""
+    assert backoff_delay(attempt, rand, cap=2.0) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize(("state", "event", "expected"), [
     (Link.CONNECTING, LinkEvent.CONNECTED, Link.LIVE), (Link.LIVE, LinkEvent.SILENT, Link.DEGRADED),
     (Link.DEGRADED, LinkEvent.LOST, Link.RECONNECTING), (Link.DEGRADED, LinkEvent.HEARD, Link.LIVE),
