@@ -362,8 +362,10 @@ def import_time(module: str) -> tuple[float, list[tuple[str, float]], float]:
 def stack_floor_ms() -> float:
     """ms from process start to bench/stack_floor.py's listening line: the chosen stack alone, nothing of ours."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([PY, str(ROOT / "bench" / "stack_floor.py")], stdout=subprocess.PIPE, env=CLEAN_ENV,
-                            cwd=ROOT)
+    # From /, isolated (-I: no working directory or PYTHON* variable on its import path), the bench's clean
+    # environment: nothing but the installed stack is imported.
+    proc = subprocess.Popen([PY, "-I", str(ROOT / "bench" / "stack_floor.py")], stdout=subprocess.PIPE,
+                            env=CLEAN_ENV, cwd="/")
     assert proc.stdout is not None
     line = proc.stdout.readline()
     took = (time.perf_counter() - t0) * 1000
