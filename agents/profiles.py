@@ -112,6 +112,9 @@ class AgentProfile(BaseModel):
     config: dict[str, str | bool] = Field(default_factory=dict)
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
     additional_directories: list[str] = Field(default_factory=list)
+    # Its sessions started in a repository's top directory get a git worktree of their own (docs/worktrees.md), as
+    # if the start had said `worktree: {repo: cwd}`; a start that names a `worktree` chooses for itself
+    worktree: bool = False
     # Where its HOME is: the owner's agent home, shared by the owner's agents ("owner"), or one of its own in it
     # ("profile"); and files copied into a new home (relative path in the home -> an absolute source file).
     home: Literal["owner", "profile"] = "owner"

@@ -36,7 +36,7 @@ from .memory import return_large_buffers
 from .runtime import SessionManager, Settings, confinement
 from .runtime.cluster import ClusterRefused, node_name
 from .runtime.quotas import Quotas, journal_share
-from .runtime.workspace import resolved
+from .runtime.workspace import refusal, resolved
 from .store import StoreBase, StoreInUse, open_store, redacted
 
 log = logging.getLogger("acp-gateway")
@@ -116,7 +116,15 @@ def workspace_settings(config: ServeConfig, state_dir: Path, config_file: Path |
                  for e in config.auth.tokens if e.workspace_roots is not None}
     protected = (resolved(state_dir), *((resolved(config_file),) if config_file else ()), *store_files(config))
     stdio = {e.owner: e.allow_stdio_mcp_servers for e in config.auth.tokens if e.allow_stdio_mcp_servers is not None}
-    return {"workspace_roots": roots, "owner_workspace_roots": per_owner, "protected_paths": protected,
+    worktrees = resolved(Path(config.worktrees_root).expanduser() if config.worktrees_root
+                         else state_dir.with_name(state_dir.name + "-worktrees"))
+    overlap = refusal(worktrees, (worktrees,), protected)
+    if overlap is not None:
+        where = "lies inside" if overlap.value == "inside_gateway_files" else "holds"
+        raise StartupError(f"worktrees_root {worktrees} {where} the gateway's own files (its state directory or "
+                           "configuration): choose a directory outside them")
+    return {"workspace_roots": roots, "worktrees_root": worktrees, "owner_workspace_roots": per_owner,
+            "protected_paths": protected,
             "allow_stdio_mcp_servers": config.allow_stdio_mcp_servers, "owner_stdio_mcp_servers": stdio}
 
 

@@ -96,6 +96,9 @@ class ServeConfig(BaseModel):
     # Several owners' agents under one unconfined OS user can read each other's work: refused unless accepted here.
     allow_unconfined_agents: bool = False
     workspace_roots: list[str] = Field(default_factory=list)  # where sessions may run; empty: the user's home
+    # Where sessions' own git worktrees are made (docs/worktrees.md), a directory per owner; default: beside the
+    # state directory (`<state_dir>-worktrees`), never inside it (nothing there is ever an agent's)
+    worktrees_root: str | None = None
     # A stdio MCP server is a command this host runs for the agent: frontends may give one only where allowed
     allow_stdio_mcp_servers: bool = False
     # Event frames (and bytes) queued for a connection before its subscriptions are fed from the journal instead

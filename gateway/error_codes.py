@@ -13,7 +13,7 @@ from __future__ import annotations
 from acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, LIMIT_EXCEEDED, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
-    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "CONFIG_REFUSED", "INTERNAL_ERROR", "INVALID_PARAMS",
+    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "CONFIG_REFUSED", "GIT_REFUSED", "INTERNAL_ERROR", "INVALID_PARAMS",
     "INVALID_REQUEST", "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE", "PARSE_ERROR",
     "RESYNC_REQUIRED", "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING",
 ]
@@ -28,3 +28,4 @@ NOT_RESUMABLE = -32013
 AGENT_FAILED = -32015  # the agent answered the turn with an error, or exited during it
 STORAGE_FAILED = -32016  # the gateway's store refused a write (disk full, I/O error): nothing acknowledged is lost
 CONFIG_REFUSED = -32017  # a configuration value the agent does not offer, of the wrong type, or that it refused
+GIT_REFUSED = -32018  # git could not do it for the session: no repository, a merge's conflicts, a rewind refused

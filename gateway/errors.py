@@ -25,6 +25,7 @@ from .error_codes import (
     ALREADY_TERMINAL,
     BUSY,
     CONFIG_REFUSED,
+    GIT_REFUSED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -40,13 +41,46 @@ from .error_codes import (
 )
 
 __all__ = [
-    "AGENT_FAILED", "ALREADY_TERMINAL", "BUSY", "CONFIG_REFUSED", "ERROR_DATA", "ERROR_MEANINGS", "INTERNAL_ERROR",
-    "INVALID_PARAMS", "INVALID_REQUEST", "LIMIT_EXCEEDED", "METHOD_NOT_FOUND", "NOT_FOUND", "NOT_RESUMABLE",
-    "PARSE_ERROR", "RESYNC_REQUIRED", "STORAGE_FAILED", "UNAUTHORIZED", "WORKSPACE_MISSING", "GatewayError",
-    "agent_failed", "already_terminal", "busy", "config_refused", "internal_error", "invalid_params",
-    "is_storage_error", "limit_exceeded", "log_fault", "not_found", "not_resumable", "params_refused",
-    "permission_not_found", "resync_required", "storage_failed", "subscription_not_found", "unexpected",
-    "workspace_missing", "workspace_refused",
+    "AGENT_FAILED",
+    "ALREADY_TERMINAL",
+    "BUSY",
+    "CONFIG_REFUSED",
+    "ERROR_DATA",
+    "ERROR_MEANINGS",
+    "GIT_REFUSED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "LIMIT_EXCEEDED",
+    "METHOD_NOT_FOUND",
+    "NOT_FOUND",
+    "NOT_RESUMABLE",
+    "PARSE_ERROR",
+    "RESYNC_REQUIRED",
+    "STORAGE_FAILED",
+    "UNAUTHORIZED",
+    "WORKSPACE_MISSING",
+    "GatewayError",
+    "agent_failed",
+    "already_terminal",
+    "busy",
+    "config_refused",
+    "git_refused",
+    "internal_error",
+    "invalid_params",
+    "is_storage_error",
+    "limit_exceeded",
+    "log_fault",
+    "not_found",
+    "not_resumable",
+    "params_refused",
+    "permission_not_found",
+    "resync_required",
+    "storage_failed",
+    "subscription_not_found",
+    "unexpected",
+    "workspace_missing",
+    "workspace_refused",
 ]
 
 # code -> the shapes its `data` may have: the keys always present (a key whose value is unknown is null).
@@ -63,6 +97,7 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
     STORAGE_FAILED: (frozenset({"reason"}),),
     CONFIG_REFUSED: (frozenset({"session_id", "config_id", "value", "reason", "offered", "agent_error"}),),
+    GIT_REFUSED: (frozenset({"session_id", "files"}),),
 }
 
 # code -> what it means, in one line (the OpenRPC document's errors; docs/api.md says the same at length)
@@ -83,6 +118,7 @@ ERROR_MEANINGS: dict[int, str] = {
     AGENT_FAILED: "The agent failed the turn",
     STORAGE_FAILED: "The store refused a write: free space, then retry",
     CONFIG_REFUSED: "The option or value is not offered, of the wrong type, or refused by the agent (data.offered)",
+    GIT_REFUSED: "Git could not do it for the session (no repository, a merge's conflicts: data.files)",
 }
 
 
@@ -239,3 +275,9 @@ def limit_exceeded(limit: int, message: str, name: str, retry_after: float | Non
 
 def resync_required(reason: str, message: str, *, head: int | None = None, oldest: int | None = None) -> GatewayError:
     return GatewayError(RESYNC_REQUIRED, message, {"reason": reason, "head": head, "oldest": oldest})
+
+
+def git_refused(session_id: str, message: str, files: list[str] | None = None) -> GatewayError:
+    """What git could not do for a session's files: `message` says why and what to do; `files`, those in the way
+    (a merge's conflicts), else empty."""
+    return GatewayError(GIT_REFUSED, message, {"session_id": session_id, "files": list(files or [])})

@@ -52,7 +52,8 @@ def gateway_logs_have_no_traceback() -> Iterator[None]:
 # holds only such tests; a test elsewhere may say so itself with `@pytest.mark.unit`.
 UNIT_MODULES = frozenset({
     "test_acp_server_protocol", "test_command_seal", "test_commands", "test_docs_links", "test_eager", "test_errors",
-    "test_fixture_diff", "test_framing_fs", "test_history", "test_key_rules", "test_launch_words", "test_layers",
+    "test_fixture_diff", "test_framing_fs", "test_git_rules", "test_history", "test_key_rules", "test_launch_words",
+    "test_layers",
     "test_offload",
     "test_permissions_policy", "test_registry_index", "test_replay_rules", "test_restore_rules",
     "test_resume_context", "test_session_config_rules", "test_spawn_env", "test_states", "test_status",

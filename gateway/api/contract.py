@@ -51,10 +51,22 @@ SessionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za
                                                "digits); unique among your sessions")]
 
 
+class WorktreeSpec(Params):
+    repo: str = Field(min_length=1, max_length=4096, description="the top directory of a git repository, inside a "
+                      "workspace root")
+    base: str | None = Field(default=None, min_length=1, max_length=200, description="the branch, tag or commit "
+                             "the worktree starts from; default: the repository's HEAD")
+    branch: str | None = Field(default=None, min_length=1, max_length=200, description="the new branch the "
+                               "worktree is on; default: acp/<name or session id>")
+
+
 class StartParams(Params):
     agent: str | None = Field(default=None, min_length=1, max_length=200,
                               description="agent profile id; default: the gateway's default agent")
-    cwd: str = Field(min_length=1, max_length=4096, description="absolute directory, inside a workspace root")
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096, description="absolute directory, inside a "
+                            "workspace root (required unless `worktree` is given)")
+    worktree: WorktreeSpec | None = Field(default=None, description="run the session in a git worktree of its own, "
+                                          "made for it from `repo` on a new branch: its cwd (docs/worktrees.md)")
     description: str | None = Field(default=None, max_length=1_000_000,
                                     description="the task: sent as the first prompt on the first launch")
     title: str | None = Field(default=None, max_length=1000)
@@ -158,6 +170,21 @@ class TitleParams(SessionParams):
     title: str = Field(max_length=1000)
 
 
+class DeleteParams(SessionParams):
+    discard: bool = Field(default=False, description="a worktree session: delete its branch too (its worktree "
+                          "goes either way)")
+
+
+class DiffParams(SessionParams):
+    against: Annotated[int, Field(ge=1, le=MAX_ID)] | Literal["base", "head"] | None = Field(
+        default=None, description="a checkpoint's number, `base` (a worktree's base; else the first checkpoint) or "
+        "`head` (the commit checked out); default: base")
+
+
+class RewindParams(SessionParams):
+    checkpoint: int = Field(ge=1, le=MAX_ID, description="the checkpoint's number (task.session.checkpoints)")
+
+
 class ForkParams(SessionParams):
     title: str | None = Field(default=None, max_length=1000,
                               description="default: the original's, marked (fork); untitled: fork of NAME-OR-ID")
@@ -182,6 +209,8 @@ class SessionSummary(Result):
                                       "runs (an agent added from the ACP registry; null for others): kept across "
                                       "restores, changed only by a fresh restart")
     cwd: str
+    worktree: WorktreeView | None = Field(default=None, description="its own git worktree, when it was started with "
+                                          "one (docs/worktrees.md)")
     title: str | None
     state: SessionStateName
     task_state: TaskStateName
@@ -258,6 +287,58 @@ class ConfigView(Result):
                            "task.session.fork makes a new session with this one's conversation")
     agent_info: dict[str, Any] | None = Field(default=None, description="what the agent said of itself in its "
                                               "last initialize (ACP agentInfo: name, title, version), as it said it")
+
+
+class WorktreeView(Result):
+    repo: str = Field(description="the repository it was made from")
+    path: str = Field(description="the worktree: the session's cwd")
+    branch: str
+    base: str = Field(description="the ref it started from, as given (or the commit)")
+
+
+class FileChangeView(Result):
+    path: str
+    status: Literal["A", "M", "D", "T"] = Field(description="added, modified, deleted, type changed")
+    added: int | None = Field(description="lines added (null: a binary file)")
+    deleted: int | None
+
+
+class DiffView(Result):
+    against: dict[str, Any] = Field(description="what the files are compared with: {base: commit}, {checkpoint: n} "
+                                    "or {head: true}")
+    files: list[FileChangeView]
+    patch: str = Field(description="the unified diff (git's), cut at 2 MiB")
+    truncated: bool = Field(description="the patch was cut")
+
+
+class CheckpointView(Result):
+    checkpoint: int
+    turn: int | None = Field(description="the turn_started event it was taken before (null: taken before a rewind)")
+    at: float
+    kind: Literal["turn", "rewind"] = Field(description="turn: at the start of a turn; rewind: the files as they "
+                                            "were just before a rewind (rewinding to it undoes that rewind)")
+    prompt: str = Field(description="the start of the turn's prompt")
+    files_changed: int | None = Field(description="files that differ from this checkpoint to the next (the last: "
+                                      "to the files now)")
+
+
+class CheckpointsView(Result):
+    checkpoints: list[CheckpointView] = Field(description="oldest first (at most the newest 500)")
+
+
+class RewindView(Result):
+    checkpoint: int
+    turn: int | None
+    files: list[FileChangeView] = Field(description="what the rewind changed")
+    undo_checkpoint: int = Field(description="a checkpoint of the files just before the rewind")
+
+
+class MergeView(Result):
+    merged: bool
+    commit: str = Field(description="the merge commit, now the base branch's head")
+    branch: str
+    base: str
+    checkout: str | None = Field(description="where the base branch is checked out (it moved with it), if anywhere")
 
 
 class SessionView(SessionSummary):
@@ -434,7 +515,15 @@ METHODS: dict[str, MethodSpec] = {
     "task.session.set_config_option": MethodSpec(SetConfigOptionParams, SessionView,
                                                  "Set one of the agent's options (model, mode, …) and keep it"),
     "task.session.set_mode": MethodSpec(SetModeParams, SessionView, "Set the session's mode and keep it"),
-    "task.session.delete": MethodSpec(SessionParams, None, "Delete a session and its history"),
+    "task.session.delete": MethodSpec(DeleteParams, None, "Delete a session and its history (and its worktree)"),
+    "task.session.diff": MethodSpec(DiffParams, DiffView, "What the session changed in its files: against its "
+                                    "worktree's base, or a checkpoint"),
+    "task.session.checkpoints": MethodSpec(SessionParams, CheckpointsView, "The session's checkpoints: its files "
+                                           "at the start of each turn"),
+    "task.session.rewind": MethodSpec(RewindParams, RewindView, "Put the session's files back as at a checkpoint "
+                                      "(its agent is told at its next prompt)"),
+    "task.session.worktree.merge": MethodSpec(SessionParams, MergeView, "Merge the session's worktree branch (its "
+                                              "files as they are now) into its base branch"),
     "task.session.fork": MethodSpec(ForkParams, SessionView, "A new session with this one's conversation so far "
                                     "(ACP session/fork, where the agent offers it); the original goes on"),
     "task.session.subscribe": MethodSpec(SubscribeParams, Subscribed, "Receive task.session.event notifications"),

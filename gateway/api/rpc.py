@@ -42,6 +42,7 @@ from .answering import error_frame, error_response, failure
 from .contract import (
     METHODS,
     SESSION_ID_PATTERN,
+    DeleteParams,
     NoParams,
     Params,
     PingParams,
@@ -163,6 +164,10 @@ class RpcAdapter:
                                                                            p.values),
             "task.session.logout": lambda c, p: sessions.logout(c.owner, p.session_id),
             "task.session.fork": lambda c, p: sessions.fork(c.owner, p.session_id, title=p.title, name=p.name),
+            "task.session.diff": lambda c, p: sessions.diff(c.owner, p.session_id, p.against),
+            "task.session.checkpoints": lambda c, p: sessions.checkpoints(c.owner, p.session_id),
+            "task.session.rewind": lambda c, p: sessions.rewind(c.owner, p.session_id, p.checkpoint),
+            "task.session.worktree.merge": lambda c, p: sessions.merge(c.owner, p.session_id),
             "task.session.elicitation.respond": lambda c, p: sessions.respond_elicitation(
                 c.owner, p.session_id, p.request_id, p.action, p.content),
         }
@@ -215,13 +220,14 @@ class RpcAdapter:
         return await self.sessions.start(ctx.owner, agent=p.agent or self.default_agent, cwd=p.cwd,
                                          description=p.description, title=p.title, task_id=p.task_id,
                                          name=p.name, wait_ready=p.wait_ready, config=p.config,
-                                         mcp_servers=p.mcp_servers, additional_directories=p.additional_directories)
+                                         mcp_servers=p.mcp_servers, additional_directories=p.additional_directories,
+                                         worktree=p.worktree.model_dump() if p.worktree is not None else None)
 
     async def _get(self, ctx: RpcContext, p: SessionParams) -> dict[str, Any]:
         return await self.sessions.get(ctx.owner, p.session_id)
 
-    async def _delete(self, ctx: RpcContext, p: SessionParams) -> None:
-        await self.sessions.delete(ctx.owner, p.session_id)
+    async def _delete(self, ctx: RpcContext, p: DeleteParams) -> None:
+        await self.sessions.delete(ctx.owner, p.session_id, discard=p.discard)
 
     async def _subscribe(self, ctx: RpcContext, p: SubscribeParams) -> dict[str, Any]:
         if ctx.sink is None:

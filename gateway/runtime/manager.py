@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -25,13 +26,14 @@ from ..errors import (
     GatewayError,
     agent_failed,
     already_terminal,
+    busy,
     invalid_params,
     log_fault,
     not_found,
     not_resumable,
 )
 from ..journal import EventBus, Subscription
-from ..store import SessionRow, StoreBase
+from ..store import HistoryEntry, SessionRow, StoreBase
 from .admission import Admission
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
@@ -40,10 +42,12 @@ from .confinement import bwrap_trial
 from .elicitations import ElicitationBroker
 from .forks import fork_session
 from .forwardable import forwardable, forwarded_method
+from .git_rules import default_branch
 from .installed import InstalledAgents, installed_facts
 from .launcher import Launcher, check_resumable, check_workspace
 from .live import LiveSession
 from .recovery import recover_after_crash
+from .session_git import SessionGit
 from .settings import Settings
 from .sign_in_rules import (
     SIGNED_IN,
@@ -57,7 +61,8 @@ from .sign_in_rules import (
 from .states import TERMINAL_SESSION_STATES, SessionEvent, SessionState, TaskState
 from .turns import TurnRunner, content_blocks
 from .views import SessionViews
-from .writer import SessionWriter, status_data
+from .worktrees import Worktree
+from .writer import MERGED, REWOUND, SessionWriter, status_data
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -100,10 +105,24 @@ class SessionManager:
                                 lambda live: self.launcher.stop(live, "exited"), self.launcher.stop,
                                 settings.cancel_grace, settings.stop_grace, self.launcher.sign_in_needed,
                                 lambda live: self.launcher.auth_seen.said(live.owner, live.profile.id, SIGNED_IN))
+        # Where each session's files are in git: its worktree, checkpoints, diffs, rewinds and merges
+        self.git = SessionGit(settings, store, self._confined)
+        self.launcher.spawner.git_binds = self.git.binds
+        self.turns.before_prompt = self.git.before_prompt
         self.views = SessionViews(store, bus, self.live, instance_id, settings.stale_window, self.broker.pending,
                                   self.elicitations.pending,
                                   self.cluster.holder if self.cluster.enabled else None,
                                   self.cluster.running_elsewhere if self.cluster.enabled else None)
+
+    def _confined(self, row: SessionRow) -> bool:
+        profile = self.profiles.get(row.agent)
+        return self.launcher.confined(profile) if profile is not None else self.settings.sandbox == "bwrap"
+
+    async def _check_resumable(self, row: SessionRow) -> None:
+        """`check_resumable`, and a worktree session's worktree as it was made (WT-4)."""
+        if SessionState(row.state) not in TERMINAL_SESSION_STATES:  # what a worktree lacks, said as such first
+            await self.git.check(row)
+        check_resumable(row, self.settings)
 
     def _refresh_live_row(self, row: SessionRow) -> bool:
         live = self.live.get(row.id)
@@ -129,6 +148,8 @@ class SessionManager:
         await self.store.instances.register(self.instance_id, only_this=self.cluster.enabled)
         await self.cluster.prepare()
         revived = await self.launcher.revive_hosted()  # agents their hosts kept running: before anything is settled
+        for live in revived:  # what their sandboxes bind of a repository, before a terminal of theirs starts
+            await self.git.worktree(live.row)
         await recover_after_crash(self.store, self.writer, self.turns, self.instance_id,
                                   self.cluster.holder if self.cluster.enabled else None,
                                   kept={live.session_id for live in revived})
@@ -222,7 +243,7 @@ class SessionManager:
         """(True, its answer) when the session's workspace is not one this node may run (outside its roots, or
         missing here) and another live node's roots hold it: the command runs there. -32011 when no node can."""
         try:
-            check_resumable(row, self.settings)
+            await self._check_resumable(row)
         except GatewayError as err:
             if err.code != WORKSPACE_MISSING or forwarded or not self.cluster.enabled:
                 raise
@@ -295,15 +316,24 @@ class SessionManager:
         return await self.views.events(owner, session_id, after, limit)
 
     # -- launching -----------------------------------------------------------------------
-    async def start(self, owner: str, *, agent: str, cwd: str, description: str | None = None,
+    async def start(self, owner: str, *, agent: str, cwd: str | None, description: str | None = None,
                     title: str | None = None, task_id: str | None = None, wait_ready: bool = False,
                     config: Mapping[str, Any] | None = None, mcp_servers: Sequence[Any] | None = None,
-                    additional_directories: Sequence[str] | None = None, name: str | None = None) -> dict[str, Any]:
+                    additional_directories: Sequence[str] | None = None, name: str | None = None,
+                    worktree: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self.refresh_installed()  # an `agents add` or `update` since the gateway started counts
         if agent not in self.profiles:
             raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
+        if worktree is None and self.profiles[agent].worktree and cwd is not None \
+                and os.path.isdir(os.path.join(cwd, ".git")):
+            worktree = {"repo": cwd}  # the profile makes worktrees the default for its sessions in a repository
+        if worktree is not None:
+            cwd = str(worktree["repo"])
+        if cwd is None:
+            raise invalid_params("cwd", "give cwd (the directory the agent works in) or worktree.repo")
+        field = "worktree.repo" if worktree is not None else "cwd"
         if not os.path.isabs(cwd):
-            raise invalid_params("cwd", "cwd must be an absolute path")
+            raise invalid_params(field, f"{field} must be an absolute path")
         check_workspace(self.settings, owner, None, cwd)
         if (self.profiles[agent].sandbox or self.settings.sandbox) == "bwrap":
             why = await asyncio.to_thread(bwrap_trial)  # a machine that lost what a sandbox needs: said now
@@ -315,17 +345,39 @@ class SessionManager:
         setup = await self.admission.setup(owner, self.profiles[agent], cwd, config or {}, mcp_servers or [],
                                            additional_directories or [])
         await self.launcher.usage.check_start(owner)  # what the owner stores, how fast it starts (-32014)
-        self.admission.admit(owner)  # the slot is taken now, before any await
+        session_id = f"s-{uuid.uuid4().hex}"
+        tree: Worktree | None = None
+        if worktree is not None:  # made before the session: a start refused here leaves nothing
+            self.admission.check_live_limit(owner)
+            tree = await self.git.make_worktree(
+                owner, session_id, self.launcher.confined(self.profiles[agent]), cwd, worktree.get("base"),
+                worktree.get("branch") or default_branch(name, session_id))
+            cwd = tree.path
+        try:
+            self.admission.admit(owner)  # the slot is taken now, before any await
+        except GatewayError:
+            if tree is not None:
+                await self.git.worktrees.remove(owner, tree, self.launcher.confined(self.profiles[agent]), True)
+            raise
         return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup,
-                                             name))
+                                             name, session_id, tree))
 
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
                      task_id: str | None, wait_ready: bool, setup: dict[str, Any],
-                     name: str | None = None) -> dict[str, Any]:
-        row = await self._register(owner, name, lambda: self.store.sessions.create(
-            owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
-            task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name,
-            agent_version=self.profiles[agent].version))
+                     name: str | None = None, session_id: str | None = None,
+                     tree: Worktree | None = None) -> dict[str, Any]:
+        try:
+            row = await self._register(owner, name, lambda: self.store.sessions.create(
+                owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
+                task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name,
+                agent_version=self.profiles[agent].version, session_id=session_id,
+                worktree=tree.to_json() if tree is not None else None))
+        except Exception:
+            if tree is not None:  # no session holds it: it goes, with its branch
+                await self.git.worktrees.remove(owner, tree, self.launcher.confined(self.profiles[agent]), True)
+            raise
+        if tree is not None:
+            self.git.known[row.id] = tree
         future = self.launcher.launch_once(row, fresh_start=False)  # no await since: the launch takes the slot
         if wait_ready:
             await asyncio.shield(future)
@@ -360,7 +412,7 @@ class SessionManager:
         holder, row = await self._take(row, forwarded)
         if holder is not None:
             return dict(await self.forward(holder, row, "resume", {"wait_ready": wait_ready}))
-        check_resumable(row, self.settings)
+        await self._check_resumable(row)
         future = self.launcher.launch_once(row, fresh_start=False)
         how = None
         if wait_ready:
@@ -381,7 +433,9 @@ class SessionManager:
         if live is not None:
             await self._stop_live(live)
         row = await self.row(row.owner, row.id)
-        check_resumable(row, self.settings)
+        if fresh:  # a worktree that is gone is made again from its branch
+            await self.git.recreate(row)
+        await self._check_resumable(row)
         holder, row = await self._take(row, forwarded=True)  # a node that won it meanwhile: ask again
         assert holder is None
         if fresh:
@@ -509,7 +563,7 @@ class SessionManager:
         live = self.live.get(row.id)
         if live is not None:
             return live
-        check_resumable(row, self.settings)
+        await self._check_resumable(row)
         if row.id not in self.launcher.launches:  # a lazy resume starts an agent like any other
             self.admission.check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)
@@ -570,10 +624,11 @@ class SessionManager:
             config.auth_method = method_id
             await self.store.configs.save(row.id, **config.columns("capabilities"))
         else:  # a terminal one (SI-5 lets no other kind through): its login program, watched by every frontend
+            await self.git.worktree(row)  # what the login's sandbox binds of the repository
             failed = login_failure(await self.launcher.login(row, method), row.agent, method["name"])
             if failed is not None:
                 raise agent_failed(row.id, row.agent, failed, None, False)
-        check_resumable(row, self.settings)
+        await self._check_resumable(row)
         self.admission.check_live_limit(row.owner)
         future = self.launcher.launch_once(row, fresh_start=False)
         with contextlib.suppress(TimeoutError):
@@ -639,6 +694,43 @@ class SessionManager:
             await asyncio.wait_for(asyncio.shield(future), self.settings.ready_timeout)
         return await self.views.get(owner, row.id)
 
+    # -- its files in git (docs/worktrees.md) -----------------------------------------------------------------
+    @forwardable("diff")
+    async def diff(self, row: SessionRow, against: int | str | None = None) -> dict[str, Any]:
+        return await self._owned(self.git.diff(row, against))
+
+    @forwardable("checkpoints")
+    async def checkpoints(self, row: SessionRow) -> dict[str, Any]:
+        return await self._owned(self.git.listing(row))
+
+    @forwardable("rewind")
+    async def rewind(self, row: SessionRow, checkpoint: int) -> dict[str, Any]:
+        """The session's files put back as at a checkpoint: never under a running turn (its agent would be writing
+        them); said in its history and events, and to its agent at its next prompt."""
+        live = self.live.get(row.id)
+        if live is not None and live.turn_running:
+            raise busy(row.id, SessionState.RUNNING)
+        return await self._owned(self._rewind(row, checkpoint))
+
+    async def _rewind(self, row: SessionRow, checkpoint: int) -> dict[str, Any]:
+        done = await self.git.rewind(row, checkpoint)
+        files = len(done["files"])
+        text = (f"Rewound the files to checkpoint {checkpoint}: {files} file{'s' if files != 1 else ''} changed "
+                f"(checkpoint {done['undo_checkpoint']} holds them as they were).")
+        await self.store.history.append(row.id, [HistoryEntry("rewind", text, str(checkpoint))])
+        await self.writer.message(row, "info", text, REWOUND)
+        return done
+
+    @forwardable("merge")
+    async def merge(self, row: SessionRow) -> dict[str, Any]:
+        live = self.live.get(row.id)
+        if live is not None and live.turn_running:
+            raise busy(row.id, SessionState.RUNNING)
+        done = await self._owned(self.git.merge(row))
+        await self.writer.message(row, "info", f"Merged branch {done['branch']} into {done['base']} "
+                                  f"(commit {done['commit'][:12]}).", MERGED)
+        return dict(done)
+
     # -- ending ----------------------------------------------------------------------------
     @forwardable("cancel")
     async def cancel(self, row: SessionRow) -> dict[str, Any]:
@@ -681,10 +773,10 @@ class SessionManager:
         return await self.views.view(row)
 
     @forwardable("delete")
-    async def delete(self, row: SessionRow) -> None:
-        await self._owned(self._delete(row))
+    async def delete(self, row: SessionRow, discard: bool = False) -> None:
+        await self._owned(self._delete(row, discard))
 
-    async def _delete(self, row: SessionRow) -> None:
+    async def _delete(self, row: SessionRow, discard: bool = False) -> None:
         # A launch in progress is told to give up and is waited for to the end (it writes the session's rows
         # until then), so that its agent, if it went live, is stopped before the rows go.
         await self.launcher.abort(row.id, self.settings.cancel_grace)
@@ -704,6 +796,11 @@ class SessionManager:
                              live.acp_session_id, exc)
             await self._stop_live(live)
         self.keeper.drop(row.id)
+        try:  # its worktree (its branch too when `discard`) and its checkpoints go first: the rows name them
+            await self.git.remove(row, discard)
+        except Exception as exc:  # said, not fatal: the session goes; what git kept, the log names
+            log.warning("session %s: its worktree or checkpoints could not all be removed: %s", row.id, exc,
+                        extra={"session_id": row.id})
         await self.store.sessions.delete(row.id)
         self.launcher.usage.deleted(row.owner)
         await self.writer.publish(row, "session_deleted", {})

@@ -52,6 +52,9 @@ class Settings:
     workspace_roots: tuple[Path, ...] = ()
     owner_workspace_roots: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
     protected_paths: tuple[Path, ...] = ()
+    # Sessions' own git worktrees (docs/worktrees.md): `<root>/<owner>/<session id>`; an owner's directory there is
+    # one of its workspace roots. Default (None): beside the state directory.
+    worktrees_root: Path | None = None
     # A cluster (PostgreSQL store): this process's node name (id and incarnation) and how long a lease lasts
     # without renewal (a dead node's sessions can be taken over after it)
     node: str = ""
@@ -70,6 +73,10 @@ class Settings:
 
     def roots_of(self, owner: str) -> tuple[Path, ...]:
         return self.owner_workspace_roots.get(owner, self.workspace_roots)
+
+    @property
+    def worktrees(self) -> Path:
+        return self.worktrees_root or self.state_dir.with_name(self.state_dir.name + "-worktrees")
 
     def stdio_mcp_allowed(self, owner: str) -> bool:
         return self.owner_stdio_mcp_servers.get(owner, self.allow_stdio_mcp_servers)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,9 +74,12 @@ class SpawnSite:
 class AgentSpawner:
     """The spawn site of a session's agent and its terminals (ENV-1…5, `spawn_env.py`)."""
 
-    def __init__(self, settings: Settings, keys: KeyProxy) -> None:
+    def __init__(self, settings: Settings, keys: KeyProxy,
+                 git_binds: Callable[[str], tuple[list[str], list[str], list[str]]] | None = None) -> None:
         self.settings = settings
         self.keys = keys
+        # A worktree session's: what its sandbox shows of its repository (`session_git.SessionGit.binds`)
+        self.git_binds = git_binds or (lambda session_id: ([], [], []))
         self.request_budgets: dict[str, RequestBudget] = {}  # each owner's, shared by its sessions' agents
 
     def confined(self, profile: AgentProfile) -> bool:
@@ -119,16 +122,19 @@ class AgentSpawner:
         protected = [str(p) for p in self.settings.protected_paths]
         hosts = str(self.settings.state_dir / "hosts")
         network = profile.network or self.settings.network
-        writable = [*dict.fromkeys([row.cwd, *directories, cwd])]  # a terminal may run in another allowed directory
+        git_read, git_write, git_masked = self.git_binds(row.id)
+        # A terminal may run in another allowed directory
+        writable = [*dict.fromkeys([row.cwd, *directories, cwd, *git_write])]
         command = [program, *argv[1:]]
         plan = sandbox.SandboxPlan(
             command=key_relayed(command, SANDBOX_SOCKET, urls) if urls else command, cwd=cwd, writable=writable,
             home=str(site.home),
             # Never anything of the agent hosts' directory (their sockets, the spools holding every agent's words):
             # a profile's `sandbox_read` inside it is dropped, one that holds it finds it masked.
-            readable=[r for r in sandbox_reads(profile, program, relayed=bool(urls)) if not sandbox.within(r, hosts)],
+            readable=[r for r in [*sandbox_reads(profile, program, relayed=bool(urls)), *git_read]
+                      if not sandbox.within(r, hosts)],
             system=sandbox.system_directories(),
-            masked_dirs=[*(p for p in protected if os.path.isdir(p)), hosts],
+            masked_dirs=[*(p for p in protected if os.path.isdir(p)), hosts, *git_masked],
             # The stand-ins' secret too, wherever a workspace lets the state directory show: with it, and an
             # execution's id, another agent's stand-in could be made.
             masked_files=[*(p for p in protected if not os.path.isdir(p)), self.keys.secret_file()],

@@ -81,6 +81,9 @@ class TurnRunner:
         # (live, the agent's words) -> what the session says of its sign-in: the agent asked for one mid-session
         self._sign_in_needed = sign_in_needed
         self._answered = answered  # the agent answered a turn: it is signed in (gateway.info's auth_state)
+        # (row, the turn_started event's id floor, the prompt's text) -> text blocks the agent gets first: a
+        # checkpoint of the session's files is taken before the agent sees the prompt (`session_git`)
+        self.before_prompt: Callable[[SessionRow, int | None, str], Awaitable[list[dict[str, Any]]]] | None = None
 
     def start(self, live: LiveSession, blocks: list[dict[str, Any]],
               meta: dict[str, Any] | None = None) -> asyncio.Task[dict[str, Any]]:
@@ -209,6 +212,8 @@ class TurnRunner:
             row = updated
             await started
             failpoints.reached("turn-recorded")
+            if self.before_prompt is not None:
+                sent = [*sent, *await self.before_prompt(row, row.turn_event_id, user_text)]  # commands stay first
             await self.writer.stage(row, "prompting")
         except Exception as exc:
             # Nothing was sent to the agent; if the row says RUNNING, it must not stay so.

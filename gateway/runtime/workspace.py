@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from .homes import owner_dir_name
 from .settings import Settings
 
 SYSTEM_DIRECTORIES = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -83,5 +84,7 @@ def unfit(settings: Settings, owner: str, directory: str) -> Unfit | None:
     if not os.path.isdir(directory):
         return Unfit(None, "it no longer exists")
     roots = settings.roots_of(owner)
-    refused = refusal(resolved(directory), roots, settings.protected_paths)
+    # The owner's own worktrees (docs/worktrees.md) are its workspace too; no other owner's are.
+    worktrees = settings.worktrees / owner_dir_name(owner)
+    refused = refusal(resolved(directory), (*roots, worktrees), settings.protected_paths)
     return None if refused is None else Unfit(refused, explain(refused, directory, roots))

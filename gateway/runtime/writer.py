@@ -22,8 +22,10 @@ from .status import ResumeReason, committed_status
 log = logging.getLogger(__name__)
 
 # `session_message` codes (docs/api.md): what a message says, for frontends that show it other than as text.
-MessageCode = Literal["agent_kept_running"]
+MessageCode = Literal["agent_kept_running", "files_rewound", "branch_merged"]
 KEPT_RUNNING: MessageCode = "agent_kept_running"  # an agent host kept the agent (and its turn) through a restart
+REWOUND: MessageCode = "files_rewound"  # the session's files were put back as at a checkpoint (docs/worktrees.md)
+MERGED: MessageCode = "branch_merged"  # its worktree's branch was merged into its base
 
 
 class SessionWriter:

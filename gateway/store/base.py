@@ -28,6 +28,7 @@ from .repos import (
     PermissionRepo,
     SessionRepo,
     TaskRepo,
+    WorkspaceRepo,
 )
 from .rows import EventGroup
 from .sql import Tx
@@ -56,6 +57,7 @@ class StoreBase(abc.ABC):
         self.instances = InstanceRepo(self)
         self.configs = ConfigRepo(self)
         self.hosts = HostRepo(self)
+        self.workspaces = WorkspaceRepo(self)
 
     # -- statements ----------------------------------------------------------------------------------------
     @abc.abstractmethod

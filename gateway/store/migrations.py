@@ -261,4 +261,14 @@ MIGRATIONS: list[str] = [
         updated_at REAL NOT NULL
     )
     """,
+    # 16: where a session's agent works in git (docs/worktrees.md): its own worktree (repo, path, branch, base; null for
+    # a session in a directory it was given) and what its agent is told of a rewind at its next prompt
+    """
+    CREATE TABLE session_workspaces (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        worktree TEXT,
+        note TEXT,
+        updated_at REAL NOT NULL
+    )
+    """,
 ]

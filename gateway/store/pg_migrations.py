@@ -251,4 +251,15 @@ PG_MIGRATIONS: list[str] = [
     CREATE TRIGGER fence_agent_hosts BEFORE INSERT OR UPDATE ON agent_hosts
         FOR EACH ROW EXECUTE FUNCTION acp_fence_row()
     """,
+    # 14: the schema of SQLite migration 16 (where a session's agent works in git), fenced like every row of a session
+    """
+    CREATE TABLE session_workspaces (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        worktree TEXT,
+        note TEXT,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TRIGGER fence_session_workspaces BEFORE INSERT OR UPDATE ON session_workspaces
+        FOR EACH ROW EXECUTE FUNCTION acp_fence_row()
+    """,
 ]

@@ -55,13 +55,14 @@ class SessionRepo(_Repo):
     async def create(self, *, owner: str, agent: str, cwd: str, title: str | None, description: str | None,
                      task_id: str | None, task_state: str, session_state: str,
                      config: Mapping[str, Any] | None = None, name: str | None = None,
-                     fork: tuple[str, str, int] | None = None, agent_version: str | None = None) -> SessionRow:
+                     fork: tuple[str, str, int] | None = None, agent_version: str | None = None,
+                     session_id: str | None = None, worktree: Mapping[str, Any] | None = None) -> SessionRow:
         """A new session and its task (unless the owner's `task_id` exists), with its configuration's columns
         (`config`: what it is started with), in one transaction. A fork (`fork`: the session it comes from, the ACP
         session its agent forked, and the last history entry of the conversation forked) starts with a copy of that
         history and the forked ACP session to restore: never half made."""
         now = time.time()
-        session_id = f"s-{uuid.uuid4().hex}"
+        session_id = session_id or f"s-{uuid.uuid4().hex}"
         async with self.store.transaction() as db:
             if task_id is None:
                 task_id = f"t-{uuid.uuid4().hex}"
@@ -85,6 +86,9 @@ class SessionRepo(_Repo):
             if config:
                 sql, params = _config_upsert(session_id, config, now)
                 await db.execute(sql, params)
+            if worktree is not None:  # its own git worktree (docs/worktrees.md), made for it before this
+                await db.execute("INSERT INTO session_workspaces (session_id, worktree, note, updated_at) "
+                                 "VALUES (?, ?, NULL, ?)", (session_id, orjson.dumps(worktree).decode(), now))
         row = await self.get(session_id)
         assert row is not None
         return row
@@ -193,6 +197,7 @@ class SessionRepo(_Repo):
             await db.execute("DELETE FROM cancel_requests WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM session_config WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM agent_hosts WHERE session_id = ?", (session_id,))
+            await db.execute("DELETE FROM session_workspaces WHERE session_id = ?", (session_id,))
             await db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if row:
                 await db.execute("DELETE FROM tasks WHERE owner = ? AND id = ? AND NOT EXISTS "
@@ -308,6 +313,38 @@ class HostRepo(_Repo):
     async def set_mark(self, session_id: str, mark: dict[str, Any]) -> None:
         """Commit a mark outside a group commit (with events, it goes in `EventGroup.marks`)."""
         await self.store.write(SET_MARK, mark_rows({session_id: orjson.dumps(mark)}, time.time())[0])
+
+
+class WorkspaceRepo(_Repo):
+    """Where a session's agent works in git (docs/worktrees.md), one row per session that has anything of it: its
+    worktree (a JSON object: repo, path, branch, base, base_commit) and the note its agent gets at its next prompt
+    (a rewind it did not see)."""
+
+    async def put_worktree(self, session_id: str, worktree: dict[str, Any] | None) -> None:
+        await self.store.write(
+            "INSERT INTO session_workspaces (session_id, worktree, note, updated_at) VALUES (?, ?, NULL, ?) "
+            "ON CONFLICT(session_id) DO UPDATE SET worktree = excluded.worktree, updated_at = excluded.updated_at",
+            (session_id, orjson.dumps(worktree).decode() if worktree is not None else None, time.time()))
+
+    async def worktree(self, session_id: str) -> dict[str, Any] | None:
+        row = await self.store.fetchone("SELECT worktree FROM session_workspaces WHERE session_id = ?", (session_id,))
+        value = orjson.loads(row[0]) if row and row[0] else None
+        return value if isinstance(value, dict) else None
+
+    async def set_note(self, session_id: str, note: str | None) -> None:
+        await self.store.write(
+            "INSERT INTO session_workspaces (session_id, worktree, note, updated_at) VALUES (?, NULL, ?, ?) "
+            "ON CONFLICT(session_id) DO UPDATE SET note = excluded.note, updated_at = excluded.updated_at",
+            (session_id, note, time.time()))
+
+    async def take_note(self, session_id: str) -> str | None:
+        """The note for the agent's next prompt, cleared as it is read."""
+        row = await self.store.fetchone("SELECT note FROM session_workspaces WHERE session_id = ?", (session_id,))
+        if not row or not row[0]:
+            return None
+        await self.store.write("UPDATE session_workspaces SET note = NULL, updated_at = ? WHERE session_id = ?",
+                               (time.time(), session_id))
+        return str(row[0])
 
 
 class HistoryRepo(_Repo):

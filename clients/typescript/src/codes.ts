@@ -19,3 +19,5 @@ export const LIMIT_EXCEEDED = -32014;
 export const AGENT_FAILED = -32015;
 export const STORAGE_FAILED = -32016;
 export const CONFIG_REFUSED = -32017;
+/** Git could not do it for the session: no repository, a merge's conflicts (data.files). */
+export const GIT_REFUSED = -32018;

@@ -196,7 +196,7 @@ async def test_a_postgresql_store_from_before_agent_hosts_upgrades_in_place(pg_u
         await conn.close()
     store = await open_store(pg_url, node="node-a/1")
     try:
-        assert (await store.fetchone("SELECT MAX(version) FROM schema_version"))[0] == len(PG_MIGRATIONS) == 13
+        assert (await store.fetchone("SELECT MAX(version) FROM schema_version"))[0] == len(PG_MIGRATIONS) == 14
         await store.hosts.put("s-1", "x1", host())
         assert await store.hosts.next_incarnation("s-1") == 1
         assert (await store.hosts.get("s-1")) == HostRow("s-1", "x1", host(), None, 1)

@@ -95,6 +95,40 @@ export interface SignInMethod {
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "CheckpointView".
+ */
+export interface CheckpointView {
+  at: number;
+  checkpoint: number;
+  /**
+   * files that differ from this checkpoint to the next (the last: to the files now)
+   */
+  files_changed: number | null;
+  /**
+   * turn: at the start of a turn; rewind: the files as they were just before a rewind (rewinding to it undoes that rewind)
+   */
+  kind: "turn" | "rewind";
+  /**
+   * the start of the turn's prompt
+   */
+  prompt: string;
+  /**
+   * the turn_started event it was taken before (null: taken before a rewind)
+   */
+  turn: number | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "CheckpointsView".
+ */
+export interface CheckpointsView {
+  /**
+   * oldest first (at most the newest 500)
+   */
+  checkpoints: CheckpointView[];
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
  * via the `definition` "Chosen".
  */
 export interface Chosen {
@@ -204,6 +238,43 @@ export interface Unapplied {
    */
   reason: string;
   value: string | boolean;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "DiffView".
+ */
+export interface DiffView {
+  /**
+   * what the files are compared with: {base: commit}, {checkpoint: n} or {head: true}
+   */
+  against: {
+    [k: string]: unknown;
+  };
+  files: FileChangeView[];
+  /**
+   * the unified diff (git's), cut at 2 MiB
+   */
+  patch: string;
+  /**
+   * the patch was cut
+   */
+  truncated: boolean;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "FileChangeView".
+ */
+export interface FileChangeView {
+  /**
+   * lines added (null: a binary file)
+   */
+  added: number | null;
+  deleted: number | null;
+  path: string;
+  /**
+   * added, modified, deleted, type changed
+   */
+  status: "A" | "M" | "D" | "T";
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -318,6 +389,23 @@ export interface HistoryItem {
 export interface HistoryPage {
   entries: HistoryItem[];
   next: number | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "MergeView".
+ */
+export interface MergeView {
+  base: string;
+  branch: string;
+  /**
+   * where the base branch is checked out (it moved with it), if anywhere
+   */
+  checkout: string | null;
+  /**
+   * the merge commit, now the base branch's head
+   */
+  commit: string;
+  merged: boolean;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -463,6 +551,45 @@ export interface ResumeView {
   task_state: "TODO" | "IN_PROGRESS" | "REVIEW" | "COMPLETED" | "FAILED" | "CANCELLED";
   title: string | null;
   updated_at: number;
+  /**
+   * its own git worktree, when it was started with one (docs/worktrees.md)
+   */
+  worktree?: WorktreeView | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "WorktreeView".
+ */
+export interface WorktreeView {
+  /**
+   * the ref it started from, as given (or the commit)
+   */
+  base: string;
+  branch: string;
+  /**
+   * the worktree: the session's cwd
+   */
+  path: string;
+  /**
+   * the repository it was made from
+   */
+  repo: string;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "RewindView".
+ */
+export interface RewindView {
+  checkpoint: number;
+  /**
+   * what the rewind changed
+   */
+  files: FileChangeView[];
+  turn: number | null;
+  /**
+   * a checkpoint of the files just before the rewind
+   */
+  undo_checkpoint: number;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -523,6 +650,10 @@ export interface SessionSummary {
   task_state: "TODO" | "IN_PROGRESS" | "REVIEW" | "COMPLETED" | "FAILED" | "CANCELLED";
   title: string | null;
   updated_at: number;
+  /**
+   * its own git worktree, when it was started with one (docs/worktrees.md)
+   */
+  worktree?: WorktreeView | null;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -570,6 +701,10 @@ export interface SessionView {
   task_state: "TODO" | "IN_PROGRESS" | "REVIEW" | "COMPLETED" | "FAILED" | "CANCELLED";
   title: string | null;
   updated_at: number;
+  /**
+   * its own git worktree, when it was started with one (docs/worktrees.md)
+   */
+  worktree?: WorktreeView | null;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -623,6 +758,10 @@ export interface StatusView {
   task_state: "TODO" | "IN_PROGRESS" | "REVIEW" | "COMPLETED" | "FAILED" | "CANCELLED";
   title: string | null;
   updated_at: number;
+  /**
+   * its own git worktree, when it was started with one (docs/worktrees.md)
+   */
+  worktree?: WorktreeView | null;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -631,6 +770,24 @@ export interface StatusView {
 export interface Subscribed {
   cursor: number;
   subscription_id: string;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "WorktreeSpec".
+ */
+export interface WorktreeSpec {
+  /**
+   * the branch, tag or commit the worktree starts from; default: the repository's HEAD
+   */
+  base?: string | null;
+  /**
+   * the new branch the worktree is on; default: acp/<name or session id>
+   */
+  branch?: string | null;
+  /**
+   * the top directory of a git repository, inside a workspace root
+   */
+  repo: string;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -657,9 +814,13 @@ export interface SessionStartParams {
    */
   agent?: string | null;
   /**
-   * absolute directory, inside a workspace root
+   * absolute directory, inside a workspace root (required unless `worktree` is given)
    */
-  cwd: string;
+  cwd?: string | null;
+  /**
+   * run the session in a git worktree of its own, made for it from `repo` on a new branch: its cwd (docs/worktrees.md)
+   */
+  worktree?: WorktreeSpec | null;
   /**
    * the task: sent as the first prompt on the first launch
    */
@@ -1318,6 +1479,58 @@ export interface SessionDeleteParams {
    * the session's id (`s-…`), or its name
    */
   session_id: string;
+  /**
+   * a worktree session: delete its branch too (its worktree goes either way)
+   */
+  discard?: boolean;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "SessionDiffParams".
+ */
+export interface SessionDiffParams {
+  /**
+   * the session's id (`s-…`), or its name
+   */
+  session_id: string;
+  /**
+   * a checkpoint's number, `base` (a worktree's base; else the first checkpoint) or `head` (the commit checked out); default: base
+   */
+  against?: number | ("base" | "head") | null;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "SessionCheckpointsParams".
+ */
+export interface SessionCheckpointsParams {
+  /**
+   * the session's id (`s-…`), or its name
+   */
+  session_id: string;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "SessionRewindParams".
+ */
+export interface SessionRewindParams {
+  /**
+   * the session's id (`s-…`), or its name
+   */
+  session_id: string;
+  /**
+   * the checkpoint's number (task.session.checkpoints)
+   */
+  checkpoint: number;
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "SessionWorktreeMergeParams".
+ */
+export interface SessionWorktreeMergeParams {
+  /**
+   * the session's id (`s-…`), or its name
+   */
+  session_id: string;
 }
 /**
  * This interface was referenced by `ApiSchemas`'s JSON-Schema
@@ -1458,8 +1671,16 @@ export interface ApiMethods {
   "task.session.set_config_option": { params: SessionSetConfigOptionParams; result: SessionView };
   /** Set the session's mode and keep it */
   "task.session.set_mode": { params: SessionSetModeParams; result: SessionView };
-  /** Delete a session and its history */
+  /** Delete a session and its history (and its worktree) */
   "task.session.delete": { params: SessionDeleteParams; result: null };
+  /** What the session changed in its files: against its worktree's base, or a checkpoint */
+  "task.session.diff": { params: SessionDiffParams; result: DiffView };
+  /** The session's checkpoints: its files at the start of each turn */
+  "task.session.checkpoints": { params: SessionCheckpointsParams; result: CheckpointsView };
+  /** Put the session's files back as at a checkpoint (its agent is told at its next prompt) */
+  "task.session.rewind": { params: SessionRewindParams; result: RewindView };
+  /** Merge the session's worktree branch (its files as they are now) into its base branch */
+  "task.session.worktree.merge": { params: SessionWorktreeMergeParams; result: MergeView };
   /** A new session with this one's conversation so far (ACP session/fork, where the agent offers it); the original goes on */
   "task.session.fork": { params: SessionForkParams; result: SessionView };
   /** Receive task.session.event notifications */
@@ -1491,6 +1712,7 @@ export const ERROR_MEANINGS: Record<number, string> = {
   [-32015]: "The agent failed the turn",
   [-32016]: "The store refused a write: free space, then retry",
   [-32017]: "The option or value is not offered, of the wrong type, or refused by the agent (data.offered)",
+  [-32018]: "Git could not do it for the session (no repository, a merge's conflicts: data.files)",
   [-32600]: "Invalid request (or an empty or oversized batch)",
   [-32601]: "Method not found",
   [-32602]: "Invalid params: data.field names the param",

@@ -1,0 +1,215 @@
+"""What the runtime does with git for a session (docs/worktrees.md): which worktree or repository its files are in
+(`site`), a checkpoint before each turn with what the agent must hear of a rewind (`before_prompt`), the worktree
+checked before its agent starts again (WT-4), and what its sandbox binds of the repository. The git work itself is
+`worktrees` and `checkpoints`; this decides, for a session row, where."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import GatewayError, git_refused, invalid_params, workspace_refused
+from ..store import SessionRow, StoreBase
+from . import workspace
+from .checkpoints import Checkpoints, GitSite
+from .git_runner import GitFailed, GitPlace, GitRunner
+from .settings import Settings
+from .worktrees import Worktree, WorktreeRefused, Worktrees
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+INDEX = "acp-checkpoints.index"
+
+
+def repository_top(settings: Settings, owner: str, cwd: str) -> str | None:
+    """The top of the git repository `cwd` lies in, when it (and so its `.git`) is a directory the owner may use;
+    None otherwise (no repository, or one whose top lies outside the owner's workspace roots)."""
+    here = Path(os.path.realpath(cwd))
+    for directory in (here, *here.parents):
+        if workspace.unfit(settings, owner, str(directory)) is not None:
+            return None
+        git = directory / ".git"
+        if git.is_symlink() or git.exists():
+            return str(directory) if git.is_dir() and not git.is_symlink() else None
+    return None
+
+
+def rewind_note(number: int, turn: int | None, files: list[dict[str, Any]]) -> str:
+    """What the agent is told at its next prompt: its files moved under it."""
+    names = ", ".join(f["path"] for f in files[:30]) + (f" and {len(files) - 30} more" if len(files) > 30 else "")
+    return (f"[Note from the ACP gateway: the user rewound this workspace's files to checkpoint {number}"
+            + (f" (as they were before turn {turn})" if turn is not None else "") + ". "
+            + (f"Files changed by the rewind: {names}." if files else "No file changed.")
+            + " What you remember doing to them since is undone.]")
+
+
+class SessionGit:
+    def __init__(self, settings: Settings, store: StoreBase, confined: Callable[[SessionRow], bool]) -> None:
+        self.settings = settings
+        self.store = store
+        self.confined = confined
+        self.runner = GitRunner(settings.state_dir)
+        self.worktrees = Worktrees(settings.worktrees, self.runner)
+        self.checkpoints = Checkpoints(self.runner)
+        self.known: dict[str, Worktree | None] = {}  # session id -> its worktree, as stored (read once)
+        self.locks: dict[str, asyncio.Lock] = {}  # one git change of a session's files at a time
+
+    def lock(self, session_id: str) -> asyncio.Lock:
+        return self.locks.setdefault(session_id, asyncio.Lock())
+
+    async def worktree(self, row: SessionRow) -> Worktree | None:
+        if row.id not in self.known:
+            data = row.worktree if row.worktree is not None else await self.store.workspaces.worktree(row.id)
+            self.known[row.id] = Worktree.from_json(data) if data else None
+        return self.known[row.id]
+
+    async def keep(self, session_id: str, worktree: Worktree) -> None:
+        await self.store.workspaces.put_worktree(session_id, worktree.to_json())
+        self.known[session_id] = worktree
+
+    def forget(self, session_id: str) -> None:
+        self.known.pop(session_id, None)
+        self.locks.pop(session_id, None)
+
+    async def site(self, row: SessionRow) -> GitSite | None:
+        """Where the session's files are in git; None when they are in no repository it may use."""
+        confined = self.confined(row)
+        tree = await self.worktree(row)
+        if tree is not None:
+            return GitSite(row.id, tree.path, str(tree.admin / INDEX), self.worktrees.place(tree, row.owner, confined),
+                           tree.base_commit)
+        top = repository_top(self.settings, row.owner, row.cwd)
+        if top is None:
+            return None
+        return GitSite(row.id, top, str(Path(top) / ".git" / f"acp-checkpoints-{row.id}.index"),
+                       GitPlace((top,), row.owner, confined), None)
+
+    async def check(self, row: SessionRow) -> None:
+        """WT-4: -32011 when the session's worktree is not there as it was made."""
+        tree = await self.worktree(row)
+        if tree is None:
+            return
+        why = self.worktrees.problem(row.id, tree)
+        if why is not None:
+            raise workspace_refused(row.id, tree.path, "worktree", why)
+
+    async def before_prompt(self, row: SessionRow, turn: int | None, prompt: str = "") -> list[dict[str, Any]]:
+        """A checkpoint of the files before the turn (a failure is said to the session, never fatal to the turn),
+        and the text blocks the agent gets first: what a rewind changed since its last prompt."""
+        site = await self.site(row)
+        if site is not None and self.runner.available() is None:
+            try:
+                async with self.lock(row.id):
+                    await self.checkpoints.take(site, turn, prompt=prompt)
+            except (GitFailed, OSError) as failed:
+                log.warning("session %s: no checkpoint before this turn: %s", row.id, failed,
+                            extra={"session_id": row.id})
+        note = await self.store.workspaces.take_note(row.id)
+        return [{"type": "text", "text": note}] if note else []
+
+    def binds(self, session_id: str) -> tuple[list[str], list[str], list[str]]:
+        """`sandbox_binds` of the session's worktree as known (read before its agent or a terminal starts)."""
+        return self.sandbox_binds(self.known.get(session_id))
+
+    def sandbox_binds(self, tree: Worktree | None) -> tuple[list[str], list[str], list[str]]:
+        """(read-only, writable, masked) for a worktree session's agent: the repository's `.git` read-only but for
+        its object store, refs and logs and its own worktree's git state; the other worktrees' git state masked.
+        Its config and hooks stay read-only: an agent cannot plant a hook the user's own git would run."""
+        if tree is None:
+            return [], [], []
+        git = Path(tree.repo) / ".git"
+        writable = [str(p) for p in (git / "objects", git / "refs", git / "logs", tree.admin) if p.is_dir()]
+        return [str(git)], writable, [str(git / "worktrees")]
+
+    # -- what the API asks ---------------------------------------------------------------------------------------
+    async def make_worktree(self, owner: str, session_id: str, confined: bool, repo: str, base: str | None,
+                            branch: str) -> Worktree:
+        try:
+            return await self.worktrees.create(owner, session_id, repo, base, branch, confined)
+        except WorktreeRefused as refused:
+            raise invalid_params(refused.field, str(refused)) from None
+        except GitFailed as failed:
+            raise invalid_params("worktree", f"no worktree could be made in {repo}: {failed}") from None
+
+    async def _site(self, row: SessionRow) -> GitSite:
+        site = await self.site(row)
+        if site is None:
+            raise git_refused(row.id, f"session {row.id} runs in {row.cwd}, which is in no git repository inside "
+                              "your workspace roots: start it with a worktree (worktree.repo) or in a repository "
+                              "to have checkpoints and diffs")
+        why = self.runner.available()
+        if why is not None:
+            raise git_refused(row.id, why)
+        return site
+
+    async def diff(self, row: SessionRow, against: int | str | None) -> dict[str, Any]:
+        site = await self._site(row)
+        async with self.lock(row.id):
+            return await self._git(row, self.checkpoints.diff(site, against))
+
+    async def listing(self, row: SessionRow) -> dict[str, Any]:
+        site = await self._site(row)
+        async with self.lock(row.id):
+            return {"checkpoints": await self._git(row, self.checkpoints.listing(site))}
+
+    async def rewind(self, row: SessionRow, number: int) -> dict[str, Any]:
+        """The files put back as at checkpoint `number`; the agent hears of it at its next prompt."""
+        site = await self._site(row)
+        async with self.lock(row.id):
+            done = await self._git(row, self.checkpoints.rewind(site, number))
+        await self.store.workspaces.set_note(row.id, rewind_note(number, done["turn"], done["files"]))
+        return done
+
+    async def merge(self, row: SessionRow) -> dict[str, Any]:
+        tree = await self.worktree(row)
+        if tree is None:
+            raise git_refused(row.id, f"session {row.id} has no worktree of its own: only a worktree's branch is "
+                              "merged (start sessions with a worktree to merge them)")
+        site = await self._site(row)
+        async with self.lock(row.id):
+            snapshot = await self._git(row, self.checkpoints.snapshot(site))
+            try:
+                return await self._git(row, self.worktrees.merge(row.owner, row.id, tree, snapshot,
+                                                                 self.confined(row)))
+            except WorktreeRefused as refused:
+                raise git_refused(row.id, str(refused), list(refused.files)) from None
+
+    async def remove(self, row: SessionRow, discard: bool) -> None:
+        """A deleted session's worktree removed (its branch too when `discard`); its checkpoints' refs dropped."""
+        tree = await self.worktree(row)
+        site = await self.site(row)
+        if site is not None and self.runner.available() is None:
+            refs = await self.runner.run(site.place, site.top, "for-each-ref", "--format=delete %(refname)",
+                                         f"refs/acp/checkpoints/{row.id}/")
+            if refs.returncode == 0 and refs.out:
+                await self.runner.run(site.place, site.top, "update-ref", "--stdin", stdin=refs.out)
+            if tree is None:
+                with contextlib.suppress(OSError):
+                    os.unlink(site.index)
+        if tree is not None:
+            await self.worktrees.remove(row.owner, tree, self.confined(row), discard)
+        self.forget(row.id)
+
+    async def recreate(self, row: SessionRow) -> None:
+        """A fresh recover of a session whose worktree is gone: made again from its branch."""
+        tree = await self.worktree(row)
+        if tree is None or self.worktrees.problem(row.id, tree) is None:
+            return
+        try:
+            await self.worktrees.recreate(row.owner, tree, self.confined(row))
+        except WorktreeRefused as refused:
+            raise workspace_refused(row.id, tree.path, "worktree", str(refused)) from None
+
+    @staticmethod
+    async def _git(row: SessionRow, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except GitFailed as failed:
+            raise git_refused(row.id, f"session {row.id}: {failed}") from None
+        except GatewayError:
+            raise
