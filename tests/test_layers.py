@@ -72,9 +72,9 @@ def test_gateway_top_level_holds_only_its_wiring() -> None:
     assert loose <= TOP_LEVEL, f"move these into a wing: {sorted(loose - TOP_LEVEL)}"
 
 
-# The wire-only verbs (cli/frontend.py) and the modules they are made of: the terminal's asking (cli/questions.py)
-# and the form's checks (cli/form_rules.py).
-WIRE_ONLY_CLI = ("frontend", "questions", "form_rules")
+# The wire-only verbs (cli/frontend.py) and the modules they are made of: the terminal's asking (cli/questions.py),
+# the form's checks (cli/form_rules.py) and the verbs of a session's files in git (cli/git_verbs.py).
+WIRE_ONLY_CLI = ("frontend", "questions", "form_rules", "git_verbs")
 
 
 @pytest.mark.parametrize("module", WIRE_ONLY_CLI)

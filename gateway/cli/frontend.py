@@ -1,4 +1,5 @@
-"""`acp-gateway sessions|start|status|resume|prompt|history|permission|config|commands|cancel-turn|cancel|delete|watch`:
+"""`acp-gateway sessions|start|status|resume|recover|prompt|history|permission|config|commands|fork|cancel-turn|cancel|
+delete|diff|checkpoints|rewind|merge|discard|watch`:
 a frontend in the terminal, on the client library. Human output by default, `--json` for machines.
 
 Sessions are named by id or by the name given at start (the gateway takes either); `prompt` without one uses the
@@ -43,6 +44,11 @@ from ..clients.view_text import (
 from ..error_codes import AGENT_FAILED, ALREADY_TERMINAL, NOT_RESUMABLE
 from .argspec import Arg, Argument, OneOf, arg
 from .form_rules import FieldRefused, form_answer
+from .git_verbs import checkpoints as checkpoints_verb
+from .git_verbs import diff as diff_verb
+from .git_verbs import discard as discard_verb
+from .git_verbs import merge as merge_verb
+from .git_verbs import rewind as rewind_verb
 from .questions import StdinLines, ask_permission, ask_question, give_up, open_question, open_questions
 
 # The client (websockets' client side) is imported when a verb runs: every command line, `serve` and `--help`
@@ -189,6 +195,13 @@ async def _sessions(args: argparse.Namespace, client: GatewayClient) -> int:
 async def _start(args: argparse.Namespace, client: GatewayClient) -> int:
     cwd = os.getcwd() if args.cwd is None else args.cwd  # here: where the command runs
     params: dict[str, Any] = {"cwd": os.path.abspath(cwd), "wait_ready": not args.no_wait}
+    if args.worktree is not None:  # a worktree of its own, from the repository named (default: where it runs)
+        params.pop("cwd")
+        params["worktree"] = {"repo": os.path.abspath(args.worktree or cwd),
+                              **{k: v for k, v in (("base", args.base), ("branch", args.branch)) if v}}
+    elif args.base or args.branch:
+        print("acp-gateway start: --base and --branch go with --worktree", file=sys.stderr)
+        return 2
     params.update({k: v for k, v in (("agent", args.agent), ("title", args.title), ("name", args.name),
                                      ("description", args.description), ("task_id", args.task_id)) if v})
     try:
@@ -197,7 +210,10 @@ async def _start(args: argparse.Namespace, client: GatewayClient) -> int:
         print(f"acp-gateway start: {exc}", file=sys.stderr)
         return 2
     view = await client.call("task.session.start", params)
-    _print(args, view, _view_line(view) + "".join(f"\n  {line}" for line in unapplied_lines(view["config"]))
+    tree = view.get("worktree")
+    _print(args, view, _view_line(view) + (f"\nworktree {tree['path']} on branch {tree['branch']} (from "
+                                           f"{tree['base']})" if tree else "")
+           + "".join(f"\n  {line}" for line in unapplied_lines(view["config"]))
            + _sign_in_lines(view, view["session_id"]))
     # 1: its agent could not start (the error says why), or waits for a sign-in (the lines above say how)
     return 1 if view["state"] in TERMINAL or (view["config"] or {}).get("auth") else 0
@@ -297,7 +313,7 @@ async def _login_output(client: GatewayClient, call: asyncio.Future[Any], chat: 
 
 
 async def _delete(args: argparse.Namespace, client: GatewayClient) -> int:
-    await client.call("task.session.delete", {"session_id": args.session_id})
+    await client.call("task.session.delete", {"session_id": args.session_id, "discard": args.discard})
     _print(args, {"deleted": args.session_id}, f"deleted {args.session_id}")
     return 0
 
@@ -393,6 +409,13 @@ async def _resume(args: argparse.Namespace, client: GatewayClient) -> int:
     view = await client.call("task.session.resume", {"session_id": args.session_id})
     how = "its agent was already running" if view["already_running"] else view.get("how")
     _print(args, view, _view_line(view) + (f"\n{how}" if how else ""))
+    return 0 if view["is_agent_running"] else 1
+
+
+async def _recover(args: argparse.Namespace, client: GatewayClient) -> int:
+    view = await client.call("task.session.recover", {"session_id": args.session_id,
+                                                      "action": "fresh_start" if args.fresh else "retry"})
+    _print(args, view, _view_line(view) + ("\nits agent was already running" if view["already_running"] else ""))
     return 0 if view["is_agent_running"] else 1
 
 
@@ -770,9 +793,19 @@ VERBS: dict[str, Verb] = {
             help="an additional directory the agent may work in (repeatable)"),
         arg("--mcp-server", action="append", default=[], metavar="JSON", dest="mcp_servers",
             help="an MCP server, as ACP's McpServer JSON (repeatable)"),
+        arg("--worktree", nargs="?", const="", default=None, metavar="REPO",
+            help="run it in a git worktree of its own, made from REPO (a repository's top; default: --cwd or "
+                 "here) on a new branch"),
+        arg("--base", help="with --worktree: the branch, tag or commit it starts from (default: the repository's "
+                           "HEAD)"),
+        arg("--branch", help="with --worktree: its branch (default: acp/NAME or acp/SESSION-ID)"),
     ), _start),
     "status": Verb("a session's status: state, whether its agent runs, whether it needs a resume", (SESSION,), _status),
     "resume": Verb("bring a session's agent back (by the restore rules)", (SESSION,), _resume),
+    "recover": Verb("retry a session whose restore failed, or start its agent afresh (--fresh: a new ACP session; "
+                    "a worktree that is gone is made again from its branch)", (
+        SESSION, arg("--fresh", action="store_true", help="a fresh start instead of a retry"),
+    ), _recover),
     "prompt": Verb("send a prompt and stream the answer; permission requests and questions are asked here on a "
                    "terminal", (
         arg("session_id", nargs="?", help="the session's id or name (default: this directory's session, started if "
@@ -835,7 +868,25 @@ VERBS: dict[str, Verb] = {
     ), _fork),
     "cancel-turn": Verb("stop the running turn; the session stays", (SESSION,), _cancel_turn),
     "cancel": Verb("end a session for good", (SESSION,), _cancel),
-    "delete": Verb("delete a session and its history", (SESSION,), _delete),
+    "delete": Verb("delete a session and its history (and its worktree)", (
+        SESSION,
+        arg("--discard", action="store_true", help="a worktree session: delete its branch too"),
+    ), _delete),
+    "diff": Verb("what a session changed in its files (a worktree's: since its base; else since its first "
+                 "checkpoint)", (
+        SESSION,
+        arg("--against", metavar="N|base|head", help="a checkpoint's number, base, or head (the commit checked "
+                                                      "out)"),
+        arg("--stat", action="store_true", help="the files only, without the patch"),
+    ), diff_verb),
+    "checkpoints": Verb("a session's checkpoints: its files at the start of each turn", (SESSION,),
+                        checkpoints_verb),
+    "rewind": Verb("put a session's files back as at a checkpoint (its agent is told at its next prompt)", (
+        SESSION, arg("checkpoint", type=count_between(1, 2**63 - 1), help="the checkpoint's number (see checkpoints)"),
+    ), rewind_verb),
+    "merge": Verb("merge a worktree session's branch (its files as they are now) into its base branch",
+                  (SESSION,), merge_verb),
+    "discard": Verb("delete a worktree session with its worktree and its branch", (SESSION,), discard_verb),
     "watch": Verb("print your events as they happen; reconnects and goes on from where it was across gateway "
                   "restarts", (
         arg("--session", dest="session_id", default=None, help="only this session's events"),
