@@ -30,6 +30,7 @@ var AcpGateway = (() => {
     CONFIG_REFUSED: () => CONFIG_REFUSED,
     ConnectionLost: () => ConnectionLost,
     ERROR_MEANINGS: () => ERROR_MEANINGS,
+    GIT_REFUSED: () => GIT_REFUSED,
     GatewayConnection: () => GatewayConnection,
     HandshakeRefused: () => HandshakeRefused,
     INTERNAL_ERROR: () => INTERNAL_ERROR,
@@ -70,6 +71,7 @@ var AcpGateway = (() => {
   var AGENT_FAILED = -32015;
   var STORAGE_FAILED = -32016;
   var CONFIG_REFUSED = -32017;
+  var GIT_REFUSED = -32018;
 
   // src/policy.ts
   var policy_exports = {};
@@ -844,6 +846,7 @@ var AcpGateway = (() => {
     [-32015]: "The agent failed the turn",
     [-32016]: "The store refused a write: free space, then retry",
     [-32017]: "The option or value is not offered, of the wrong type, or refused by the agent (data.offered)",
+    [-32018]: "Git could not do it for the session (no repository, a merge's conflicts: data.files)",
     [-32600]: "Invalid request (or an empty or oversized batch)",
     [-32601]: "Method not found",
     [-32602]: "Invalid params: data.field names the param",

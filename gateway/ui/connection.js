@@ -4,6 +4,7 @@ import { state, getClient, setClient, select } from "./state.js";
 import { validEvent, keepRaw, applyListEvent } from "./fold.js";
 import { renderList, renderHead } from "./render_sessions.js";
 import { renderRaw } from "./render_transcript.js";
+import { loadChanges } from "./render_changes.js";
 import { openView, refreshStatus } from "./session_actions.js";
 import { feed } from "./transcript_log.js";
 import { loadInfo } from "./agents_page.js";
@@ -80,6 +81,11 @@ function handleEvent(p) {
   if (sid && keptRunningNews(sid, p) && sid === state.viewed) renderHead();
   // A turn's end is its outcome, on screen in the transcript: a wait cut by a lost connection is not an error now.
   if (p.type === "turn_ended" && sid === state.viewed) showErrorAt("prompt-error", null);
+  // The Changes pane follows the viewed session's files: read again when a turn ends or the files moved.
+  if (sid === state.viewed && state.showChanges && (p.type === "turn_ended"
+      || (p.type === "session_message" && p.data && ["files_rewound", "branch_merged"].includes(p.data.code)))) {
+    loadChanges(sid).catch(() => {});
+  }
 }
 
 // `session_message` code `agent_kept_running` (gateway/runtime/writer.py KEPT_RUNNING): the head says so until the

@@ -25,10 +25,12 @@ async function startSession(ev) {
   $("start").disabled = true;
   const cwd = $("cwd").value.trim();
   try {
-    const view = await call("task.session.start", { agent: $("agent").value || undefined, cwd,
+    // "Own git worktree": the directory is a repository's top; the session works in a worktree made from it.
+    const where = $("worktree").checked ? { worktree: { repo: cwd } } : { cwd };
+    const view = await call("task.session.start", { agent: $("agent").value || undefined, ...where,
                                                     title: $("title").value || undefined, wait_ready: true });
     // The gateway took the directory (whatever became of the agent): the field offers it first from now on.
-    try { localStorage.setItem(recentKey(), JSON.stringify(remember(recentCwds(), view.cwd || cwd))); } catch {}
+    try { localStorage.setItem(recentKey(), JSON.stringify(remember(recentCwds(), view.worktree ? cwd : view.cwd || cwd))); } catch {}
     state.sessions.set(view.session_id, view); if (view.config) state.configs.set(view.session_id, view.config);
     if (view.state === "FAILED") showErrorAt("start-error", { message: `The session could not start: ${view.error_message}` });
     openView(view.session_id);

@@ -4,6 +4,7 @@ import { state, call, config, pendingPermissions } from "./state.js";
 import { TERMINAL } from "./fold.js";
 import { renderConfig } from "./render_config.js";
 import { renderRaw } from "./render_transcript.js";
+import { renderChanges, loadChanges } from "./render_changes.js";
 import { openView, resumeViewed, recover, cancelSession } from "./session_actions.js";
 import { RESUME_REASONS } from "./resume_reasons.js";  // the CLI's words too (gateway/clients/resume_reasons.py)
 import { stateBadge } from "./present.js";
@@ -56,6 +57,11 @@ export function renderHead() {
     head.append(note);
   }
   head.append(el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
+  if (s.worktree) {  // its own git worktree: the branch it works on, and where it came from
+    const branch = el("span", "muted worktree-branch", `⎇ ${s.worktree.branch} (from ${s.worktree.base})`);
+    branch.id = "worktree-branch"; branch.title = `a git worktree of ${s.worktree.repo}`;
+    head.append(branch);
+  }
   if (s.forked_from) {
     const from = el("a", "muted forked-from", `forked from ${(state.sessions.get(s.forked_from) || {}).title || s.forked_from}`);
     from.href = `#${s.forked_from}`; from.dataset.sessionId = s.forked_from; from.onclick = (ev) => { ev.preventDefault(); if (state.sessions.has(s.forked_from)) openView(s.forked_from); };
@@ -66,7 +72,7 @@ export function renderHead() {
   renderConfig();
 }
 
-// The viewed session's controls: Resume, Stop turn, Cancel session, Fork, Raw.
+// The viewed session's controls: Resume, Stop turn, Cancel session, Fork, Changes, Raw.
 function headButtons(s) {
   const active = !TERMINAL.includes(s.state) && state.live;
   const resume = el("button", "", "Resume"); resume.id = "resume"; resume.disabled = !active || s.is_agent_running;
@@ -83,10 +89,17 @@ function headButtons(s) {
   fork.onclick = () => call("task.session.fork", { session_id: s.session_id })
     .then((view) => { showErrorAt("head-error", null); state.sessions.set(view.session_id, view); openView(view.session_id); },
           (e) => showErrorAt("head-error", e));
+  // Changes: what the session did to its files, its checkpoints (Rewind), a worktree's Merge and Discard.
+  const changes = el("button", "", state.showChanges ? "Hide changes" : "Changes"); changes.id = "changes-toggle";
+  changes.title = "what this session changed in its files, and its checkpoints";
+  changes.onclick = () => {
+    state.showChanges = !state.showChanges; renderChanges(); renderHead();
+    loadChanges().catch((e) => showErrorAt("changes-error", e));
+  };
   const raw = el("button", "", state.showRaw ? "Hide raw" : "Raw"); raw.id = "raw-toggle";
   raw.title = "every event of this session as JSON, for agent authors";
   raw.onclick = () => { state.showRaw = !state.showRaw; $("raw").hidden = !state.showRaw; renderRaw(); renderHead(); };
-  return [resume, stop, cancel, fork, raw];
+  return [resume, stop, cancel, fork, changes, raw];
 }
 
 function renderStatusLine(s) {

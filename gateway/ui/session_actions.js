@@ -1,8 +1,9 @@
 // The web UI's actions on a session: open it, read its status, resume, recover and cancel it.
-import { showErrorAt } from "./dom.js";
+import { $, showErrorAt } from "./dom.js";
 import { state, call, select } from "./state.js";
 import { renderList, renderHead } from "./render_sessions.js";
 import { renderTranscript, renderRaw } from "./render_transcript.js";
+import { renderChanges, loadChanges } from "./render_changes.js";
 import { openLog } from "./transcript_log.js";
 import { agentsOpen } from "./agents_page.js";
 
@@ -12,9 +13,11 @@ export async function openView(sid, again = false) {
   if (document.body.classList.contains("agents-open")) agentsOpen(false);
   if (state.viewed !== sid) {
     select(sid); state.resumedViews.delete(sid);
-    for (const box of ["head-error", "config-error", "prompt-error"]) showErrorAt(box, null);  // another session's
+    for (const box of ["head-error", "config-error", "prompt-error", "changes-error"]) showErrorAt(box, null);  // another session's
+    $("changes-note").textContent = "";
   }
-  renderList(); renderHead(); renderTranscript(); renderRaw();
+  renderList(); renderHead(); renderTranscript(); renderRaw(); renderChanges();
+  loadChanges(sid).catch(() => {});
   try {
     await openLog(sid);
     if (sid === state.viewed) renderTranscript();
