@@ -334,8 +334,8 @@ class RewindView(Result):
 
 
 class MergeView(Result):
-    merged: bool
-    commit: str = Field(description="the merge commit, now the base branch's head")
+    merged: bool = Field(description="false: the branch had nothing its base lacks (no merge commit made)")
+    commit: str = Field(description="the merge commit, now the base branch's head (not merged: the base's head)")
     branch: str
     base: str
     checkout: str | None = Field(description="where the base branch is checked out (it moved with it), if anywhere")
@@ -395,7 +395,8 @@ class SessionPage(Result):
 
 class HistoryItem(Result):
     id: int
-    kind: str = Field(description="`user_message`, `agent_message`, `tool_call`, `tool_result`, `turn_interrupted`")
+    kind: str = Field(description="`user_message`, `agent_message`, `tool_call`, `tool_result`, `turn_interrupted`, "
+                      "`rewind` (the files were put back as at a checkpoint: its number is `name`)")
     name: str
     content: str
     ts: float

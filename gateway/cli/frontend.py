@@ -48,6 +48,7 @@ from .git_verbs import checkpoints as checkpoints_verb
 from .git_verbs import diff as diff_verb
 from .git_verbs import discard as discard_verb
 from .git_verbs import merge as merge_verb
+from .git_verbs import parse_against
 from .git_verbs import rewind as rewind_verb
 from .questions import StdinLines, ask_permission, ask_question, give_up, open_question, open_questions
 
@@ -875,8 +876,8 @@ VERBS: dict[str, Verb] = {
     "diff": Verb("what a session changed in its files (a worktree's: since its base; else since its first "
                  "checkpoint)", (
         SESSION,
-        arg("--against", metavar="N|base|head", help="a checkpoint's number, base, or head (the commit checked "
-                                                      "out)"),
+        arg("--against", metavar="N|base|head", type=parse_against,
+            help="a checkpoint's number, base, or head (the commit checked out)"),
         arg("--stat", action="store_true", help="the files only, without the patch"),
     ), diff_verb),
     "checkpoints": Verb("a session's checkpoints: its files at the start of each turn", (SESSION,),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -40,13 +41,13 @@ def parse_against(text: str | None) -> int | str | None:
         return text
     if text.isdigit() and int(text) > 0:
         return int(text)
-    raise argparse.ArgumentTypeError(f"--against takes a checkpoint's number, base or head, not {text!r}")
+    raise argparse.ArgumentTypeError(f"give a checkpoint's number, base or head, not {text!r}")
 
 
 async def diff(args: argparse.Namespace, client: GatewayClient) -> int:
     params: dict[str, Any] = {"session_id": args.session_id}
     if args.against is not None:
-        params["against"] = parse_against(args.against)
+        params["against"] = args.against  # parse_against took it
     answer = await client.call("task.session.diff", params)
     files = answer["files"]
     head = (f"{len(files)} file{'s' if len(files) != 1 else ''} changed since {against_words(answer['against'])}"
@@ -91,13 +92,18 @@ async def merge(args: argparse.Namespace, client: GatewayClient) -> int:
     answer = await client.call("task.session.worktree.merge", {"session_id": args.session_id})
     where = f"; its checkout at {answer['checkout']} moved with it" if answer["checkout"] else ""
     _print(args, answer, f"merged branch {answer['branch']} into {answer['base']} (commit "
-                         f"{answer['commit'][:12]}){where}")
+                         f"{answer['commit'][:12]}){where}" if answer["merged"] else
+           f"nothing to merge: {answer['base']} already has everything of branch {answer['branch']}")
     return 0
 
 
 async def discard(args: argparse.Namespace, client: GatewayClient) -> int:
     view = await client.call("task.session.get", {"session_id": args.session_id})
     tree = view.get("worktree")
+    if not tree:  # a plain session has no branch to discard: deleting it is `delete`'s to do
+        print(f"acp-gateway discard: session {args.session_id} has no worktree of its own (discard deletes a worktree "
+              f"session with its branch); to delete it: acp-gateway delete {args.session_id}", file=sys.stderr)
+        return 1
     await client.call("task.session.delete", {"session_id": args.session_id, "discard": True})
     _print(args, {"deleted": args.session_id, "discarded": tree},
            f"deleted {args.session_id}" + (f", its worktree {tree['path']} and its branch {tree['branch']}" if tree

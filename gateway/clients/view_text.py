@@ -92,13 +92,17 @@ def describe_event(event: dict[str, Any]) -> str:
 
 
 def status_text(status: dict[str, Any]) -> str:
-    """A status view's first line: state, whether the agent runs, whether it needs a resume and why."""
+    """A status view's first line: state, whether the agent runs, whether it needs a resume and why; then, for a
+    worktree session, its worktree and branch."""
     reason = str(status.get("resume_reason") or "")
     needs = (f"needs a resume: yes — {resume_reason_words(reason)}" if status.get("needs_resume")
              else "needs a resume: no" + (f" ({resume_reason_words(reason)})"
                                            if reason not in ("", "agent_running", "terminal_state") else ""))
+    tree = status.get("worktree")
     return (f"{status['state']} (task {status['task_state']}); agent running: {yes_no(status['is_agent_running'])}; "
-            f"{needs}" + (f"; error: {status['error_message']}" if status.get("error_message") else ""))
+            f"{needs}" + (f"; error: {status['error_message']}" if status.get("error_message") else "")
+            + (f"\nworktree {tree.get('path')} on branch {tree.get('branch')} (from {tree.get('base')})"
+               if isinstance(tree, dict) else ""))
 
 
 def pending_lines(status: dict[str, Any], session_id: str) -> list[str]:

@@ -6,7 +6,9 @@ move; a diff compares two such trees; a rewind moves the files from the one to t
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,7 @@ class GitSite:
     index: str
     place: GitPlace
     base_commit: str | None
+    real_index: str = ""  # git's own index there: a first snapshot starts from a copy (its stat data saves hashing)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,36 @@ def _parse(ref: str, commit: str, subject: str, session_id: str, body: str = "")
                       body.strip()[:PROMPT_SHOWN])
 
 
+INDEX_LIMIT = 256 << 20  # bytes: a larger index is not copied (the first snapshot then hashes every file)
+
+
+def copy_index(source: str, target: str) -> bool:
+    """git's own index copied as the checkpoints' first one, through no symlink and into no existing file (what
+    lies in a `.git` the agent may write, it may have planted); False when it cannot be, and nothing was written."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        facts = os.fstat(fd)
+        if not stat.S_ISREG(facts.st_mode) or facts.st_nlink != 1 or facts.st_size > INDEX_LIMIT:
+            return False
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                os.write(out, chunk)
+        except OSError:
+            os.unlink(target)  # half a copy is no index
+            raise
+        finally:
+            os.close(out)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def changes_view(changes: list[FileChange]) -> list[dict[str, Any]]:
     return [{"path": c.path, "status": c.status, "added": c.added, "deleted": c.deleted} for c in changes]
 
@@ -76,12 +109,26 @@ class Checkpoints:
         """The tree of the files as they are now (git's ignore rules hold), through the checkpoints' own index:
         the stat data it keeps makes the next snapshot hash only what changed."""
         run = self.runner.ok
-        if not os.path.lexists(site.index):  # a first snapshot starts from HEAD's tree, where there is one
-            head = await self.runner.run(site.place, site.top, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
-            if head.returncode == 0:
-                await run(site.place, site.top, "read-tree", "HEAD", index_file=site.index)
-        await run(site.place, site.top, "add", "--all", "--", ":/", index_file=site.index)
+        fresh = not os.path.lexists(site.index)
+        if fresh and not copy_index(site.real_index, site.index):
+            await self._from_head(site)
+        try:
+            await run(site.place, site.top, "add", "--all", "--", ":/", index_file=site.index)
+        except GitFailed:
+            if fresh and not os.path.lexists(site.index):
+                raise
+            # An index git cannot read (a copy of another git's, one the agent spoiled): made again from HEAD, once.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(site.index)
+            await self._from_head(site)
+            await run(site.place, site.top, "add", "--all", "--", ":/", index_file=site.index)
         return (await run(site.place, site.top, "write-tree", index_file=site.index)).decode().strip()
+
+    async def _from_head(self, site: GitSite) -> None:
+        """The checkpoints' index as HEAD's tree, where there is one (the first `add` then hashes every file)."""
+        head = await self.runner.run(site.place, site.top, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
+        if head.returncode == 0:
+            await self.runner.ok(site.place, site.top, "read-tree", "HEAD", index_file=site.index)
 
     async def all(self, site: GitSite) -> list[Checkpoint]:
         out = await self.runner.ok(site.place, site.top, "for-each-ref", "--sort=refname",
@@ -132,7 +179,8 @@ class Checkpoints:
         if isinstance(against, int):
             point = next((p for p in await self.all(site) if p.number == against), None)
             if point is None:
-                raise GitFailed(f"session {site.session_id} has no checkpoint {against}: see its checkpoints")
+                raise GitFailed(f"session {site.session_id} has no checkpoint {against}: acp-gateway checkpoints "
+                                f"{site.session_id} lists them")
             return {"checkpoint": against}, f"{point.commit}^{{tree}}"
         if against == "head":
             head = await self.runner.run(site.place, site.top, "rev-parse", "--verify", "--quiet", "HEAD^{tree}")
@@ -168,7 +216,8 @@ class Checkpoints:
         a checkpoint of kind `rewind` first, so a rewind can itself be undone."""
         point = next((p for p in await self.all(site) if p.number == number), None)
         if point is None:
-            raise GitFailed(f"session {site.session_id} has no checkpoint {number}: see its checkpoints")
+            raise GitFailed(f"session {site.session_id} has no checkpoint {number}: acp-gateway checkpoints "
+                            f"{site.session_id} lists them")
         before = await self.take(site, None, "rewind")  # its snapshot leaves the checkpoints' index at the files now
         old, new = f"{before.commit}^{{tree}}", f"{point.commit}^{{tree}}"
         changes = await self.changes(site, old, new)

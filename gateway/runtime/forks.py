@@ -81,7 +81,8 @@ async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settin
     new = await store.sessions.create(
         owner=row.owner, agent=row.agent, cwd=row.cwd, title=title if title is not None else _fork_title(row),
         description=None, task_id=None, task_state=TaskState.TODO, session_state=SessionState.CREATED,
-        config=setup, name=name, fork=(row.id, forked, through), agent_version=row.agent_version)
+        config=setup, name=name, fork=(row.id, forked, through), agent_version=row.agent_version,
+        worktree=row.worktree)  # a worktree session's fork works in the same worktree (the last one deleted removes it)
     with contextlib.suppress(Exception):  # said for the people watching the original; the fork stands regardless
         await writer.message(row, "info", f"Forked into session {new.id}.")
     return new

@@ -92,11 +92,14 @@ class GitRunner:
         if why is not None:
             raise GitFailed(why)
         self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv(place, cwd, args), cwd=cwd if not place.confined else "/",
-            env=git_env(str(self.home), index_file), stdin=asyncio.subprocess.PIPE if stdin is not None else
-            asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv(place, cwd, args), cwd=cwd if not place.confined else "/",
+                env=git_env(str(self.home), index_file), stdin=asyncio.subprocess.PIPE if stdin is not None else
+                asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)
+        except OSError as exc:  # its directory went away under it, say
+            raise GitFailed(f"git {args[0]} could not start in {cwd}: {exc.strerror}") from None
         try:
             return await asyncio.wait_for(self._collect(proc, stdin, limit), TIMEOUT)
         except TimeoutError:

@@ -452,6 +452,7 @@ class SessionManager:
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
         await self.launcher.usage.check_turn(row.owner)  # an owner at its history quota starts no turn (-32014)
+        await self.git.check(row)  # a worktree gone under a live agent: said as such, with what to do (WT-4)
         live, answer = await self._bring_up(row, forwarded, "prompt", {"prompt": prompt})
         if live is None:
             return dict(answer)
@@ -727,8 +728,9 @@ class SessionManager:
         if live is not None and live.turn_running:
             raise busy(row.id, SessionState.RUNNING)
         done = await self._owned(self.git.merge(row))
-        await self.writer.message(row, "info", f"Merged branch {done['branch']} into {done['base']} "
-                                  f"(commit {done['commit'][:12]}).", MERGED)
+        if done["merged"]:
+            await self.writer.message(row, "info", f"Merged branch {done['branch']} into {done['base']} "
+                                      f"(commit {done['commit'][:12]}).", MERGED)
         return dict(done)
 
     # -- ending ----------------------------------------------------------------------------

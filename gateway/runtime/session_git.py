@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 from ..errors import GatewayError, git_refused, invalid_params, workspace_refused
 from ..store import SessionRow, StoreBase
 from . import workspace
-from .checkpoints import Checkpoints, GitSite
+from .checkpoints import Checkpoints, GitSite, changes_view
 from .git_runner import GitFailed, GitPlace, GitRunner
 from .settings import Settings
 from .worktrees import Worktree, WorktreeRefused, Worktrees
@@ -40,12 +41,21 @@ def repository_top(settings: Settings, owner: str, cwd: str) -> str | None:
 
 
 def rewind_note(number: int, turn: int | None, files: list[dict[str, Any]]) -> str:
-    """What the agent is told at its next prompt: its files moved under it."""
+    """What the agent is told with its next prompt: its files moved under it since it last worked on them."""
     names = ", ".join(f["path"] for f in files[:30]) + (f" and {len(files) - 30} more" if len(files) > 30 else "")
-    return (f"[Note from the ACP gateway: the user rewound this workspace's files to checkpoint {number}"
-            + (f" (as they were before turn {turn})" if turn is not None else "") + ". "
-            + (f"Files changed by the rewind: {names}." if files else "No file changed.")
-            + " What you remember doing to them since is undone.]")
+    return (f"[Note from the ACP gateway: since your last turn the user rewound the files of this workspace to "
+            f"checkpoint {number}" + (f", as they were before turn {turn}" if turn is not None else "")
+            + f". Files that differ from how you left them: {names}. What you did to them since is undone.]")
+
+
+def pending_rewind(note: str | None) -> dict[str, Any] | None:
+    """The rewinds since the agent's last prompt, as stored: `from`, the checkpoint of the files as the agent left
+    them (before the first rewind); `to` and `turn`, the last rewind's target."""
+    try:
+        value = json.loads(note) if note else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("from"), int) else None
 
 
 class SessionGit:
@@ -82,12 +92,12 @@ class SessionGit:
         tree = await self.worktree(row)
         if tree is not None:
             return GitSite(row.id, tree.path, str(tree.admin / INDEX), self.worktrees.place(tree, row.owner, confined),
-                           tree.base_commit)
+                           tree.base_commit, str(tree.admin / "index"))
         top = repository_top(self.settings, row.owner, row.cwd)
         if top is None:
             return None
         return GitSite(row.id, top, str(Path(top) / ".git" / f"acp-checkpoints-{row.id}.index"),
-                       GitPlace((top,), row.owner, confined), None)
+                       GitPlace((top,), row.owner, confined), None, str(Path(top) / ".git" / "index"))
 
     async def check(self, row: SessionRow) -> None:
         """WT-4: -32011 when the session's worktree is not there as it was made."""
@@ -102,15 +112,27 @@ class SessionGit:
         """A checkpoint of the files before the turn (a failure is said to the session, never fatal to the turn),
         and the text blocks the agent gets first: what a rewind changed since its last prompt."""
         site = await self.site(row)
-        if site is not None and self.runner.available() is None:
-            try:
-                async with self.lock(row.id):
-                    await self.checkpoints.take(site, turn, prompt=prompt)
-            except (GitFailed, OSError) as failed:
-                log.warning("session %s: no checkpoint before this turn: %s", row.id, failed,
-                            extra={"session_id": row.id})
-        note = await self.store.workspaces.take_note(row.id)
-        return [{"type": "text", "text": note}] if note else []
+        if site is None or self.runner.available() is not None:
+            return []
+        try:
+            async with self.lock(row.id):
+                taken = await self.checkpoints.take(site, turn, prompt=prompt)
+                # A slash command goes to the agent as it was typed: the note waits for the next plain prompt.
+                pending = None if prompt.lstrip().startswith("/") else pending_rewind(
+                    await self.store.workspaces.take_note(row.id))
+                if pending is None:
+                    return []
+                # What differs from how the agent left the files (a rewind and its undo: nothing to say).
+                start = next((p for p in await self.checkpoints.all(site) if p.number == pending["from"]), None)
+                if start is None:
+                    return []
+                files = changes_view(await self.checkpoints.changes(site, f"{start.commit}^{{tree}}",
+                                                                    f"{taken.commit}^{{tree}}"))
+        except (GitFailed, OSError) as failed:
+            log.warning("session %s: no checkpoint before this turn: %s", row.id, failed,
+                        extra={"session_id": row.id})
+            return []
+        return [{"type": "text", "text": rewind_note(pending["to"], pending.get("turn"), files)}] if files else []
 
     def binds(self, session_id: str) -> tuple[list[str], list[str], list[str]]:
         """`sandbox_binds` of the session's worktree as known (read before its agent or a terminal starts)."""
@@ -137,11 +159,12 @@ class SessionGit:
             raise invalid_params("worktree", f"no worktree could be made in {repo}: {failed}") from None
 
     async def _site(self, row: SessionRow) -> GitSite:
+        await self.check(row)  # a worktree that is gone: said as such (-32011), with what to do
         site = await self.site(row)
         if site is None:
             raise git_refused(row.id, f"session {row.id} runs in {row.cwd}, which is in no git repository inside "
-                              "your workspace roots: start it with a worktree (worktree.repo) or in a repository "
-                              "to have checkpoints and diffs")
+                              "your workspace roots: sessions started with a worktree (acp-gateway start "
+                              "--worktree), or in a repository, have checkpoints and diffs")
         why = self.runner.available()
         if why is not None:
             raise git_refused(row.id, why)
@@ -162,7 +185,10 @@ class SessionGit:
         site = await self._site(row)
         async with self.lock(row.id):
             done = await self._git(row, self.checkpoints.rewind(site, number))
-        await self.store.workspaces.set_note(row.id, rewind_note(number, done["turn"], done["files"]))
+            earlier = pending_rewind(await self.store.workspaces.take_note(row.id))
+            start = earlier["from"] if earlier else done["undo_checkpoint"]  # how the agent left the files
+            await self.store.workspaces.set_note(row.id, json.dumps({"from": start, "to": number,
+                                                                     "turn": done["turn"]}))
         return done
 
     async def merge(self, row: SessionRow) -> dict[str, Any]:
@@ -192,7 +218,18 @@ class SessionGit:
                 with contextlib.suppress(OSError):
                     os.unlink(site.index)
         if tree is not None:
-            await self.worktrees.remove(row.owner, tree, self.confined(row), discard)
+            sharing = [r for r, _ in await self.store.sessions.list(row.owner, states=None, before_seq=None, limit=2,
+                                                                   cwd=tree.path) if r.id != row.id]
+            if sharing:  # a fork of it works there too: its files stay until that one goes
+                log.info("session %s: its worktree %s stays, session %s works in it", row.id, tree.path,
+                         sharing[0].id, extra={"session_id": row.id})
+            else:
+                if not discard and site is not None and self.worktrees.problem(row.id, tree) is None:
+                    # The branch stays with what the agent left uncommitted: nothing of its work goes with the
+                    # worktree.
+                    await self.worktrees.commit_files(row.owner, row.id, tree, await self.checkpoints.snapshot(site),
+                                                      self.confined(row), "Uncommitted changes kept at the delete")
+                await self.worktrees.remove(row.owner, tree, self.confined(row), discard)
         self.forget(row.id)
 
     async def recreate(self, row: SessionRow) -> None:
@@ -210,6 +247,7 @@ class SessionGit:
         try:
             return await work
         except GitFailed as failed:
-            raise git_refused(row.id, f"session {row.id}: {failed}") from None
+            said = str(failed)
+            raise git_refused(row.id, said if said.startswith("session ") else f"session {row.id}: {said}") from None
         except GatewayError:
             raise

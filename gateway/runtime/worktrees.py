@@ -93,8 +93,10 @@ class Worktrees:
             raise WorktreeRefused("worktree.base", f"base {base!r}: {why}")
         git_dir = Path(repo) / ".git"
         if git_dir.is_symlink() or not git_dir.is_dir():
+            top = next((str(p) for p in Path(repo).parents if (p / ".git").is_dir()), None)
             raise WorktreeRefused("worktree.repo", f"{repo} is not the top of a git repository (it has no .git "
-                                  "directory): give the repository's top directory")
+                                  "directory): give the repository's top directory"
+                                  + (f" ({top})" if top else ""))
         place = GitPlace((str(git_dir),), owner, confined)
         try:
             commit = (await self.runner.ok(place, repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
@@ -108,8 +110,8 @@ class Worktrees:
             base = named if head.returncode == 0 and named and ref_refusal(named) is None else None
         exists = await self.runner.run(place, repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
         if exists.returncode == 0:
-            raise WorktreeRefused("worktree.branch", f"branch {branch} already exists in {repo}: give another "
-                                  "(worktree.branch), or delete that branch")
+            raise WorktreeRefused("worktree.branch", f"branch {branch} already exists in {repo}: choose another "
+                                  "branch name, or delete that branch")
         owner_dir = self.owner_dir(owner)
         owner_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = owner_dir / session_id
@@ -167,6 +169,20 @@ class Worktrees:
         if discard:
             await self.runner.run(place, worktree.repo, "branch", "-D", "--", worktree.branch)
 
+    async def commit_files(self, owner: str, session_id: str, worktree: Worktree, tree: str, confined: bool,
+                           why: str) -> str | None:
+        """The worktree's files as they are (`tree`, its snapshot) committed on its branch when they differ from its
+        HEAD, the index left alone: the new commit, or None when there was nothing to commit."""
+        place = self.place(worktree, owner, confined)
+        head = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD")).decode().strip()
+        head_tree = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD^{tree}")).decode().strip()
+        if head_tree == tree:
+            return None
+        commit = (await self.runner.ok(place, worktree.path, "commit-tree", tree, "-p", head, "-m",
+                                       f"{why} (session {session_id})")).decode().strip()
+        await self.runner.ok(place, worktree.path, "update-ref", f"refs/heads/{worktree.branch}", commit, head)
+        return commit
+
     async def merge(self, owner: str, session_id: str, worktree: Worktree, tree: str, confined: bool) -> dict[str, Any]:
         """WT-5: the worktree's files as they are now (`tree`, its snapshot) committed on its branch, and the branch
         merged into its base: the base branch moves (its checkout, when clean, moves with it)."""
@@ -198,12 +214,16 @@ class Worktrees:
                                                                                    checkout, dirty))
         if why is not None:
             raise WorktreeRefused("session_id", why, conflicts)
+        base_head = (await self.runner.ok(place, repo, "rev-parse", base_ref)).decode().strip()
+        contained = await self.runner.run(place, repo, "merge-base", "--is-ancestor", branch_head, base_head)
+        if contained.returncode == 0:  # nothing of the branch is new to its base: no empty merge commit
+            return {"merged": False, "commit": base_head, "branch": worktree.branch, "base": worktree.base,
+                    "checkout": checkout}
         if branch_head != head:
             await self.runner.ok(place, worktree.path, "update-ref", f"refs/heads/{worktree.branch}", branch_head,
                                  head)
             await self.runner.ok(place, worktree.path, "read-tree", branch_head)  # its index agrees with its HEAD
         merged_tree = merged.out.split(b"\0", 1)[0].decode().strip()
-        base_head = (await self.runner.ok(place, repo, "rev-parse", base_ref)).decode().strip()
         commit = (await self.runner.ok(place, repo, "commit-tree", merged_tree, "-p", base_head, "-p", branch_head,
                                        "-m", f"Merge branch {worktree.branch} (session {session_id})")).decode().strip()
         if checkout is not None:

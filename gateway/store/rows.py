@@ -11,7 +11,7 @@ import orjson
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    kind: str  # user_message | agent_message | tool_call | tool_result | turn_interrupted
+    kind: str  # user_message | agent_message | tool_call | tool_result | turn_interrupted | rewind
     content: str = ""
     name: str = ""
 

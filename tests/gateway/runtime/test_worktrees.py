@@ -90,17 +90,30 @@ async def test_two_sessions_on_one_repository_each_change_their_own_worktree(gat
     assert tree_files(worktree) == {"a.txt": "one\n", "keep.txt": "kept\n"}
     history = await client.call("task.session.history", {"session_id": one})
     assert [e["name"] for e in history["entries"] if e["kind"] == "rewind"] == ["2", "3", "1"]
-    # The agent hears of it with its next prompt, after the prompt's own words.
+    # The agent hears of it with its next plain prompt, after the prompt's own words, naming the files that differ
+    # from how it left them; a slash command goes as typed.
+    await sh(client, one, "true")
     await client.call("task.session.prompt", {"session_id": one, "prompt": "hello"})
-    prompts = [m["params"]["prompt"] for m in agent_log(world.layout.log)
-               if m.get("method") == "session/prompt" and m["params"]["sessionId"] == first["acp_session_id"]]
-    assert prompts[-1][0]["text"] == "hello" and "rewound this workspace's files to checkpoint 1" in \
-        prompts[-1][1]["text"]
-    assert not any("rewound" in b.get("text", "") for p in prompts[:-1] for b in p)
+
+    def prompts() -> list[list[dict[str, Any]]]:
+        return [m["params"]["prompt"] for m in agent_log(world.layout.log)
+                if m.get("method") == "session/prompt" and m["params"]["sessionId"] == first["acp_session_id"]]
+    said = prompts()
+    assert said[-2] == [{"type": "text", "text": "/sh true"}]
+    assert said[-1][0]["text"] == "hello" and "rewound the files of this workspace to checkpoint 1" in \
+        said[-1][1]["text"] and "Files that differ from how you left them: a.txt, d/c.txt." in said[-1][1]["text"]
+    assert not any("rewound" in b.get("text", "") for p in said[:-1] for b in p)
+    # A rewind undone before the next prompt tells the agent nothing: its files are as it left them.
+    undo = (await client.call("task.session.rewind", {"session_id": one, "checkpoint": 2}))["undo_checkpoint"]
+    await client.call("task.session.rewind", {"session_id": one, "checkpoint": undo})
+    await client.call("task.session.prompt", {"session_id": one, "prompt": "again"})
+    assert prompts()[-1] == [{"type": "text", "text": "again"}]
 
     # Merging the second's branch moves main and its clean checkout; a merge that would conflict names the files.
     merged = await client.call("task.session.worktree.merge", {"session_id": two})
-    assert merged["base"] == "main" and merged["checkout"] == str(repo)
+    assert merged["merged"] and merged["base"] == "main" and merged["checkout"] == str(repo)
+    again = await client.call("task.session.worktree.merge", {"session_id": two})  # nothing new: no empty commit
+    assert not again["merged"] and again["commit"] == merged["commit"] == git(repo, "rev-parse", "main").strip()
     assert tree_files(repo) == {"a.txt": "one\n", "b.txt": "s2\n", "keep.txt": "kept\n"}
     assert git(repo, "status", "--porcelain") == ""
     third = await start(client, repo, worktree={"repo": str(repo), "base": merged["commit"][:12]})
@@ -125,12 +138,19 @@ async def test_two_sessions_on_one_repository_each_change_their_own_worktree(gat
         await client.call("task.session.resume", {"session_id": one})
     assert missing.value.code == WORKSPACE_MISSING and first["cwd"] in missing.value.message
     assert "recover" in missing.value.message and missing.value.data["rule"] == "worktree"
+    for method in ("task.session.diff", "task.session.checkpoints", "task.session.prompt"):
+        with pytest.raises(RpcCallError) as gone:
+            await client.call(method, {"session_id": one, **({"prompt": "x"} if method.endswith("prompt") else {})})
+        assert gone.value.code == WORKSPACE_MISSING and gone.value.data["rule"] == "worktree", method
     await client.call("task.session.recover", {"session_id": one, "action": "fresh_start"})
     assert tree_files(worktree) == {"a.txt": "one\n", "keep.txt": "kept\n"}  # its branch: what was committed
 
-    # Delete removes the worktree and keeps the branch; with discard, the branch goes too.
+    # Delete removes the worktree and keeps the branch, with what the agent left uncommitted committed on it; with
+    # discard, the branch goes too.
+    await sh(client, two, "echo left > uncommitted.txt")
     await client.call("task.session.delete", {"session_id": two})
     assert not Path(second["cwd"]).exists() and "feature/second" in git(repo, "branch", "--list")
+    assert git(repo, "show", "feature/second:uncommitted.txt") == "left\n"
     await client.call("task.session.delete", {"session_id": one, "discard": True})
     assert not worktree.exists() and "acp/wt-first" not in git(repo, "branch", "--list")
     assert "refs/acp/checkpoints/" + one not in git(repo, "for-each-ref")
@@ -162,3 +182,18 @@ async def test_what_a_worktree_start_cannot_do_is_refused_and_leaves_nothing(wor
     with pytest.raises(RpcCallError) as none:
         await client.call("task.session.diff", {"session_id": view["session_id"]})
     assert none.value.code == GIT_REFUSED and "in no git repository" in none.value.message
+
+
+async def test_a_fork_shares_its_worktree_until_the_last_of_them_goes(world: World) -> None:
+    client = await world.client()
+    repo = make_repo(world.work / "r3", {"x": "x\n"})
+    original = await start(client, repo, worktree={"repo": str(repo)})
+    await sh(client, original["session_id"], "echo mine > y")
+    fork = await client.call("task.session.fork", {"session_id": original["session_id"]})
+    assert fork["worktree"] == original["worktree"] and fork["cwd"] == original["cwd"]
+    diff = await client.call("task.session.diff", {"session_id": fork["session_id"]})
+    assert [f["path"] for f in diff["files"]] == ["y"]
+    await client.call("task.session.delete", {"session_id": original["session_id"], "discard": True})
+    assert Path(fork["cwd"]).is_dir() and original["worktree"]["branch"] in git(repo, "branch", "--list")
+    await client.call("task.session.delete", {"session_id": fork["session_id"], "discard": True})
+    assert not Path(fork["cwd"]).exists() and original["worktree"]["branch"] not in git(repo, "branch", "--list")

@@ -376,7 +376,7 @@ export interface HistoryItem {
   content: string;
   id: number;
   /**
-   * `user_message`, `agent_message`, `tool_call`, `tool_result`, `turn_interrupted`
+   * `user_message`, `agent_message`, `tool_call`, `tool_result`, `turn_interrupted`, `rewind` (the files were put back as at a checkpoint: its number is `name`)
    */
   kind: string;
   name: string;
@@ -402,9 +402,12 @@ export interface MergeView {
    */
   checkout: string | null;
   /**
-   * the merge commit, now the base branch's head
+   * the merge commit, now the base branch's head (not merged: the base's head)
    */
   commit: string;
+  /**
+   * false: the branch had nothing its base lacks (no merge commit made)
+   */
   merged: boolean;
 }
 /**
