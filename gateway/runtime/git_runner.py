@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import sandbox
+from .homes import owner_dir_name
 from .spawn_env import WRAPPER_PATH
 from .spawning import BWRAP
 
 GIT = shutil.which("git", path=WRAPPER_PATH)
 # Settings given on git's command line beat the repository's own: nothing it names runs.
 NEUTRAL_CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
+                  "core.attributesFile=/dev/null", "core.excludesFile=/dev/null",
                   "commit.gpgSign=false", "tag.gpgSign=false", "gc.auto=0", "maintenance.auto=false",
                   "core.pager=cat", "diff.external=", "core.sshCommand=false", "protocol.allow=never",
                   "advice.detachedHead=false", "init.defaultBranch=main")
@@ -69,7 +71,12 @@ def git_env(home: str, index_file: str | None = None) -> dict[str, str]:
 
 class GitRunner:
     def __init__(self, state_dir: Path) -> None:
-        self.home = state_dir / "run" / "git-home"  # empty: git reads no one's ~/.gitconfig
+        # HOME for git: empty, one per owner (a confined run's sandbox binds it writable: what one owner's filter
+        # writes there reaches no other owner's git), and the global settings are not read from it anyway.
+        self.homes = state_dir / "run" / "git-homes"
+
+    def home(self, owner: str) -> Path:
+        return self.homes / owner_dir_name(owner)
 
     def available(self) -> str | None:
         """Why git cannot run here, or None."""
@@ -82,7 +89,8 @@ class GitRunner:
         if not place.confined:
             return command
         plan = sandbox.SandboxPlan(command=command, cwd=cwd, writable=list(dict.fromkeys(place.writable)),
-                                   home=str(self.home), system=sandbox.system_directories(), network="none",
+                                   home=str(self.home(place.owner)), system=sandbox.system_directories(),
+                                   network="none",
                                    uid=sandbox.owner_uid(place.owner))
         return sandbox.bwrap_argv(plan, BWRAP or "bwrap")
 
@@ -91,11 +99,12 @@ class GitRunner:
         why = self.available()
         if why is not None:
             raise GitFailed(why)
-        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        home = self.home(place.owner)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv(place, cwd, args), cwd=cwd if not place.confined else "/",
-                env=git_env(str(self.home), index_file), stdin=asyncio.subprocess.PIPE if stdin is not None else
+                env=git_env(str(home), index_file), stdin=asyncio.subprocess.PIPE if stdin is not None else
                 asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)
         except OSError as exc:  # its directory went away under it, say

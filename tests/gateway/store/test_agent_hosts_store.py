@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from gateway.store import EventGroup, EventRow, HostRow, Store, StoreBase, open_store
+from gateway.store.migrations import MIGRATIONS
 from gateway.store.pg_migrations import PG_MIGRATIONS
 from gateway.store.postgres import PostgresStore
 from tests.gateway.store.test_store_upgrade import add_session, old_store
@@ -169,7 +170,7 @@ async def test_an_sqlite_file_from_before_agent_hosts_upgrades_in_place(tmp_path
     db.close()
     store = await Store.open(path)
     try:
-        assert (await store.fetchone("PRAGMA user_version"))[0] == 15
+        assert (await store.fetchone("PRAGMA user_version"))[0] == len(MIGRATIONS) == 16
         assert (await store.sessions.get("s-1")) is not None
         await store.hosts.put("s-1", "x1", host())
         await store.hosts.set_mark("s-1", {"agent": 3})
