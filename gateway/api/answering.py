@@ -46,3 +46,16 @@ def error_response(msg_id: int | str | None, code: int, message: str, data: Any 
 def error_frame(msg_id: int | str | None, code: int, message: str, data: Any = None) -> bytes:
     """`error_response` as the text frame it is sent in."""
     return orjson.dumps(error_response(msg_id, code, message, data))
+
+
+def answer_frame(answer: Any, log: logging.Logger) -> bytes:
+    """A response (or a batch of them) as its text frame. A result JSON cannot carry (a string that is no UTF-8) is a
+    bug of the method's: its caller gets the -32603 with the error id, never a silence it would wait on forever."""
+    try:
+        return orjson.dumps(answer)
+    except TypeError as exc:
+        if isinstance(answer, list):
+            return b"[" + b",".join(answer_frame(one, log) for one in answer) + b"]"
+        error = unexpected(log, f"the answer to request {answer.get('id')!r} could not be written as JSON", exc)
+        return error_frame(answer.get("id"), error.code, error.message, error.data)
+

@@ -38,7 +38,7 @@ from ..errors import (
 from ..journal import EventBus, Sink, Subscription
 from ..runtime import SessionManager
 from . import openrpc
-from .answering import error_frame, error_response, failure
+from .answering import answer_frame, error_frame, error_response, failure
 from .contract import (
     METHODS,
     SESSION_ID_PATTERN,
@@ -318,9 +318,9 @@ class RpcAdapter:
                 answers.append(await self._one(member, ctx))
                 await asyncio.sleep(0)
             kept = [a for a in answers if a is not None]
-            return orjson.dumps(kept) if kept else None
+            return answer_frame(kept, log) if kept else None
         answer = await self._one(message, ctx)
-        return orjson.dumps(answer) if answer is not None else None
+        return answer_frame(answer, log) if answer is not None else None
 
     async def _one(self, message: Any, ctx: RpcContext) -> dict[str, Any] | None:
         """One request through jsonrpcserver's own per-request dispatch (method lookup, argument check, call,

@@ -6,11 +6,13 @@ output reads. No process runs here.
 - WT-1 a worktree is made for a repository whose top holds a `.git` directory (not a file: a repository that is
   itself a worktree or a submodule is given by its own top), inside the owner's workspace roots.
 - WT-2 a branch is `acp/<name or session id>` unless given; a given one is a plain branch name (letters, digits,
-  `._/-`, no `..`, no leading `-` or `/`, no `.lock` or `/` at the end, no `//`) and does not exist yet.
+  `._/-`, no `..`, no leading `-` or `/`, no `.lock` or `/` at the end, no `//`, not `refs/…` nor `…HEAD`) and does
+  not exist yet.
 - WT-3 a base is a ref or commit a user could type (no leading `-`, no whitespace or control characters); it is
   resolved to a commit once, at the start, and kept.
-- WT-4 a resume runs the agent in its worktree only if the directory is there, is a checkout of its repository,
-  and is on its branch; else -32011 names what is wrong and how to get it back.
+- WT-4 a resume runs the agent in its worktree, and any git runs for it, only if the directory is there (no link),
+  is a checkout of its repository (its `.git` file points there), and is on its branch, and the repository is the
+  real directory it was made from; else -32011 names what is wrong and how to get it back.
 - WT-5 a merge goes into a base that is a branch; with conflicts it refuses, naming the files; where that branch
   is checked out with uncommitted changes it refuses, naming the checkout.
 - CK-1 a checkpoint is a commit on `refs/acp/checkpoints/<session>/<n>`: never a branch, the index or the stash.
@@ -35,17 +37,19 @@ def default_branch(name: str | None, session_id: str) -> str:
 
 def branch_refusal(branch: str) -> str | None:
     """WT-2: why `branch` may not be a worktree's branch, or None."""
-    if not _BRANCH.match(branch):
+    if not _BRANCH.fullmatch(branch):
         return "a branch name has letters, digits and . _ / - only (at most 200)"
     if branch.startswith(("-", "/", ".")) or branch.endswith(("/", ".lock", ".")) or ".." in branch \
-            or "//" in branch or "/." in branch or branch == "HEAD" or "@{" in branch:
+            or "//" in branch or "/." in branch or "@{" in branch:
         return "not a branch name git takes (no leading - / or ., no .., //, /., trailing / . or .lock)"
+    if branch.startswith("refs/") or branch.endswith("HEAD"):
+        return "a branch name neither starts with refs/ nor ends with HEAD (git would read it as another ref)"
     return None
 
 
 def ref_refusal(ref: str) -> str | None:
     """WT-3: why `ref` may not be given as a base, or None. Anything past this is resolved by git, never run."""
-    if not _REF.match(ref) or ref.startswith("-"):
+    if not _REF.fullmatch(ref) or ref.startswith("-"):
         return "a base is a branch, tag or commit (letters, digits and ._/~^@{}:+-, not starting with -)"
     return None
 
@@ -117,19 +121,25 @@ class FileChange:
     deleted: int | None
 
 
+def shown_path(raw: bytes) -> str:
+    """A file name as git wrote it, for JSON: bytes that are no UTF-8 shown as \\xNN (a name is data, not a path the
+    gateway opens)."""
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def parse_changes(name_status: bytes, numstat: bytes) -> list[FileChange]:
     """`git diff-tree -r -z --no-renames --name-status` and `--numstat` of the same two trees, as one list."""
     statuses: dict[str, str] = {}
     parts = name_status.split(b"\0")
     for status, path in zip(parts[0::2], parts[1::2], strict=False):
         if status:
-            statuses[path.decode("utf-8", "surrogateescape")] = status.decode()[:1]
+            statuses[shown_path(path)] = status.decode()[:1]
     counts: dict[str, tuple[int | None, int | None]] = {}
     for record in numstat.split(b"\0"):
         fields = record.split(b"\t", 2)
         if len(fields) == 3:
             added, deleted, path = fields
-            counts[path.decode("utf-8", "surrogateescape")] = (
+            counts[shown_path(path)] = (
                 int(added) if added.isdigit() else None, int(deleted) if deleted.isdigit() else None)
     return [FileChange(path, status, *counts.get(path, (None, None))) for path, status in sorted(statuses.items())]
 

@@ -44,11 +44,14 @@ class GitFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class GitPlace:
-    """Where a git run may write (the worktree, the repository's `.git`), and as whom it runs."""
+    """What a confined git run sees — `writable` (the worktree, parts of the repository's `.git`), `readable` (the
+    rest of `.git`, read-only) less `masked` (other worktrees' state) — and as whom it runs."""
 
     writable: tuple[str, ...]
     owner: str
     confined: bool
+    readable: tuple[str, ...] = ()
+    masked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class GitRunner:
             return command
         plan = sandbox.SandboxPlan(command=command, cwd=cwd, writable=list(dict.fromkeys(place.writable)),
                                    home=str(self.home(place.owner)), system=sandbox.system_directories(),
-                                   network="none",
+                                   readable=list(place.readable), masked_dirs=list(place.masked), network="none",
                                    uid=sandbox.owner_uid(place.owner))
         return sandbox.bwrap_argv(plan, BWRAP or "bwrap")
 

@@ -327,8 +327,9 @@ class SessionManager:
         if worktree is None and self.profiles[agent].worktree and cwd is not None \
                 and os.path.isdir(os.path.join(cwd, ".git")):
             worktree = {"repo": cwd}  # the profile makes worktrees the default for its sessions in a repository
-        if worktree is not None:
-            cwd = str(worktree["repo"])
+        if worktree is not None:  # the repository as it is now, links resolved: what every later git run checks
+            cwd = os.path.realpath(str(worktree["repo"])) if os.path.isabs(str(worktree["repo"])) else str(
+                worktree["repo"])
         if cwd is None:
             raise invalid_params("cwd", "give cwd (the directory the agent works in) or worktree.repo")
         field = "worktree.repo" if worktree is not None else "cwd"

@@ -20,7 +20,7 @@ from . import workspace
 from .checkpoints import Checkpoints, GitSite, changes_view
 from .git_runner import GitFailed, GitPlace, GitRunner
 from .settings import Settings
-from .worktrees import Worktree, WorktreeRefused, Worktrees
+from .worktrees import Worktree, WorktreeRefused, Worktrees, sandbox_binds
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,8 +91,9 @@ class SessionGit:
         confined = self.confined(row)
         tree = await self.worktree(row)
         if tree is not None:
-            return GitSite(row.id, tree.path, str(tree.admin / INDEX), self.worktrees.place(tree, row.owner, confined),
-                           tree.base_commit, str(tree.admin / "index"))
+            return GitSite(row.id, tree.path, str(tree.admin / INDEX),
+                           self.worktrees.session_place(tree, row.owner, confined), tree.base_commit,
+                           str(tree.admin / "index"))
         top = repository_top(self.settings, row.owner, row.cwd)
         if top is None:
             return None
@@ -100,13 +101,25 @@ class SessionGit:
                        GitPlace((top,), row.owner, confined), None, str(Path(top) / ".git" / "index"))
 
     async def check(self, row: SessionRow) -> None:
-        """WT-4: -32011 when the session's worktree is not there as it was made."""
+        """WT-4: -32011 when the session's worktree, or its repository, is not there as it was made. Checked before
+        its agent starts and before every git run for it: a directory swapped for a link since (its own session can
+        reach its worktrees directory) or a `.git` file pointing elsewhere is never followed."""
         tree = await self.worktree(row)
         if tree is None:
             return
-        why = self.worktrees.problem(row.id, tree)
+        why = self.repository_problem(row, tree) or self.worktrees.problem(row.id, tree)
         if why is not None:
             raise workspace_refused(row.id, tree.path, "worktree", why)
+
+    def repository_problem(self, row: SessionRow, tree: Worktree) -> str | None:
+        """The repository a worktree was made from, as it was made: the same real directory (no link on its way),
+        with its `.git` directory, inside the owner's workspace roots."""
+        repo, git = Path(tree.repo), Path(tree.repo) / ".git"
+        if os.path.realpath(repo) != str(repo) or not repo.is_dir() or git.is_symlink() or not git.is_dir():
+            return (f"the repository of session {row.id} ({tree.repo}) is no longer where it was (moved, removed, or "
+                    "a link now): put it back, or delete the session")
+        refused = workspace.unfit(self.settings, row.owner, str(repo))
+        return None if refused is None else f"the repository of session {row.id}: {refused.message}"
 
     async def before_prompt(self, row: SessionRow, turn: int | None, prompt: str = "") -> list[dict[str, Any]]:
         """A checkpoint of the files before the turn (a failure is said to the session, never fatal to the turn),
@@ -115,6 +128,7 @@ class SessionGit:
         if site is None or self.runner.available() is not None:
             return []
         try:
+            await self.check(row)
             async with self.lock(row.id):
                 taken = await self.checkpoints.take(site, turn, prompt=prompt)
                 # A slash command goes to the agent as it was typed: the note waits for the next plain prompt.
@@ -128,7 +142,7 @@ class SessionGit:
                     return []
                 files = changes_view(await self.checkpoints.changes(site, f"{start.commit}^{{tree}}",
                                                                     f"{taken.commit}^{{tree}}"))
-        except (GitFailed, OSError) as failed:
+        except (GitFailed, OSError, GatewayError) as failed:
             log.warning("session %s: no checkpoint before this turn: %s", row.id, failed,
                         extra={"session_id": row.id})
             return []
@@ -136,17 +150,7 @@ class SessionGit:
 
     def binds(self, session_id: str) -> tuple[list[str], list[str], list[str]]:
         """`sandbox_binds` of the session's worktree as known (read before its agent or a terminal starts)."""
-        return self.sandbox_binds(self.known.get(session_id))
-
-    def sandbox_binds(self, tree: Worktree | None) -> tuple[list[str], list[str], list[str]]:
-        """(read-only, writable, masked) for a worktree session's agent: the repository's `.git` read-only but for
-        its object store, refs and logs and its own worktree's git state; the other worktrees' git state masked.
-        Its config and hooks stay read-only: an agent cannot plant a hook the user's own git would run."""
-        if tree is None:
-            return [], [], []
-        git = Path(tree.repo) / ".git"
-        writable = [str(p) for p in (git / "objects", git / "refs", git / "logs", tree.admin) if p.is_dir()]
-        return [str(git)], writable, [str(git / "worktrees")]
+        return sandbox_binds(self.known.get(session_id))
 
     # -- what the API asks ---------------------------------------------------------------------------------------
     async def make_worktree(self, owner: str, session_id: str, confined: bool, repo: str, base: str | None,
@@ -206,9 +210,12 @@ class SessionGit:
                 raise git_refused(row.id, str(refused), list(refused.files)) from None
 
     async def remove(self, row: SessionRow, discard: bool) -> None:
-        """A deleted session's worktree removed (its branch too when `discard`); its checkpoints' refs dropped."""
+        """A deleted session's worktree removed (its branch too when `discard`); its checkpoints' refs dropped. Git
+        runs only where the repository and the worktree are as they were made (WT-4); the files go regardless."""
         tree = await self.worktree(row)
-        site = await self.site(row)
+        sound = tree is None or self.repository_problem(row, tree) is None
+        intact = tree is not None and sound and self.worktrees.problem(row.id, tree) is None
+        site = await self.site(row) if (tree is None or intact) else None
         if site is not None and self.runner.available() is None:
             refs = await self.runner.run(site.place, site.top, "for-each-ref", "--format=delete %(refname)",
                                          f"refs/acp/checkpoints/{row.id}/")
@@ -224,12 +231,12 @@ class SessionGit:
                 log.info("session %s: its worktree %s stays, session %s works in it", row.id, tree.path,
                          sharing[0].id, extra={"session_id": row.id})
             else:
-                if not discard and site is not None and self.worktrees.problem(row.id, tree) is None:
+                if not discard and site is not None and intact:
                     # The branch stays with what the agent left uncommitted: nothing of its work goes with the
                     # worktree.
                     await self.worktrees.commit_files(row.owner, row.id, tree, await self.checkpoints.snapshot(site),
                                                       self.confined(row), "Uncommitted changes kept at the delete")
-                await self.worktrees.remove(row.owner, tree, self.confined(row), discard)
+                await self.worktrees.remove(row.owner, tree, self.confined(row), discard, sound)
         self.forget(row.id)
 
     async def recreate(self, row: SessionRow) -> None:
@@ -237,6 +244,9 @@ class SessionGit:
         tree = await self.worktree(row)
         if tree is None or self.worktrees.problem(row.id, tree) is None:
             return
+        why = self.repository_problem(row, tree)
+        if why is not None:
+            raise workspace_refused(row.id, tree.path, "worktree", why)
         try:
             await self.worktrees.recreate(row.owner, tree, self.confined(row))
         except WorktreeRefused as refused:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,25 @@ class Worktree:
         return admin_dir(self.repo, Path(self.path).name)
 
 
+def sandbox_binds(tree: Worktree | None) -> tuple[list[str], list[str], list[str]]:
+    """(read-only, writable, masked) of a worktree's repository for its session's agent and the session's git runs:
+    the repository's `.git` read-only but for its object store, refs and logs and its own worktree's git state; the
+    other worktrees' git state masked. Its config and hooks stay read-only: nothing planted runs for the user's git."""
+    if tree is None:
+        return [], [], []
+    git = Path(tree.repo) / ".git"
+    writable = [str(p) for p in (git / "objects", git / "refs", git / "logs", tree.admin) if p.is_dir()]
+    return [str(git)], writable, [str(git / "worktrees")]
+
+
+def remove_tree(path: Path, parent: Path) -> None:
+    """`path`, a directory right in `parent`, removed with what it holds — never through a link (shutil.rmtree walks
+    by descriptors here, and refuses a link at the top); nothing when it is not there or not such a directory."""
+    if path.parent != parent or path.is_symlink() or not path.is_dir():
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def read_small(path: Path, limit: int = 4096) -> str | None:
     """A small file of an owner's (a `.git` file, a HEAD), read through no symlink; None when it is not one."""
     try:
@@ -80,8 +100,15 @@ class Worktrees:
         return self.root / owner_dir_name(owner)
 
     def place(self, worktree: Worktree, owner: str, confined: bool, *more: str) -> GitPlace:
-        """What a git run for this worktree may write: the worktree and its repository's `.git`."""
+        """What a git run that changes the repository itself may write (a merge, a branch deleted): the worktree and
+        the repository's whole `.git` (and `more`: its checkout, for a merge)."""
         return GitPlace((worktree.path, str(Path(worktree.repo) / ".git"), *more), owner, confined)
+
+    def session_place(self, worktree: Worktree, owner: str, confined: bool) -> GitPlace:
+        """What a git run for the session's files (a checkpoint, a diff, a rewind) sees: what its agent sees
+        (`sandbox_binds`) — a filter of the repository's that runs there can plant no hook and no setting."""
+        readable, writable, masked = sandbox_binds(worktree)
+        return GitPlace((worktree.path, *writable), owner, confined, tuple(readable), tuple(masked))
 
     async def create(self, owner: str, session_id: str, repo: str, base: str | None, branch: str,
                      confined: bool) -> Worktree:
@@ -140,10 +167,10 @@ class Worktrees:
         return worktree_problem(session_id, worktree.path, worktree.branch, self.facts(worktree))
 
     async def recreate(self, owner: str, worktree: Worktree, confined: bool) -> None:
-        """A fresh recover: the worktree made again from its branch (git forgets the missing one first)."""
+        """A fresh recover: the worktree made again from its branch (its stale state in `.git/worktrees` dropped
+        first: never by `git worktree prune`, which would drop every worktree a sandbox does not show)."""
         repo_git = str(Path(worktree.repo) / ".git")
-        place = GitPlace((repo_git,), owner, confined)
-        await self.runner.run(place, worktree.repo, "worktree", "prune")
+        remove_tree(worktree.admin, Path(repo_git) / "worktrees")
         path = Path(worktree.path)
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise WorktreeRefused("session_id", f"{path} is not a directory: remove it, then recover again")
@@ -159,21 +186,23 @@ class Worktrees:
             raise WorktreeRefused("session_id", f"the worktree could not be made again from branch "
                                   f"{worktree.branch}: {failed}") from None
 
-    async def remove(self, owner: str, worktree: Worktree, confined: bool, discard: bool) -> None:
-        """The worktree removed (its changes with it); its branch too when `discard`."""
-        place = self.place(worktree, owner, confined)
-        if Path(worktree.path).is_dir():
-            await self.runner.run(place, worktree.repo, "worktree", "remove", "--force", "--force", "--",
-                                  worktree.path)
-        await self.runner.run(place, worktree.repo, "worktree", "prune")
-        if discard:
-            await self.runner.run(place, worktree.repo, "branch", "-D", "--", worktree.branch)
+    async def remove(self, owner: str, worktree: Worktree, confined: bool, discard: bool,
+                     repository_sound: bool = True) -> None:
+        """The worktree removed (its files, and its state in the repository's `.git/worktrees`), by the gateway itself
+        and through no link; its branch too when `discard` (by git, where the repository is still where it was).
+        Never `git worktree prune`: run where a sandbox shows one worktree, it drops every other one."""
+        remove_tree(Path(worktree.path), self.owner_dir(owner))
+        if repository_sound:
+            remove_tree(worktree.admin, Path(worktree.repo) / ".git" / "worktrees")
+            if discard:
+                await self.runner.run(GitPlace((str(Path(worktree.repo) / ".git"),), owner, confined), worktree.repo,
+                                      "branch", "-D", "--", worktree.branch)
 
     async def commit_files(self, owner: str, session_id: str, worktree: Worktree, tree: str, confined: bool,
                            why: str) -> str | None:
         """The worktree's files as they are (`tree`, its snapshot) committed on its branch when they differ from its
         HEAD, the index left alone: the new commit, or None when there was nothing to commit."""
-        place = self.place(worktree, owner, confined)
+        place = self.session_place(worktree, owner, confined)
         head = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD")).decode().strip()
         head_tree = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD^{tree}")).decode().strip()
         if head_tree == tree:

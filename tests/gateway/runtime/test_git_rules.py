@@ -31,7 +31,8 @@ def test_the_default_branch_is_named_after_the_session() -> None:
     ("acp/s-0123", True), ("feature/login", True), ("fix_1.2", True), ("a", True),
     ("", False), ("-x", False), ("/x", False), ("x/", False), (".x", False), ("x.lock", False), ("a..b", False),
     ("a//b", False), ("a/.b", False), ("HEAD", False), ("a b", False), ("a~1", False), ("a^", False), ("a:b", False),
-    ("a@{1}", False), ("x" * 201, False), ("é", False), ("a\nb", False),
+    ("a@{1}", False), ("x" * 201, False), ("é", False), ("a\nb", False), ("main\n", False),
+    ("refs/heads/main", False), ("FETCH_HEAD", False), ("ORIG_HEAD", False), ("heads/x", True),
 ])
 def test_which_branch_names_are_taken(branch: str, taken: bool) -> None:
     assert (branch_refusal(branch) is None) is taken
@@ -40,7 +41,7 @@ def test_which_branch_names_are_taken(branch: str, taken: bool) -> None:
 @pytest.mark.parametrize(("ref", "taken"), [
     ("main", True), ("v1.2", True), ("HEAD~2", True), ("origin/main", True), ("0123abcd", True), ("main^", True),
     ("-main", False), ("--upload-pack=x", False), ("a b", False), ("a;b", False), ("$(x)", False), ("", False),
-    ("a\x00b", False),
+    ("a\x00b", False), ("trunk\n", False),
 ])
 def test_which_bases_are_taken(ref: str, taken: bool) -> None:
     assert (ref_refusal(ref) is None) is taken
@@ -84,9 +85,10 @@ def test_what_a_merge_refuses(facts: MergeFacts, words: str | None) -> None:
 
 
 def test_git_output_reads_as_file_changes() -> None:
-    names = b"M\0a.txt\0A\0new dir/b.bin\0D\0gone\0"
-    counts = b"1\t1\ta.txt\0-\t-\tnew dir/b.bin\0" + b"0\t3\tgone\0"
-    assert parse_changes(names, counts) == [FileChange("a.txt", "M", 1, 1), FileChange("gone", "D", 0, 3),
+    names = b"M\0a.txt\0A\0new dir/b.bin\0D\0gone\0A\0bad\xff\xfename\0"
+    counts = b"1\t1\ta.txt\0-\t-\tnew dir/b.bin\0" + b"0\t3\tgone\0" + b"1\t0\tbad\xff\xfename\0"
+    assert parse_changes(names, counts) == [FileChange("a.txt", "M", 1, 1), FileChange("bad\\xff\\xfename", "A", 1, 0),
+                                            FileChange("gone", "D", 0, 3),
                                             FileChange("new dir/b.bin", "A", None, None)]
     assert parse_changes(b"", b"") == []
 
