@@ -23,6 +23,7 @@ from harness import N_UPDATES, RUNS, STARTED, WORK, flood_profile
 from report import failed_row, print_machine, print_table
 from sections.agent_side import framing_section, resume_section, sandbox_section
 from sections.calls import config_section, dispatch_section, isolation_section, rpc_section
+from sections.checkpoints import checkpoints_section
 from sections.clients import clients_section
 from sections.hosts import hosts_section
 from sections.latency import latency_section
@@ -39,6 +40,7 @@ SECTIONS: dict[str, Section] = {
     "memory": memory_section, "journal": journal_section, "resume": resume_section, "sandbox": sandbox_section,
     "framing": framing_section, "dispatch": dispatch_section, "rpc": rpc_section, "isolation": isolation_section,
     "clients": clients_section, "config": config_section, "postgres": postgres_section, "scale": scale_section,
+    "checkpoints": checkpoints_section,
 }
 ONLY = {name for name in os.environ.get("BENCH_ONLY", "").split(",") if name}
 
