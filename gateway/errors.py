@@ -169,8 +169,9 @@ def already_terminal(session_id: str, state: str, what: str | None = None) -> Ga
 
 
 def busy(session_id: str, state: str) -> GatewayError:
-    return GatewayError(BUSY, f"session {session_id} is busy with a turn: wait for its turn_ended event, or "
-                        "task.session.cancel_turn it", {"session_id": session_id, "state": state})
+    return GatewayError(BUSY, f"session {session_id} is busy with a turn: wait for it to end, or cancel it "
+                        f"(task.session.cancel_turn; acp-gateway cancel-turn {session_id})",
+                        {"session_id": session_id, "state": state})
 
 
 def workspace_missing(session_id: str | None, cwd: str) -> GatewayError:
