@@ -26,7 +26,7 @@ from .spawning import BWRAP
 GIT = shutil.which("git", path=WRAPPER_PATH)
 # Settings given on git's command line beat the repository's own: nothing it names runs.
 NEUTRAL_CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
-                  "core.attributesFile=/dev/null", "core.excludesFile=/dev/null",
+                  "core.attributesFile=/dev/null", "core.excludesFile=/dev/null", "core.quotePath=false",
                   "commit.gpgSign=false", "tag.gpgSign=false", "gc.auto=0", "maintenance.auto=false",
                   "core.pager=cat", "diff.external=", "core.sshCommand=false", "protocol.allow=never",
                   "advice.detachedHead=false", "init.defaultBranch=main")

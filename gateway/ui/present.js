@@ -1,6 +1,7 @@
 // The web UI's pure presentation rules (no DOM, no window): how agents are listed and what their sign-in needs are
 // called, what a session's state badge says, which directory the start form offers and where it says sessions may
-// run, what a refused start asks the person to type instead, and where a message names another session.
+// run, what a refused start asks the person to type instead, where a message names another session, and which lines of a
+// session's patch are whose file.
 
 export const AVAILABILITY = { installed: "", downloads_on_first_start: "downloads on first start", not_found: "not installed" };
 const AUTH_WORDS = { signed_in: "signed in", needs_sign_in: "needs sign-in", unknown: "unknown", not_probed: "not probed" };
@@ -125,4 +126,23 @@ export function sessionParts(text) {
   }
   if (at < (text || "").length) parts.push({ text: text.slice(at) });
   return parts;
+}
+
+// A name as git's patch header writes it: as it is, or in C quotes when it holds a quote, a backslash or a control
+// character (the gateway runs git with core.quotePath off: other characters are not quoted).
+function headerName(text) {
+  if (!text.startsWith('"')) return text;
+  const escapes = { n: "\n", t: "\t", '"': '"', "\\": "\\", a: "\x07", b: "\b", f: "\f", r: "\r", v: "\v" };
+  return text.slice(1, -1).replace(/\\(.)/g, (_, c) => escapes[c] ?? c);
+}
+
+// The patch cut at each file's `diff --git` header: path -> its lines.
+export function patchByFile(patch) {
+  const files = new Map(); let current = null;
+  for (const line of (patch || "").split("\n")) {
+    const head = /^diff --git (?:"a\/(.*)" "b\/(.*)"|a\/(.*) b\/(.*))$/.exec(line);
+    if (head) { current = headerName(head[2] !== undefined ? `"${head[2]}"` : head[4]); files.set(current, []); }
+    if (current !== null) files.get(current).push(line);
+  }
+  return files;
 }

@@ -2,20 +2,10 @@
 // patch file by file), its checkpoints with Rewind, and for a worktree session Merge and Discard.
 import { $, el, showErrorAt } from "./dom.js";
 import { state, call } from "./state.js";
+import { patchByFile } from "./present.js";
 
 const { GIT_REFUSED } = AcpGateway;  // the gateway's error codes (clients/typescript/src/codes.ts)
 const STATUS = { A: "added", M: "modified", D: "deleted", T: "type changed" };
-
-// The patch cut at each file's `diff --git` header: path -> its lines.
-export function patchByFile(patch) {
-  const files = new Map(); let current = null;
-  for (const line of (patch || "").split("\n")) {
-    const head = /^diff --git a\/(.*) b\/(.*)$/.exec(line);
-    if (head) { current = head[2]; files.set(current, []); }
-    if (current !== null) files.get(current).push(line);
-  }
-  return files;
-}
 
 export async function loadChanges(sid = state.viewed) {
   if (!sid || !state.showChanges) return;

@@ -4,8 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import {
-  agentLabel, prefilledCwd, refusalHint, refusedRoot, remember, sessionParts, signInVars, signInWords, sortAgents,
-  stateBadge, whereWords, RECENT_KEEP,
+  agentLabel, patchByFile, prefilledCwd, refusalHint, refusedRoot, remember, sessionParts, signInVars, signInWords,
+  sortAgents, stateBadge, whereWords, RECENT_KEEP,
 } from "../../../gateway/ui/present.js";
 import { ansiRuns } from "../../../gateway/ui/ansi.js";
 
@@ -137,3 +137,13 @@ test("ansiRuns: runs of text with classes for the 16 colours and text styles, CS
   assert.deepEqual(ansiRuns("\x1b]8;;https://example.org\x07a link\x1b]8;;\x07"), [{ text: "a link", classes: [] }]);
   assert.deepEqual(ansiRuns(""), []);
 });
+
+test("patchByFile: each file's lines under its own name, quoted names read back, spaces and non-ASCII as they are", () => {
+  const patch = ['diff --git a/my file.txt b/my file.txt', "+x", 'diff --git "a/q\\"uote\\\\d" "b/q\\"uote\\\\d"', "+y",
+                 "diff --git a/é.txt b/é.txt", "-z", "+w"].join("\n");
+  const files = patchByFile(patch);
+  assert.deepEqual([...files.keys()], ["my file.txt", 'q"uote\\d', "é.txt"]);
+  assert.deepEqual(files.get("é.txt"), ["diff --git a/é.txt b/é.txt", "-z", "+w"]);
+  assert.equal(patchByFile("").size, 0);
+});
+
