@@ -187,7 +187,9 @@ async def _sessions(args: argparse.Namespace, client: GatewayClient) -> int:
             view.update(needs_resume=status["needs_resume"], resume_reason=status["resume_reason"])
             if status["needs_resume"] or status["resume_reason"] == "not_started":
                 needs = f"  needs resume: {resume_reason_words(status['resume_reason'])}"
-        label = " · ".join(str(x) for x in (view.get("name"), view["title"], view["cwd"]) if x)
+        tree = view.get("worktree")
+        where = f"{tree['repo']} on {tree['branch']}" if tree else view["cwd"]  # a worktree: its repository, branch
+        label = " · ".join(str(x) for x in (view.get("name"), view["title"], where) if x)
         lines.append(f"{view['session_id']}  {view['state']:18} {view['agent']:10} {label}{needs}")
     _print(args, listed, "\n".join(lines) or "no sessions")
     return 0
