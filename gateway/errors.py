@@ -97,7 +97,7 @@ ERROR_DATA: dict[int, tuple[frozenset[str], ...]] = {
     AGENT_FAILED: (frozenset({"session_id", "agent", "agent_error", "needs_resume"}),),
     STORAGE_FAILED: (frozenset({"reason"}),),
     CONFIG_REFUSED: (frozenset({"session_id", "config_id", "value", "reason", "offered", "agent_error"}),),
-    GIT_REFUSED: (frozenset({"session_id", "files"}),),
+    GIT_REFUSED: (frozenset({"session_id", "reason", "files"}),),
 }
 
 # code -> what it means, in one line (the OpenRPC document's errors; docs/api.md says the same at length)
@@ -278,7 +278,9 @@ def resync_required(reason: str, message: str, *, head: int | None = None, oldes
     return GatewayError(RESYNC_REQUIRED, message, {"reason": reason, "head": head, "oldest": oldest})
 
 
-def git_refused(session_id: str, message: str, files: list[str] | None = None) -> GatewayError:
-    """What git could not do for a session's files: `message` says why and what to do; `files`, those in the way
-    (a merge's conflicts), else empty."""
-    return GatewayError(GIT_REFUSED, message, {"session_id": session_id, "files": list(files or [])})
+def git_refused(session_id: str, message: str, files: list[str] | None = None, reason: str = "git") -> GatewayError:
+    """What git could not do for a session's files: `message` says why and what to do; `reason` which case it is
+    (`no_repository`: its directory is in none; `no_checkpoint`: none is there yet, or not that one; `merge_refused`;
+    `git`: git itself failed); `files`, those in the way (a merge's conflicts), else empty."""
+    return GatewayError(GIT_REFUSED, message, {"session_id": session_id, "reason": reason,
+                                               "files": list(files or [])})

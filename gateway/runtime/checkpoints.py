@@ -22,6 +22,10 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 PROMPT_SHOWN = 120  # characters of a turn's prompt kept with its checkpoint
 
 
+class NoCheckpoint(GitFailed):
+    """No checkpoint is there yet, or not the one asked for: the message says which and what to do."""
+
+
 @dataclass(frozen=True)
 class GitSite:
     """Where a session's files are in git: `top`, the directory git runs in (its worktree, or the top of the
@@ -179,7 +183,7 @@ class Checkpoints:
         if isinstance(against, int):
             point = next((p for p in await self.all(site) if p.number == against), None)
             if point is None:
-                raise GitFailed(f"session {site.session_id} has no checkpoint {against}: acp-gateway checkpoints "
+                raise NoCheckpoint(f"session {site.session_id} has no checkpoint {against}: acp-gateway checkpoints "
                                 f"{site.session_id} lists them")
             return {"checkpoint": against}, f"{point.commit}^{{tree}}"
         if against == "head":
@@ -189,7 +193,7 @@ class Checkpoints:
             return {"base": site.base_commit}, f"{site.base_commit}^{{tree}}"
         points = await self.all(site)
         if not points:
-            raise GitFailed(f"session {site.session_id} has no checkpoint yet (one is taken at the start of each "
+            raise NoCheckpoint(f"session {site.session_id} has no checkpoint yet (one is taken at the start of each "
                             "turn): nothing to compare with")
         return {"checkpoint": points[0].number}, f"{points[0].commit}^{{tree}}"
 
@@ -216,7 +220,7 @@ class Checkpoints:
         a checkpoint of kind `rewind` first, so a rewind can itself be undone."""
         point = next((p for p in await self.all(site) if p.number == number), None)
         if point is None:
-            raise GitFailed(f"session {site.session_id} has no checkpoint {number}: acp-gateway checkpoints "
+            raise NoCheckpoint(f"session {site.session_id} has no checkpoint {number}: acp-gateway checkpoints "
                             f"{site.session_id} lists them")
         before = await self.take(site, None, "rewind")  # its snapshot leaves the checkpoints' index at the files now
         old, new = f"{before.commit}^{{tree}}", f"{point.commit}^{{tree}}"

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from ..errors import GatewayError, git_refused, invalid_params, workspace_refused
 from ..store import SessionRow, StoreBase
 from . import workspace
-from .checkpoints import Checkpoints, GitSite, changes_view
+from .checkpoints import Checkpoints, GitSite, NoCheckpoint, changes_view
 from .git_runner import GitFailed, GitPlace, GitRunner
 from .settings import Settings
 from .worktrees import Worktree, WorktreeRefused, Worktrees, sandbox_binds
@@ -168,7 +168,7 @@ class SessionGit:
         if site is None:
             raise git_refused(row.id, f"session {row.id} runs in {row.cwd}, which is in no git repository inside "
                               "your workspace roots: sessions started with a worktree (acp-gateway start "
-                              "--worktree), or in a repository, have checkpoints and diffs")
+                              "--worktree), or in a repository, have checkpoints and diffs", reason="no_repository")
         why = self.runner.available()
         if why is not None:
             raise git_refused(row.id, why)
@@ -199,7 +199,7 @@ class SessionGit:
         tree = await self.worktree(row)
         if tree is None:
             raise git_refused(row.id, f"session {row.id} has no worktree of its own: only a worktree's branch is "
-                              "merged (start sessions with a worktree to merge them)")
+                              "merged (start sessions with a worktree to merge them)", reason="merge_refused")
         site = await self._site(row)
         async with self.lock(row.id):
             snapshot = await self._git(row, self.checkpoints.snapshot(site))
@@ -207,7 +207,7 @@ class SessionGit:
                 return await self._git(row, self.worktrees.merge(row.owner, row.id, tree, snapshot,
                                                                  self.confined(row)))
             except WorktreeRefused as refused:
-                raise git_refused(row.id, str(refused), list(refused.files)) from None
+                raise git_refused(row.id, str(refused), list(refused.files), reason="merge_refused") from None
 
     async def remove(self, row: SessionRow, discard: bool) -> None:
         """A deleted session's worktree removed (its branch too when `discard`); its checkpoints' refs dropped. Git
@@ -258,6 +258,7 @@ class SessionGit:
             return await work
         except GitFailed as failed:
             said = str(failed)
-            raise git_refused(row.id, said if said.startswith("session ") else f"session {row.id}: {said}") from None
+            raise git_refused(row.id, said if said.startswith("session ") else f"session {row.id}: {said}",
+                              reason="no_checkpoint" if isinstance(failed, NoCheckpoint) else "git") from None
         except GatewayError:
             raise

@@ -136,12 +136,17 @@ function headerName(text) {
   return text.slice(1, -1).replace(/\\(.)/g, (_, c) => escapes[c] ?? c);
 }
 
-// The patch cut at each file's `diff --git` header: path -> its lines.
+// The patch cut at each file's `diff --git` header: path -> its lines. A header is `a/NAME b/NAME` (renames are off: the
+// two names are one), read by length, so a name holding " b/" is read whole; in C quotes when git quotes it.
 export function patchByFile(patch) {
   const files = new Map(); let current = null;
   for (const line of (patch || "").split("\n")) {
-    const head = /^diff --git (?:"a\/(.*)" "b\/(.*)"|a\/(.*) b\/(.*))$/.exec(line);
-    if (head) { current = headerName(head[2] !== undefined ? `"${head[2]}"` : head[4]); files.set(current, []); }
+    if (line.startsWith("diff --git ")) {
+      const rest = line.slice("diff --git ".length), quoted = rest.startsWith('"');
+      const skip = quoted ? 3 : 2, size = (rest.length - (quoted ? 9 : 5)) / 2;
+      const name = rest.slice(skip, skip + size);
+      current = headerName(quoted ? `"${name}"` : name); files.set(current, []);
+    }
     if (current !== null) files.get(current).push(line);
   }
   return files;

@@ -4,7 +4,7 @@ import { state, call, config, pendingPermissions } from "./state.js";
 import { TERMINAL } from "./fold.js";
 import { renderConfig } from "./render_config.js";
 import { renderRaw } from "./render_transcript.js";
-import { renderChanges, loadChanges } from "./render_changes.js";
+import { renderChanges, loadChanges, closeChanges } from "./render_changes.js";
 import { openView, resumeViewed, recover, cancelSession } from "./session_actions.js";
 import { RESUME_REASONS } from "./resume_reasons.js";  // the CLI's words too (gateway/clients/resume_reasons.py)
 import { stateBadge } from "./present.js";
@@ -45,7 +45,7 @@ export function renderHead() {
   $("prompt").disabled = $("send").disabled = !canPrompt;
   $("prompt").placeholder = signIn ? SIGN_IN_FIRST : PROMPT_HINT;
   $("send").title = signIn ? SIGN_IN_FIRST : "";
-  if (!s) { head.append(el("span", "empty", "Select or start a session.")); $("status-line").hidden = true; renderConfig(); return; }
+  if (!s) { head.append(el("span", "empty", "Select or start a session.")); $("status-line").hidden = true; renderConfig(); renderChanges(); return; }
   const badge = badgeOf(s, state.live ? "" : " stale"); badge.id = "session-state";
   const running = el("span", `muted${state.live ? "" : " stale"}`, s.is_agent_running ? "agent running" : "agent stopped");
   running.id = "agent-running";
@@ -70,6 +70,7 @@ export function renderHead() {
   head.append(...headButtons(s));
   renderStatusLine(s);
   renderConfig();
+  renderChanges();  // its Rewind and Merge follow the session's state
 }
 
 // The viewed session's controls: Resume, Stop turn, Cancel session, Fork, Changes, Raw.
@@ -93,7 +94,8 @@ function headButtons(s) {
   const changes = el("button", "", state.showChanges ? "Hide changes" : "Changes"); changes.id = "changes-toggle";
   changes.title = "what this session changed in its files, and its checkpoints";
   changes.onclick = () => {
-    state.showChanges = !state.showChanges; renderChanges(); renderHead();
+    if (state.showChanges) closeChanges(); else state.showChanges = true;
+    renderHead();
     loadChanges().catch((e) => showErrorAt("changes-error", e));
   };
   const raw = el("button", "", state.showRaw ? "Hide raw" : "Raw"); raw.id = "raw-toggle";
@@ -137,3 +139,5 @@ function renderStatusLine(s) {
     if (s.error_message) line.append(el("div", "muted", `Last error: ${s.error_message}`));
   } else { line.hidden = true; }
 }
+
+document.addEventListener("acp-changes-closed", () => renderHead());  // the pane's own Close: the head's toggle says so

@@ -14,7 +14,7 @@ export async function openView(sid, again = false) {
   if (state.viewed !== sid) {
     select(sid); state.resumedViews.delete(sid);
     for (const box of ["head-error", "config-error", "prompt-error", "changes-error"]) showErrorAt(box, null);  // another session's
-    $("changes-note").textContent = "";
+    $("changes-note").textContent = ""; state.openFiles.clear();
   }
   renderList(); renderHead(); renderTranscript(); renderRaw(); renderChanges();
   loadChanges(sid).catch(() => {});

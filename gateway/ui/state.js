@@ -11,7 +11,7 @@ export const state = { token: sessionStorage.getItem("acp-token") || "", live: f
   misses: 0, logs: new Map(), raw: new Map(), agents: new Map(),
   showRaw: false, configs: new Map(), palette: { items: [], active: 0 }, asking: new Map(), roots: [], refusedRoots: [], busy: null,
   keptRunning: new Map(),  // session id -> when an agent host kept its agent through a gateway restart (until its next turn)
-  showChanges: false, changes: new Map() };  // the Changes pane: session id -> {diff, points, error} as last read  // session id -> when an agent host kept its agent through a gateway restart (until its next turn)
+  showChanges: false, changes: new Map(), openFiles: new Set() };  // the Changes pane: session id -> {diff, points, error} as last read  // session id -> when an agent host kept its agent through a gateway restart (until its next turn)
 window.__acpGateway = state;  // for debugging in the console
 
 // ---- the connection: the package's OwnerSessionClient (clients/typescript, bundled as client.js: global AcpGateway) ----

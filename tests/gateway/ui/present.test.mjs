@@ -140,9 +140,9 @@ test("ansiRuns: runs of text with classes for the 16 colours and text styles, CS
 
 test("patchByFile: each file's lines under its own name, quoted names read back, spaces and non-ASCII as they are", () => {
   const patch = ['diff --git a/my file.txt b/my file.txt', "+x", 'diff --git "a/q\\"uote\\\\d" "b/q\\"uote\\\\d"', "+y",
-                 "diff --git a/é.txt b/é.txt", "-z", "+w"].join("\n");
+                 "diff --git a/é.txt b/é.txt", "-z", "+w", "diff --git a/a b/c d.txt b/a b/c d.txt", "+v"].join("\n");
   const files = patchByFile(patch);
-  assert.deepEqual([...files.keys()], ["my file.txt", 'q"uote\\d', "é.txt"]);
+  assert.deepEqual([...files.keys()], ["my file.txt", 'q"uote\\d', "é.txt", "a b/c d.txt"]);
   assert.deepEqual(files.get("é.txt"), ["diff --git a/é.txt b/é.txt", "-z", "+w"]);
   assert.equal(patchByFile("").size, 0);
 });
