@@ -30,6 +30,7 @@ from .live import LiveSession
 from .settings import Settings
 from .states import SessionState, TaskState
 from .workspace import unfit
+from .worktrees import Worktree
 from .writer import SessionWriter
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,10 @@ def fork_refusal(live: LiveSession) -> str | None:
 
 
 async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settings, live: LiveSession,
-                       title: str | None, name: str | None) -> SessionRow:
-    """The new session (CREATED, not launched yet) forked from `live`'s conversation as it stands now."""
+                       title: str | None, name: str | None, session_id: str | None = None,
+                       worktree: Worktree | None = None) -> SessionRow:
+    """The new session (CREATED, not launched yet) forked from `live`'s conversation as it stands now; in
+    `worktree`, a worktree of its own made for it (`session_git.fork_worktree`), where the original has one."""
     row = live.row
     refused = fork_refusal(live)
     if refused is not None:
@@ -62,7 +65,8 @@ async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settin
     servers, directories, _ = setup_plan(config, init.agentCapabilities, lambda d: unfit(settings, row.owner, d))
     try:
         forked = await asyncio.wait_for(
-            live.client.fork_session(live.acp_session_id, row.cwd, servers, directories), settings.request_timeout)
+            live.client.fork_session(live.acp_session_id, worktree.path if worktree else row.cwd, servers,
+                                     directories), settings.request_timeout)
     except (AcpError, TimeoutError) as exc:
         said = config.scrubber().text(str(exc) or type(exc).__name__)
         raise agent_failed(row.id, live.profile.id, f"agent {live.profile.id!r} could not fork session {row.id}: "
@@ -79,10 +83,11 @@ async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settin
              "mcp_servers": [mcp.wire(s) for s in config.mcp_servers],  # secrets included, kept as the original's
              "additional_directories": list(config.additional_directories)}
     new = await store.sessions.create(
-        owner=row.owner, agent=row.agent, cwd=row.cwd, title=title if title is not None else _fork_title(row),
+        owner=row.owner, agent=row.agent, cwd=worktree.path if worktree else row.cwd,
+        title=title if title is not None else _fork_title(row),
         description=None, task_id=None, task_state=TaskState.TODO, session_state=SessionState.CREATED,
         config=setup, name=name, fork=(row.id, forked, through), agent_version=row.agent_version,
-        worktree=row.worktree)  # a worktree session's fork works in the same worktree (the last one deleted removes it)
+        session_id=session_id, worktree=worktree.to_json() if worktree else None)
     with contextlib.suppress(Exception):  # said for the people watching the original; the fork stands regardless
         await writer.message(row, "info", f"Forked into session {new.id}.")
     return new

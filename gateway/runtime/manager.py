@@ -686,9 +686,19 @@ class SessionManager:
 
     async def _fork(self, live: LiveSession, title: str | None, name: str | None) -> dict[str, Any]:
         owner = live.owner
-        self.admission.admit(owner)  # the slot is taken now, before any await
-        row = await self._register(owner, name, lambda: fork_session(self.store, self.writer, self.settings, live,
-                                                                     title, name))
+        session_id = f"s-{uuid.uuid4().hex}"
+        # A worktree session's fork works in a worktree of its own, with the original's files as they are now.
+        tree = await self.git.fork_worktree(live.row, session_id, name)
+        try:
+            self.admission.admit(owner)  # the slot is taken now, before any await
+            row = await self._register(owner, name, lambda: fork_session(
+                self.store, self.writer, self.settings, live, title, name, session_id, tree))
+        except Exception:
+            if tree is not None:  # no session holds it: it goes, with its branch
+                await self.git.worktrees.remove(owner, tree, self._confined(live.row), True)
+            raise
+        if tree is not None:
+            self.git.known[row.id] = tree
         await self.writer.message(row, "info", f"Forked from session {live.session_id}: the conversation so far is "
                                   "in this session's history.")
         future = self.launcher.launch_once(row, fresh_start=False)  # restores the forked ACP session

@@ -18,6 +18,7 @@ from ..errors import GatewayError, git_refused, invalid_params, workspace_refuse
 from ..store import SessionRow, StoreBase
 from . import workspace
 from .checkpoints import Checkpoints, GitSite, NoCheckpoint, changes_view
+from .git_rules import default_branch
 from .git_runner import GitFailed, GitPlace, GitRunner
 from .settings import Settings
 from .worktrees import Worktree, WorktreeRefused, Worktrees, sandbox_binds
@@ -161,6 +162,26 @@ class SessionGit:
             raise invalid_params(refused.field, str(refused)) from None
         except GitFailed as failed:
             raise invalid_params("worktree", f"no worktree could be made in {repo}: {failed}") from None
+
+    async def fork_worktree(self, row: SessionRow, session_id: str, name: str | None) -> Worktree | None:
+        """A fork's own worktree: on a new branch from the original's, with the original's files as they are now
+        (committed or not), and the original's base to merge into; None for a session without a worktree."""
+        tree = await self.worktree(row)
+        if tree is None:
+            return None
+        site = await self._site(row)
+        confined = self.confined(row)
+        async with self.lock(row.id):
+            snapshot = await self._git(row, self.checkpoints.snapshot(site))
+        made = await self.make_worktree(row.owner, session_id, confined, tree.repo, tree.branch,
+                                        default_branch(name, session_id))
+        fork = Worktree(made.repo, made.path, made.branch, tree.base, tree.base_commit)
+        try:
+            await self.worktrees.fill(row.owner, fork, snapshot, str(fork.admin / INDEX), confined)
+        except GitFailed as failed:
+            await self.worktrees.remove(row.owner, fork, confined, True)
+            raise git_refused(row.id, f"session {row.id}: its files could not be given to the fork: {failed}") from None
+        return fork
 
     async def _site(self, row: SessionRow) -> GitSite:
         await self.check(row)  # a worktree that is gone: said as such (-32011), with what to do

@@ -152,6 +152,13 @@ class Worktrees:
             raise WorktreeRefused("worktree", f"git could not make the worktree: {failed}") from None
         return Worktree(repo, str(path), branch, base or commit, commit)
 
+    async def fill(self, owner: str, worktree: Worktree, tree: str, index: str, confined: bool) -> None:
+        """A fresh worktree's files made those of `tree` (another session's snapshot), through the checkpoints' own
+        index (`index`): its branch, HEAD and git's index stay where they were made."""
+        place = self.session_place(worktree, owner, confined)
+        await self.runner.ok(place, worktree.path, "read-tree", "HEAD", index_file=index)
+        await self.runner.ok(place, worktree.path, "read-tree", "-m", "-u", "HEAD", tree, index_file=index)
+
     def facts(self, worktree: Worktree) -> WorktreeFacts:
         path = Path(worktree.path)
         if path.is_symlink() or not path.is_dir():

@@ -184,16 +184,22 @@ async def test_what_a_worktree_start_cannot_do_is_refused_and_leaves_nothing(wor
     assert none.value.code == GIT_REFUSED and "in no git repository" in none.value.message
 
 
-async def test_a_fork_shares_its_worktree_until_the_last_of_them_goes(world: World) -> None:
+async def test_a_fork_works_in_a_worktree_of_its_own_with_the_originals_files(world: World) -> None:
     client = await world.client()
     repo = make_repo(world.work / "r3", {"x": "x\n"})
     original = await start(client, repo, worktree={"repo": str(repo)})
     await sh(client, original["session_id"], "echo mine > y")
-    fork = await client.call("task.session.fork", {"session_id": original["session_id"]})
-    assert fork["worktree"] == original["worktree"] and fork["cwd"] == original["cwd"]
+    fork = await client.call("task.session.fork", {"session_id": original["session_id"], "name": "other-way"})
+    assert fork["worktree"]["branch"] == "acp/other-way" and fork["worktree"]["base"] == "main"
+    assert fork["cwd"] == fork["worktree"]["path"] != original["cwd"]
+    assert tree_files(Path(fork["cwd"])) == {"x": "x\n", "y": "mine\n"}  # the original's files, uncommitted too
+    # The fork's agent works there: what it changes the original does not see.
+    await sh(client, fork["session_id"], "echo theirs > y && pwd")
+    assert tree_files(Path(original["cwd"])) == {"x": "x\n", "y": "mine\n"}
+    assert tree_files(Path(fork["cwd"])) == {"x": "x\n", "y": "theirs\n"}
     diff = await client.call("task.session.diff", {"session_id": fork["session_id"]})
-    assert [f["path"] for f in diff["files"]] == ["y"]
+    assert [(f["path"], f["status"]) for f in diff["files"]] == [("y", "A")]
     await client.call("task.session.delete", {"session_id": original["session_id"], "discard": True})
-    assert Path(fork["cwd"]).is_dir() and original["worktree"]["branch"] in git(repo, "branch", "--list")
+    assert Path(fork["cwd"]).is_dir() and not Path(original["cwd"]).exists()
     await client.call("task.session.delete", {"session_id": fork["session_id"], "discard": True})
-    assert not Path(fork["cwd"]).exists() and original["worktree"]["branch"] not in git(repo, "branch", "--list")
+    assert not Path(fork["cwd"]).exists() and "acp/" not in git(repo, "branch", "--list")
