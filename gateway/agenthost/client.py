@@ -16,7 +16,7 @@ import os
 import secrets
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,24 +59,26 @@ class HostHandle:
     agent_pid: int
 
 
-async def start_host(spec: HostSpec, timeout: float = 30.0) -> HostHandle:
-    """Writes the spec file beside the socket, starts the host detached and returns once its socket listens."""
+async def start_host(spec: HostSpec, timeout: float = 30.0, starter: Sequence[str] | None = None) -> HostHandle:
+    """Writes the spec file beside the socket, starts the host detached and returns once its socket listens.
+    `starter`: how to run the host (default: this Python's `-m gateway.agenthost`; the shipped application,
+    `shipping.py`, is `python3 -I host.pyz`), the spec file's path added."""
     spec.check()
     socket_path = Path(spec.socket_path)
     private_directory(socket_path.parent)
     spec_path = socket_path.parent / f".{socket_path.name}.{secrets.token_hex(4)}.spec"
     write_spec(spec, spec_path)
     try:
-        starter = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-m", "gateway.agenthost", str(spec_path),
+        starter_process = await asyncio.create_subprocess_exec(
+            *(starter or (sys.executable, "-I", "-m", "gateway.agenthost")), str(spec_path),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)}, pass_fds=tuple(spec.pass_fds))
         try:
             # The starter exits at once; the pipes stay open until the forked host says ready and lets them go.
-            said, complaint = await asyncio.wait_for(starter.communicate(), timeout)
+            said, complaint = await asyncio.wait_for(starter_process.communicate(), timeout)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
-                starter.kill()
+                starter_process.kill()
             raise HostError(f"the agent host did not start within {timeout} s") from None
     finally:
         with contextlib.suppress(FileNotFoundError):
