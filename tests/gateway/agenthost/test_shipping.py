@@ -1,20 +1,20 @@
-"""The agent host shipped as one file (gateway/agenthost/shipping.py), run by Debian's own Python 3 — no orjson, no
-gateway, nothing installed: it starts, relays the numbered agent's lines to an attached gateway once and in order,
-takes the gateway's lines, and reattaches. The first step of hosts on other machines (issue 47, remote hosts)."""
+"""The agent host shipped as one file (gateway/agenthost/shipping.py), run by a Python that sees nothing installed
+(this one, isolated and without its site-packages: no orjson, no gateway): it starts, relays the numbered agent's
+lines to an attached gateway once and in order, takes the gateway's lines, and reattaches. The first step of hosts
+on other machines (issue 47, remote hosts)."""
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
+import sys
 from pathlib import Path
-
-import pytest
 
 from gateway.agenthost.client import new_secret, start_host
 from gateway.agenthost.shipping import application_hash, host_application
 
 from .support import Started, numbered, numbered_spec, read_lines
 
-SYSTEM_PYTHON = "/usr/bin/python3"
+BARE_PYTHON = [sys.executable, "-I", "-S"]  # isolated, no site-packages: the standard library alone
 
 
 def test_the_application_is_the_same_bytes_for_the_same_code() -> None:
@@ -23,14 +23,13 @@ def test_the_application_is_the_same_bytes_for_the_same_code() -> None:
 
 
 async def test_a_bare_python_runs_the_shipped_host(tmp_path: Path) -> None:
-    bare = subprocess.run([SYSTEM_PYTHON, "-I", "-c", "import orjson"], capture_output=True)
-    if bare.returncode == 0:
-        pytest.fail(f"{SYSTEM_PYTHON} has orjson: this test needs a Python with nothing installed")
+    bare = await asyncio.create_subprocess_exec(*BARE_PYTHON, "-c", "import orjson", stderr=asyncio.subprocess.DEVNULL)
+    assert await bare.wait() != 0, "the bare Python sees orjson: the test would prove nothing"
     application = tmp_path / "host.pyz"
     application.write_bytes(host_application())
     secret, hashed = new_secret()
     spec = numbered_spec(tmp_path, hashed)
-    started = Started(await start_host(spec, starter=[SYSTEM_PYTHON, "-I", str(application)]), secret, spec)
+    started = Started(await start_host(spec, starter=[*BARE_PYTHON, str(application)]), secret, spec)
     try:
         assert Path(f"/proc/{started.handle.host_pid}/exe").resolve().name.startswith("python3")
         assert str(application) in Path(f"/proc/{started.handle.host_pid}/cmdline").read_bytes().decode()
