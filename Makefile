@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test check lint browser sandbox interop sdk postgres bench fixtures ts
+.PHONY: run test check lint browser sandbox ssh interop sdk postgres bench fixtures ts
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ sandbox:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && apt-get install -y -qq bubblewrap util-linux slirp4netns) >/dev/null; \
 	  else echo "make test: install bubblewrap and slirp4netns (apt-get install bubblewrap slirp4netns) for the sandbox tests" >&2; exit 1; fi; }
+
+# Debian's OpenSSH (server and client) for the remote-host tests: a real sshd on loopback, started by the tests, logging
+# in a Unix user of their own (tests/support/sshd.py).
+ssh:
+	@test -x /usr/sbin/sshd && command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && apt-get install -y -qq openssh-server openssh-client) >/dev/null; \
+	  else echo "make test: install openssh-server (apt-get install openssh-server) for the remote-host tests" >&2; exit 1; fi; }
 
 # Real third-party ACP peers for the interop tests, pinned: the Auggie agent; the official TypeScript SDK (with `ws`),
 # whose WebSocket client drives `/acp`; and the agents whose sessions offer modes, models and config options, run
@@ -90,7 +98,7 @@ ts: $(TS)/node_modules/.installed
 # Two workers, a test file each at a time (its module fixtures stay in one process): most tests wait on real
 # subprocesses (gateways, agents, a browser), so two cores run the suite in about 11 minutes instead of 20.
 # Tests marked `serial` compare the gateway's latency under load with its own idle latency: they run alone, after.
-test: lint browser sandbox interop sdk postgres ts
+test: lint browser sandbox ssh interop sdk postgres ts
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not serial"
 	$(VENV)/bin/pytest -q -m serial
 

@@ -1,0 +1,153 @@
+"""An agent host on another machine, reached through OpenSSH (issue 47's remote hosts; docs/agent-hosts.md): where
+it is (`ssh://user@host[:port]`), the operator's credentials (a key file and a known-hosts file from the
+configuration, or the operator's SSH agent: never anything of an owner's), the host application sent over the link
+once per version (`shipping.py`), the host started there as that user, and its socket forwarded to a local one — a
+forward that dies (the link dropped, `kill -9`) is started again and the gateway attaches as after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+from .client import HostError, HostHandle
+from .shipping import application_hash, host_application
+from .spec import HostSpec
+
+TARGET = re.compile(r"^ssh://(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>[A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\])"
+                    r"(?::(?P<port>[0-9]{1,5}))?$")
+SSH = "/usr/bin/ssh"
+TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """The operator's: which key and which known hosts (None: ssh's own defaults and the operator's SSH agent)."""
+
+    identity_file: str | None = None
+    known_hosts: str | None = None
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    user: str
+    host: str
+    port: int = 22
+
+    @staticmethod
+    def parse(url: str) -> SshTarget:
+        """`ssh://user@host[:port]`; ValueError naming what is wrong."""
+        match = TARGET.match(url)
+        if match is None:
+            raise ValueError(f"{url!r} is not ssh://user@host[:port] (a user name, a host name or [IPv6], a port)")
+        port = int(match["port"] or 22)
+        if not 0 < port < 65536:
+            raise ValueError(f"{url!r}: the port is 1 to 65535")
+        return SshTarget(match["user"], match["host"], port)
+
+    def argv(self, options: SshOptions, *more: str) -> list[str]:
+        """ssh's command line: no password prompt, no pseudo-terminal, the host key checked, then `more`."""
+        argv = [SSH, "-p", str(self.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-T",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "ExitOnForwardFailure=yes"]
+        if options.identity_file:
+            argv += ["-i", options.identity_file, "-o", "IdentitiesOnly=yes"]
+        if options.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={options.known_hosts}"]
+        return [*argv, f"{self.user}@{self.host}", *more]
+
+
+async def run_remote(target: SshTarget, options: SshOptions, command: str, stdin: bytes | None = None,
+                     timeout: float = TIMEOUT) -> bytes:
+    """`command` run by the remote user's shell; its output. HostError with ssh's words when it fails."""
+    given = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/"),
+           **({"SSH_AUTH_SOCK": os.environ["SSH_AUTH_SOCK"]} if "SSH_AUTH_SOCK" in os.environ else {})}
+    proc = await asyncio.create_subprocess_exec(*target.argv(options, command), stdin=given,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                start_new_session=True, env=env)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise HostError(f"ssh to {target.host} did not answer within {timeout:g} s") from None
+    if proc.returncode != 0:
+        said = " ".join(err.decode(errors="replace").strip().splitlines()[-2:]) or f"exit status {proc.returncode}"
+        raise HostError(f"ssh {target.user}@{target.host}:{target.port}: {said}")
+    return out
+
+
+async def remote_home(target: SshTarget, options: SshOptions) -> str:
+    return (await run_remote(target, options, 'printf %s "$HOME"')).decode()
+
+
+async def ship_host(target: SshTarget, options: SshOptions, home: str) -> str:
+    """The host application on the remote machine (sent only when that version is not there yet): its path."""
+    application = host_application()
+    directory = f"{home}/.cache/acp-gateway"
+    path = f"{directory}/host-{application_hash(application)}.pyz"
+    quoted, partial = shlex.quote(path), shlex.quote(f"{path}.part")
+    await run_remote(target, options, f"umask 077; mkdir -p {shlex.quote(directory)} && "
+                     f"{{ test -f {quoted} || {{ cat > {partial} && mv -f {partial} {quoted}; }}; }}", application)
+    return path
+
+
+async def start_remote_host(target: SshTarget, options: SshOptions, application: str, spec: HostSpec,
+                            python: str = "python3") -> HostHandle:
+    """The host started on the remote machine as its user, detached there (it outlives the link); its handle once
+    its socket listens (`ready`), as `client.start_host` does locally."""
+    spec.check()
+    directory = str(Path(spec.socket_path).parent)
+    spec_path = f"{directory}/.{Path(spec.socket_path).name}.spec"
+    command = (f"umask 077; mkdir -p {shlex.quote(directory)} && cat > {shlex.quote(spec_path)} && "
+               f"exec setsid {shlex.quote(python)} -I {shlex.quote(application)} {shlex.quote(spec_path)}")
+    said = (await run_remote(target, options, command, orjson.dumps(asdict(spec)))).decode(errors="replace")
+    words = said.strip().split(" ", 2)
+    if len(words) == 3 and words[0] == "ready":
+        return HostHandle(spec.socket_path, spec.spool_dir, int(words[1]), int(words[2]))
+    raise HostError(f"the agent host on {target.host} did not start: {said.strip() or 'no output'}")
+
+
+class Forward:
+    """The remote host's socket forwarded to a local one (`ssh -N -L`); started again after a dropped link."""
+
+    def __init__(self, target: SshTarget, options: SshOptions, local: Path, remote: str) -> None:
+        self.target, self.options, self.local, self.remote = target, options, local, remote
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, timeout: float = TIMEOUT) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.local.unlink()  # a dead forward's socket
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.target.argv(self.options, "-N", "-o", "StreamLocalBindUnlink=yes",
+                              "-L", f"{self.local}:{self.remote}"),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.local.exists():  # ssh makes the socket once the link is up: no other sign of it
+            if self.proc.returncode is not None or loop.time() > deadline:
+                err = b""
+                if self.proc.stderr is not None:
+                    with contextlib.suppress(Exception):
+                        err = await asyncio.wait_for(self.proc.stderr.read(4096), 1)
+                await self.stop()
+                raise HostError(f"ssh could not forward the host's socket from {self.target.host}: "
+                                f"{err.decode(errors='replace').strip() or 'timed out'}")
+            await asyncio.sleep(0.02)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
