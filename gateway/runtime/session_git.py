@@ -123,18 +123,19 @@ class SessionGit:
         return None if refused is None else f"the repository of session {row.id}: {refused.message}"
 
     async def before_prompt(self, row: SessionRow, turn: int | None, prompt: str = "") -> list[dict[str, Any]]:
-        """A checkpoint of the files before the turn (a failure is said to the session, never fatal to the turn),
-        and the text blocks the agent gets first: what a rewind changed since its last prompt."""
+        """A checkpoint of the files before the turn (a failure is logged, never fatal to the turn), and the text
+        blocks the agent gets after the prompt's own: what a rewind changed since its last prompt."""
         site = await self.site(row)
         if site is None or self.runner.available() is not None:
             return []
+        note: str | None = None
         try:
             await self.check(row)
             async with self.lock(row.id):
                 taken = await self.checkpoints.take(site, turn, prompt=prompt)
                 # A slash command goes to the agent as it was typed: the note waits for the next plain prompt.
-                pending = None if prompt.lstrip().startswith("/") else pending_rewind(
-                    await self.store.workspaces.take_note(row.id))
+                note = None if prompt.lstrip().startswith("/") else await self.store.workspaces.take_note(row.id)
+                pending = pending_rewind(note)
                 if pending is None:
                     return []
                 # What differs from how the agent left the files (a rewind and its undo: nothing to say).
@@ -146,6 +147,9 @@ class SessionGit:
         except (GitFailed, OSError, GatewayError) as failed:
             log.warning("session %s: no checkpoint before this turn: %s", row.id, failed,
                         extra={"session_id": row.id})
+            if note is not None:  # taken, not told: it waits for the next prompt
+                with contextlib.suppress(Exception):
+                    await self.store.workspaces.set_note(row.id, note)
             return []
         return [{"type": "text", "text": rewind_note(pending["to"], pending.get("turn"), files)}] if files else []
 
