@@ -72,7 +72,8 @@ async def start_host(spec: HostSpec, timeout: float = 30.0, starter: Sequence[st
         starter_process = await asyncio.create_subprocess_exec(
             *(starter or (sys.executable, "-I", "-m", "gateway.agenthost")), str(spec_path),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)}, pass_fds=tuple(spec.pass_fds))
+            start_new_session=True, env={"PATH": os.environ.get("PATH", os.defpath)}, pass_fds=tuple(spec.pass_fds),
+            cwd="/")
         try:
             # The starter exits at once; the pipes stay open until the forked host says ready and lets them go.
             said, complaint = await asyncio.wait_for(starter_process.communicate(), timeout)

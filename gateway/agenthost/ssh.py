@@ -11,6 +11,8 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from .spec import HostSpec
 
 TARGET = re.compile(r"^ssh://(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>[A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\])"
                     r"(?::(?P<port>[0-9]{1,5}))?$")
-SSH = "/usr/bin/ssh"
+SSH = shutil.which("ssh", path="/usr/bin:/bin") or "/usr/bin/ssh"  # found once, never on a PATH anyone chose
 TIMEOUT = 30.0
 
 
@@ -62,15 +64,20 @@ class SshTarget:
         return [*argv, f"{self.user}@{self.host}", *more]
 
 
+def ssh_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """What ssh starts with: a fixed PATH, the operator's HOME (its ~/.ssh) and SSH agent, nothing else of the
+    gateway's environment (no variable that changes how a program loads reaches it)."""
+    return {"PATH": "/usr/bin:/bin", "HOME": environ.get("HOME", "/"),
+            **({"SSH_AUTH_SOCK": environ["SSH_AUTH_SOCK"]} if "SSH_AUTH_SOCK" in environ else {})}
+
+
 async def run_remote(target: SshTarget, options: SshOptions, command: str, stdin: bytes | None = None,
                      timeout: float = TIMEOUT) -> bytes:
     """`command` run by the remote user's shell; its output. HostError with ssh's words when it fails."""
     given = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
-    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/"),
-           **({"SSH_AUTH_SOCK": os.environ["SSH_AUTH_SOCK"]} if "SSH_AUTH_SOCK" in os.environ else {})}
     proc = await asyncio.create_subprocess_exec(*target.argv(options, command), stdin=given,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                start_new_session=True, env=env)
+                                                start_new_session=True, env=ssh_env(), cwd="/")
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     except TimeoutError:
@@ -128,7 +135,7 @@ class Forward:
             *self.target.argv(self.options, "-N", "-o", "StreamLocalBindUnlink=yes",
                               "-L", f"{self.local}:{self.remote}"),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+            start_new_session=True, env=ssh_env(), cwd="/")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self.local.exists():  # ssh makes the socket once the link is up: no other sign of it

@@ -86,11 +86,13 @@ class GitRunner:
         return None if GIT else "git is not installed on the gateway's machine (apt-get install git)"
 
     def argv(self, place: GitPlace, cwd: str, args: Sequence[str]) -> list[str]:
-        """The command line: git with the neutral settings, confined where the session's agent is."""
+        """The command line: git with the neutral settings, confined where the session's agent is; started in `/`
+        either way (unconfined, git goes to `cwd` itself, `-C`; confined, bubblewrap's `--chdir` takes it there)."""
         assert GIT is not None
-        command = [GIT, *(a for setting in NEUTRAL_CONFIG for a in ("-c", setting)), *args]
+        command = [GIT, *(a for setting in NEUTRAL_CONFIG for a in ("-c", setting))]
         if not place.confined:
-            return command
+            return [*command, "-C", cwd, *args]
+        command += args
         plan = sandbox.SandboxPlan(command=command, cwd=cwd, writable=list(dict.fromkeys(place.writable)),
                                    home=str(self.home(place.owner)), system=sandbox.system_directories(),
                                    readable=list(place.readable), masked_dirs=list(place.masked), network="none",
@@ -106,12 +108,12 @@ class GitRunner:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.argv(place, cwd, args), cwd=cwd if not place.confined else "/",
+                *self.argv(place, cwd, args), cwd="/",
                 env=git_env(str(home), index_file), stdin=asyncio.subprocess.PIPE if stdin is not None else
                 asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)
-        except OSError as exc:  # its directory went away under it, say
-            raise GitFailed(f"git {args[0]} could not start in {cwd}: {exc.strerror}") from None
+        except OSError as exc:  # git (or bubblewrap) gone from the machine since the gateway started, say
+            raise GitFailed(f"git {args[0]} could not start: {exc.strerror}") from None
         try:
             return await asyncio.wait_for(self._collect(proc, stdin, limit), TIMEOUT)
         except TimeoutError:
