@@ -252,7 +252,7 @@ class SessionGit:
         if tree is not None:
             sharing = [r for r, _ in await self.store.sessions.list(row.owner, states=None, before_seq=None, limit=2,
                                                                    cwd=tree.path) if r.id != row.id]
-            if sharing:  # a fork of it works there too: its files stay until that one goes
+            if sharing:  # another session works there too (one started in this directory): its files stay
                 log.info("session %s: its worktree %s stays, session %s works in it", row.id, tree.path,
                          sharing[0].id, extra={"session_id": row.id})
             else:

@@ -50,9 +50,6 @@ class Worktree:
         return Worktree(str(data["repo"]), str(data["path"]), str(data["branch"]), str(data["base"]),
                         str(data["base_commit"]))
 
-    def view(self) -> dict[str, Any]:
-        return {"repo": self.repo, "path": self.path, "branch": self.branch, "base": self.base}
-
     @property
     def admin(self) -> Path:
         return admin_dir(self.repo, Path(self.path).name)
@@ -210,14 +207,21 @@ class Worktrees:
         """The worktree's files as they are (`tree`, its snapshot) committed on its branch when they differ from its
         HEAD, the index left alone: the new commit, or None when there was nothing to commit."""
         place = self.session_place(worktree, owner, confined)
+        head, commit = await self._files_commit(place, worktree, tree, f"{why} (session {session_id})")
+        if commit == head:
+            return None
+        await self.runner.ok(place, worktree.path, "update-ref", f"refs/heads/{worktree.branch}", commit, head)
+        return commit
+
+    async def _files_commit(self, place: GitPlace, worktree: Worktree, tree: str, message: str) -> tuple[str, str]:
+        """(the branch's head, a commit of the files `tree` on it — made only when they differ, else the head):
+        no ref moves here."""
         head = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD")).decode().strip()
         head_tree = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD^{tree}")).decode().strip()
         if head_tree == tree:
-            return None
-        commit = (await self.runner.ok(place, worktree.path, "commit-tree", tree, "-p", head, "-m",
-                                       f"{why} (session {session_id})")).decode().strip()
-        await self.runner.ok(place, worktree.path, "update-ref", f"refs/heads/{worktree.branch}", commit, head)
-        return commit
+            return head, head
+        return head, (await self.runner.ok(place, worktree.path, "commit-tree", tree, "-p", head, "-m",
+                                           message)).decode().strip()
 
     async def merge(self, owner: str, session_id: str, worktree: Worktree, tree: str, confined: bool) -> dict[str, Any]:
         """WT-5: the worktree's files as they are now (`tree`, its snapshot) committed on its branch, and the branch
@@ -227,13 +231,11 @@ class Worktrees:
         base_ref = f"refs/heads/{worktree.base}"
         base_is_branch = (await self.runner.run(place, repo, "rev-parse", "--verify", "--quiet",
                                                 base_ref)).returncode == 0
-        head = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD")).decode().strip()
-        head_tree = (await self.runner.ok(place, worktree.path, "rev-parse", "HEAD^{tree}")).decode().strip()
-        branch_head = head
-        if head_tree != tree:  # what the agent left uncommitted goes on its branch (once the merge can be made)
-            branch_head = (await self.runner.ok(place, worktree.path, "commit-tree", tree, "-p", head, "-m",
-                                                f"Changes of session {session_id}")).decode().strip()
-        checkout, dirty, conflicts = None, False, tuple[str, ...]()
+        # What the agent left uncommitted goes on its branch — its ref moved only once the merge can be made.
+        head, branch_head = await self._files_commit(place, worktree, tree, f"Changes of session {session_id}")
+        checkout: str | None = None
+        dirty = False
+        conflicts: tuple[str, ...] = ()
         if base_is_branch:
             checkout = await self._checked_out(place, repo, base_ref)
             if checkout is not None:
