@@ -149,7 +149,7 @@ class SessionManager:
         await self.cluster.prepare()
         revived = await self.launcher.revive_hosted()  # agents their hosts kept running: before anything is settled
         for live in revived:  # what their sandboxes bind of a repository, before a terminal of theirs starts
-            await self.git.worktree(live.row)
+            self.git.worktree(live.row)
         await recover_after_crash(self.store, self.writer, self.turns, self.instance_id,
                                   self.cluster.holder if self.cluster.enabled else None,
                                   kept={live.session_id for live in revived})
@@ -626,7 +626,7 @@ class SessionManager:
             config.auth_method = method_id
             await self.store.configs.save(row.id, **config.columns("capabilities"))
         else:  # a terminal one (SI-5 lets no other kind through): its login program, watched by every frontend
-            await self.git.worktree(row)  # what the login's sandbox binds of the repository
+            self.git.worktree(row)  # what the login's sandbox binds of the repository
             failed = login_failure(await self.launcher.login(row, method), row.agent, method["name"])
             if failed is not None:
                 raise agent_failed(row.id, row.agent, failed, None, False)

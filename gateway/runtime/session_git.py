@@ -67,21 +67,18 @@ class SessionGit:
         self.runner = GitRunner(settings.state_dir)
         self.worktrees = Worktrees(settings.worktrees, self.runner)
         self.checkpoints = Checkpoints(self.runner)
-        self.known: dict[str, Worktree | None] = {}  # session id -> its worktree, as stored (read once)
+        self.known: dict[str, Worktree | None] = {}  # session id -> its worktree, as its row carried it
         self.locks: dict[str, asyncio.Lock] = {}  # one git change of a session's files at a time
 
     def lock(self, session_id: str) -> asyncio.Lock:
         return self.locks.setdefault(session_id, asyncio.Lock())
 
-    async def worktree(self, row: SessionRow) -> Worktree | None:
+    def worktree(self, row: SessionRow) -> Worktree | None:
+        """The session's worktree, as its row carries it (read with the session: no query of its own); remembered
+        for what its sandbox binds (`binds`), which has only the session's id."""
         if row.id not in self.known:
-            data = row.worktree if row.worktree is not None else await self.store.workspaces.worktree(row.id)
-            self.known[row.id] = Worktree.from_json(data) if data else None
+            self.known[row.id] = Worktree.from_json(row.worktree) if row.worktree else None
         return self.known[row.id]
-
-    async def keep(self, session_id: str, worktree: Worktree) -> None:
-        await self.store.workspaces.put_worktree(session_id, worktree.to_json())
-        self.known[session_id] = worktree
 
     def forget(self, session_id: str) -> None:
         self.known.pop(session_id, None)
@@ -90,7 +87,7 @@ class SessionGit:
     async def site(self, row: SessionRow) -> GitSite | None:
         """Where the session's files are in git; None when they are in no repository it may use."""
         confined = self.confined(row)
-        tree = await self.worktree(row)
+        tree = self.worktree(row)
         if tree is not None:
             return GitSite(row.id, tree.path, str(tree.admin / INDEX),
                            self.worktrees.session_place(tree, row.owner, confined), tree.base_commit,
@@ -105,7 +102,7 @@ class SessionGit:
         """WT-4: -32011 when the session's worktree, or its repository, is not there as it was made. Checked before
         its agent starts and before every git run for it: a directory swapped for a link since (its own session can
         reach its worktrees directory) or a `.git` file pointing elsewhere is never followed."""
-        tree = await self.worktree(row)
+        tree = self.worktree(row)
         if tree is None:
             return
         why = self.repository_problem(row, tree) or self.worktrees.problem(row.id, tree)
@@ -170,7 +167,7 @@ class SessionGit:
     async def fork_worktree(self, row: SessionRow, session_id: str, name: str | None) -> Worktree | None:
         """A fork's own worktree: on a new branch from the original's, with the original's files as they are now
         (committed or not), and the original's base to merge into; None for a session without a worktree."""
-        tree = await self.worktree(row)
+        tree = self.worktree(row)
         if tree is None:
             return None
         site = await self._site(row)
@@ -221,7 +218,7 @@ class SessionGit:
         return done
 
     async def merge(self, row: SessionRow) -> dict[str, Any]:
-        tree = await self.worktree(row)
+        tree = self.worktree(row)
         if tree is None:
             raise git_refused(row.id, f"session {row.id} has no worktree of its own: only a worktree's branch is "
                               "merged (start sessions with a worktree to merge them)", reason="merge_refused")
@@ -237,7 +234,7 @@ class SessionGit:
     async def remove(self, row: SessionRow, discard: bool) -> None:
         """A deleted session's worktree removed (its branch too when `discard`); its checkpoints' refs dropped. Git
         runs only where the repository and the worktree are as they were made (WT-4); the files go regardless."""
-        tree = await self.worktree(row)
+        tree = self.worktree(row)
         sound = tree is None or self.repository_problem(row, tree) is None
         intact = tree is not None and sound and self.worktrees.problem(row.id, tree) is None
         site = await self.site(row) if (tree is None or intact) else None
@@ -266,7 +263,7 @@ class SessionGit:
 
     async def recreate(self, row: SessionRow) -> None:
         """A fresh recover of a session whose worktree is gone: made again from its branch."""
-        tree = await self.worktree(row)
+        tree = self.worktree(row)
         if tree is None or self.worktrees.problem(row.id, tree) is None:
             return
         why = self.repository_problem(row, tree)

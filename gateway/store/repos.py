@@ -317,19 +317,9 @@ class HostRepo(_Repo):
 
 class WorkspaceRepo(_Repo):
     """Where a session's agent works in git (docs/worktrees.md), one row per session that has anything of it: its
-    worktree (a JSON object: repo, path, branch, base, base_commit) and the note its agent gets at its next prompt
-    (a rewind it did not see)."""
-
-    async def put_worktree(self, session_id: str, worktree: dict[str, Any] | None) -> None:
-        await self.store.write(
-            "INSERT INTO session_workspaces (session_id, worktree, note, updated_at) VALUES (?, ?, NULL, ?) "
-            "ON CONFLICT(session_id) DO UPDATE SET worktree = excluded.worktree, updated_at = excluded.updated_at",
-            (session_id, orjson.dumps(worktree).decode() if worktree is not None else None, time.time()))
-
-    async def worktree(self, session_id: str) -> dict[str, Any] | None:
-        row = await self.store.fetchone("SELECT worktree FROM session_workspaces WHERE session_id = ?", (session_id,))
-        value = orjson.loads(row[0]) if row and row[0] else None
-        return value if isinstance(value, dict) else None
+    worktree (a JSON object: repo, path, branch, base, base_commit; written with the session by `sessions.create`,
+    read with it as `SessionRow.worktree`) and the note its agent gets at its next prompt (a rewind it did not
+    see)."""
 
     async def set_note(self, session_id: str, note: str | None) -> None:
         await self.store.write(
