@@ -73,6 +73,7 @@ class ClientOptions:
     stop_grace: float = 2.0
     never_serve: tuple[str, ...] = ()  # paths the fs methods refuse even inside the cwd (besides /proc, /sys, /dev)
     file_timeout: float = 30.0  # a file read or write that takes longer answers the agent an error
+    serve_files: bool = True  # the fs methods offered (False: the agent's files are not on this machine)
     tree_marker: str | None = None  # an entry of the agent's env unique to it: what carries it is stopped with it
     request_budget: RequestBudget | None = None  # the agent's requests that may wait for answers at once
     first_request_id: int = 0  # where this client's request ids start (a reattached hosted agent's are above)
@@ -192,7 +193,7 @@ class AcpClient:
                 {
                     "protocolVersion": PROTOCOL_VERSION,
                     "clientCapabilities": {
-                        "fs": {"readTextFile": True, "writeTextFile": True},
+                        "fs": {"readTextFile": self.options.serve_files, "writeTextFile": self.options.serve_files},
                         "terminal": self.terminals is not None,
                         # A client that runs terminals runs an agent's terminal login too (the gateway does).
                         **({"auth": {"terminal": True}} if self.terminals is not None else {}),
@@ -313,6 +314,10 @@ class AcpClient:
             self.on_ext_notification(method, params)
 
     async def _on_request(self, method: str, params: Any) -> Any:
+        if method in ("fs/read_text_file", "fs/write_text_file") and not self.options.serve_files:
+            raise RpcError(METHOD_NOT_FOUND, f"{method}: this client did not offer file access (its initialize said "
+                           "readTextFile and writeTextFile false): the files are on the agent's machine, read and "
+                           "write them there", {"method": method})
         if method == "fs/read_text_file":
             read = parse_request(ReadTextFileRequest, params, method)
             content = await self.files.run(f"reading {read.path}", fs.read_text_file, self.root, read.path,

@@ -115,6 +115,9 @@ class AgentProfile(BaseModel):
     # Its sessions started in a repository's top directory get a git worktree of their own (docs/worktrees.md), as
     # if the start had said `worktree: {repo: cwd}`; a start that names a `worktree` chooses for itself
     worktree: bool = False
+    # The remote host its sessions run on, by the name of a `[remote_hosts.NAME]` (docs/remote-hosts.md); a start
+    # that names a `host` chooses for itself. None: the gateway's machine.
+    host: str | None = None
     # Where its HOME is: the owner's agent home, shared by the owner's agents ("owner"), or one of its own in it
     # ("profile"); and files copied into a new home (relative path in the home -> an absolute source file).
     home: Literal["owner", "profile"] = "owner"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class ConfigError(ValueError):
@@ -24,6 +27,20 @@ class TokenEntry(BaseModel):
 class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     tokens: list[TokenEntry] = Field(default_factory=list)
+
+
+class RemoteHostConfig(BaseModel):
+    """`[remote_hosts.NAME]`: a machine sessions' agents may run on, reached through OpenSSH (docs/remote-hosts.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    url: str = Field(pattern=r"^ssh://")  # ssh://user@host[:port]
+    identity_file: str | None = None  # the operator's key; default: ssh's own and the operator's SSH agent
+    known_hosts: str | None = None  # the host's key must be in it (or in the operator's ~/.ssh/known_hosts)
+    python: str = "python3"  # Python 3 there, which runs the agent host sent over the link
+    path: str = "/usr/local/bin:/usr/bin:/bin"  # the agent's PATH there
+    workspace_roots: list[str] = Field(min_length=1)  # where its sessions may run, there (absolute paths)
+    owners: list[str] | None = None  # who may run sessions there; default: every owner
+    sandbox: Literal["none", "bwrap"] = "none"  # "bwrap": each agent under bubblewrap there
 
 
 class ServeConfig(BaseModel):
@@ -99,6 +116,8 @@ class ServeConfig(BaseModel):
     # Where sessions' own git worktrees are made (docs/worktrees.md), a directory per owner; default: beside the
     # state directory (`<state_dir>-worktrees`), never inside it (nothing there is ever an agent's)
     worktrees_root: str | None = None
+    # Machines sessions' agents may run on, through OpenSSH (docs/remote-hosts.md), by name
+    remote_hosts: dict[str, RemoteHostConfig] = Field(default_factory=dict)
     # A stdio MCP server is a command this host runs for the agent: frontends may give one only where allowed
     allow_stdio_mcp_servers: bool = False
     # Event frames (and bytes) queued for a connection before its subscriptions are fed from the journal instead
@@ -144,7 +163,24 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> ServeConfig:
     except ValidationError as exc:
         raise _describe(exc, where) from None
     _check_tokens(config, where)
+    _check_remote_hosts(config, where)
     return config
+
+
+def _check_remote_hosts(config: ServeConfig, where: str) -> None:
+    from .agenthost.ssh import SshTarget
+
+    for name, host in config.remote_hosts.items():
+        key = f"remote_hosts.{name}"
+        if not NAME.match(name):
+            raise ConfigError(f"{where}: key '{key}': a remote host's name is letters, digits, '.', '_', '-'")
+        try:
+            SshTarget.parse(host.url)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: key '{key}.url': {exc}") from None
+        for root in host.workspace_roots:
+            if not root.startswith("/") or "/../" in f"{root}/" or "//" in root:
+                raise ConfigError(f"{where}: key '{key}.workspace_roots': {root!r} is not an absolute, normal path")
 
 
 def _check_tokens(config: ServeConfig, where: str) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from . import protocol
 from .host import FrameReader
 from .protocol import FrameError, TermStart
 from .spec import HostSpec, private_directory, socket_address, write_spec
+
+log = logging.getLogger(__name__)
 
 # At most what one read of the agent's stdout hands the ACP reader, as a pipe's 64 KiB would: each read is one group
 # commit and one fan-out, and groups four times that size overflowed a subscriber's outbox under a flood, moving it
@@ -138,8 +141,48 @@ class _Run:
 _END = _Run(-1, [], 0, 0)  # the agent's exit, in the line queue
 
 
+@dataclass(frozen=True)
+class Relink:
+    """How a connection whose link dropped gets a new one: `again()` brings a link back (a new forward) and returns
+    the socket to attach on and a newer incarnation; tried until `timeout` seconds have passed."""
+
+    again: Callable[[], Awaitable[tuple[str, int]]]
+    timeout: float = 60.0
+
+
+async def _hello(socket_path: str, secret: str, incarnation: int, committed: int,
+                 timeout: float) -> tuple[asyncio.StreamWriter, FrameReader, Welcome]:
+    """A connection to the host's socket, attached (hello, welcome). HostDisconnected when nothing answers;
+    HostError when the host refused."""
+    with socket_address(socket_path) as address:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(address), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise HostDisconnected(f"the agent host's socket does not answer: "
+                                   f"{getattr(exc, 'strerror', None) or exc or 'timed out'}") from exc
+    writer.write(protocol.encode({"t": protocol.HELLO, "secret": secret, "incarnation": incarnation,
+                                  "committed": committed, "raw": True}))
+    frames = FrameReader(reader)
+    try:
+        answer = await asyncio.wait_for(frames.next(), timeout)
+    except (FrameError, ConnectionError, TimeoutError) as exc:
+        writer.close()
+        raise HostDisconnected(f"the agent host did not answer the hello: {exc}") from exc
+    if answer is None:  # a forward whose far end is not there yet closes at once
+        writer.close()
+        raise HostDisconnected("the agent host's socket closed before its welcome")
+    if answer.get("t") != protocol.WELCOME:
+        writer.close()
+        raise HostError(f"the agent host refused the attach: {answer.get('reason', 'it closed the connection')}",
+                        answer.get("rule"))
+    welcome = Welcome(answer["head"], answer["written"], answer["host_pid"], answer["agent_pid"], answer["exit"],
+                      tuple(t for t in answer.get("terminals") or () if isinstance(t, dict)),
+                      isinstance(answer.get("terminals"), list))
+    return writer, frames, welcome
+
+
 class HostConnection:
-    """One attachment to a host."""
+    """One attachment to a host (over one link, or — with `relink` — over as many as it takes)."""
 
     def __init__(self, writer: asyncio.StreamWriter, welcome: Welcome, committed: int, outbox: GatewayLines,
                  frames: FrameReader) -> None:
@@ -163,6 +206,15 @@ class HostConnection:
         self._on_terminal: Callable[[dict[str, Any]], None] | None = None
         self._terminal_news: list[dict[str, Any]] = []  # what came before anyone listened
         self._terminal_answers: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._secret = ""
+        self._received = committed  # the last agent line queued here: a new link goes on after it
+        self._closing = False  # `close` or `release`: the end is the gateway's doing
+        self.relink: Relink | None = None  # set for a host reached over a link that may drop (ssh)
+        self.relinks = 0
+        self._linked = asyncio.Event()  # clear while a dropped link is being replaced
+        self._linked.set()
+        self._held: list[dict[str, Any]] = []  # what must reach the host, said while its link was down
+        self.on_relinked: Callable[[Welcome], None] | None = None  # what the host says at a new link's welcome
         self.stdout = AgentStdout(self)
         self.stdin = AgentStdin(self)
         self._reading = asyncio.get_running_loop().create_task(self._read())
@@ -172,57 +224,72 @@ class HostConnection:
                      outbox: GatewayLines | None = None, timeout: float = 30.0) -> HostConnection:
         """Attach as gateway `incarnation`, having committed the agent's lines up to `committed`; the lines after it
         follow. `outbox`: the lines this execution's earlier connection had not seen taken (sent again, in order)."""
-        with socket_address(socket_path) as address:
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(address), timeout)
-            except OSError as exc:
-                raise HostDisconnected(f"the agent host's socket does not answer: {exc.strerror or exc}") from exc
-        writer.write(protocol.encode({"t": protocol.HELLO, "secret": secret, "incarnation": incarnation,
-                                      "committed": committed, "raw": True}))
-        frames = FrameReader(reader)
-        try:
-            answer = await asyncio.wait_for(frames.next(), timeout)
-        except (FrameError, ConnectionError, TimeoutError) as exc:
-            writer.close()
-            raise HostDisconnected(f"the agent host did not answer the hello: {exc}") from exc
-        if answer is None or answer.get("t") != protocol.WELCOME:
-            writer.close()
-            answer = answer or {}
-            raise HostError(f"the agent host refused the attach: {answer.get('reason', 'it closed the connection')}",
-                            answer.get("rule"))
-        welcome = Welcome(answer["head"], answer["written"], answer["host_pid"], answer["agent_pid"], answer["exit"],
-                          tuple(t for t in answer.get("terminals") or () if isinstance(t, dict)),
-                          isinstance(answer.get("terminals"), list))
+        writer, frames, welcome = await _hello(socket_path, secret, incarnation, committed, timeout)
         outbox = outbox if outbox is not None else GatewayLines(welcome.written)
         outbox.taken(welcome.written)
         connection = cls(writer, welcome, committed, outbox, frames)
+        connection._secret = secret
         for seq, line in sorted(outbox.unwritten.items()):
             connection._send_line(seq, line)
         return connection
 
+    # -- a new link, the same connection (remote hosts: docs/remote-hosts.md) ---------------------------------------
+    async def _relink(self, relink: Relink) -> None:
+        """The link to the host dropped (not the host: it said nothing): a new one, attached as a newer incarnation
+        from the last agent line received here, so the reader sees the lines go on as if nothing happened; the
+        gateway's lines the host had not taken are sent again. HostError once `relink.timeout` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + relink.timeout, 0.1
+        while True:
+            try:
+                socket_path, incarnation = await relink.again()
+                writer, frames, welcome = await _hello(socket_path, self._secret, incarnation, self._received,
+                                                       max(1.0, deadline - loop.time()))
+                break
+            except HostDisconnected as exc:  # the link is not back yet
+                if loop.time() + pause > deadline:
+                    raise HostDisconnected(f"the link to the agent host did not come back within "
+                                           f"{relink.timeout:g} s: {exc}") from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+        self._writer, self._frames, self._batches = writer, frames, protocol.AgentLines()
+        self.welcome = welcome
+        self.relinks += 1
+        self.outbox.taken(welcome.written)
+        if self.on_taken is not None:
+            self.on_taken(welcome.written)
+        if welcome.exit_code is not None and not self.exit_code.done():
+            self.exit_code.set_result(welcome.exit_code)
+        for seq, line in sorted(self.outbox.unwritten.items()):
+            self._send_line(seq, line)
+        if self.on_relinked is not None:
+            self.on_relinked(welcome)
+
     # -- reading -----------------------------------------------------------------------------------------------------
     async def _read(self) -> None:
         reason: HostError = HostDisconnected("the agent host closed the connection")
-        batches, lines = self._batches, self._lines
         try:
-            while (frames := await self._frames.next_lines()) is not None:
-                for item in batches.feed(frames):
-                    if isinstance(item, tuple):  # the agent's lines: the bulk of what arrives, never looked into
-                        self._queue_run(*item)
-                        continue
-                    stop = self._handle(item)
-                    if stop is not None:
-                        reason = stop
-                        return
-                if lines:
-                    self._arrived.set()
-                if self._queued_bytes >= QUEUE_BYTES:  # a slow reader: the host waits, its spool holds the rest
-                    self._room.clear()
-                    await self._room.wait()
-        except (FrameError, ConnectionError) as exc:
-            reason = HostDisconnected(f"the agent host's connection failed: {exc}")
+            while True:
+                reason = await self._read_link()
+                relink = self.relink
+                if (relink is None or self._closing or self.exit_code.done() or reason.rule is not None
+                        or not isinstance(reason, HostDisconnected)):
+                    return
+                self._writer.close()
+                self._linked.clear()
+                log.warning("the link to an agent host dropped (%s); linking again", reason)
+                try:
+                    await self._relink(relink)
+                except HostError as exc:
+                    reason = exc
+                    return
+                held, self._held = self._held, []
+                self._linked.set()
+                for frame in held:
+                    self._writer.write(protocol.encode(frame))
         finally:
             self.closed_reason = reason
+            self._linked.set()
             self._writer.close()
             for answer in [*self._answers, *self._terminal_answers.values()]:
                 if not answer.done():
@@ -232,6 +299,27 @@ class HostConnection:
             self._arrived.set()
             if not self.ended.done():
                 self.ended.set_result(None)
+
+    async def _read_link(self) -> HostError:
+        """Frames of the current link until it ends; why it ended."""
+        batches, lines = self._batches, self._lines
+        try:
+            while (frames := await self._frames.next_lines()) is not None:
+                for item in batches.feed(frames):
+                    if isinstance(item, tuple):  # the agent's lines: the bulk of what arrives, never looked into
+                        self._queue_run(*item)
+                        continue
+                    stop = self._handle(item)
+                    if stop is not None:
+                        return stop
+                if lines:
+                    self._arrived.set()
+                if self._queued_bytes >= QUEUE_BYTES:  # a slow reader: the host waits, its spool holds the rest
+                    self._room.clear()
+                    await self._room.wait()
+        except (FrameError, ConnectionError) as exc:
+            return HostDisconnected(f"the agent host's connection failed: {exc}")
+        return HostDisconnected("the agent host closed the connection")
 
     def _handle(self, frame: dict[str, Any]) -> HostError | None:
         """A frame other than a raw line; the reason the connection ends, when the host ended it."""
@@ -265,6 +353,9 @@ class HostConnection:
         return None
 
     def _queue_run(self, first: int, lines: list[bytes]) -> None:
+        if first + len(lines) - 1 <= self._received and self.relinks:  # a new link's replay of what is here (never)
+            return
+        self._received = first + len(lines) - 1
         size = sum(map(len, lines))
         self._lines.append(_Run(first, lines, 0, size))
         self._queued_bytes += size
@@ -327,6 +418,14 @@ class HostConnection:
     def _send(self, frame: dict[str, Any]) -> None:
         if self.closed_reason is not None:
             raise self.closed_reason
+        if not self._linked.is_set():  # the link is being replaced: what must reach the host waits for the new one
+            kind = frame.get("t")
+            if kind in (protocol.STOP, protocol.RELEASE, protocol.TERM_KILL):
+                self._held.append(frame)
+                return
+            if kind in (protocol.LINE, protocol.ACK):  # lines go again from the outbox; a later ack says more
+                return
+            raise HostDisconnected("the link to the agent host is being re-established: ask again")
         self._writer.write(protocol.encode(frame))
 
     def _send_line(self, seq: int, line: bytes) -> None:
@@ -343,6 +442,7 @@ class HostConnection:
         return seq
 
     async def drain(self) -> None:
+        await self._linked.wait()  # a dropped link: the lines wait in the outbox for the new one
         if self.closed_reason is not None:
             raise self.closed_reason
         await self._writer.drain()
@@ -409,6 +509,7 @@ class HostConnection:
 
     async def release(self) -> None:
         """The gateway is done with this host: it stops the agent if running, and exits (LG-2)."""
+        self._closing = True
         with contextlib.suppress(HostError):
             self._send({"t": protocol.RELEASE})
             await self._writer.drain()
@@ -417,6 +518,7 @@ class HostConnection:
 
     async def close(self) -> None:
         """Detach: the host and its agent go on (until LG-1)."""
+        self._closing = True
         self._writer.close()
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()

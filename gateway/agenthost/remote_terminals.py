@@ -116,6 +116,7 @@ class RemoteTerminals:
         self.terminals: dict[str, RemoteTerminal] = {}
         self.reported: list[RemoteTerminal] = [self._known_again(report) for report in connection.welcome.terminals]
         connection.on_terminal = self._news
+        connection.on_relinked = self._relinked
 
     def _known_again(self, report: dict[str, Any]) -> RemoteTerminal:
         """A terminal of the welcome (TM-4), its output copied as the host keeps it."""
@@ -152,6 +153,24 @@ class RemoteTerminals:
                            {"command": spec.shown})
         terminal._pid = answer.get("pid")
         return terminal
+
+    def _relinked(self, welcome: Any) -> None:
+        """A new link to the host (the old one dropped): what each terminal wrote and how it ended meanwhile, from
+        what the host keeps of it (its output's tail and its total: the bytes past what is here are the new ones)."""
+        for report in welcome.terminals:
+            terminal = self.terminals.get(str(report.get("id")))
+            if terminal is None or self.detached():
+                continue
+            try:
+                data = protocol.carried(report.get("output") or {"line": ""})
+            except FrameError:
+                data = b""
+            missing = int(report.get("total") or 0) - terminal.output.total
+            if missing > 0:  # beyond what the host keeps, bytes are lost to the host's own limit as well
+                terminal.received(data[-missing:])
+            status = report.get("exit")
+            if isinstance(status, dict) and terminal.exit is None:
+                terminal._exit(status)
 
     def _news(self, frame: dict[str, Any]) -> None:
         terminal = self.terminals.get(str(frame.get("id")))

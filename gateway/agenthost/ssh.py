@@ -25,6 +25,8 @@ from .spec import HostSpec
 TARGET = re.compile(r"^ssh://(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>[A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\])"
                     r"(?::(?P<port>[0-9]{1,5}))?$")
 SSH = shutil.which("ssh", path="/usr/bin:/bin") or "/usr/bin/ssh"  # found once, never on a PATH anyone chose
+# A forward dies with the gateway that started it (kill -9 included): the next gateway starts its own
+SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
 TIMEOUT = 30.0
 
 
@@ -94,6 +96,13 @@ async def remote_home(target: SshTarget, options: SshOptions) -> str:
     return (await run_remote(target, options, 'printf %s "$HOME"')).decode()
 
 
+async def kill_remote_host(target: SshTarget, options: SshOptions, host_pid: int, directory: str) -> None:
+    """The remote host killed (its agent dies with it) if that pid is still a shipped host, and its directory (its
+    socket and spool: the agent's conversation) removed."""
+    await run_remote(target, options, f"grep -qs acp-gateway/host- /proc/{int(host_pid)}/cmdline && "
+                     f"kill -KILL {int(host_pid)}; rm -rf -- {shlex.quote(directory)}")
+
+
 async def ship_host(target: SshTarget, options: SshOptions, home: str) -> str:
     """The host application on the remote machine (sent only when that version is not there yet): its path."""
     application = host_application()
@@ -132,6 +141,7 @@ class Forward:
         with contextlib.suppress(FileNotFoundError):
             self.local.unlink()  # a dead forward's socket
         self.proc = await asyncio.create_subprocess_exec(
+            *([SETPRIV, "--pdeathsig", "KILL", "--"] if SETPRIV else []),
             *self.target.argv(self.options, "-N", "-o", "StreamLocalBindUnlink=yes",
                               "-L", f"{self.local}:{self.remote}"),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,

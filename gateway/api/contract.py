@@ -67,6 +67,9 @@ class StartParams(Params):
                             "workspace root (required unless `worktree` is given)")
     worktree: WorktreeSpec | None = Field(default=None, description="run the session in a git worktree of its own, "
                                           "made for it from `repo` on a new branch: its cwd (docs/worktrees.md)")
+    host: str | None = Field(default=None, min_length=1, max_length=300, description="run its agent on this remote "
+                             "host: the name (or ssh:// URL) of one the operator configured (docs/remote-hosts.md); "
+                             "`cwd` is then a directory there. Default: the profile's, else the gateway's machine")
     description: str | None = Field(default=None, max_length=1_000_000,
                                     description="the task: sent as the first prompt on the first launch")
     title: str | None = Field(default=None, max_length=1000)
@@ -211,6 +214,8 @@ class SessionSummary(Result):
     cwd: str
     worktree: WorktreeView | None = Field(default=None, description="its own git worktree, when it was started with "
                                           "one (docs/worktrees.md)")
+    host: str | None = Field(default=None, description="the remote host its agent runs on, by its configured name "
+                             "(docs/remote-hosts.md); null: the gateway's machine")
     title: str | None
     state: SessionStateName
     task_state: TaskStateName

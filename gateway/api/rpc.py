@@ -221,7 +221,8 @@ class RpcAdapter:
                                          description=p.description, title=p.title, task_id=p.task_id,
                                          name=p.name, wait_ready=p.wait_ready, config=p.config,
                                          mcp_servers=p.mcp_servers, additional_directories=p.additional_directories,
-                                         worktree=p.worktree.model_dump() if p.worktree is not None else None)
+                                         worktree=p.worktree.model_dump() if p.worktree is not None else None,
+                                         host=p.host)
 
     async def _get(self, ctx: RpcContext, p: SessionParams) -> dict[str, Any]:
         return await self.sessions.get(ctx.owner, p.session_id)

@@ -198,7 +198,13 @@ async def _sessions(args: argparse.Namespace, client: GatewayClient) -> int:
 async def _start(args: argparse.Namespace, client: GatewayClient) -> int:
     cwd = os.getcwd() if args.cwd is None else args.cwd  # here: where the command runs
     params: dict[str, Any] = {"cwd": os.path.abspath(cwd), "wait_ready": not args.no_wait}
-    if args.worktree is not None:  # a worktree of its own, from the repository named (default: where it runs)
+    if args.host is not None:  # a directory on that machine: taken as given, never resolved here
+        if args.cwd is None or args.worktree is not None:
+            print("acp-gateway start: --host needs --cwd (a directory on the remote host) and takes no --worktree",
+                  file=sys.stderr)
+            return 2
+        params.update(cwd=args.cwd, host=args.host)
+    elif args.worktree is not None:  # a worktree of its own, from the repository named (default: where it runs)
         params.pop("cwd")
         params["worktree"] = {"repo": os.path.abspath(args.worktree or cwd),
                               **{k: v for k, v in (("base", args.base), ("branch", args.branch)) if v}}
@@ -216,6 +222,7 @@ async def _start(args: argparse.Namespace, client: GatewayClient) -> int:
     tree = view.get("worktree")
     _print(args, view, _view_line(view) + (f"\nworktree {tree['path']} on branch {tree['branch']} (from "
                                            f"{tree['base']})" if tree else "")
+           + (f"\non remote host {view['host']}, in {view['cwd']}" if view.get("host") else "")
            + "".join(f"\n  {line}" for line in unapplied_lines(view["config"]))
            + _sign_in_lines(view, view["session_id"]))
     # 1: its agent could not start (the error says why), or waits for a sign-in (the lines above say how)
@@ -802,6 +809,8 @@ VERBS: dict[str, Verb] = {
         arg("--base", help="with --worktree: the branch, tag or commit it starts from (default: the repository's "
                            "HEAD)"),
         arg("--branch", help="with --worktree: its branch (default: acp/NAME or acp/SESSION-ID)"),
+        arg("--host", help="run its agent on this remote host (a name the gateway's configuration gives under "
+                           "[remote_hosts]); --cwd is then a directory there"),
     ), _start),
     "status": Verb("a session's status: state, whether its agent runs, whether it needs a resume", (SESSION,), _status),
     "resume": Verb("bring a session's agent back (by the restore rules)", (SESSION,), _resume),

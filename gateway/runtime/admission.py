@@ -70,10 +70,11 @@ class Admission:
         self.starting[owner] -= 1
 
     async def setup(self, owner: str, profile: AgentProfile, cwd: str, config: Mapping[str, Any],
-                    servers: Sequence[Any], directories: Sequence[str]) -> dict[str, Any]:
+                    servers: Sequence[Any], directories: Sequence[str], probe: bool = True) -> dict[str, Any]:
         """What a session starts with (the profile's defaults, then the start's own), checked before it exists: a
         refused server or directory changes nothing. The agent's capabilities are those its last `initialize` here
-        said, or asked of it now, where the start needs them."""
+        said, or asked of it now, where the start needs them (`probe`; not for a remote host's session: its launch
+        leaves out what its agent does not take, saying so)."""
         try:
             given = mcp.parse([*servers])
             mcp.check_servers(given, stdio_allowed=self.settings.stdio_mcp_allowed(owner), transports=None,
@@ -89,7 +90,7 @@ class Admission:
             if why is not None:
                 raise workspace_refused(None, directory, "additional_directory",
                                         f"additional directory {directory}: {why.message}")
-        if wanted or any(s.type != "stdio" for s in given):
+        if probe and (wanted or any(s.type != "stdio" for s in given)):
             caps = await self.probe.ask(profile, cwd)
             if caps is not None:
                 try:

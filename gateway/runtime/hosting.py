@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
 import signal
+import stat
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -28,14 +31,18 @@ import orjson
 from acp.models import InitializeResponse
 from acp.process import StderrRing
 
-from ..agenthost.client import HostConnection, HostError, new_secret, start_host
+from ..agenthost.client import HostConnection, HostError, Relink, new_secret, start_host
 from ..agenthost.ledger import Ledger, Mark
 from ..agenthost.remote_terminals import RemoteTerminals
-from ..agenthost.spec import HostSpec
+from ..agenthost.spec import HostSpec, private_directory
+from ..agenthost.ssh import Forward, kill_remote_host, ship_host, start_remote_host
 from ..store import StoreBase
+from .remote_hosts import RemoteHost, RemotePlaces
 from .spawn_env import Spawn
 
 log = logging.getLogger(__name__)
+
+DEFAULT_REMOTE_LINGER = 900.0  # a remote host waits this long for its gateway (host_linger 0 has no remote say)
 
 # A reattach's request ids count from its incarnation times this: above every id an earlier attach used.
 IDS_PER_INCARNATION = 1 << 32
@@ -52,11 +59,21 @@ class HostRecord:
     agent_pid: int
     argv: list[str]
     started: float
+    # A host on a remote machine (docs/remote-hosts.md): its name there, its socket there (`socket` is the local
+    # end of the forward to it) and the remote user's home; None for a host on this machine.
+    remote: str | None = None
+    remote_socket: str | None = None
+    remote_home: str | None = None
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> HostRecord:
+        def text(key: str) -> str | None:
+            value = raw.get(key)
+            return str(value) if value is not None else None
+
         return cls(str(raw["socket"]), str(raw["spool"]), str(raw["secret"]), int(raw["host_pid"]),
-                   int(raw["agent_pid"]), [str(a) for a in raw.get("argv", [])], float(raw.get("started", 0)))
+                   int(raw["agent_pid"]), [str(a) for a in raw.get("argv", [])], float(raw.get("started", 0)),
+                   text("remote"), text("remote_socket"), text("remote_home"))
 
 
 class TerminalMarks(Protocol):
@@ -167,10 +184,15 @@ def host_paths(state_dir: Path, execution_id: str) -> tuple[str, str]:
 class Hosts:
     """This gateway's hosted agents, by session: their ledgers go into the journal's group commits."""
 
-    def __init__(self, store: StoreBase, state_dir: Path, linger: float) -> None:
+    def __init__(self, store: StoreBase, state_dir: Path, linger: float,
+                 remote_hosts: Mapping[str, RemoteHost] | None = None, relink_timeout: float = 60.0) -> None:
         self.store = store
         self.state_dir = state_dir
         self.linger = linger
+        self.remote_hosts = dict(remote_hosts or {})
+        self.relink_timeout = relink_timeout
+        self.forwards: dict[str, Forward] = {}  # each remote host's link, by session
+        self._links_dir: Path | None = None
         self.agents: dict[str, HostedAgent] = {}
         self._acks: dict[str, int] = {}  # the committed offset of each mark in the group being committed
         # What each session's events hold of its agent's terminals (`serve_terminals`), and the version of it last
@@ -203,6 +225,68 @@ class Hosts:
             await self.store.hosts.drop(session_id)
             raise
 
+    async def start_remote(self, session_id: str, execution_id: str, host: RemoteHost, spawn: Spawn, home: str,
+                           stop_grace: float, tree_marker: str | None, stderr_bytes: int) -> HostedAgent:
+        """A new host for this launch on a remote machine (`spawn`: the command and environment there, `home`: the
+        remote user's), reached through a forward of its socket; raises HostError when it could not start."""
+        places = RemotePlaces(home)
+        remote_dir = places.host_dir(execution_id)
+        socket, _ = host_paths(self.state_dir, execution_id)  # names it this gateway's (`ours`); never made
+        secret, secret_hash = new_secret()
+        spec = HostSpec(argv=list(spawn.argv), cwd=spawn.cwd, env=dict(spawn.env), spool_dir=f"{remote_dir}/spool",
+                        socket_path=f"{remote_dir}/socket", secret_hash=secret_hash,
+                        linger=self.linger or DEFAULT_REMOTE_LINGER, stop_grace=stop_grace, stderr_bytes=stderr_bytes,
+                        tree_marker=tree_marker if tree_marker in spawn.env else None,
+                        log_path=f"{remote_dir}/host.log")
+        application = await ship_host(host.target, host.options, home)
+        handle = await start_remote_host(host.target, host.options, application, spec, python=host.python)
+        record = HostRecord(socket, spec.spool_dir, secret, handle.host_pid, handle.agent_pid, list(spawn.argv),
+                            time.time(), host.name, spec.socket_path, home)
+        try:
+            await self.store.hosts.put(session_id, execution_id, asdict(record))
+            return await self._attach(session_id, record, Ledger())
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await kill_remote_host(host.target, host.options, handle.host_pid, remote_dir)
+            await self.store.hosts.drop(session_id)
+            raise
+
+    async def _link(self, session_id: str, record: HostRecord) -> str:
+        """A remote host's socket forwarded to a local one (a forward left by an earlier link is replaced): its path.
+        It lies in a private directory of short name (ssh takes no socket path longer than a sockaddr holds), made
+        once per gateway: each link makes its socket anew."""
+        host = self.remote_hosts.get(record.remote or "")
+        if host is None or record.remote_socket is None:
+            raise HostError(f"remote host {record.remote!r} is no longer configured: its agent cannot be reached")
+        old = self.forwards.pop(session_id, None)
+        if old is not None:
+            await old.stop()
+        if self._links_dir is None:
+            self._links_dir = links_directory(self.state_dir)
+        local = self._links_dir / f"{hashlib.sha256(session_id.encode()).hexdigest()[:16]}.sock"
+        forward = Forward(host.target, host.options, local, record.remote_socket)
+        await forward.start()
+        self.forwards[session_id] = forward
+        return str(local)
+
+    async def unlink(self, session_id: str) -> None:
+        forward = self.forwards.pop(session_id, None)
+        if forward is not None:
+            await forward.stop()
+            with contextlib.suppress(OSError):
+                forward.local.unlink()
+        if not self.forwards and self._links_dir is not None:  # the last link: its directory goes too
+            with contextlib.suppress(OSError):
+                self._links_dir.rmdir()
+            self._links_dir = None
+
+    async def _kill_remote(self, record: HostRecord) -> None:
+        host = self.remote_hosts.get(record.remote or "")
+        if host is not None and record.remote_socket is not None:
+            with contextlib.suppress(HostError):
+                await kill_remote_host(host.target, host.options, record.host_pid,
+                                       str(Path(record.remote_socket).parent))
+
     async def reattach(self, session_id: str) -> HostedAgent | None:
         """The session's host, attached again with what the journal holds of its lines; None when there is none to
         attach to (it died, lingered out, or refused): the session then goes by the restore rules."""
@@ -217,6 +301,9 @@ class Hosts:
         except (HostError, OSError) as exc:
             log.warning("session %s: its agent host could not be attached again (%s); the session goes by the "
                         "restore rules", session_id, exc, extra={"session_id": session_id})
+            await self.unlink(session_id)
+            if record.remote is not None:
+                await self._kill_remote(record)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if _is_host(record):
                     os.kill(record.host_pid, signal.SIGKILL)
@@ -226,9 +313,17 @@ class Hosts:
 
     async def _attach(self, session_id: str, record: HostRecord, ledger: Ledger, init: dict[str, Any] | None = None,
                       marked_terminals: Mapping[str, Any] | None = None) -> HostedAgent:
+        socket = record.socket
+        if record.remote is not None:  # its socket, forwarded here over a new link
+            socket = await self._link(session_id, record)
         incarnation = await self.store.hosts.next_incarnation(session_id)  # a newer attach wins at the host (AH-3)
-        connection = await HostConnection.attach(record.socket, record.secret, incarnation, ledger.committed(),
+        connection = await HostConnection.attach(socket, record.secret, incarnation, ledger.committed(),
                                                  timeout=10.0)
+        if record.remote is not None:  # a dropped link is replaced while this gateway runs: no line lost (RH-5)
+            async def again() -> tuple[str, int]:
+                return await self._link(session_id, record), await self.store.hosts.next_incarnation(session_id)
+
+            connection.relink = Relink(again, self.relink_timeout)
         agent = HostedAgent(connection, record, ledger, incarnation, init, marked_terminals)
         self.agents[session_id] = agent
         self._forget_terminals(session_id)
@@ -239,6 +334,9 @@ class Hosts:
             self.forget(session_id, agent)
             await self.store.hosts.drop(session_id)
             self._clear(record)
+            await self.unlink(session_id)
+            if record.remote is not None and not connection.exit_code.done():  # it did not end by its rules
+                await self._kill_remote(record)
 
         agent.on_stopped = stopped
         return agent
@@ -257,10 +355,13 @@ class Hosts:
         if row is not None:
             with contextlib.suppress(KeyError, ValueError, TypeError, ProcessLookupError, PermissionError):
                 record = HostRecord.of(row.host)
-                if _is_host(record):
+                if record.remote is not None:
+                    await self._kill_remote(record)
+                elif _is_host(record):
                     os.kill(record.host_pid, signal.SIGKILL)
                 self._clear(record)
             await self.store.hosts.drop(session_id)
+        await self.unlink(session_id)
         agent = self.agents.pop(session_id, None)
         self._forget_terminals(session_id)
         if agent is not None:
@@ -354,6 +455,25 @@ class Hosts:
             self._terminals_stored.pop(session_id, None)
             if agent is not None:
                 agent.ledger.stored = -1
+
+
+def links_directory(state_dir: Path) -> Path:
+    """Where this gateway's forwards put their sockets: `<state_dir>/links` when its path is short enough for a
+    socket's address (107 bytes), else one in the temporary directory named after the state directory (the same
+    for the next gateway on it, which replaces a killed one's sockets) — used only when it is this user's own 0700
+    directory and no link; else a fresh one of unforeseeable name."""
+    links = state_dir / "links"
+    if len(str(links)) > 80:
+        name = f"acp-links-{os.geteuid()}-{hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]}"
+        links = Path(tempfile.gettempdir()) / name
+        with contextlib.suppress(FileExistsError):
+            links.mkdir(mode=0o700)
+        found = links.lstat()
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
+            return Path(tempfile.mkdtemp(prefix="acp-links-"))  # someone else's, or opened up: not used
+        return links
+    private_directory(links)
+    return links
 
 
 def _is_host(record: HostRecord) -> bool:

@@ -39,7 +39,7 @@ from .. import metrics
 from ..agenthost.client import HostError
 from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
 from ..store import HistoryEntry, SessionRow, StoreBase
-from . import reaper, workspace
+from . import reaper, remote_hosts, remote_launch, workspace
 from .broker import PermissionBroker
 from .capabilities import CapabilityProbe
 from .cluster import Cluster, HeldElsewhere
@@ -53,6 +53,7 @@ from .key_proxy import KeyProxy
 from .launch_words import FailureFacts, ReturnFacts, failure_said, return_said
 from .live import LiveSession
 from .quotas import Usage
+from .remote_launch import RemoteRefused, RemoteSite
 from .settings import Settings
 from .sign_in import AuthSeen, SignInSecrets
 from .sign_in_needs import KeyFacts, launch_asks_sign_in, missing_key, sign_in_words
@@ -116,7 +117,13 @@ def check_resumable(row: SessionRow, settings: Settings) -> None:
     if SessionState(row.state) in TERMINAL_SESSION_STATES:
         raise not_resumable(row.id, row.state, f"session {row.id} is {row.state} and cannot be resumed; "
                             "start a new session")
-    check_workspace(settings, row.owner, row.id, row.cwd)
+    if row.host is None:
+        check_workspace(settings, row.owner, row.id, row.cwd)
+        return
+    host = remote_hosts.choose(settings.remote_hosts, row.owner, row.host)  # still configured, still the owner's
+    refused = host if isinstance(host, remote_hosts.Refusal) else remote_hosts.cwd_refusal(host, row.cwd)
+    if refused is not None:  # (that the directory is still there is asked of the remote machine at the launch)
+        raise workspace_refused(row.id, row.cwd, refused.rule.value, f"session {row.id}: {refused.message}")
 
 
 class Launcher:
@@ -149,7 +156,8 @@ class Launcher:
         # Agents that outlive this gateway. In a cluster a host lingers no longer than a lease lasts: past it another
         # node may take the session over, and must not find its old agent still at work.
         self.hosts = Hosts(store, settings.state_dir,
-                           min(settings.host_linger, settings.lease_ttl) if cluster.enabled else settings.host_linger)
+                           min(settings.host_linger, settings.lease_ttl) if cluster.enabled else settings.host_linger,
+                           settings.remote_hosts)
 
     def launch_once(self, row: SessionRow, *, fresh_start: bool) -> asyncio.Future[LaunchResult]:
         """One launch per session at a time: every concurrent caller shares the same future."""
@@ -258,11 +266,22 @@ class Launcher:
         # Recorded before the process exists: a crash from here on leaves a marker the next start finds.
         await asyncio.gather(self.writer.stage(row, "launching"), self.store.executors.set_running(
             row.id, execution_id=run.execution_id, instance_id=self.instance_id, cwd=row.cwd))
-        spawn = self._command(profile, row, config, run.env, run.home, run.token)
-        terminals = (self._terminal_host(row, profile, config, run.env, run.home, run.history)
+        site: RemoteSite | None = None
+        if row.host is not None:  # on a remote host (docs/remote-hosts.md): its directory as that machine has it
+            try:
+                site = await remote_launch.prepare(self.settings.remote_hosts, row.id, row.owner, row.host, row.cwd,
+                                                   profile.id)
+            except RemoteRefused as refused:
+                return await self._launch_failed(row, str(refused))
+        spawn = self._command(profile, row, config, run.env, run.home, run.token, site)
+        terminals = (self._terminal_host(row, profile, config, run.env, run.home, run.history, site)
                      if profile.terminals else None)
         try:
-            if self.hosted(profile):  # in an agent host of its own: it outlives this gateway (docs/agent-hosts.md)
+            if site is not None:
+                agent = await self.hosts.start_remote(row.id, run.execution_id, site.host, spawn, site.home,
+                                                      self.settings.stop_grace, reaper.MARKER, DEFAULT_STDERR_BYTES)
+                run.client = self._hosted_client(row, agent, on_update, terminals)
+            elif self.hosted(profile):  # in an agent host of its own: it outlives this gateway (docs/agent-hosts.md)
                 agent = await self.hosts.start(row.id, run.execution_id, spawn, self.settings.stop_grace,
                                                reaper.MARKER, DEFAULT_STDERR_BYTES)
                 run.client = self._hosted_client(row, agent, on_update, terminals)
@@ -282,12 +301,12 @@ class Launcher:
         if self.settings.record_dir is not None:
             record_process(self.settings.record_dir, row.id, run.client, hidden_values(profile, config.secrets()),
                            row.cwd, run.home)
-        pid = run.client.process.pid
+        pid = run.client.process.pid if site is None else None  # a remote pid is no process of this machine's
         # The agent's identity is written while it starts up (the write hides behind its start-up time); every
         # later write of the executor row waits for it, so it can never overwrite how the launch ended.
         run.identity = asyncio.ensure_future(self.store.executors.set_running(
             row.id, execution_id=run.execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=pid,
-            proc_start=reaper.process_start(pid), boot_id=reaper.boot_id()))
+            proc_start=reaper.process_start(pid) if pid is not None else None, boot_id=reaper.boot_id()))
         return None
 
     def hosted(self, profile: AgentProfile) -> bool:
@@ -332,6 +351,7 @@ class Launcher:
         return ClientOptions(request_timeout=settings.request_timeout, initialize_timeout=settings.initialize_timeout,
                              stop_grace=settings.stop_grace, first_request_id=first_request_id,
                              never_serve=tuple(str(p) for p in settings.protected_paths),
+                             serve_files=row.host is None,  # a remote host's files are not this machine's
                              tree_marker=reaper.MARKER, request_budget=self.spawner.request_budget(row))
 
     async def _negotiate(self, run: LaunchRun, cancel: asyncio.Event) -> tuple[
@@ -546,7 +566,10 @@ class Launcher:
         history = HistoryWriter(self.store, row.id, lambda nbytes: self.usage.wrote_history(owner, nbytes))
         coalescer = await self._turn_so_far(row, history) if SessionState(row.state) is SessionState.RUNNING \
             else HistoryCoalescer()
-        terminals = self._terminal_host(row, profile, config, env, home, history) if profile.terminals else None
+        site = None if row.host is None else remote_launch.site_again(
+            self.settings.remote_hosts, row.owner, row.host, row.cwd, profile.id, agent.record.remote_home)
+        terminals = self._terminal_host(row, profile, config, env, home, history, site) \
+            if profile.terminals else None
         # Said before the first line the host kept is read: in the session's events, what the agent said while no
         # gateway ran comes after the note that it kept running, where it happened.
         await self.writer.message(row, "info", f"agent {profile.id} kept running while the gateway restarted "
@@ -561,9 +584,10 @@ class Launcher:
         self.live[row.id] = live
         live.tasks.add(asyncio.ensure_future(self._watch_exit(live)))
         # this instance runs it now (status and the next start's reaper read the executor row)
+        pid = agent.pid if row.host is None else None  # a remote pid is no process of this machine's
         await self.store.executors.set_running(
-            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=agent.pid,
-            proc_start=reaper.process_start(agent.pid), boot_id=reaper.boot_id())
+            row.id, execution_id=execution_id, instance_id=self.instance_id, cwd=row.cwd, pid=pid,
+            proc_start=reaper.process_start(pid) if pid is not None else None, boot_id=reaper.boot_id())
         log.info("session %s: agent %s (pid %d) kept running in its host while the gateway restarted; attached "
                  "again", row.id, profile.id, agent.pid, extra={"session_id": row.id, "agent": profile.id})
         return live
@@ -592,28 +616,39 @@ class Launcher:
         return coalescer
 
     def _command(self, profile: AgentProfile, row: SessionRow, config: SessionConfig, env: Mapping[str, str],
-                 home: Path, token: str | None) -> Spawn:
+                 home: Path, token: str | None, site: RemoteSite | None = None) -> Spawn:
         """The agent's command line: under bubblewrap where its profile or the gateway says so (its workspace, its
         additional directories and its owner's home writable; the gateway's own files masked; rlimits applied),
-        else under the parent-death signal alone."""
-        return self.spawner.spawn(SpawnSite(profile, row, config, env, home),
-                                  profile.argv(token, str(self.settings.state_dir)), row.cwd, env)
+        else under the parent-death signal alone. On a remote host: as that side runs it (`remote_launch`)."""
+        argv = profile.argv(token, str(self.settings.state_dir))
+        if site is not None:
+            return site.spawn(argv, env, site.cwd, str(home), str(self.settings.state_dir))
+        return self.spawner.spawn(SpawnSite(profile, row, config, env, home), argv, row.cwd, env)
 
     def confined(self, profile: AgentProfile) -> bool:
         return self.spawner.confined(profile)
 
     def _terminal_host(self, row: SessionRow, profile: AgentProfile, config: SessionConfig, env: Mapping[str, str],
-                       home: Path, history: HistoryWriter) -> SessionTerminals:
-        """The session's terminals, run as its agent is (`_confined`), their events in its journal."""
+                       home: Path, history: HistoryWriter, remote: RemoteSite | None = None) -> SessionTerminals:
+        """The session's terminals, run as its agent is (`_confined`; on a remote host, as its agent is there),
+        their events in its journal."""
         site = SpawnSite(profile, row, config, env, home)
 
         def refused_directory(directory: str) -> str | None:  # a terminal's own cwd: the workspace rules hold
+            if remote is not None:
+                refused = remote_hosts.cwd_refusal(remote.host, directory)
+                return None if refused is None else refused.message
             why = workspace.unfit(self.settings, row.owner, directory)
             return None if why is None else why.message
 
+        def spawn(command: list[str], cwd: str, program_env: Mapping[str, str]) -> Spawn:
+            if remote is not None:
+                return remote.spawn(command, program_env, cwd, str(home), str(self.settings.state_dir))
+            return self.spawner.spawn(site, command, cwd, program_env)
+
         return SessionTerminals(
-            row, self.settings, self.terminal_counts, env, reaper.MARKER, self.confined(profile),
-            lambda command, cwd, program_env: self.spawner.spawn(site, command, cwd, program_env), refused_directory,
+            row, self.settings, self.terminal_counts, env, reaper.MARKER,
+            self.confined(profile) if remote is None else remote.host.sandbox == "bwrap", spawn, refused_directory,
             lambda type_, data: self.writer.bus.enqueue(type_, row.owner, row.id, row.task_id, data), history)
 
     async def login(self, row: SessionRow, method: Mapping[str, Any]) -> dict[str, Any]:
@@ -822,6 +857,7 @@ class Launcher:
             await self.hosts.write_marks()
         self.hosts.forget(live.session_id, agent)
         await agent.detach()
+        await self.hosts.unlink(live.session_id)  # a remote host's forward: the next gateway makes its own
         await live.history.idle()
 
     async def abandon(self, live: LiveSession) -> None:

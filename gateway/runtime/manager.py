@@ -31,9 +31,11 @@ from ..errors import (
     log_fault,
     not_found,
     not_resumable,
+    workspace_refused,
 )
 from ..journal import EventBus, Subscription
 from ..store import HistoryEntry, SessionRow, StoreBase
+from . import remote_hosts
 from .admission import Admission
 from .broker import PermissionBroker
 from .cluster import Cluster, HeldElsewhere
@@ -320,10 +322,14 @@ class SessionManager:
                     title: str | None = None, task_id: str | None = None, wait_ready: bool = False,
                     config: Mapping[str, Any] | None = None, mcp_servers: Sequence[Any] | None = None,
                     additional_directories: Sequence[str] | None = None, name: str | None = None,
-                    worktree: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    worktree: Mapping[str, Any] | None = None, host: str | None = None) -> dict[str, Any]:
         self.refresh_installed()  # an `agents add` or `update` since the gateway started counts
         if agent not in self.profiles:
             raise invalid_params("agent", f"unknown agent {agent!r}; known agents: {', '.join(sorted(self.profiles))}")
+        host = host if host is not None else self.profiles[agent].host
+        if host is not None:  # its agent runs on another machine (docs/remote-hosts.md)
+            return await self._start_remote(owner, agent, host, cwd, description, title, task_id, wait_ready,
+                                            config, mcp_servers, additional_directories, name, worktree is not None)
         if worktree is None and self.profiles[agent].worktree and cwd is not None \
                 and os.path.isdir(os.path.join(cwd, ".git")):
             worktree = {"repo": cwd}  # the profile makes worktrees the default for its sessions in a repository
@@ -363,16 +369,44 @@ class SessionManager:
         return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup,
                                              name, session_id, tree))
 
+    async def _start_remote(self, owner: str, agent: str, asked: str, cwd: str | None, description: str | None,
+                            title: str | None, task_id: str | None, wait_ready: bool,
+                            config: Mapping[str, Any] | None, mcp_servers: Sequence[Any] | None,
+                            additional_directories: Sequence[str] | None, name: str | None,
+                            worktree: bool) -> dict[str, Any]:
+        """A session whose agent runs on a remote host: the host and the directory there checked (RH-1…3) before
+        the session exists; the directory again, resolved there, at every launch."""
+        profile = self.profiles[agent]
+        host = remote_hosts.choose(self.settings.remote_hosts, owner, asked)
+        if isinstance(host, remote_hosts.Refusal):
+            raise invalid_params("host", host.message)
+        why = remote_hosts.unsupported(worktree, additional_directories or profile.additional_directories,
+                                       bool(profile.brokered), host)
+        if why is not None:
+            raise invalid_params("host", why.message)
+        if cwd is None:
+            raise invalid_params("cwd", f"give cwd: the directory on remote host {host.name} the agent works in")
+        refused = remote_hosts.cwd_refusal(host, cwd)
+        if refused is not None:
+            raise workspace_refused(None, cwd, refused.rule.value, refused.message)
+        if name is not None:
+            await self.admission.check_name(owner, name)
+        setup = await self.admission.setup(owner, profile, cwd, config or {}, mcp_servers or [], [], probe=False)
+        await self.launcher.usage.check_start(owner)
+        self.admission.admit(owner)  # the slot is taken now, before any await
+        return await self._owned(self._start(owner, agent, cwd, description, title, task_id, wait_ready, setup,
+                                             name, None, None, host.name))
+
     async def _start(self, owner: str, agent: str, cwd: str, description: str | None, title: str | None,
                      task_id: str | None, wait_ready: bool, setup: dict[str, Any],
                      name: str | None = None, session_id: str | None = None,
-                     tree: Worktree | None = None) -> dict[str, Any]:
+                     tree: Worktree | None = None, host: str | None = None) -> dict[str, Any]:
         try:
             row = await self._register(owner, name, lambda: self.store.sessions.create(
                 owner=owner, agent=agent, cwd=cwd, title=title, description=description, task_id=task_id,
                 task_state=TaskState.TODO, session_state=SessionState.CREATED, config=setup, name=name,
                 agent_version=self.profiles[agent].version, session_id=session_id,
-                worktree=tree.to_json() if tree is not None else None))
+                worktree=tree.to_json() if tree is not None else None, host=host))
         except Exception:
             if tree is not None:  # no session holds it: it goes, with its branch
                 await self.git.worktrees.remove(owner, tree, self.launcher.confined(self.profiles[agent]), True)
@@ -626,6 +660,10 @@ class SessionManager:
             config.auth_method = method_id
             await self.store.configs.save(row.id, **config.columns("capabilities"))
         else:  # a terminal one (SI-5 lets no other kind through): its login program, watched by every frontend
+            if row.host is not None:  # it would sign in on this machine, not where the agent runs
+                raise invalid_params("method_id", f"session {row.id} runs on remote host {row.host}: a terminal "
+                                     "sign-in runs there, not here; sign the agent in on that machine (as the "
+                                     "remote host's user), or choose another method")
             self.git.worktree(row)  # what the login's sandbox binds of the repository
             failed = login_failure(await self.launcher.login(row, method), row.agent, method["name"])
             if failed is not None:

@@ -92,6 +92,8 @@ class SessionGit:
             return GitSite(row.id, tree.path, str(tree.admin / INDEX),
                            self.worktrees.session_place(tree, row.owner, confined), tree.base_commit,
                            str(tree.admin / "index"))
+        if row.host is not None:  # its files are on a remote host: nothing of this machine's is its repository
+            return None
         top = repository_top(self.settings, row.owner, row.cwd)
         if top is None:
             return None

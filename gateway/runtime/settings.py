@@ -6,9 +6,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .quotas import Quotas
+
+if TYPE_CHECKING:
+    from .remote_hosts import RemoteHost
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Settings:
     # Sessions' own git worktrees (docs/worktrees.md): `<root>/<owner>/<session id>`; an owner's directory there is
     # one of its workspace roots. Default (None): beside the state directory.
     worktrees_root: Path | None = None
+    # Machines sessions' agents may run on (gateway.runtime.remote_hosts), by name
+    remote_hosts: Mapping[str, RemoteHost] = field(default_factory=dict)
     # A cluster (PostgreSQL store): this process's node name (id and incarnation) and how long a lease lasts
     # without renewal (a dead node's sessions can be taken over after it)
     node: str = ""

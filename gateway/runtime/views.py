@@ -33,6 +33,7 @@ def session_view(row: SessionRow, token: str | None, live: bool) -> dict[str, An
         "agent_version": row.agent_version,
         "cwd": row.cwd,
         "worktree": {k: row.worktree.get(k) for k in ("repo", "path", "branch", "base")} if row.worktree else None,
+        "host": row.host,
         "title": row.title,
         "state": row.state,
         "task_state": row.task_state,

@@ -271,4 +271,6 @@ MIGRATIONS: list[str] = [
         updated_at REAL NOT NULL
     )
     """,
+    # 17: the remote host a session's agent runs on (docs/remote-hosts.md; null: the gateway's machine)
+    "ALTER TABLE session_workspaces ADD COLUMN host TEXT",
 ]

@@ -262,4 +262,6 @@ PG_MIGRATIONS: list[str] = [
     CREATE TRIGGER fence_session_workspaces BEFORE INSERT OR UPDATE ON session_workspaces
         FOR EACH ROW EXECUTE FUNCTION acp_fence_row()
     """,
+    # 15: the schema of SQLite migration 17 (the remote host a session's agent runs on)
+    "ALTER TABLE session_workspaces ADD COLUMN host TEXT",
 ]

@@ -56,7 +56,8 @@ class SessionRepo(_Repo):
                      task_id: str | None, task_state: str, session_state: str,
                      config: Mapping[str, Any] | None = None, name: str | None = None,
                      fork: tuple[str, str, int] | None = None, agent_version: str | None = None,
-                     session_id: str | None = None, worktree: Mapping[str, Any] | None = None) -> SessionRow:
+                     session_id: str | None = None, worktree: Mapping[str, Any] | None = None,
+                     host: str | None = None) -> SessionRow:
         """A new session and its task (unless the owner's `task_id` exists), with its configuration's columns
         (`config`: what it is started with), in one transaction. A fork (`fork`: the session it comes from, the ACP
         session its agent forked, and the last history entry of the conversation forked) starts with a copy of that
@@ -86,9 +87,12 @@ class SessionRepo(_Repo):
             if config:
                 sql, params = _config_upsert(session_id, config, now)
                 await db.execute(sql, params)
-            if worktree is not None:  # its own git worktree (docs/worktrees.md), made for it before this
-                await db.execute("INSERT INTO session_workspaces (session_id, worktree, note, updated_at) "
-                                 "VALUES (?, ?, NULL, ?)", (session_id, orjson.dumps(worktree).decode(), now))
+            if worktree is not None or host is not None:  # its own git worktree, made for it before this, or the
+                # remote host its agent runs on (docs/worktrees.md, docs/remote-hosts.md)
+                await db.execute("INSERT INTO session_workspaces (session_id, worktree, note, updated_at, host) "
+                                 "VALUES (?, ?, NULL, ?, ?)",
+                                 (session_id, orjson.dumps(worktree).decode() if worktree is not None else None, now,
+                                  host))
         row = await self.get(session_id)
         assert row is not None
         return row

@@ -50,6 +50,7 @@ class SessionRow:
     agent_version: str | None = None  # the installed version its agent runs at (registry agents; else None)
     # its own git worktree (docs/worktrees.md), as stored: repo, path, branch, base, base_commit; None for most
     worktree: dict[str, Any] | None = field(default=None, compare=False)
+    host: str | None = None  # the remote host its agent runs on (docs/remote-hosts.md); None: the gateway's machine
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ class EventRow:
 SESSION_COLUMNS = (
     "s.seq, s.id, s.task_id, s.owner, s.agent, s.cwd, s.title, s.state, s.error_message, s.recovery_pending, "
     "s.needs_resume_context, s.launched, s.created_at, s.updated_at, t.state, s.turn_event_id, s.name, s.forked_from, "
-    "s.agent_version, (SELECT w.worktree FROM session_workspaces w WHERE w.session_id = s.id)"
+    "s.agent_version, (SELECT w.worktree FROM session_workspaces w WHERE w.session_id = s.id), "
+    "(SELECT w.host FROM session_workspaces w WHERE w.session_id = s.id)"
 )
 SESSION_WIDTH = SESSION_COLUMNS.count(",") + 1  # where the columns joined after a session's begin
 
@@ -181,7 +183,7 @@ def session_row(row: Sequence[Any]) -> SessionRow:
     tree = orjson.loads(row[19]) if row[19] else None
     return SessionRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], bool(row[9]),
                       bool(row[10]), bool(row[11]), row[12], row[13], row[14], row[15], row[16], row[17], row[18],
-                      tree if isinstance(tree, dict) else None)
+                      tree if isinstance(tree, dict) else None, row[20])
 
 
 class JournalHead(NamedTuple):

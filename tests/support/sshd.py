@@ -60,7 +60,8 @@ def prepare(directory: Path) -> tuple[pwd.struct_passwd, int]:
     dot_ssh = Path(user.pw_dir) / ".ssh"
     dot_ssh.mkdir(mode=0o700, exist_ok=True)
     keys = dot_ssh / "authorized_keys"
-    keys.write_text((directory / "client_key.pub").read_text())
+    with keys.open("a") as fh:  # appended: two tests' servers may run at once, each with a key of its own
+        fh.write((directory / "client_key.pub").read_text())
     for path in (dot_ssh, keys):
         os.chown(path, user.pw_uid, user.pw_gid)
     keys.chmod(0o600)

@@ -1,0 +1,141 @@
+"""Sessions whose agent runs on another machine (docs/remote-hosts.md): which configured remote host a session may
+use (RH-1), which directories there it may work in (RH-2), what a remote session cannot have (RH-3), and the
+agent's command and environment on that side (RH-4). Pure: the ssh runs that check a directory and start a host
+are `agenthost/ssh.py`'s, called from `hosting.py`."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..agenthost.ssh import SshOptions, SshTarget
+
+SYSTEM_DIRECTORIES = ("/proc", "/sys", "/dev")
+STATE = ".cache/acp-gateway"  # under the remote user's home: the host application, hosts' sockets, spools, homes
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class RemoteRule(StrEnum):
+    """Why a remote host or a directory on it is refused (the `rule` of the -32602/-32011 error's data)."""
+
+    NOT_CONFIGURED = "RH-1"  # only hosts the operator configured: their credentials are the operator's
+    NOT_THE_OWNERS = "RH-1b"  # a host listing its owners serves no one else
+    OUTSIDE_ROOTS = "RH-2"  # a cwd there lies inside one of the host's workspace roots, resolved there
+    NOT_REMOTE = "RH-3"  # a worktree, additional directories, a brokered key: the gateway's machine's alone
+
+
+@dataclass(frozen=True)
+class RemoteHost:
+    """One `[remote_hosts.NAME]` of the configuration."""
+
+    name: str
+    target: SshTarget
+    options: SshOptions = field(default_factory=SshOptions)
+    python: str = "python3"  # the remote machine's Python 3, which runs the host application
+    path: str = DEFAULT_PATH  # the agent's PATH there
+    workspace_roots: tuple[str, ...] = ()
+    owners: tuple[str, ...] | None = None  # None: every owner
+    sandbox: str = "none"  # "bwrap": the agent under bubblewrap there (RH-4)
+
+    @property
+    def url(self) -> str:
+        port = f":{self.target.port}" if self.target.port != 22 else ""
+        return f"ssh://{self.target.user}@{self.target.host}{port}"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rule: RemoteRule
+    message: str
+
+
+def choose(hosts: Mapping[str, RemoteHost], owner: str, asked: str) -> RemoteHost | Refusal:
+    """The configured host `asked` names (its name, or its exact `ssh://` URL), if this owner may use it (RH-1)."""
+    found = hosts.get(asked) or next((h for h in hosts.values() if h.url == asked or h.url + ":22" == asked), None)
+    if found is None:
+        known = ", ".join(sorted(hosts)) or "none are configured"
+        return Refusal(RemoteRule.NOT_CONFIGURED, f"host {asked!r} is not one of this gateway's remote hosts "
+                       f"({known}): the operator configures them (`[remote_hosts.NAME]`), with their SSH credentials")
+    if found.owners is not None and owner not in found.owners:
+        return Refusal(RemoteRule.NOT_THE_OWNERS, f"remote host {found.name!r} is not open to owner {owner!r}: its "
+                       "`owners` list does not name it")
+    return found
+
+
+def cwd_refusal(host: RemoteHost, cwd: str) -> Refusal | None:
+    """Whether `cwd` (as given, or as the remote machine resolved it) may be a session's directory on `host` (RH-2)."""
+    if not cwd.startswith("/") or posixpath.normpath(cwd) != cwd.rstrip("/") or "\x00" in cwd or "\n" in cwd:
+        return Refusal(RemoteRule.OUTSIDE_ROOTS, f"{cwd!r} is not an absolute, normal path on {host.name} (no '..', "
+                       "no '//')")
+    if any(_within(cwd, system) for system in SYSTEM_DIRECTORIES):
+        return Refusal(RemoteRule.OUTSIDE_ROOTS, f"workspace {cwd} on {host.name} is a system directory")
+    if not any(_within(cwd, root) for root in host.workspace_roots):
+        shown = ", ".join(host.workspace_roots) or "(none)"
+        return Refusal(RemoteRule.OUTSIDE_ROOTS, f"workspace {cwd} is outside remote host {host.name}'s workspace "
+                       f"roots ({shown}): choose a directory inside one")
+    return None
+
+
+def unsupported(worktree: bool, additional_directories: Sequence[str], brokered: bool, host: RemoteHost) \
+        -> Refusal | None:
+    """What a session on a remote host cannot have (RH-3): each is made or served on the gateway's own machine."""
+    if worktree:
+        why = "a git worktree is made on the gateway's machine"
+    elif additional_directories:
+        why = "additional directories are checked and bound on the gateway's machine"
+    elif brokered:
+        why = "its profile's API keys go through the gateway's key proxy, which the remote machine cannot reach"
+    else:
+        return None
+    return Refusal(RemoteRule.NOT_REMOTE, f"a session on remote host {host.name!r} cannot have this: {why}")
+
+
+@dataclass(frozen=True)
+class RemotePlaces:
+    """Where a session's things are on the remote machine, under its user's home."""
+
+    home: str  # the remote user's
+
+    def state(self) -> str:
+        return f"{self.home}/{STATE}"
+
+    def host_dir(self, execution_id: str) -> str:
+        return f"{self.state()}/hosts/{execution_id}"
+
+    def agent_home(self, owner_dir: str, profile: str) -> str:
+        """The owner's agent home for this profile there: never another owner's (as on the gateway's machine)."""
+        return f"{self.state()}/homes/{owner_dir}/{profile}"
+
+
+def agent_env(host: RemoteHost, agent_home: str, env: Mapping[str, str], local_home: str) -> dict[str, str]:
+    """The agent's environment there (RH-4): the launch's, its HOME and XDG directories moved to its agent home on the
+    remote machine, PATH the host's; nothing that names a path of the gateway's machine."""
+    moved = {name: value.replace(local_home, agent_home, 1) if value.startswith(local_home) else value
+             for name, value in env.items()}
+    return {**moved, "HOME": agent_home, "PATH": host.path}
+
+
+def agent_command(host: RemoteHost, argv: Sequence[str], cwd: str, agent_home: str, home: str) -> list[str]:
+    """The agent's command there (RH-4): as it is, or under bubblewrap showing it the system read-only, its cwd and
+    its agent home writable, and nothing else of the remote user's home (other sessions' spools and homes)."""
+    if host.sandbox != "bwrap":
+        return list(argv)
+    return ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--ro-bind", "/", "/",
+            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", home,
+            "--bind", agent_home, agent_home, "--bind", cwd, cwd, "--chdir", cwd, "--", *argv]
+
+
+def prepare_command(cwd: str, owner_dir: str, profile: str) -> str:
+    """One shell command for the remote side: the owner's agent home made (0700), then the remote user's home and
+    `cwd` resolved (`cd -P`), one a line; exit status 3 when `cwd` is not a directory there."""
+    relative = f"{STATE}/homes/{owner_dir}/{profile}"
+    return (f"umask 077; cd \"$HOME\" && mkdir -p {shlex.quote(relative)} && printf '%s\\n' \"$HOME\" && "
+            f"{{ cd -P -- {shlex.quote(cwd)} 2>/dev/null || {{ echo 'no such directory' >&2; exit 3; }}; }} && pwd -P")
+
+
+def _within(path: str, parent: str) -> bool:
+    parent = parent.rstrip("/") or "/"
+    return path == parent or path.startswith(parent if parent == "/" else parent + "/")

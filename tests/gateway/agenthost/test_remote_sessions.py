@@ -1,0 +1,175 @@
+"""Sessions whose agent runs on a remote host (issue 47, docs/remote-hosts.md), against a real sshd on loopback
+logging in another Unix user (tests/support/sshd.py) and an agent of the standard library alone sent there: a prompt,
+a file written there as that user, `kill -9` of the ssh link mid-turn — the turn goes on and ends with every update,
+once and in order — the gateway killed and started again with the turn still under way, and the gateway's machine
+holding none of it (no spool, no agent home: those are the remote user's)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.agenthost.ssh import run_remote
+from tests.gateway_harness import GatewayClient, GatewayProcess, subscribed
+from tests.support.sshd import Sshd, sshd
+
+AGENT = Path(__file__).parents[2] / "support" / "plain_acp_agent.py"
+
+
+class Remote:
+    def __init__(self, server: Sshd, tmp_path: Path, work: str) -> None:
+        self.server, self.tmp_path, self.work = server, tmp_path, work
+        agents = tmp_path / "agents"
+        agents.mkdir()
+        command = ["python3", f"{work}/.agent/plain_acp_agent.py"]
+        (agents / "plain.toml").write_text(f'id = "plain"\ncommand = {orjson.dumps(command).decode()}\n'
+                                           "native_session_resume = false\n")
+        config = tmp_path / "gateway.toml"
+        options = server.options
+        config.write_text(
+            f'[remote_hosts.lab]\nurl = "ssh://{server.target.user}@127.0.0.1:{server.target.port}"\n'
+            f'identity_file = "{options.identity_file}"\nknown_hosts = "{options.known_hosts}"\n'
+            f'python = "/usr/bin/python3"\nworkspace_roots = ["{work}"]\n')
+        self.gateway = GatewayProcess(tmp_path / "state", agents, config=config)
+
+    async def run(self, command: str) -> str:
+        return (await run_remote(self.server.target, self.server.options, command)).decode()
+
+    def forwards(self) -> list[int]:
+        """The gateway's ssh forwards to a remote host's socket (this test's alone make them)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes()
+                if b"ssh" in cmdline and b"-L" in cmdline and b".cache/acp-gateway/hosts/x-" in cmdline:
+                    found.append(int(entry.name))
+        return found
+
+
+@pytest.fixture
+async def remote(tmp_path: Path) -> AsyncIterator[Remote]:
+    async with sshd(tmp_path / "sshd") as server:
+        work = f"{server.home}/work-{secrets.token_hex(6)}"
+        await run_remote(server.target, server.options, f"mkdir -p {work}/.agent && cat > "
+                         f"{work}/.agent/plain_acp_agent.py", AGENT.read_bytes())
+        world = Remote(server, tmp_path, work)
+        try:
+            yield world
+        finally:
+            await world.gateway.stop()
+            # its hosts linger for their gateway: killed (a pattern its own shell's command line does not match)
+            await world.run("pkill -KILL -f '[.]cache/acp-gateway/hosts/x-'; pkill -KILL -f "
+                            f"'{work}/.agent/plain_acp_agen[t]'; rm -rf {work} .cache/acp-gateway/hosts; true")
+
+
+def chunks(events: list[dict[str, Any]], sid: str) -> list[str]:
+    return [e["data"]["update"]["content"]["text"] for e in events
+            if e["type"] == "session_update" and e["session_id"] == sid
+            and e["data"]["update"].get("sessionUpdate") == "agent_message_chunk"
+            and e["data"]["update"]["content"]["text"].startswith("chunk ")]
+
+
+async def start(client: GatewayClient, remote: Remote) -> str:
+    view = await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": remote.work,
+                                                    "wait_ready": True})
+    assert view["host"] == "lab" and view["state"] == "WAITING_FOR_INPUT", view.get("error_message")
+    return str(view["session_id"])
+
+
+async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(remote: Remote) -> None:
+    await remote.gateway.start()
+    client, log = await subscribed(remote.gateway)
+    sid = await start(client, remote)
+    said = await client.call("task.session.prompt", {"session_id": sid, "prompt": "/write hello.txt from afar"})
+    assert said["stop_reason"] == "end_turn"
+    uid = int(await remote.run("id -u"))
+    assert uid != os.geteuid()
+    assert await remote.run(f"stat -c %u {remote.work}/hello.txt") == f"{uid}\n"  # written there, as that user
+    assert await remote.run(f"cat {remote.work}/hello.txt") == "from afar"
+    # The file methods are not offered: the agent's files are not on the gateway's machine.
+    said = await client.call("task.session.prompt", {"session_id": sid, "prompt": "/fs hello.txt"})
+    fs_said = await log.wait(lambda e: e["type"] == "session_update" and "fs said" in str(e["data"]))
+    assert "-32601" in str(fs_said["data"])
+
+    gate = f"{remote.work}/gate"
+    prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
+                                                                         "prompt": f"/gate {gate} 40"}))
+    begun = await log.wait(lambda e: e["type"] == "turn_started" and gate in str(e["data"]))
+    await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
+                   and e["data"]["update"].get("content", {}).get("text") == "chunk 9 ")
+    [forward] = remote.forwards()
+    os.kill(forward, signal.SIGKILL)  # the link drops mid-turn
+    await remote.run(f"touch {gate}")  # the rest of the turn happens while the link is down, or as it comes back
+    assert (await asyncio.wait_for(prompt, 60))["stop_reason"] == "end_turn"
+    last = await log.wait(lambda e: e["type"] == "session_update" and e["session_id"] == sid
+                          and e["data"]["update"].get("content", {}).get("text") == "chunk 39 ", timeout=30)
+    await log.wait(lambda e: e["type"] == "turn_ended" and (e["id"] or 0) > last["id"], timeout=30)
+    events = [e for e in log.events if e["session_id"] == sid]
+    assert chunks(events, sid) == [f"chunk {i} " for i in range(40)]  # each once, in order, no gap
+    assert remote.forwards() and forward not in remote.forwards()  # a new link
+    history = await client.call("task.session.history", {"session_id": sid})
+    answer = [e for e in history["entries"] if e["kind"] == "agent_message"]
+    assert answer[-1]["content"] == "".join(f"chunk {i} " for i in range(40))
+
+    # The gateway killed mid-turn: the remote agent goes on, the next gateway links again and gets the rest.
+    gate2 = f"{remote.work}/gate2"
+    prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
+                                                                         "prompt": f"/gate {gate2} 30"}))
+    begun = await log.wait(lambda e: e["type"] == "turn_started" and gate2 in str(e["data"]))
+    await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
+                   and e["data"]["update"].get("content", {}).get("text") == "chunk 9 ")
+    await remote.gateway.kill9()
+    await client.close()
+    with contextlib.suppress(Exception):
+        await prompt
+    await remote.run(f"touch {gate2}")
+    await remote.gateway.start()
+    client, log = await subscribed(remote.gateway, 0)
+    begun = await log.wait(lambda e: e["type"] == "turn_started" and gate2 in str(e["data"]))
+    last = await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
+                          and e["data"]["update"].get("content", {}).get("text") == "chunk 29 ", timeout=60)
+    await log.wait(lambda e: e["type"] == "turn_ended" and (e["id"] or 0) > last["id"], timeout=30)
+    second = chunks([e for e in log.events if (e["id"] or 0) > begun["id"]], sid)
+    assert second == [f"chunk {i} " for i in range(30)]
+    status = await client.call("task.session.status", {"session_id": sid})
+    assert status["is_agent_running"] is True
+
+    # What the session holds is the remote user's: nothing of it on the gateway's machine but the forward's socket.
+    kept = [p for p in (remote.gateway.state_dir / "hosts").rglob("*") if p.is_file()]
+    assert kept == [], kept
+    assert not list(remote.gateway.state_dir.rglob("spool*"))
+    assert "spool" in await remote.run("ls $HOME/.cache/acp-gateway/hosts/*/")
+    await client.call("task.session.delete", {"session_id": sid})
+    await client.close()
+
+
+async def test_a_remote_host_is_only_one_the_operator_configured(remote: Remote) -> None:
+    await remote.gateway.start()
+    client = await remote.gateway.client()
+    for params in ({"host": "ssh://root@127.0.0.1", "cwd": remote.work}, {"host": "elsewhere", "cwd": remote.work}):
+        with pytest.raises(Exception) as refused:
+            await client.call("task.session.start", {"agent": "plain", **params})
+        assert "not one of this gateway's remote hosts" in str(refused.value) and "lab" in str(refused.value)
+    with pytest.raises(Exception) as refused:  # outside the host's workspace roots, as given or as resolved there
+        await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": "/etc"})
+    assert "outside remote host lab's workspace roots" in str(refused.value)
+    with pytest.raises(Exception) as refused:
+        await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": f"{remote.work}/../x"})
+    assert "normal path" in str(refused.value)
+    await remote.run(f"ln -s /etc {remote.work}/out")
+    view = await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": f"{remote.work}/out",
+                                                    "wait_ready": True})
+    assert view["state"] == "FAILED" and "resolves to /etc" in str(view), view
+    view = await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": f"{remote.work}/gone",
+                                                    "wait_ready": True})
+    assert view["state"] == "FAILED" and "does not exist on remote host lab" in str(view), view
+    await client.close()
