@@ -1,7 +1,8 @@
 """A small ACP agent of the Python standard library alone, for machines that have nothing of the gateway's (a remote
 host's tests send it over ssh). Prompts: `/write NAME TEXT` writes TEXT to NAME in its cwd with its own file I/O;
 `/gate PATH N` streams `chunk 0 ` … `chunk N-1 `, waiting after the tenth until PATH exists; `/fs NAME` asks the
-client for NAME with `fs/read_text_file` and says what came back; anything else is echoed."""
+client for NAME with `fs/read_text_file` and says what came back; `/ls DIR` says what DIR holds; anything else is
+echoed."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ def main() -> None:
                         while not os.path.exists(gate):
                             time.sleep(0.02)
                     say(sid, f"chunk {i} ")
+            elif word == "/ls":
+                try:
+                    said = " ".join(sorted(os.listdir(rest)))
+                except OSError as exc:
+                    said = f"error {exc.strerror}"
+                say(sid, f"ls {rest}: {said}")
             elif word == "/fs":
                 asked += 1
                 send({"jsonrpc": "2.0", "id": asked, "method": "fs/read_text_file",

@@ -26,7 +26,7 @@ AGENT = Path(__file__).parents[2] / "support" / "plain_acp_agent.py"
 
 
 class Remote:
-    def __init__(self, server: Sshd, tmp_path: Path, work: str) -> None:
+    def __init__(self, server: Sshd, tmp_path: Path, work: str, sandbox: str = "none") -> None:
         self.server, self.tmp_path, self.work = server, tmp_path, work
         agents = tmp_path / "agents"
         agents.mkdir()
@@ -38,7 +38,7 @@ class Remote:
         config.write_text(
             f'[remote_hosts.lab]\nurl = "ssh://{server.target.user}@127.0.0.1:{server.target.port}"\n'
             f'identity_file = "{options.identity_file}"\nknown_hosts = "{options.known_hosts}"\n'
-            f'python = "/usr/bin/python3"\nworkspace_roots = ["{work}"]\n')
+            f'python = "/usr/bin/python3"\nworkspace_roots = ["{work}"]\nsandbox = "{sandbox}"\n')
         self.gateway = GatewayProcess(tmp_path / "state", agents, config=config)
 
     async def run(self, command: str) -> str:
@@ -55,13 +55,13 @@ class Remote:
         return found
 
 
-@pytest.fixture
-async def remote(tmp_path: Path) -> AsyncIterator[Remote]:
+@pytest.fixture(params=["none"])
+async def remote(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Remote]:
     async with sshd(tmp_path / "sshd") as server:
         work = f"{server.home}/work-{secrets.token_hex(6)}"
         await run_remote(server.target, server.options, f"mkdir -p {work}/.agent && cat > "
                          f"{work}/.agent/plain_acp_agent.py", AGENT.read_bytes())
-        world = Remote(server, tmp_path, work)
+        world = Remote(server, tmp_path, work, request.param)
         try:
             yield world
         finally:
@@ -172,4 +172,26 @@ async def test_a_remote_host_is_only_one_the_operator_configured(remote: Remote)
     view = await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": f"{remote.work}/gone",
                                                     "wait_ready": True})
     assert view["state"] == "FAILED" and "does not exist on remote host lab" in str(view), view
+    await client.close()
+
+
+@pytest.mark.parametrize("remote", ["bwrap"], indirect=True)
+async def test_a_sandboxed_remote_agent_sees_its_workspace_and_nothing_of_other_sessions(remote: Remote) -> None:
+    await remote.gateway.start()
+    client, log = await subscribed(remote.gateway)
+    sid = await start(client, remote)
+    other = await start(client, remote)  # another session's host: its spool lies in the remote user's home
+    said = await client.call("task.session.prompt", {"session_id": sid, "prompt": "/write inside.txt yes"})
+    assert said["stop_reason"] == "end_turn"
+    assert await remote.run(f"cat {remote.work}/inside.txt") == "yes"
+    home = remote.server.home
+    for directory, expected in ((f"{home}/.cache/acp-gateway/hosts", "ls {d}: error"),
+                                (f"{home}/.ssh", "ls {d}: error"), (remote.work, "inside.txt")):
+        await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/ls {directory}"})
+        seen = await log.wait(lambda e, d=directory: e["type"] == "session_update"
+                              and f"ls {d}:" in str(e["data"]))
+        assert expected.format(d=directory) in seen["data"]["update"]["content"]["text"], seen
+    assert "spool" in await remote.run(f"ls {home}/.cache/acp-gateway/hosts/*/")  # there, but not shown to it
+    for session in (sid, other):
+        await client.call("task.session.delete", {"session_id": session})
     await client.close()
