@@ -458,6 +458,11 @@ class AgentInfo(Result):
     last_check: LastCheck | None = Field(default=None, description="its last conformance checks")
 
 
+class RemoteHostInfo(Result):
+    name: str = Field(description="what a start's `host` names")
+    workspace_roots: list[str] = Field(description="where on it your sessions may run: a cwd there lies inside one")
+
+
 class GatewayInfo(Result):
     version: str
     protocol_version: int
@@ -465,6 +470,8 @@ class GatewayInfo(Result):
     default_agent: str
     agents: list[AgentInfo]
     workspace_roots: list[str] = Field(description="where your sessions may run: a cwd must lie inside one")
+    remote_hosts: list[RemoteHostInfo] = Field(default_factory=list, description="the remote hosts your sessions may "
+                                               "run on (`host` of task.session.start; docs/remote-hosts.md)")
     instance_id: str = Field(description="this gateway process's id, new at every start: a client that sees it "
                              "change knows the gateway restarted (sessions whose agent it ran need a resume)")
 

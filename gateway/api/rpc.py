@@ -188,6 +188,9 @@ class RpcAdapter:
             "default_agent": self.default_agent,
             "agents": self.sessions.with_sign_in(ctx.owner, self._agents()),
             "workspace_roots": [str(root) for root in self.sessions.settings.roots_of(ctx.owner)],
+            "remote_hosts": [{"name": h.name, "workspace_roots": list(h.workspace_roots)}
+                             for h in self.sessions.settings.remote_hosts.values()
+                             if h.owners is None or ctx.owner in h.owners],
             **self.info,
         }
 

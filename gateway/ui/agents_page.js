@@ -39,6 +39,14 @@ function showInfo(info) {
   // field itself starts with the last directory a session started in, never with a root (the gateway refuses one
   // that holds its own files, as HOME does).
   state.roots = info.workspace_roots || [];
+  // The remote hosts this owner may run sessions on: a choice of the start form only when there are some.
+  const hosts = info.remote_hosts || [], hostPick = $("host");
+  if (hosts.length && hostPick.options.length !== hosts.length + 1) {
+    const here = el("option", "", "on this machine"); here.value = "";
+    hostPick.replaceChildren(here, ...hosts.map((h) => { const o = el("option", "", `on ${h.name} (${h.workspace_roots.join(", ")})`); o.value = h.name; return o; }));
+    hostPick.onchange = () => { $("worktree").disabled = !!hostPick.value; if (hostPick.value) $("worktree").checked = false; };
+  }
+  hostPick.hidden = !hosts.length;
   const recent = recentCwds();
   const offered = [...new Set([...recent, ...state.roots])];
   $("cwd-roots").replaceChildren(...offered.map((r) => { const o = el("option"); o.value = r; return o; }));

@@ -26,7 +26,8 @@ async function startSession(ev) {
   const cwd = $("cwd").value.trim();
   try {
     // "Own git worktree": the directory is a repository's top; the session works in a worktree made from it.
-    const where = $("worktree").checked ? { worktree: { repo: cwd } } : { cwd };
+    const host = $("host").value || undefined;  // a remote host's: the directory is one of that machine's
+    const where = host ? { cwd, host } : $("worktree").checked ? { worktree: { repo: cwd } } : { cwd };
     const view = await call("task.session.start", { agent: $("agent").value || undefined, ...where,
                                                     title: $("title").value || undefined, wait_ready: true });
     // The gateway took the directory (whatever became of the agent): the field offers it first from now on.

@@ -57,6 +57,11 @@ export function renderHead() {
     head.append(note);
   }
   head.append(el("span", "muted", `${s.name ? `${s.name} · ` : ""}${s.agent}${s.agent_version ? ` ${s.agent_version}` : ""} · ${s.cwd}`));
+  if (s.host) {  // its agent runs on a remote host: the cwd shown is a directory there
+    const host = el("span", "muted remote-host", `⇄ on ${s.host}`);
+    host.id = "remote-host"; host.title = `its agent runs on remote host ${s.host}, in ${s.cwd} there`;
+    head.append(host);
+  }
   if (s.worktree) {  // its own git worktree: the branch it works on, and where it came from
     const branch = el("span", "muted worktree-branch", `⎇ ${s.worktree.branch} (from ${s.worktree.base})`);
     branch.id = "worktree-branch"; branch.title = `a git worktree of ${s.worktree.repo}`;

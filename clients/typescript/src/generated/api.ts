@@ -362,9 +362,27 @@ export interface GatewayInfo {
   instance_id: string;
   owner: string;
   protocol_version: number;
+  /**
+   * the remote hosts your sessions may run on (`host` of task.session.start; docs/remote-hosts.md)
+   */
+  remote_hosts?: RemoteHostInfo[];
   version: string;
   /**
    * where your sessions may run: a cwd must lie inside one
+   */
+  workspace_roots: string[];
+}
+/**
+ * This interface was referenced by `ApiSchemas`'s JSON-Schema
+ * via the `definition` "RemoteHostInfo".
+ */
+export interface RemoteHostInfo {
+  /**
+   * what a start's `host` names
+   */
+  name: string;
+  /**
+   * where on it your sessions may run: a cwd there lies inside one
    */
   workspace_roots: string[];
 }
@@ -528,6 +546,10 @@ export interface ResumeView {
   forked_from?: string | null;
   has_resume_token: boolean;
   /**
+   * the remote host its agent runs on, by its configured name (docs/remote-hosts.md); null: the gateway's machine
+   */
+  host?: string | null;
+  /**
    * how the agent came back (restored by session/resume or load, a fresh session and why) or why it could not; null when it was already running or not waited for
    */
   how?: string | null;
@@ -630,6 +652,10 @@ export interface SessionSummary {
    */
   forked_from?: string | null;
   has_resume_token: boolean;
+  /**
+   * the remote host its agent runs on, by its configured name (docs/remote-hosts.md); null: the gateway's machine
+   */
+  host?: string | null;
   is_agent_running: boolean;
   /**
    * the name given at start, accepted wherever the id is
@@ -681,6 +707,10 @@ export interface SessionView {
    */
   forked_from?: string | null;
   has_resume_token: boolean;
+  /**
+   * the remote host its agent runs on, by its configured name (docs/remote-hosts.md); null: the gateway's machine
+   */
+  host?: string | null;
   is_agent_running: boolean;
   /**
    * the name given at start, accepted wherever the id is
@@ -732,6 +762,10 @@ export interface StatusView {
    */
   forked_from?: string | null;
   has_resume_token: boolean;
+  /**
+   * the remote host its agent runs on, by its configured name (docs/remote-hosts.md); null: the gateway's machine
+   */
+  host?: string | null;
   is_agent_running: boolean;
   is_resumable: boolean;
   /**
@@ -824,6 +858,10 @@ export interface SessionStartParams {
    * run the session in a git worktree of its own, made for it from `repo` on a new branch: its cwd (docs/worktrees.md)
    */
   worktree?: WorktreeSpec | null;
+  /**
+   * run its agent on this remote host: the name (or ssh:// URL) of one the operator configured (docs/remote-hosts.md); `cwd` is then a directory there. Default: the profile's, else the gateway's machine
+   */
+  host?: string | null;
   /**
    * the task: sent as the first prompt on the first launch
    */
