@@ -170,7 +170,7 @@ async def test_an_sqlite_file_from_before_agent_hosts_upgrades_in_place(tmp_path
     db.close()
     store = await Store.open(path)
     try:
-        assert (await store.fetchone("PRAGMA user_version"))[0] == len(MIGRATIONS) == 16
+        assert (await store.fetchone("PRAGMA user_version"))[0] == len(MIGRATIONS) == 17
         assert (await store.sessions.get("s-1")) is not None
         await store.hosts.put("s-1", "x1", host())
         await store.hosts.set_mark("s-1", {"agent": 3})
@@ -197,7 +197,7 @@ async def test_a_postgresql_store_from_before_agent_hosts_upgrades_in_place(pg_u
         await conn.close()
     store = await open_store(pg_url, node="node-a/1")
     try:
-        assert (await store.fetchone("SELECT MAX(version) FROM schema_version"))[0] == len(PG_MIGRATIONS) == 14
+        assert (await store.fetchone("SELECT MAX(version) FROM schema_version"))[0] == len(PG_MIGRATIONS) == 15
         await store.hosts.put("s-1", "x1", host())
         assert await store.hosts.next_incarnation("s-1") == 1
         assert (await store.hosts.get("s-1")) == HostRow("s-1", "x1", host(), None, 1)
