@@ -148,6 +148,7 @@ class Relink:
 
     again: Callable[[], Awaitable[tuple[str, int]]]
     timeout: float = 60.0
+    name: str = "an agent host"  # what the log calls it: the session and its remote host
 
 
 async def _hello(socket_path: str, secret: str, incarnation: int, committed: int,
@@ -207,7 +208,8 @@ class HostConnection:
         self._terminal_news: list[dict[str, Any]] = []  # what came before anyone listened
         self._terminal_answers: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         self._secret = ""
-        self._received = committed  # the last agent line queued here: a new link goes on after it
+        self._received = committed  # the last agent line queued here: a new link's replay goes on after it
+        self._acked = committed  # the last the gateway acked (committed): a new link attaches with it
         self._closing = False  # `close` or `release`: the end is the gateway's doing
         self.relink: Relink | None = None  # set for a host reached over a link that may drop (ssh)
         self.relinks = 0
@@ -242,8 +244,14 @@ class HostConnection:
         deadline, pause = loop.time() + relink.timeout, 0.1
         while True:
             try:
-                socket_path, incarnation = await relink.again()
-                writer, frames, welcome = await _hello(socket_path, self._secret, incarnation, self._received,
+                try:
+                    socket_path, incarnation = await relink.again()
+                except HostError as exc:  # ssh could not link (yet): tried again until the deadline
+                    raise HostDisconnected(str(exc)) from exc
+                # Attached with what the gateway committed (acked), never more: a gateway that dies next attaches
+                # from its journal, and the host must still hold every line after that. What came here since is
+                # passed over as it comes again (`_queue_run`).
+                writer, frames, welcome = await _hello(socket_path, self._secret, incarnation, self._acked,
                                                        max(1.0, deadline - loop.time()))
                 break
             except HostDisconnected as exc:  # the link is not back yet
@@ -260,8 +268,8 @@ class HostConnection:
             self.on_taken(welcome.written)
         if welcome.exit_code is not None and not self.exit_code.done():
             self.exit_code.set_result(welcome.exit_code)
-        for seq, line in sorted(self.outbox.unwritten.items()):
-            self._send_line(seq, line)
+        for seq, line in sorted(self.outbox.unwritten.items()):  # straight on the new link (not yet `_linked`)
+            writer.write(protocol.encode({"t": protocol.LINE, "seq": seq, **protocol.carry(line)}))
         if self.on_relinked is not None:
             self.on_relinked(welcome)
 
@@ -277,12 +285,15 @@ class HostConnection:
                     return
                 self._writer.close()
                 self._linked.clear()
-                log.warning("the link to an agent host dropped (%s); linking again", reason)
+                self._fail_answers(reason)  # asked on the dropped link: the asker asks again
+                log.warning("%s: the link to its agent host dropped (%s); linking again", relink.name, reason)
                 try:
                     await self._relink(relink)
                 except HostError as exc:
+                    log.warning("%s: %s; its agent counts as gone", relink.name, exc)
                     reason = exc
                     return
+                log.info("%s: linked to its agent host again (link %d)", relink.name, self.relinks + 1)
                 held, self._held = self._held, []
                 self._linked.set()
                 for frame in held:
@@ -291,14 +302,17 @@ class HostConnection:
             self.closed_reason = reason
             self._linked.set()
             self._writer.close()
-            for answer in [*self._answers, *self._terminal_answers.values()]:
-                if not answer.done():
-                    answer.set_exception(reason)
-            self._answers.clear()
-            self._terminal_answers.clear()
+            self._fail_answers(reason)
             self._arrived.set()
             if not self.ended.done():
                 self.ended.set_result(None)
+
+    def _fail_answers(self, reason: HostError) -> None:
+        for answer in [*self._answers, *self._terminal_answers.values()]:
+            if not answer.done():
+                answer.set_exception(reason)
+        self._answers.clear()
+        self._terminal_answers.clear()
 
     async def _read_link(self) -> HostError:
         """Frames of the current link until it ends; why it ended."""
@@ -353,8 +367,11 @@ class HostConnection:
         return None
 
     def _queue_run(self, first: int, lines: list[bytes]) -> None:
-        if first + len(lines) - 1 <= self._received and self.relinks:  # a new link's replay of what is here (never)
-            return
+        if first <= self._received:  # a new link's replay of lines already here: only what is new is taken
+            if first + len(lines) - 1 <= self._received:
+                return
+            lines = lines[self._received - first + 1:]
+            first = self._received + 1
         self._received = first + len(lines) - 1
         size = sum(map(len, lines))
         self._lines.append(_Run(first, lines, 0, size))
@@ -441,6 +458,10 @@ class HostConnection:
             self._send_line(seq, line)
         return seq
 
+    async def wait_linked(self) -> None:
+        """Until a dropped link has been replaced (at once when it was not dropped, or the connection ended)."""
+        await self._linked.wait()
+
     async def drain(self) -> None:
         await self._linked.wait()  # a dropped link: the lines wait in the outbox for the new one
         if self.closed_reason is not None:
@@ -451,6 +472,7 @@ class HostConnection:
         """The gateway committed the agent's lines up to `offset`: the host may drop them (and its own lines up to
         `sent`)."""
         self._send({"t": protocol.ACK, "offset": offset, **({"sent": sent} if sent is not None else {})})
+        self._acked = max(self._acked, offset)
 
     async def _ask(self, frame: dict[str, Any]) -> dict[str, Any]:
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -520,8 +542,10 @@ class HostConnection:
         """Detach: the host and its agent go on (until LG-1)."""
         self._closing = True
         self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        with contextlib.suppress(Exception):  # a peer that reads nothing more (a dropped link) is not waited for
+            await asyncio.wait_for(self._writer.wait_closed(), 2.0)
+        if not self._writer.transport.is_closing() or self._writer.transport.get_write_buffer_size():
+            self._writer.transport.abort()
         self._reading.cancel()
         with contextlib.suppress(BaseException):
             await self._reading

@@ -28,6 +28,9 @@ SSH = shutil.which("ssh", path="/usr/bin:/bin") or "/usr/bin/ssh"  # found once,
 # A forward dies with the gateway that started it (kill -9 included): the next gateway starts its own
 SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
 TIMEOUT = 30.0
+# Under the remote user's home: the host application, the hosts' directories, the agent homes. Short: a host's
+# socket there is reached by path (sshd's connect), at most 107 bytes.
+REMOTE_STATE = ".acp-gateway"
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,14 @@ async def kill_remote_host(target: SshTarget, options: SshOptions, host_pid: int
     """The remote host killed (its agent dies with it) if that pid is still a shipped host, and its directory (its
     socket and spool: the agent's conversation) removed."""
     await run_remote(target, options, f"grep -qs acp-gateway/host- /proc/{int(host_pid)}/cmdline && "
-                     f"kill -KILL {int(host_pid)}; rm -rf -- {shlex.quote(directory)}")
+                     f"kill -KILL {int(host_pid)}; rm -rf -- {shlex.quote(directory)}; "
+                     f"rmdir -- {shlex.quote(str(Path(directory).parent))} 2>/dev/null; true")
 
 
 async def ship_host(target: SshTarget, options: SshOptions, home: str) -> str:
     """The host application on the remote machine (sent only when that version is not there yet): its path."""
     application = host_application()
-    directory = f"{home}/.cache/acp-gateway"
+    directory = f"{home}/{REMOTE_STATE}"
     path = f"{directory}/host-{application_hash(application)}.pyz"
     quoted, partial = shlex.quote(path), shlex.quote(f"{path}.part")
     await run_remote(target, options, f"umask 077; mkdir -p {shlex.quote(directory)} && "

@@ -87,7 +87,7 @@ async def fork_session(store: StoreBase, writer: SessionWriter, settings: Settin
         title=title if title is not None else _fork_title(row),
         description=None, task_id=None, task_state=TaskState.TODO, session_state=SessionState.CREATED,
         config=setup, name=name, fork=(row.id, forked, through), agent_version=row.agent_version,
-        session_id=session_id, worktree=worktree.to_json() if worktree else None)
+        session_id=session_id, worktree=worktree.to_json() if worktree else None, host=row.host)
     with contextlib.suppress(Exception):  # said for the people watching the original; the fork stands regardless
         await writer.message(row, "info", f"Forked into session {new.id}.")
     return new

@@ -35,9 +35,9 @@ from ..agenthost.client import HostConnection, HostError, Relink, new_secret, st
 from ..agenthost.ledger import Ledger, Mark
 from ..agenthost.remote_terminals import RemoteTerminals
 from ..agenthost.spec import HostSpec, private_directory
-from ..agenthost.ssh import Forward, kill_remote_host, ship_host, start_remote_host
+from ..agenthost.ssh import Forward, kill_remote_host, run_remote, ship_host, start_remote_host
 from ..store import StoreBase
-from .remote_hosts import RemoteHost, RemotePlaces
+from .remote_hosts import RemoteHost, RemotePlaces, clear_command
 from .spawn_env import Spawn
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class Hosts:
         """A new host for this launch on a remote machine (`spawn`: the command and environment there, `home`: the
         remote user's), reached through a forward of its socket; raises HostError when it could not start."""
         places = RemotePlaces(home)
-        remote_dir = places.host_dir(execution_id)
+        remote_dir = places.host_dir(session_id, execution_id)
         socket, _ = host_paths(self.state_dir, execution_id)  # names it this gateway's (`ours`); never made
         secret, secret_hash = new_secret()
         spec = HostSpec(argv=list(spawn.argv), cwd=spawn.cwd, env=dict(spawn.env), spool_dir=f"{remote_dir}/spool",
@@ -238,6 +238,9 @@ class Hosts:
                         linger=self.linger or DEFAULT_REMOTE_LINGER, stop_grace=stop_grace, stderr_bytes=stderr_bytes,
                         tree_marker=tree_marker if tree_marker in spawn.env else None,
                         log_path=f"{remote_dir}/host.log")
+        if len(spec.socket_path.encode()) > 107:  # sshd reaches it by path: a socket address holds no more
+            raise HostError(f"remote host {host.name}: its user's home {home} is too long a path for the agent "
+                            f"host's socket there ({spec.socket_path}); use an SSH user with a shorter home")
         application = await ship_host(host.target, host.options, home)
         handle = await start_remote_host(host.target, host.options, application, spec, python=host.python)
         record = HostRecord(socket, spec.spool_dir, secret, handle.host_pid, handle.agent_pid, list(spawn.argv),
@@ -287,6 +290,19 @@ class Hosts:
                 await kill_remote_host(host.target, host.options, record.host_pid,
                                        str(Path(record.remote_socket).parent))
 
+    async def clear_remote(self, session_id: str, host_name: str) -> None:
+        """Whatever a session's executions left running or stored on its remote host, ended and removed (a deleted
+        session's: a host whose link did not come back waits there for a gateway). Said, not raised, when ssh
+        cannot reach it: the host ends by its linger there."""
+        host = self.remote_hosts.get(host_name)
+        if host is None:
+            return
+        try:
+            await run_remote(host.target, host.options, clear_command(session_id))
+        except HostError as exc:
+            log.warning("session %s: what it left on remote host %s could not be removed (%s); its host ends by "
+                        "itself within host_linger", session_id, host_name, exc, extra={"session_id": session_id})
+
     async def reattach(self, session_id: str) -> HostedAgent | None:
         """The session's host, attached again with what the journal holds of its lines; None when there is none to
         attach to (it died, lingered out, or refused): the session then goes by the restore rules."""
@@ -323,7 +339,8 @@ class Hosts:
             async def again() -> tuple[str, int]:
                 return await self._link(session_id, record), await self.store.hosts.next_incarnation(session_id)
 
-            connection.relink = Relink(again, self.relink_timeout)
+            connection.relink = Relink(again, self.relink_timeout,
+                                       f"session {session_id} on remote host {record.remote}")
         agent = HostedAgent(connection, record, ledger, incarnation, init, marked_terminals)
         self.agents[session_id] = agent
         self._forget_terminals(session_id)
@@ -335,7 +352,7 @@ class Hosts:
             await self.store.hosts.drop(session_id)
             self._clear(record)
             await self.unlink(session_id)
-            if record.remote is not None and not connection.exit_code.done():  # it did not end by its rules
+            if record.remote is not None:  # ended there too if it did not end by its rules; its directory goes
                 await self._kill_remote(record)
 
         agent.on_stopped = stopped

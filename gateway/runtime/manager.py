@@ -847,6 +847,8 @@ class SessionManager:
                              live.acp_session_id, exc)
             await self._stop_live(live)
         self.keeper.drop(row.id)
+        if row.host is not None:  # what its executions left on its remote host (one whose link did not come back)
+            await self.launcher.hosts.clear_remote(row.id, row.host)
         try:  # its worktree (its branch too when `discard`) and its checkpoints go first: the rows name them
             await self.git.remove(row, discard)
         except Exception as exc:  # said, not fatal: the session goes; what git kept, the log names

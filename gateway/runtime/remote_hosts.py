@@ -6,16 +6,18 @@ are `agenthost/ssh.py`'s, called from `hosting.py`."""
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..agenthost.ssh import SshOptions, SshTarget
+from ..agenthost.ssh import REMOTE_STATE, SshOptions, SshTarget
 
 SYSTEM_DIRECTORIES = ("/proc", "/sys", "/dev")
-STATE = ".cache/acp-gateway"  # under the remote user's home: the host application, hosts' sockets, spools, homes
+STATE = REMOTE_STATE
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+SESSION_ID = re.compile(r"^s-[0-9a-f]{32}$")
 
 
 class RemoteRule(StrEnum):
@@ -102,8 +104,10 @@ class RemotePlaces:
     def state(self) -> str:
         return f"{self.home}/{STATE}"
 
-    def host_dir(self, execution_id: str) -> str:
-        return f"{self.state()}/hosts/{execution_id}"
+    def host_dir(self, session_id: str, execution_id: str) -> str:
+        """An execution's host directory (its socket, spool and log), under its session's: a launch first ends
+        whatever an earlier execution of the session left running there (`clear_command`)."""
+        return f"{self.state()}/hosts/{session_id}/{execution_id[:14]}"  # x- and 12 hex digits: short
 
     def agent_home(self, owner_dir: str, profile: str) -> str:
         """The owner's agent home for this profile there: never another owner's (as on the gateway's machine)."""
@@ -118,21 +122,59 @@ def agent_env(host: RemoteHost, agent_home: str, env: Mapping[str, str], local_h
     return {**moved, "HOME": agent_home, "PATH": host.path}
 
 
+# Run there by the host's Python before bubblewrap: each directory to bind opened from `/` one component at a time,
+# never through a symbolic link, and handed to bubblewrap as that open directory (`--bind-fd`). A directory swapped
+# for a link between the gateway's check and the bind (by an agent of the same remote user) is refused, not followed.
+PIN = """import os, sys
+i = sys.argv.index("--")
+paths, command = sys.argv[1:i], sys.argv[i + 1:]
+binds = []
+for path in paths:
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    for part in path.strip("/").split("/"):
+        try:
+            if part in ("", ".", ".."):
+                raise OSError("not a normal path")
+            step = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            sys.exit(f"acp-gateway: {path} is not a directory reached without symbolic links ({exc}): not bound")
+        os.close(fd)
+        fd = step
+    os.set_inheritable(fd, True)
+    binds += ["--bind-fd", str(fd), path]
+at = command.index("--chdir")
+os.execvp(command[0], command[:at] + binds + command[at:])
+"""
+
+
 def agent_command(host: RemoteHost, argv: Sequence[str], cwd: str, agent_home: str, home: str) -> list[str]:
     """The agent's command there (RH-4): as it is, or under bubblewrap showing it the system read-only, its cwd and
-    its agent home writable, and nothing else of the remote user's home (other sessions' spools and homes)."""
+    its agent home writable (bound as opened without following a link: `PIN`), and nothing else of the remote
+    user's home (other sessions' spools and homes, its .ssh)."""
     if host.sandbox != "bwrap":
         return list(argv)
-    return ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--ro-bind", "/", "/",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", home,
-            "--bind", agent_home, agent_home, "--bind", cwd, cwd, "--chdir", cwd, "--", *argv]
+    return [host.python, "-I", "-c", PIN, agent_home, cwd, "--",
+            "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--ro-bind", "/", "/",
+            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", home, "--chdir", cwd, "--", *argv]
 
 
-def prepare_command(cwd: str, owner_dir: str, profile: str) -> str:
-    """One shell command for the remote side: the owner's agent home made (0700), then the remote user's home and
-    `cwd` resolved (`cd -P`), one a line; exit status 3 when `cwd` is not a directory there."""
+def clear_command(session_id: str) -> str:
+    """A shell command that ends every host a session's earlier executions left running there (a link that did not
+    come back leaves its host waiting for a gateway; its agent dies with it) and removes their directories. The
+    pattern's bracket keeps it from matching the command line of the shell that runs it."""
+    if not SESSION_ID.match(session_id):
+        raise ValueError(f"not a session id: {session_id!r}")
+    return (f"pkill -KILL -f '[.]acp-gateway/hosts/[{session_id[0]}]{session_id[1:]}/' ; "
+            f"rm -rf -- \"$HOME/{STATE}/hosts/{session_id}\"; true")
+
+
+def prepare_command(session_id: str, cwd: str, owner_dir: str, profile: str) -> str:
+    """One shell command for the remote side: what the session's earlier executions left there ended
+    (`clear_command`), the owner's agent home made (0700), then the remote user's home and `cwd` resolved (`cd -P`),
+    one a line; exit status 3 when `cwd` is not a directory there."""
     relative = f"{STATE}/homes/{owner_dir}/{profile}"
-    return (f"umask 077; cd \"$HOME\" && mkdir -p {shlex.quote(relative)} && printf '%s\\n' \"$HOME\" && "
+    return (f"{clear_command(session_id)}; umask 077; cd -P \"$HOME\" && mkdir -p {shlex.quote(relative)} && "
+            f"pwd -P && "
             f"{{ cd -P -- {shlex.quote(cwd)} 2>/dev/null || {{ echo 'no such directory' >&2; exit 3; }}; }} && pwd -P")
 
 

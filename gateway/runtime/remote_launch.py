@@ -49,7 +49,7 @@ async def prepare(hosts: Mapping[str, RemoteHost], session_id: str, owner: str, 
         raise RemoteRefused(f"session {session_id}: {refused.message}")
     try:
         said = await run_remote(host.target, host.options,
-                                remote_hosts.prepare_command(cwd, owner_dir_name(owner), profile))
+                                remote_hosts.prepare_command(session_id, cwd, owner_dir_name(owner), profile))
     except HostError as exc:
         if "no such directory" in str(exc):
             raise RemoteRefused(f"session {session_id}: its workspace {cwd} does not exist on remote host "
@@ -63,6 +63,10 @@ async def prepare(hosts: Mapping[str, RemoteHost], session_id: str, owner: str, 
     refused = remote_hosts.cwd_refusal(host, real)  # a link there that leads out of the roots
     if refused is not None:
         raise RemoteRefused(f"session {session_id}: {cwd} resolves to {real} there: {refused.message}")
+    if host.sandbox == "bwrap" and real != cwd.rstrip("/"):  # bound as opened, never through a link (`PIN`)
+        raise RemoteRefused(f"session {session_id}: {cwd} on remote host {host.name} goes through a symbolic link "
+                            f"(it is {real}): a sandboxed session's directory is named without links; start it "
+                            f"with cwd {real}")
     return RemoteSite(host, home, real, RemotePlaces(home).agent_home(owner_dir_name(owner), profile))
 
 

@@ -80,28 +80,47 @@ def test_what_a_remote_session_cannot_have(worktree: bool, directories: list[str
 
 
 def test_the_agents_environment_there_names_no_path_of_the_gateways_machine() -> None:
-    env = remote_hosts.agent_env(LAB, "/home/dev/.cache/acp-gateway/homes/o/ref",
+    env = remote_hosts.agent_env(LAB, "/home/dev/.acp-gateway/homes/o/ref",
                                  {"HOME": "/var/gw/homes/o", "XDG_CONFIG_HOME": "/var/gw/homes/o/.config",
                                   "PATH": "/opt/gw/venv/bin:/usr/bin", "API_KEY": "k", "ACP_AGENT_EXECUTION": "x-1"},
                                  "/var/gw/homes/o")
-    assert env == {"HOME": "/home/dev/.cache/acp-gateway/homes/o/ref",
-                   "XDG_CONFIG_HOME": "/home/dev/.cache/acp-gateway/homes/o/ref/.config",
+    assert env == {"HOME": "/home/dev/.acp-gateway/homes/o/ref",
+                   "XDG_CONFIG_HOME": "/home/dev/.acp-gateway/homes/o/ref/.config",
                    "PATH": LAB.path, "API_KEY": "k", "ACP_AGENT_EXECUTION": "x-1"}
 
 
 def test_the_command_there_is_bare_or_under_bubblewrap_showing_only_its_own() -> None:
     assert remote_hosts.agent_command(LAB, ["agent", "--acp"], "/srv/work/p", "/h/ah", "/h") == ["agent", "--acp"]
     confined = RemoteHost("c", LAB.target, workspace_roots=LAB.workspace_roots, sandbox="bwrap")
-    argv = remote_hosts.agent_command(confined, ["agent"], "/srv/work/p", "/h/.cache/acp-gateway/homes/o/r", "/h")
-    assert argv[0] == "bwrap" and argv[-2:] == ["--", "agent"]
-    binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
-    assert binds == ["/h/.cache/acp-gateway/homes/o/r", "/srv/work/p"]
-    assert argv.index("--tmpfs") < argv.index("--bind")  # the remote user's home masked before its own are shown
-    assert ["--tmpfs", "/h"] == argv[argv.index("/h") - 1:argv.index("/h") + 1]
+    argv = remote_hosts.agent_command(confined, ["agent"], "/srv/work/p", "/h/.acp-gateway/homes/o/r", "/h")
+    # the host's Python pins the two directories (opened without following a link), then execs bubblewrap
+    assert argv[:4] == ["python3", "-I", "-c", remote_hosts.PIN]
+    assert argv[4:7] == ["/h/.acp-gateway/homes/o/r", "/srv/work/p", "--"]
+    bwrap = argv[7:]
+    assert bwrap[0] == "bwrap" and bwrap[-2:] == ["--", "agent"] and "--bind" not in bwrap
+    assert ["--tmpfs", "/h"] == bwrap[bwrap.index("/h") - 1:bwrap.index("/h") + 1]  # the remote user's home masked
+
+
+def test_the_pinning_binds_directories_as_opened_and_refuses_a_link(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    base = Path(str(tmp_path))
+    (base / "real").mkdir()
+    (base / "link").symlink_to(base / "real")
+    echo = [sys.executable, "-I", "-c", remote_hosts.PIN]
+    shown = subprocess.run([*echo, str(base / "real"), "--", "echo", "bwrap", "--chdir", "x", "--", "a"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert shown[:2] == ["bwrap", "--bind-fd"] and shown[3:] == [str(base / "real"), "--chdir", "x", "--", "a"]
+    refused = subprocess.run([*echo, str(base / "link" / "."), "--", "echo"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "not a directory reached without symbolic links" in refused.stderr
+    refused = subprocess.run([*echo, str(base / "link"), "--", "echo"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "not bound" in refused.stderr
 
 
 def test_the_prepare_command_quotes_what_it_is_given() -> None:
-    command = remote_hosts.prepare_command("/srv/work/it's $(here)", "o-1", "ref")
+    command = remote_hosts.prepare_command("s-" + "0" * 32, "/srv/work/it's $(here)", "o-1", "ref")
     assert "'/srv/work/it'\"'\"'s $(here)'" in command and "pwd -P" in command
 
 

@@ -50,7 +50,7 @@ class Remote:
         for entry in Path("/proc").iterdir():
             with contextlib.suppress(OSError):
                 cmdline = (entry / "cmdline").read_bytes()
-                if b"ssh" in cmdline and b"-L" in cmdline and b".cache/acp-gateway/hosts/x-" in cmdline:
+                if b"ssh" in cmdline and b"-L" in cmdline and b".acp-gateway/hosts/s-" in cmdline:
                     found.append(int(entry.name))
         return found
 
@@ -67,8 +67,8 @@ async def remote(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
         finally:
             await world.gateway.stop()
             # its hosts linger for their gateway: killed (a pattern its own shell's command line does not match)
-            await world.run("pkill -KILL -f '[.]cache/acp-gateway/hosts/x-'; pkill -KILL -f "
-                            f"'{work}/.agent/plain_acp_agen[t]'; rm -rf {work} .cache/acp-gateway/hosts; true")
+            await world.run("pkill -KILL -f '[.]acp-gateway/hosts/s-'; pkill -KILL -f "
+                            f"'{work}/.agent/plain_acp_agen[t]'; rm -rf {work} .acp-gateway/hosts; true")
 
 
 def chunks(events: list[dict[str, Any]], sid: str) -> list[str]:
@@ -147,8 +147,10 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     kept = [p for p in (remote.gateway.state_dir / "hosts").rglob("*") if p.is_file()]
     assert kept == [], kept
     assert not list(remote.gateway.state_dir.rglob("spool*"))
-    assert "spool" in await remote.run("ls $HOME/.cache/acp-gateway/hosts/*/")
+    assert "spool" in await remote.run("ls $HOME/.acp-gateway/hosts/*/*/")
     await client.call("task.session.delete", {"session_id": sid})
+    # and nothing of it is left there: no host, no agent, no directory
+    assert await remote.run(f"ls -A $HOME/.acp-gateway/hosts/; pgrep -f '{remote.work}/[.]agent' ; true") == ""
     await client.close()
 
 
@@ -185,13 +187,13 @@ async def test_a_sandboxed_remote_agent_sees_its_workspace_and_nothing_of_other_
     assert said["stop_reason"] == "end_turn"
     assert await remote.run(f"cat {remote.work}/inside.txt") == "yes"
     home = remote.server.home
-    for directory, expected in ((f"{home}/.cache/acp-gateway/hosts", "ls {d}: error"),
+    for directory, expected in ((f"{home}/.acp-gateway/hosts", "ls {d}: error"),
                                 (f"{home}/.ssh", "ls {d}: error"), (remote.work, "inside.txt")):
         await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/ls {directory}"})
         seen = await log.wait(lambda e, d=directory: e["type"] == "session_update"
                               and f"ls {d}:" in str(e["data"]))
         assert expected.format(d=directory) in seen["data"]["update"]["content"]["text"], seen
-    assert "spool" in await remote.run(f"ls {home}/.cache/acp-gateway/hosts/*/")  # there, but not shown to it
+    assert "spool" in await remote.run(f"ls {home}/.acp-gateway/hosts/*/*/")  # there, but not shown to it
     for session in (sid, other):
         await client.call("task.session.delete", {"session_id": session})
     await client.close()
