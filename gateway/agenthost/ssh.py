@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import shlex
@@ -28,6 +29,7 @@ SSH = shutil.which("ssh", path="/usr/bin:/bin") or "/usr/bin/ssh"  # found once,
 # A forward dies with the gateway that started it (kill -9 included): the next gateway starts its own
 SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
 TIMEOUT = 30.0
+OUTPUT_BYTES = 64 * 1024  # what one remote command may say (each says a line or two)
 # Under the remote user's home: the host application, the hosts' directories, the agent homes. Short: a host's
 # socket there is reached by path (sshd's connect), at most 107 bytes.
 REMOTE_STATE = ".acp-gateway"
@@ -61,6 +63,7 @@ class SshTarget:
     def argv(self, options: SshOptions, *more: str) -> list[str]:
         """ssh's command line: no password prompt, no pseudo-terminal, the host key checked, then `more`."""
         argv = [SSH, "-p", str(self.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-T",
+                "-o", "ConnectTimeout=15",
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "ExitOnForwardFailure=yes"]
         if options.identity_file:
             argv += ["-i", options.identity_file, "-o", "IdentitiesOnly=yes"]
@@ -78,16 +81,45 @@ def ssh_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 async def run_remote(target: SshTarget, options: SshOptions, command: str, stdin: bytes | None = None,
                      timeout: float = TIMEOUT) -> bytes:
-    """`command` run by the remote user's shell; its output. HostError with ssh's words when it fails."""
+    """`command` run by the remote user's shell; its output (at most OUTPUT_BYTES: the remote side is not trusted
+    to be brief — a login script may print without end). HostError with ssh's words when it fails."""
     given = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(*target.argv(options, command), stdin=given,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 start_new_session=True, env=ssh_env(), cwd="/")
+    assert proc.stdout is not None and proc.stderr is not None
+
+    async def bounded(stream: asyncio.StreamReader) -> bytes:
+        data = await stream.read(OUTPUT_BYTES + 1)
+        while len(data) <= OUTPUT_BYTES and (more := await stream.read(OUTPUT_BYTES + 1 - len(data))):
+            data += more
+        if len(data) > OUTPUT_BYTES:
+            proc.kill()
+            raise HostError(f"ssh to {target.host}: the remote side said more than {OUTPUT_BYTES} bytes (a login "
+                            "script that prints?); nothing of it was taken")
+        return data
+
+    async def give() -> bytes:
+        if stdin is not None and proc.stdin is not None:
+            proc.stdin.write(stdin)
+            with contextlib.suppress(ConnectionError):
+                await proc.stdin.drain()
+            proc.stdin.close()
+        return b""
+
+    async def talk() -> tuple[bytes, bytes]:
+        _, out, err = await asyncio.gather(give(), bounded(proc.stdout), bounded(proc.stderr))  # type: ignore[arg-type]
+        await proc.wait()
+        return out, err
+
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-    except TimeoutError:
+        out, err = await asyncio.wait_for(talk(), timeout)
+    except (TimeoutError, HostError) as exc:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
+        await proc.wait()
+        if isinstance(exc, HostError):
+            raise
         raise HostError(f"ssh to {target.host} did not answer within {timeout:g} s") from None
     if proc.returncode != 0:
         said = " ".join(err.decode(errors="replace").strip().splitlines()[-2:]) or f"exit status {proc.returncode}"
@@ -113,8 +145,10 @@ async def ship_host(target: SshTarget, options: SshOptions, home: str) -> str:
     directory = f"{home}/{REMOTE_STATE}"
     path = f"{directory}/host-{application_hash(application)}.pyz"
     quoted, partial = shlex.quote(path), shlex.quote(f"{path}.part")
+    whole = hashlib.sha256(application).hexdigest()  # one there that is not these bytes (changed) is replaced
     await run_remote(target, options, f"umask 077; mkdir -p {shlex.quote(directory)} && "
-                     f"{{ test -f {quoted} || {{ cat > {partial} && mv -f {partial} {quoted}; }}; }}", application)
+                     f"{{ {{ test -f {quoted} && [ \"$(sha256sum < {quoted} | cut -c1-64)\" = {whole} ]; }} || "
+                     f"{{ cat > {partial} && mv -f {partial} {quoted}; }}; }}", application)
     return path
 
 
@@ -131,7 +165,10 @@ async def start_remote_host(target: SshTarget, options: SshOptions, application:
     words = said.strip().split(" ", 2)
     if len(words) == 3 and words[0] == "ready":
         return HostHandle(spec.socket_path, spec.spool_dir, int(words[1]), int(words[2]))
-    raise HostError(f"the agent host on {target.host} did not start: {said.strip() or 'no output'}")
+    if words[0] == "error":  # the host's own words: `error <why>`
+        raise HostError(f"the agent host on {target.host} could not start the agent: {' '.join(words[1:])} "
+                        f"({spec.argv[0]!r} with PATH {spec.env.get('PATH', '')!r} there)")
+    raise HostError(f"the agent host on {target.host} did not start: {said.strip()[:300] or 'no output'}")
 
 
 class Forward:

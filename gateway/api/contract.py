@@ -436,6 +436,8 @@ class LastCheck(Result):
 class AgentInfo(Result):
     id: str
     name: str
+    host: str | None = Field(default=None, description="the remote host its sessions run on unless a start names "
+                             "another (its profile's `host`; docs/remote-hosts.md); null: the gateway's machine")
     native_session_resume: bool
     history_context_injection: bool
     command_found: bool = Field(description="the agent itself is on this machine (not merely npx or uvx)")

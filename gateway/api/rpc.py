@@ -215,6 +215,7 @@ class RpcAdapter:
                 {"id": pr.id, "name": pr.name, "native_session_resume": pr.native_session_resume,
                  "history_context_injection": pr.history_context_injection, "command_found": pr.command_found(),
                  "availability": pr.availability(), "auto_resume": pr.auto_resume, "version": pr.version,
+                 "host": pr.host,
                  **self.sessions.installed_facts(pr)}
                 for pr in self.sessions.profiles.values()])
         return self._agents_cache[1]

@@ -189,6 +189,8 @@ async def _sessions(args: argparse.Namespace, client: GatewayClient) -> int:
                 needs = f"  needs resume: {resume_reason_words(status['resume_reason'])}"
         tree = view.get("worktree")
         where = f"{tree['repo']} on {tree['branch']}" if tree else view["cwd"]  # a worktree: its repository, branch
+        if view.get("host"):  # a directory of its remote host's
+            where = f"{view['host']}:{where}"
         label = " · ".join(str(x) for x in (view.get("name"), view["title"], where) if x)
         lines.append(f"{view['session_id']}  {view['state']:18} {view['agent']:10} {label}{needs}")
     _print(args, listed, "\n".join(lines) or "no sessions")

@@ -51,6 +51,7 @@ class HostView:
     open: list[int] = field(default_factory=list)
     incarnation: int = 0
     started: float | None = None
+    remote: str | None = None  # the remote host it runs on (its pids and spool are that machine's: not looked at)
 
 
 @dataclass(frozen=True)
@@ -181,16 +182,19 @@ def view(row: tuple[Any, ...], attached: bool) -> HostView:
     host = orjson.loads(host_json) if host_json else {}
     mark = orjson.loads(mark_json) if mark_json else None
     host_pid = _int(host.get("host_pid"))
-    alive = is_host(host_pid)
+    remote = str(host["remote"]) if host.get("remote") else None
+    # A remote host is not looked for on this machine: while its gateway runs it counts as attached, else as
+    # lingering there (its linger says how long)
+    alive = is_host(host_pid) if remote is None else True
     spool = host.get("spool") if isinstance(host.get("spool"), str) else None
     return HostView(
         session_id=str(session_id), agent=None if agent is None else str(agent), execution_id=str(execution_id),
         agent_pid=_int(host.get("agent_pid")), host_pid=host_pid, alive=alive,
         state="gone" if not alive else "attached" if attached else "lingering",
-        spool=spool, spool_bytes=spool_bytes(spool),
+        spool=spool, spool_bytes=spool_bytes(spool) if remote is None else 0,
         seen=_int(mark.get("seen", 0)) if isinstance(mark, dict) else None,
         open=[int(o) for o in mark.get("open", []) if _int(o) is not None] if isinstance(mark, dict) else [],
-        incarnation=int(incarnation or 0), started=_float(host.get("started")))
+        incarnation=int(incarnation or 0), started=_float(host.get("started")), remote=remote)
 
 
 def where(config: ServeConfig) -> tuple[Path, str, bool]:
@@ -248,6 +252,11 @@ def render(found: Hosts, say: Callable[[str], None] = print) -> None:
         committed = ("nothing committed yet" if h.seen is None
                      else f"seen {h.seen}, open lines {', '.join(map(str, h.open)) or 'none'}")
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h.started)) if h.started else "unknown"
+        if h.remote is not None:
+            say(f"session {h.session_id}: agent {h.agent or 'unknown'} on remote host {h.remote} (agent pid "
+                f"{h.agent_pid or 'unknown'}, host pid {h.host_pid or 'unknown'} there; {h.state}), {committed}, "
+                f"started {started}")
+            continue
         say(f"session {h.session_id}: agent {h.agent or 'unknown'}, agent pid {h.agent_pid or 'unknown'}, host pid "
             f"{h.host_pid or 'unknown'} {state}, spool {h.spool_bytes} bytes, {committed}, started {started}")
 

@@ -41,6 +41,13 @@ def refusal(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> str | 
                 f"{', '.join(loose)}): each owner's agent could read the others' sessions and workspaces. Set "
                 "sandbox = \"bwrap\" (docs/security.md), or accept the risk with --allow-unconfined-agents "
                 "(allow_unconfined_agents = true)")
+    for name, host in config.remote_hosts.items():  # one SSH user there runs every owner's agents
+        users = owners if host.owners is None else set(host.owners)
+        if len(users) > 1 and host.sandbox == "none" and not config.allow_unconfined_agents:
+            return (f"remote host {name!r} runs agents unconfined (sandbox = \"none\") for {len(users)} owners, all "
+                    "as its one SSH user: each owner's agent could read the others' work and the hosts' spools "
+                    f"there. Set sandbox = \"bwrap\" in [remote_hosts.{name}], give it one owner (owners = [...]), or "
+                    "accept the risk with allow_unconfined_agents = true (docs/remote-hosts.md)")
     return None
 
 

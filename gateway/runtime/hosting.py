@@ -264,8 +264,7 @@ class Hosts:
         old = self.forwards.pop(session_id, None)
         if old is not None:
             await old.stop()
-        if self._links_dir is None:
-            self._links_dir = links_directory(self.state_dir)
+        self._links_dir = links_directory(self.state_dir)  # checked at every link: still ours, still private
         local = self._links_dir / f"{hashlib.sha256(session_id.encode()).hexdigest()[:16]}.sock"
         forward = Forward(host.target, host.options, local, record.remote_socket)
         await forward.start()
@@ -276,12 +275,8 @@ class Hosts:
         forward = self.forwards.pop(session_id, None)
         if forward is not None:
             await forward.stop()
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # its socket (the directory stays: another link may be starting)
                 forward.local.unlink()
-        if not self.forwards and self._links_dir is not None:  # the last link: its directory goes too
-            with contextlib.suppress(OSError):
-                self._links_dir.rmdir()
-            self._links_dir = None
 
     async def _kill_remote(self, record: HostRecord) -> None:
         host = self.remote_hosts.get(record.remote or "")

@@ -550,6 +550,9 @@ class Launcher:
         profile, refusal = await self._pinned(row, profile, False)
         if refusal is not None:
             return None
+        if row.host is not None and isinstance(remote_hosts.choose(self.settings.remote_hosts, row.owner, row.host),
+                                               remote_hosts.Refusal):
+            return None  # its remote host is no longer configured, or no longer its owner's: not attached again
         try:  # in a cluster: this node's new incarnation takes the lease over (a new fencing token)
             await self.cluster.take_back(session_id)
         except HeldElsewhere:  # another node took the session over meanwhile: its agent is that node's now
@@ -568,6 +571,9 @@ class Launcher:
             else HistoryCoalescer()
         site = None if row.host is None else remote_launch.site_again(
             self.settings.remote_hosts, row.owner, row.host, row.cwd, profile.id, agent.record.remote_home)
+        if row.host is not None and site is None:  # never a remote session's terminals by this machine's rules
+            await self.hosts.abandon(row.id)
+            return None
         terminals = self._terminal_host(row, profile, config, env, home, history, site) \
             if profile.terminals else None
         # Said before the first line the host kept is read: in the session's events, what the agent said while no

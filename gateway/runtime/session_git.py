@@ -189,6 +189,10 @@ class SessionGit:
     async def _site(self, row: SessionRow) -> GitSite:
         await self.check(row)  # a worktree that is gone: said as such (-32011), with what to do
         site = await self.site(row)
+        if site is None and row.host is not None:
+            raise git_refused(row.id, f"session {row.id} runs on remote host {row.host}: its files are on that "
+                              "machine, and checkpoints, diffs and rewinds are taken only for sessions on the "
+                              "gateway's machine (use git there)", reason="no_repository")
         if site is None:
             raise git_refused(row.id, f"session {row.id} runs in {row.cwd}, which is in no git repository inside "
                               "your workspace roots: sessions started with a worktree (acp-gateway start "

@@ -41,10 +41,12 @@ function showInfo(info) {
   state.roots = info.workspace_roots || [];
   // The remote hosts this owner may run sessions on: a choice of the start form only when there are some.
   const hosts = info.remote_hosts || [], hostPick = $("host");
+  state.remoteHosts = hosts;
   if (hosts.length && hostPick.options.length !== hosts.length + 1) {
     const here = el("option", "", "on this machine"); here.value = "";
     hostPick.replaceChildren(here, ...hosts.map((h) => { const o = el("option", "", `on ${h.name} (${h.workspace_roots.join(", ")})`); o.value = h.name; return o; }));
-    hostPick.onchange = () => { $("worktree").disabled = !!hostPick.value; if (hostPick.value) $("worktree").checked = false; };
+    hostPick.onchange = () => { $("worktree").disabled = !!hostPick.value; if (hostPick.value) $("worktree").checked = false; showWhere(); };
+    agentChosen();  // the first time: the default agent's host
   }
   hostPick.hidden = !hosts.length;
   const recent = recentCwds();
@@ -57,12 +59,27 @@ function showInfo(info) {
 
 // The directory field's hint: where sessions may run (a root the gateway refused for holding its state: inside it).
 export function showWhere() {
+  const remote = (state.remoteHosts || []).find((h) => h.name === $("host").value);
+  if (remote) {  // a directory of that machine's: its roots, never this one's
+    $("cwd").placeholder = `working directory on ${remote.name}: inside ${remote.workspace_roots.join(" or ")}`;
+    $("cwd").title = `The session's agent runs on remote host ${remote.name}, in this directory there.`;
+    return;
+  }
   const where = state.roots.length ? whereWords(state.roots, state.refusedRoots) : "an absolute path";
   $("cwd").placeholder = `working directory: ${where}`;
   $("cwd").title = `A session runs in ${where}${state.roots.length ? " (never one that holds the gateway's own state)" : ""}.`;
 }
 
 // Under the agent list: what the chosen agent needs before its first prompt (a key to set, say).
+// An agent chosen: where its profile runs it is chosen with it (the person may choose another host after).
+export function agentChosen() {
+  const a = state.agents.get($("agent").value), hostPick = $("host");
+  if (a && hostPick.options.length && [...hostPick.options].some((o) => o.value === (a.host || ""))) {
+    hostPick.value = a.host || ""; if (hostPick.onchange) hostPick.onchange();
+  }
+  showAgentNote();
+}
+
 export function showAgentNote() {
   const a = state.agents.get($("agent").value), note = $("agent-note");
   const needs = a && a.auth_state === "needs_sign_in" ? signInWords(a) : null;
@@ -101,7 +118,7 @@ function renderAgents() {
 }
 
 function startWith(agentId) {
-  $("agent").value = agentId; showAgentNote();
+  $("agent").value = agentId; agentChosen();
   agentsOpen(false);
   if (!$("cwd").value.trim()) { $("cwd").focus(); showErrorAt("start-error", { message: "Give the working directory, then Start session." }); return; }
   $("start-form").requestSubmit();
@@ -110,7 +127,7 @@ function startWith(agentId) {
 export function wireAgentsPage() {
   $("agents-open").onclick = () => agentsOpen(true);
   $("agents-close").onclick = () => agentsOpen(false);
-  $("agent").onchange = showAgentNote;
+  $("agent").onchange = agentChosen;
   // Focusing the start form (its agent list, say) asks the gateway again: an agent added since is offered at once.
   $("start-form").addEventListener("focusin", () => { if (state.everLive) loadInfo().catch(() => {}); });
 }

@@ -143,3 +143,27 @@ def test_remote_hosts_in_the_configuration_are_checked(tmp_path: object, toml: s
     else:
         with pytest.raises(ConfigError, match=said.replace(".", r"\.")):
             load_config(path, {})
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ('sandbox = "none"\n', False),  # two owners, one SSH user, no sandbox
+    ('sandbox = "bwrap"\n', True),
+    ('sandbox = "none"\nowners = ["alice"]\n', True),
+    ('sandbox = "none"\nowners = ["alice", "bob"]\n', False),
+])
+def test_several_owners_unconfined_on_one_remote_user_is_refused_unless_accepted(tmp_path: object, host: str,
+                                                                                 allowed: bool) -> None:
+    from pathlib import Path
+
+    from gateway.runtime import confinement
+
+    path = Path(str(tmp_path)) / "gateway.toml"
+    tokens = ('[[auth.tokens]]\ntoken = "alice-token-0123456789"\nowner = "alice"\n'
+              '[[auth.tokens]]\ntoken = "bob-token-0123456789ab"\nowner = "bob"\n')
+    path.write_text(f'[remote_hosts.lab]\nurl = "ssh://dev@h"\nworkspace_roots = ["/w"]\n{host}{tokens}')
+    said = confinement.refusal(load_config(path, {}), {})
+    assert (said is None) is allowed
+    if said is not None:
+        assert "remote host 'lab'" in said and "bwrap" in said
+        path.write_text(f'allow_unconfined_agents = true\n{path.read_text()}')
+        assert confinement.refusal(load_config(path, {}), {}) is None

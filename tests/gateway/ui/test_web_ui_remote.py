@@ -20,6 +20,8 @@ async def test_a_session_on_a_remote_host_from_the_start_form(remote: Remote,
     await expect(page.locator("#host")).to_be_visible()
     await page.select_option("#agent", "plain")
     await page.select_option("#host", "lab")
+    await expect(page.locator("#cwd")).to_have_attribute("placeholder",
+                                                         f"working directory on lab: inside {remote.work}")
     await expect(page.locator("#worktree")).to_be_disabled()  # a worktree is made on the gateway's machine
     await page.fill("#cwd", remote.work)
     await page.fill("#title", "far away")

@@ -23,6 +23,10 @@ export interface AgentInfo {
    */
   command_found: boolean;
   history_context_injection: boolean;
+  /**
+   * the remote host its sessions run on unless a start names another (its profile's `host`; docs/remote-hosts.md); null: the gateway's machine
+   */
+  host?: string | null;
   id: string;
   /**
    * every version of it installed (sessions keep the one they started with)
