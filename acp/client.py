@@ -79,6 +79,14 @@ class ClientOptions:
     first_request_id: int = 0  # where this client's request ids start (a reattached hosted agent's are above)
 
 
+class FileServer(Protocol):
+    """Who reads and writes the agent's files when they are not on this machine (`fs/*`, by the same rules)."""
+
+    async def read_text_file(self, path: str, line: int | None, limit: int | None) -> str: ...
+
+    async def write_text_file(self, path: str, content: str) -> None: ...
+
+
 def traced(params: Any) -> Any:
     """`params` with the current trace context as `_meta.traceparent` (W3C Trace Context, as ACP's propagation RFD
     says), so the agent's spans join the gateway's trace; unchanged when nothing is traced, or when the caller's
@@ -140,6 +148,8 @@ class AcpClient:
         self.init: InitializeResponse | None = None
         self.replaying = False  # set while session/load replays history (see acp.session_setup)
         self.files = Offloader(timeout=self.options.file_timeout)
+        # The agent's files served elsewhere (where it runs: an agent host on another machine), else here
+        self.file_server: FileServer | None = None
         self.pending_permissions: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.unknown_methods: list[str] = []
         self.conn = Connection(
@@ -182,6 +192,10 @@ class AcpClient:
             await asyncio.wait_for(self.conn.wait_closed(), 1.0)
         self.conn.close(f"agent process exited with status {rc}")
 
+    @property
+    def serves_files(self) -> bool:
+        return self.options.serve_files or self.file_server is not None
+
     # -- requests to the agent -----------------------------------------------------
     async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
         return await self.conn.request(method, traced(params), timeout=timeout or self.options.request_timeout)
@@ -193,7 +207,7 @@ class AcpClient:
                 {
                     "protocolVersion": PROTOCOL_VERSION,
                     "clientCapabilities": {
-                        "fs": {"readTextFile": self.options.serve_files, "writeTextFile": self.options.serve_files},
+                        "fs": {"readTextFile": self.serves_files, "writeTextFile": self.serves_files},
                         "terminal": self.terminals is not None,
                         # A client that runs terminals runs an agent's terminal login too (the gateway does).
                         **({"auth": {"terminal": True}} if self.terminals is not None else {}),
@@ -314,6 +328,13 @@ class AcpClient:
             self.on_ext_notification(method, params)
 
     async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "fs/read_text_file" and self.file_server is not None:  # served where the agent's files are
+            read = parse_request(ReadTextFileRequest, params, method)
+            return {"content": await self.file_server.read_text_file(read.path, read.line, read.limit)}
+        if method == "fs/write_text_file" and self.file_server is not None:
+            write = parse_request(WriteTextFileRequest, params, method)
+            await self.file_server.write_text_file(write.path, write.content)
+            return {}
         if method in ("fs/read_text_file", "fs/write_text_file") and not self.options.serve_files:
             raise RpcError(METHOD_NOT_FOUND, f"{method}: this client did not offer file access (its initialize said "
                            "readTextFile and writeTextFile false): the files are on the agent's machine, read and "

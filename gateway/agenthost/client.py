@@ -125,6 +125,7 @@ class Welcome:
     exit_code: int | None
     terminals: tuple[dict[str, Any], ...] = ()  # TM-4: every terminal the host holds, as it reports it
     runs_terminals: bool = False  # its welcome lists terminals: it runs them (a host of an older gateway does not)
+    serves_files: bool = False  # FS-1: it reads and writes the agent's files where it runs
 
 
 @dataclass(slots=True)
@@ -178,7 +179,7 @@ async def _hello(socket_path: str, secret: str, incarnation: int, committed: int
                         answer.get("rule"))
     welcome = Welcome(answer["head"], answer["written"], answer["host_pid"], answer["agent_pid"], answer["exit"],
                       tuple(t for t in answer.get("terminals") or () if isinstance(t, dict)),
-                      isinstance(answer.get("terminals"), list))
+                      isinstance(answer.get("terminals"), list), answer.get("files") is True)
     return writer, frames, welcome
 
 
@@ -207,6 +208,8 @@ class HostConnection:
         self._on_terminal: Callable[[dict[str, Any]], None] | None = None
         self._terminal_news: list[dict[str, Any]] = []  # what came before anyone listened
         self._terminal_answers: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._file_answers: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._file_ids = 0
         self._secret = ""
         self._received = committed  # the last agent line queued here: a new link's replay goes on after it
         self._acked = committed  # the last the gateway acked (committed): a new link attaches with it
@@ -308,11 +311,12 @@ class HostConnection:
                 self.ended.set_result(None)
 
     def _fail_answers(self, reason: HostError) -> None:
-        for answer in [*self._answers, *self._terminal_answers.values()]:
+        for answer in [*self._answers, *self._terminal_answers.values(), *self._file_answers.values()]:
             if not answer.done():
                 answer.set_exception(reason)
         self._answers.clear()
         self._terminal_answers.clear()
+        self._file_answers.clear()
 
     async def _read_link(self) -> HostError:
         """Frames of the current link until it ends; why it ended."""
@@ -360,6 +364,10 @@ class HostConnection:
         elif kind in protocol.TERMINAL_ANSWERS:
             waiter = self._terminal_answers.pop(
                 ("release" if kind == protocol.TERM_RELEASED else "start", str(frame.get("id"))), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(frame)
+        elif kind == protocol.FILE_DONE:
+            waiter = self._file_answers.pop(str(frame.get("id")), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(frame)
         elif kind in (protocol.SUPERSEDED, protocol.VIOLATION):
@@ -516,6 +524,16 @@ class HostConnection:
     async def term_start(self, start: TermStart) -> dict[str, Any]:
         """TM-1: the host starts this terminal; its answer (`term_started` with the pid, or `term_failed`)."""
         return await self._term_ask(("start", start.id), protocol.term_start_frame(start))
+
+    async def file(self, op: str, path: str, **more: Any) -> dict[str, Any]:
+        """FS-1: a file read or written by the host, where the agent runs; its `file_done` answer (HostError when
+        the link drops first: the agent is answered an error and may ask again)."""
+        self._file_ids += 1
+        file_id = f"f{self._file_ids}"
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._send({"t": protocol.FILE, "id": file_id, "op": op, "path": path, **more})
+        self._file_answers[file_id] = answer
+        return await answer
 
     def term_kill(self, terminal_id: str) -> None:
         """TM-5: the terminal's process group killed; its `term_exit` follows."""

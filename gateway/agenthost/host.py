@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from acp import fs
+from acp.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
 from acp.process import AgentProcess, ExitProtocol, StderrRing
 
 from . import protocol
@@ -144,6 +146,8 @@ class Host:
         self._life = asyncio.Event()  # something LG-* looks at changed
         self._tasks: set[asyncio.Task[Any]] = set()
         self.terminals = HostTerminals(self._to_gateway, self._gateway_took)
+        # FS-1: the agent's files, where it runs: its directory pinned now (a link swapped in later moves nothing)
+        self.files: fs.PinnedRoot | None = fs.PinnedRoot.open(spec.files_root) if spec.files_root else None
 
     def _to_gateway(self, frame: dict[str, Any]) -> None:
         """A frame for the attached gateway; nothing while none is (what it says is kept for the next one)."""
@@ -244,7 +248,7 @@ class Host:
         attachment = self.attached = Attachment(writer, hello.incarnation, hello.committed, hello.raw)
         self._life.set()
         attachment.send(protocol.welcome(self.spool.head(AGENT), self.written, os.getpid(), self.agent.pid,
-                                         self.exit_code, self.terminals.reports()))
+                                         self.exit_code, self.terminals.reports(), self.files is not None))
         attachment.sender = self._spawn(self.send_agent_lines(attachment))
         try:
             await self.receive(attachment, frames)
@@ -331,11 +335,31 @@ class Host:
                 self.terminals.kill(request.terminal_id)
             elif request.kind == protocol.TERM_RELEASE:  # TM-5: its tree may take a while to end; lines go on
                 self._spawn(self._release_terminal(attachment, request.terminal_id))
+            elif request.kind == protocol.FILE and request.file is not None:  # FS-1, off the loop
+                self._spawn(self._serve_file(attachment, request.file))
             elif request.kind == protocol.RELEASE:  # LG-2
                 self.released = True
                 self._life.set()
                 return
             await attachment.writer.drain()
+
+    async def _serve_file(self, attachment: Attachment, request: protocol.FileRequest) -> None:
+        answer: dict[str, Any] = {"t": protocol.FILE_DONE, "id": request.id}
+        try:
+            if self.files is None:
+                raise RpcError(METHOD_NOT_FOUND, "this agent host serves no files")
+            if request.op == "read":
+                answer["content"] = await asyncio.to_thread(fs.read_text_file, self.files, request.path, request.line,
+                                                            request.limit, self.spec.files_never)
+            else:
+                await asyncio.to_thread(fs.write_text_file, self.files, request.path, request.content,
+                                        self.spec.files_never)
+        except RpcError as exc:
+            answer["error"] = {"code": exc.code, "message": exc.message, "data": exc.data}
+        except Exception as exc:  # the gateway is answered whatever happens
+            answer["error"] = {"code": INTERNAL_ERROR, "message": f"{request.op} {request.path}: {exc}", "data": None}
+        if self.attached is attachment:
+            attachment.send(answer)
 
     async def _release_terminal(self, attachment: Attachment, terminal_id: str) -> None:
         answer = await self.terminals.release(terminal_id)

@@ -29,9 +29,11 @@ import orjson
 # Gateway -> host
 HELLO, LINE, ACK, STDERR, STOP, RELEASE, STATUS = "hello", "line", "ack", "stderr", "stop", "release", "status"
 TERM_START, TERM_KILL, TERM_RELEASE = "term_start", "term_kill", "term_release"
+FILE = "file"  # a file read or written for the agent, where it runs (FS-1); answered FILE_DONE
 # Host -> gateway (and LINE, STDERR, STATUS)
 WELCOME, REFUSED, WRITTEN, EXIT = "welcome", "refused", "written", "exit"
 SUPERSEDED, VIOLATION = "superseded", "violation"
+FILE_DONE = "file_done"
 TERM_STARTED, TERM_FAILED, TERM_OUTPUT, TERM_EXIT, TERM_RELEASED = (
     "term_started", "term_failed", "term_output", "term_exit", "term_released")
 TERMINAL_FRAMES = frozenset({TERM_OUTPUT, TERM_EXIT})  # a terminal's own news, as it happens
@@ -55,6 +57,11 @@ RULES: dict[str, str] = {
     "LG-1": "no gateway attached for `linger` seconds: the agent's tree is stopped and the host exits",
     "LG-2": "the attached gateway releases the host: the agent's tree is stopped (if running) and the host exits",
     "LG-3": "the agent exited: the host keeps its lines and exit for the gateway until LG-1 or LG-2",
+    "FS-1": "a `file` frame (op read or write) is served by the host under its spec's `files_root` by the client's "
+            "file rules (acp/fs.py: resolved inside it, opened without following a link, never a hard-linked "
+            "file, never under `files_never`), answered `file_done` with its id: `content` (read), nothing (write), "
+            "or `error` {code, message, data}; a host without `files_root` answers an error. Its welcome says "
+            "`files: true` when it serves them (a gateway sends none to a host that does not)",
     "TM-1": "a `term_start` runs what it says (argv, cwd, env, descriptors' contents) as the host's child, in a "
             "process group of its own, killed when the host dies: answered `term_started` with its pid, or "
             "`term_failed` with why",
@@ -257,12 +264,12 @@ def decide_hello(frame: dict[str, Any], facts: HostFacts) -> tuple[Verdict, Hell
 
 
 def welcome(head: int, written: int, host_pid: int, agent_pid: int, exit_code: int | None,
-            terminals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            terminals: list[dict[str, Any]] | None = None, files: bool = False) -> dict[str, Any]:
     """The answer to an accepted hello: the agent's head, the last gateway line written to the agent (resend the
     ones after it), the processes, the agent's exit status when it already exited, and its terminals (TM-4:
     `terminal_report` each)."""
     return {"t": WELCOME, "head": head, "written": written, "host_pid": host_pid, "agent_pid": agent_pid,
-            "exit": exit_code, "terminals": terminals or []}
+            "exit": exit_code, "terminals": terminals or [], **({"files": True} if files else {})}
 
 
 def refused(verdict: Verdict) -> dict[str, Any]:
@@ -325,6 +332,29 @@ class Request:
     grace: float | None = None  # STOP
     terminal_id: str = ""  # TERM_*
     start: TermStart | None = None  # TERM_START
+    file: FileRequest | None = None  # FILE
+
+
+@dataclass(frozen=True)
+class FileRequest:
+    """A `file` frame, checked (FS-1)."""
+
+    id: str
+    op: Literal["read", "write"]
+    path: str
+    line: int | None = None
+    limit: int | None = None
+    content: str = ""
+
+
+def parse_file(frame: dict[str, Any]) -> FileRequest:
+    file_id, op, path = _terminal_id(frame), frame.get("op"), frame.get("path")
+    if op not in ("read", "write") or not isinstance(path, str) or not path:
+        raise FrameError("a file frame needs `op` (read or write) and `path`")
+    line, limit, content = frame.get("line"), frame.get("limit"), frame.get("content", "")
+    if any(v is not None and _count(v) is None for v in (line, limit)) or not isinstance(content, str):
+        raise FrameError("a file frame's `line` and `limit` are counts, its `content` a string")
+    return FileRequest(file_id, op, path, line, limit, content)
 
 
 TERMINAL_ID_MAX = 200
@@ -410,6 +440,8 @@ def parse_request(frame: dict[str, Any]) -> Request:
         return Request(TERM_START, terminal_id=start.id, start=start)
     if kind in (TERM_KILL, TERM_RELEASE):
         return Request(kind, terminal_id=_terminal_id(frame))
+    if kind == FILE:
+        return Request(FILE, file=parse_file(frame))
     raise FrameError(f"unknown frame {kind!r}")
 
 

@@ -16,7 +16,8 @@ MODULES = (
     "gateway/__init__.py", "gateway/agenthost/__init__.py", "gateway/agenthost/__main__.py",
     "gateway/agenthost/host.py", "gateway/agenthost/host_terminals.py", "gateway/agenthost/protocol.py",
     "gateway/agenthost/spec.py", "gateway/agenthost/spool.py", "gateway/agenthost/json_fallback.py",
-    "acp/__init__.py", "acp/budget.py", "acp/errors.py", "acp/process.py", "acp/proctree.py", "acp/terminals.py",
+    "acp/__init__.py", "acp/budget.py", "acp/errors.py", "acp/fs.py", "acp/process.py", "acp/proctree.py",
+    "acp/terminals.py",
 )
 BOOTSTRAP = '''"""An ACP gateway agent host, shipped (gateway/agenthost/shipping.py): python3 -I host.pyz SPEC."""
 import importlib

@@ -31,6 +31,10 @@ class HostSpec:
     tree_marker: str | None = None  # the entry of `env` every process of the agent carries (acp.proctree)
     log_path: str | None = None  # the host's own stderr; None: /dev/null
     pass_fds: list[int] = field(default_factory=list)  # descriptors the agent inherits (a sandbox's arguments)
+    # The agent's file reads and writes served here (FS-1: a host on another machine, where its files are): the
+    # directory they are confined to, and what under it is never served. None: the gateway serves them.
+    files_root: str | None = None
+    files_never: list[str] = field(default_factory=list)
 
     def check(self) -> None:
         if not self.argv:

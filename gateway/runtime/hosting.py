@@ -237,7 +237,9 @@ class Hosts:
                         socket_path=f"{remote_dir}/socket", secret_hash=secret_hash,
                         linger=self.linger or DEFAULT_REMOTE_LINGER, stop_grace=stop_grace, stderr_bytes=stderr_bytes,
                         tree_marker=tree_marker if tree_marker in spawn.env else None,
-                        log_path=f"{remote_dir}/host.log")
+                        log_path=f"{remote_dir}/host.log",
+                        # FS-1: its files served there, in its directory; never the hosts', homes' or application's
+                        files_root=spawn.cwd, files_never=[places.state()])
         if len(spec.socket_path.encode()) > 107:  # sshd reaches it by path: a socket address holds no more
             raise HostError(f"remote host {host.name}: its user's home {home} is too long a path for the agent "
                             f"host's socket there ({spec.socket_path}); use an SSH user with a shorter home")

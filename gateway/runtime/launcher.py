@@ -37,6 +37,7 @@ from agents.registry.installs import current_version, launch_refusal, profile_at
 
 from .. import metrics
 from ..agenthost.client import HostError
+from ..agenthost.remote_files import RemoteFiles
 from ..errors import log_fault, not_resumable, workspace_missing, workspace_refused
 from ..store import HistoryEntry, SessionRow, StoreBase
 from . import reaper, remote_hosts, remote_launch, workspace
@@ -326,6 +327,8 @@ class Launcher:
                            on_permission=lambda params: self._on_permission(row.id, params),
                            options=self._client_options(row, agent.first_request_id), terminal_host=terminals,
                            on_elicitation=self._elicitation_handler(row))
+        if row.host is not None and agent.connection.welcome.serves_files:  # its files, served where they are
+            client.file_server = RemoteFiles(agent.connection, self.settings.request_timeout or 30.0)
         stdout, host_name = agent.connection.stdout, agent.record.socket
 
         def naming_request() -> None:  # the request handled now, named by its line (a terminal's id follows from it)

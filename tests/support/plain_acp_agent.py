@@ -63,7 +63,7 @@ def main() -> None:
                 send({"jsonrpc": "2.0", "id": asked, "method": "fs/read_text_file",
                       "params": {"sessionId": sid, "path": os.path.join(cwd, rest)}})
                 answer = json.loads(sys.stdin.readline())
-                say(sid, f"fs said: {json.dumps(answer.get('error') or answer.get('result'))}")
+                say(sid, f"fs said for {rest}: {json.dumps(answer.get('error') or answer.get('result'))}")
             else:
                 say(sid, f"echo {text}")
             send({"jsonrpc": "2.0", "id": ident, "result": {"stopReason": "end_turn"}})

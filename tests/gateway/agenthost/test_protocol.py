@@ -228,3 +228,22 @@ def test_a_welcome_lists_the_terminals() -> None:
     report = {"id": "term-1", "pid": 7, "total": 3, "output": {"line": "abc"}, "exit": None}
     assert protocol.welcome(1, 0, 2, 3, None, [report])["terminals"] == [report]
     assert protocol.welcome(1, 0, 2, 3, None)["terminals"] == []
+
+
+@pytest.mark.parametrize(("frame", "ok"), [
+    ({"t": "file", "id": "f1", "op": "read", "path": "a.txt"}, True),
+    ({"t": "file", "id": "f1", "op": "read", "path": "a.txt", "line": 2, "limit": 3}, True),
+    ({"t": "file", "id": "f1", "op": "write", "path": "a.txt", "content": "x"}, True),
+    ({"t": "file", "id": "f1", "op": "delete", "path": "a.txt"}, False),
+    ({"t": "file", "id": "f1", "op": "read", "path": ""}, False),
+    ({"t": "file", "op": "read", "path": "a.txt"}, False),
+    ({"t": "file", "id": "f1", "op": "read", "path": "a.txt", "line": -1}, False),
+    ({"t": "file", "id": "f1", "op": "write", "path": "a.txt", "content": 3}, False),
+])
+def test_a_file_frame_is_checked_before_it_is_served(frame: dict[str, Any], ok: bool) -> None:
+    if ok:
+        request = protocol.parse_request(frame)
+        assert request.kind == "file" and request.file is not None and request.file.path == "a.txt"
+    else:
+        with pytest.raises(protocol.FrameError):
+            protocol.parse_request(frame)

@@ -95,10 +95,17 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     assert uid != os.geteuid()
     assert await remote.run(f"stat -c %u {remote.work}/hello.txt") == f"{uid}\n"  # written there, as that user
     assert await remote.run(f"cat {remote.work}/hello.txt") == "from afar"
-    # The file methods are not offered: the agent's files are not on the gateway's machine.
-    said = await client.call("task.session.prompt", {"session_id": sid, "prompt": "/fs hello.txt"})
-    fs_said = await log.wait(lambda e: e["type"] == "session_update" and "fs said" in str(e["data"]))
-    assert "-32601" in str(fs_said["data"])
+    # The file methods are served where the files are (FS-1), by the same rules: a file there is read...
+    await client.call("task.session.prompt", {"session_id": sid, "prompt": "/fs hello.txt"})
+    fs_said = await log.wait(lambda e: e["type"] == "session_update" and "fs said for hello.txt:" in str(e["data"]))
+    assert '"content": "from afar"' in fs_said["data"]["update"]["content"]["text"]
+    # ...but nothing outside its directory, nor through a link out of it, nor the hosts' own files there
+    await remote.run(f"ln -s {remote.server.home}/.acp-gateway {remote.work}/state-link")
+    for path in ("../.ssh/authorized_keys", "state-link/hosts/x", "/etc/passwd"):
+        await client.call("task.session.prompt", {"session_id": sid, "prompt": f"/fs {path}"})
+        refused = await log.wait(lambda e, p=path: e["type"] == "session_update"
+                                 and f"fs said for {p}:" in str(e["data"]))
+        assert '"code": -32602' in refused["data"]["update"]["content"]["text"], refused
 
     gate = f"{remote.work}/gate"
     prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
