@@ -44,13 +44,13 @@ class Remote:
     async def run(self, command: str) -> str:
         return (await run_remote(self.server.target, self.server.options, command)).decode()
 
-    def forwards(self) -> list[int]:
-        """The gateway's ssh forwards to a remote host's socket (this test's alone make them)."""
+    def forwards(self, session_id: str) -> list[int]:
+        """The gateway's ssh forwards to the socket of this session's host (its id is in the remote path)."""
         found = []
         for entry in Path("/proc").iterdir():
             with contextlib.suppress(OSError):
                 cmdline = (entry / "cmdline").read_bytes()
-                if b"ssh" in cmdline and b"-L" in cmdline and b".acp-gateway/hosts/s-" in cmdline:
+                if b"ssh" in cmdline and b"-L" in cmdline and f".acp-gateway/hosts/{session_id}/".encode() in cmdline:
                     found.append(int(entry.name))
         return found
 
@@ -113,7 +113,7 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     begun = await log.wait(lambda e: e["type"] == "turn_started" and gate in str(e["data"]))
     await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
                    and e["data"]["update"].get("content", {}).get("text") == "chunk 9 ")
-    [forward] = remote.forwards()
+    [forward] = remote.forwards(sid)
     os.kill(forward, signal.SIGKILL)  # the link drops mid-turn
     await remote.run(f"touch {gate}")  # the rest of the turn happens while the link is down, or as it comes back
     assert (await asyncio.wait_for(prompt, 60))["stop_reason"] == "end_turn"
@@ -122,7 +122,7 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     await log.wait(lambda e: e["type"] == "turn_ended" and (e["id"] or 0) > last["id"], timeout=30)
     events = [e for e in log.events if e["session_id"] == sid]
     assert chunks(events, sid) == [f"chunk {i} " for i in range(40)]  # each once, in order, no gap
-    assert remote.forwards() and forward not in remote.forwards()  # a new link
+    assert remote.forwards(sid) and forward not in remote.forwards(sid)  # a new link
     history = await client.call("task.session.history", {"session_id": sid})
     answer = [e for e in history["entries"] if e["kind"] == "agent_message"]
     assert answer[-1]["content"] == "".join(f"chunk {i} " for i in range(40))

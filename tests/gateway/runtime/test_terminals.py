@@ -185,7 +185,8 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway_w
     turn = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
                                                                      "prompt": f"/term sleep 1000; : {tag}-a"}))
     await log.wait(lambda e: e["type"] == "terminal_started")
-    assert processes_naming(f"{tag}-a")
+    # started: its command is running once the wrappers before it (nice, prlimit, setpriv) have exec'd it
+    await wait_until(lambda: processes_naming(f"{tag}-a") != [], what="the terminal's command running")
     await client.call("task.session.cancel", {"session_id": sid})
     await asyncio.wait([turn], timeout=15)
     await wait_until(lambda: processes_naming(f"{tag}-a") == [], what="the cancelled terminal's command gone")
@@ -195,7 +196,8 @@ async def test_terminals_end_with_the_session_and_a_kill_9_leaves_none(gateway_w
     cut = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
                                                                     "prompt": f"/term sleep 1000; : {tag}-b"}))
     started = await log.wait(lambda e: e["type"] == "terminal_started" and e["session_id"] == sid)
-    assert processes_naming(f"{tag}-b")
+    # started: its command is running once the wrappers before it (nice, prlimit, setpriv) have exec'd it
+    await wait_until(lambda: processes_naming(f"{tag}-b") != [], what="the terminal's command running")
     await own.gateway.kill9()
     await client.close()
     with pytest.raises(ConnectionError):
