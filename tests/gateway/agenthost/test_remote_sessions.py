@@ -157,7 +157,8 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     assert "spool" in await remote.run("ls $HOME/.acp-gateway/hosts/*/*/")
     await client.call("task.session.delete", {"session_id": sid})
     # and nothing of it is left there: no host, no agent, no directory
-    assert await remote.run(f"ls -A $HOME/.acp-gateway/hosts/; pgrep -f '{remote.work}/[.]agent' ; true") == ""
+    assert await remote.run(f"ls -d $HOME/.acp-gateway/hosts/{sid} 2>/dev/null; pgrep -f '{remote.work}/[.]agent'; "
+                            "true") == ""
     await client.close()
 
 
