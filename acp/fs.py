@@ -34,6 +34,24 @@ class PinnedRoot:
     fd: int
 
     @classmethod
+    def open_without_links(cls, directory: str) -> PinnedRoot:
+        """`directory` (absolute) opened from `/` one component at a time, never through a symbolic link: a link
+        anywhere on its way is refused (OSError), not followed — the directory is exactly the one its path names
+        now, as a sandbox that binds it by such a walk sees it."""
+        fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in directory.strip("/").split("/"):
+                if part in ("", ".", ".."):
+                    raise OSError(f"{directory!r} is not a normal absolute path")
+                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = step
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(Path(directory), fd)
+
+    @classmethod
     def open(cls, directory: str | os.PathLike[str]) -> PinnedRoot:
         real = os.path.realpath(directory)
         return cls(Path(real), os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
@@ -143,7 +161,8 @@ def open_regular(root: Root, target: Path, flags: int, path: str, *, create_dirs
 
 
 def read_text_file(root: Root, path: str, line: int | None = None, limit: int | None = None,
-                   never_serve: Sequence[str] = (), extra_roots: Sequence[Root] = ()) -> str:
+                   never_serve: Sequence[str] = (), extra_roots: Sequence[Root] = (),
+                   max_bytes: int = MAX_READ_BYTES) -> str:
     inside, target = confine_within((root, *extra_roots), path, never_serve)
     path = shown(path, (root, *extra_roots))
     try:
@@ -153,8 +172,8 @@ def read_text_file(root: Root, path: str, line: int | None = None, limit: int | 
     except OSError as exc:
         raise RpcError(INVALID_PARAMS, f"cannot read {path}: {exc.strerror}", {"path": path}) from exc
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read(MAX_READ_BYTES + 1)
-    if len(data) > MAX_READ_BYTES:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
         raise RpcError(INVALID_PARAMS, f"file too large to read as text: {path}", {"path": path})
     return select_lines(data.decode("utf-8", "replace"), line, limit)
 

@@ -250,7 +250,11 @@ class HostConnection:
                 try:
                     socket_path, incarnation = await relink.again()
                 except HostError as exc:  # ssh could not link (yet): tried again until the deadline
+                    if exc.rule is not None:  # not for a link: nothing to try again
+                        raise
                     raise HostDisconnected(str(exc)) from exc
+                except Exception as exc:
+                    raise HostError(f"the link could not be made again: {exc}") from exc
                 # Attached with what the gateway committed (acked), never more: a gateway that dies next attaches
                 # from its journal, and the host must still hold every line after that. What came here since is
                 # passed over as it comes again (`_queue_run`).
@@ -472,8 +476,8 @@ class HostConnection:
 
     async def drain(self) -> None:
         await self._linked.wait()  # a dropped link: the lines wait in the outbox for the new one
-        if self.closed_reason is not None:
-            raise self.closed_reason
+        if self.closed_reason is not None:  # as a pipe whose reader is gone: the peer's write fails as such
+            raise ConnectionResetError(str(self.closed_reason))
         await self._writer.drain()
 
     def ack(self, offset: int, sent: int | None = None) -> None:

@@ -70,6 +70,10 @@ async def spawn_agent(spec: HostSpec) -> AgentProcess:
     return AgentProcess(process, spec.argv, StderrRing(spec.stderr_bytes), exit_protocol.exited, tree)
 
 
+FILE_OPERATIONS = 4  # file reads and writes served at once (FS-1): more wait their turn
+FILE_READ_BYTES = 8 * 1024 * 1024  # a file read there (it crosses the link as one frame, then the gateway's socket)
+
+
 class FrameReader:
     """A connection's frames, one at a time; None at its end."""
 
@@ -146,8 +150,17 @@ class Host:
         self._life = asyncio.Event()  # something LG-* looks at changed
         self._tasks: set[asyncio.Task[Any]] = set()
         self.terminals = HostTerminals(self._to_gateway, self._gateway_took)
-        # FS-1: the agent's files, where it runs: its directory pinned now (a link swapped in later moves nothing)
-        self.files: fs.PinnedRoot | None = fs.PinnedRoot.open(spec.files_root) if spec.files_root else None
+        # FS-1: the agent's files, where it runs: its directory pinned now, reached without a link (as a sandbox
+        # there binds it: a directory swapped for a link meanwhile is refused, never followed), so a link swapped
+        # in later moves nothing; at most FILE_OPERATIONS at once, each read at most FILE_READ_BYTES
+        self.files: fs.PinnedRoot | None = None
+        self._files_refused = "its gateway serves them"
+        if spec.files_root:
+            try:
+                self.files = fs.PinnedRoot.open_without_links(spec.files_root)
+            except OSError as exc:
+                self._files_refused = f"{spec.files_root} is not a directory reached without links ({exc})"
+        self._file_slots = asyncio.Semaphore(FILE_OPERATIONS)
 
     def _to_gateway(self, frame: dict[str, Any]) -> None:
         """A frame for the attached gateway; nothing while none is (what it says is kept for the next one)."""
@@ -248,7 +261,7 @@ class Host:
         attachment = self.attached = Attachment(writer, hello.incarnation, hello.committed, hello.raw)
         self._life.set()
         attachment.send(protocol.welcome(self.spool.head(AGENT), self.written, os.getpid(), self.agent.pid,
-                                         self.exit_code, self.terminals.reports(), self.files is not None))
+                                         self.exit_code, self.terminals.reports(), bool(self.spec.files_root)))
         attachment.sender = self._spawn(self.send_agent_lines(attachment))
         try:
             await self.receive(attachment, frames)
@@ -347,13 +360,15 @@ class Host:
         answer: dict[str, Any] = {"t": protocol.FILE_DONE, "id": request.id}
         try:
             if self.files is None:
-                raise RpcError(METHOD_NOT_FOUND, "this agent host serves no files")
-            if request.op == "read":
-                answer["content"] = await asyncio.to_thread(fs.read_text_file, self.files, request.path, request.line,
-                                                            request.limit, self.spec.files_never)
-            else:
-                await asyncio.to_thread(fs.write_text_file, self.files, request.path, request.content,
-                                        self.spec.files_never)
+                raise RpcError(METHOD_NOT_FOUND, f"this agent host serves no files: {self._files_refused}")
+            async with self._file_slots:
+                if request.op == "read":
+                    answer["content"] = await asyncio.to_thread(fs.read_text_file, self.files, request.path,
+                                                                request.line, request.limit, self.spec.files_never,
+                                                                (), FILE_READ_BYTES)
+                else:
+                    await asyncio.to_thread(fs.write_text_file, self.files, request.path, request.content,
+                                            self.spec.files_never)
         except RpcError as exc:
             answer["error"] = {"code": exc.code, "message": exc.message, "data": exc.data}
         except Exception as exc:  # the gateway is answered whatever happens

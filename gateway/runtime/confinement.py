@@ -41,13 +41,22 @@ def refusal(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> str | 
                 f"{', '.join(loose)}): each owner's agent could read the others' sessions and workspaces. Set "
                 "sandbox = \"bwrap\" (docs/security.md), or accept the risk with --allow-unconfined-agents "
                 "(allow_unconfined_agents = true)")
-    for name, host in config.remote_hosts.items():  # one SSH user there runs every owner's agents
-        users = owners if host.owners is None else set(host.owners)
-        if len(users) > 1 and host.sandbox == "none" and not config.allow_unconfined_agents:
-            return (f"remote host {name!r} runs agents unconfined (sandbox = \"none\") for {len(users)} owners, all "
-                    "as its one SSH user: each owner's agent could read the others' work and the hosts' spools "
-                    f"there. Set sandbox = \"bwrap\" in [remote_hosts.{name}], give it one owner (owners = [...]), or "
-                    "accept the risk with allow_unconfined_agents = true (docs/remote-hosts.md)")
+    # One SSH user runs every owner's agents on its machine, whichever entries name it: the owners of all of them
+    # share what an unconfined agent of any of them can reach.
+    accounts: dict[str, tuple[set[str], list[str]]] = {}
+    for name, host in config.remote_hosts.items():
+        account = host.url.removesuffix(":22")
+        users, loose_entries = accounts.setdefault(account, (set(), []))
+        users |= owners if host.owners is None else set(host.owners)
+        if host.sandbox == "none":
+            loose_entries.append(name)
+    for account, (users, loose_entries) in accounts.items():
+        if len(users) > 1 and loose_entries and not config.allow_unconfined_agents:
+            return (f"remote host {loose_entries[0]!r} runs agents unconfined (sandbox = \"none\") as {account}, "
+                    f"whose agents serve {len(users)} owners: each owner's agent could read the others' work and the "
+                    f"hosts' spools there. Set sandbox = \"bwrap\" in [remote_hosts.{loose_entries[0]}], let one "
+                    "owner use that SSH user (owners = [...]), or accept the risk with allow_unconfined_agents = "
+                    "true (docs/remote-hosts.md)")
     return None
 
 

@@ -334,7 +334,12 @@ class Hosts:
                                                  timeout=10.0)
         if record.remote is not None:  # a dropped link is replaced while this gateway runs: no line lost (RH-5)
             async def again() -> tuple[str, int]:
-                return await self._link(session_id, record), await self.store.hosts.next_incarnation(session_id)
+                socket = await self._link(session_id, record)
+                try:
+                    return socket, await self.store.hosts.next_incarnation(session_id)
+                except Exception as exc:  # its row is gone (the session ended meanwhile), or the store failed
+                    raise HostError(f"session {session_id}: its agent host is no longer this gateway's to attach "
+                                    f"({exc})", "gone") from exc
 
             connection.relink = Relink(again, self.relink_timeout,
                                        f"session {session_id} on remote host {record.remote}")

@@ -281,11 +281,11 @@ class Launcher:
             if site is not None:
                 agent = await self.hosts.start_remote(row.id, run.execution_id, site.host, spawn, site.home,
                                                       self.settings.stop_grace, reaper.MARKER, DEFAULT_STDERR_BYTES)
-                run.client = self._hosted_client(row, agent, on_update, terminals)
+                run.client = await self._client_or_stop(row, agent, on_update, terminals)
             elif self.hosted(profile):  # in an agent host of its own: it outlives this gateway (docs/agent-hosts.md)
                 agent = await self.hosts.start(row.id, run.execution_id, spawn, self.settings.stop_grace,
                                                reaper.MARKER, DEFAULT_STDERR_BYTES)
-                run.client = self._hosted_client(row, agent, on_update, terminals)
+                run.client = await self._client_or_stop(row, agent, on_update, terminals)
             else:
                 run.client = await AcpClient.launch(
                     spawn.argv, cwd=row.cwd, env=spawn.env, process_cwd=spawn.cwd, pass_fds=spawn.fds,
@@ -318,6 +318,17 @@ class Launcher:
     def _elicitation_handler(self, row: SessionRow) -> Any:
         return self.elicitations.handler(
             lambda: live_now.row if (live_now := self.live.get(row.id)) is not None else row)
+
+    async def _client_or_stop(self, row: SessionRow, agent: HostedAgent,
+                              on_update: Callable[[dict[str, Any], bool], None],
+                              terminals: SessionTerminals | None) -> AcpClient:
+        """`_hosted_client`; a client that could not be made stops the host it would have spoken to (and, for a
+        remote one, its link): nothing is left running for a launch that failed."""
+        try:
+            return self._hosted_client(row, agent, on_update, terminals)
+        except Exception as exc:
+            await agent.stop(self.settings.stop_grace)
+            raise HostError(f"the agent's client could not be made: {exc}") from exc
 
     def _hosted_client(self, row: SessionRow, agent: HostedAgent, on_update: Callable[[dict[str, Any], bool], None],
                        terminals: SessionTerminals | None) -> AcpClient:

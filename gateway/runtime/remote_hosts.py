@@ -81,6 +81,17 @@ def cwd_refusal(host: RemoteHost, cwd: str) -> Refusal | None:
     return None
 
 
+def holds_remote_state(home: str, cwd: str) -> Refusal | None:
+    """A cwd (resolved there) that is, holds or lies in what the gateway keeps in the remote user's home — its hosts'
+    spools, the agent homes, the host application — or the user's `.ssh`: an agent there could read other sessions'
+    conversations or log in as the user outside any sandbox."""
+    for kept in (f"{home}/{STATE}", f"{home}/.ssh"):
+        if _within(kept, cwd) or _within(cwd, kept):
+            return Refusal(RemoteRule.OUTSIDE_ROOTS, f"workspace {cwd} holds or lies in {kept}, which no session may "
+                           "use: choose a project directory that does not hold them")
+    return None
+
+
 def unsupported(worktree: bool, additional_directories: Sequence[str], brokered: bool, host: RemoteHost) \
         -> Refusal | None:
     """What a session on a remote host cannot have (RH-3): each is made or served on the gateway's own machine."""

@@ -63,6 +63,9 @@ async def prepare(hosts: Mapping[str, RemoteHost], session_id: str, owner: str, 
     refused = remote_hosts.cwd_refusal(host, real)  # a link there that leads out of the roots
     if refused is not None:
         raise RemoteRefused(f"session {session_id}: {cwd} resolves to {real} there: {refused.message}")
+    refused = remote_hosts.holds_remote_state(home, real)
+    if refused is not None:
+        raise RemoteRefused(f"session {session_id}: on remote host {host.name}, {refused.message}")
     if host.sandbox == "bwrap" and real != cwd.rstrip("/"):  # bound as opened, never through a link (`PIN`)
         raise RemoteRefused(f"session {session_id}: {cwd} on remote host {host.name} goes through a symbolic link "
                             f"(it is {real}): a sandboxed session's directory is named without links; start it "

@@ -167,3 +167,44 @@ def test_several_owners_unconfined_on_one_remote_user_is_refused_unless_accepted
         assert "remote host 'lab'" in said and "bwrap" in said
         path.write_text(f'allow_unconfined_agents = true\n{path.read_text()}')
         assert confinement.refusal(load_config(path, {}), {}) is None
+
+
+@pytest.mark.parametrize(("cwd", "refused"), [
+    ("/home/dev/src/p", False),
+    ("/home/dev", True),  # holds the hosts' spools and .ssh
+    ("/home/dev/.acp-gateway/hosts/s-1", True),
+    ("/home/dev/.ssh", True),
+    ("/home/dev/.sshkeys", False),
+    ("/", True),
+])
+def test_a_remote_cwd_never_holds_what_the_gateway_keeps_there(cwd: str, refused: bool) -> None:
+    assert (remote_hosts.holds_remote_state("/home/dev", cwd) is not None) is refused
+
+
+def test_entries_sharing_one_ssh_user_share_its_owners(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from gateway.runtime import confinement
+
+    path = Path(str(tmp_path)) / "gateway.toml"
+    path.write_text('[remote_hosts.open]\nurl = "ssh://dev@h"\nworkspace_roots = ["/w"]\nowners = ["alice"]\n'
+                    '[remote_hosts.lab]\nurl = "ssh://dev@h:22"\nworkspace_roots = ["/w"]\nsandbox = "bwrap"\n'
+                    'owners = ["alice", "bob"]\n')
+    said = confinement.refusal(load_config(path, {}), {})
+    assert said is not None and "'open'" in said and "ssh://dev@h" in said
+
+
+def test_a_hosts_file_root_is_pinned_only_without_links(tmp_path: object) -> None:
+    import os
+    from pathlib import Path
+
+    from acp import fs
+
+    base = Path(os.path.realpath(str(tmp_path)))
+    (base / "real" / "in").mkdir(parents=True)
+    (base / "link").symlink_to(base / "real")
+    pinned = fs.PinnedRoot.open_without_links(str(base / "real" / "in"))
+    os.close(pinned.fd)
+    for path in (base / "link" / "in", base / "link", base / "real" / ".." / "real"):
+        with pytest.raises(OSError):
+            fs.PinnedRoot.open_without_links(str(path))

@@ -11,6 +11,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import orjson
 import pytest
 
 from gateway.agenthost.ssh import run_remote
+from gateway.runtime.remote_hosts import clear_command
 from tests.gateway_harness import GatewayClient, GatewayProcess, subscribed
 from tests.support.sshd import Sshd, sshd
 
@@ -40,6 +42,14 @@ class Remote:
             f'identity_file = "{options.identity_file}"\nknown_hosts = "{options.known_hosts}"\n'
             f'python = "/usr/bin/python3"\nworkspace_roots = ["{work}"]\nsandbox = "{sandbox}"\n')
         self.gateway = GatewayProcess(tmp_path / "state", agents, config=config)
+
+    def session_ids(self) -> list[str]:
+        """Every session this test's gateway made (read from its store)."""
+        db = self.gateway.state_dir / "gateway.db"
+        if not db.exists():
+            return []
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
+            return [str(r[0]) for r in conn.execute("SELECT id FROM sessions")]
 
     async def run(self, command: str) -> str:
         return (await run_remote(self.server.target, self.server.options, command)).decode()
@@ -66,9 +76,10 @@ async def remote(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
             yield world
         finally:
             await world.gateway.stop()
-            # its hosts linger for their gateway: killed (a pattern its own shell's command line does not match)
-            await world.run("pkill -KILL -f '[.]acp-gateway/hosts/s-'; pkill -KILL -f "
-                            f"'{work}/.agent/plain_acp_agen[t]'; rm -rf {work} .acp-gateway/hosts; true")
+            # its sessions' hosts linger for their gateway there: ended, theirs only (other tests share the user)
+            ended = [clear_command(sid) for sid in world.session_ids()]
+            await world.run("; ".join([*ended, f"pkill -KILL -f '{work}/.agent/plain_acp_agen[t]'", f"rm -rf {work}",
+                                       "true"]))
 
 
 def chunks(events: list[dict[str, Any]], sid: str) -> list[str]:
