@@ -21,7 +21,7 @@ import pytest
 
 from gateway.agenthost.ssh import run_remote
 from gateway.runtime.remote_hosts import clear_command
-from tests.gateway_harness import GatewayClient, GatewayProcess, subscribed
+from tests.gateway_harness import EventLog, GatewayClient, GatewayProcess, subscribed
 from tests.support.sshd import Sshd, sshd
 
 AGENT = Path(__file__).parents[2] / "support" / "plain_acp_agent.py"
@@ -89,6 +89,16 @@ def chunks(events: list[dict[str, Any]], sid: str) -> list[str]:
             and e["data"]["update"]["content"]["text"].startswith("chunk ")]
 
 
+async def gated_turn(client: GatewayClient, log: EventLog, sid: str, gate: str, count: int) -> asyncio.Future[Any]:
+    """A turn of `count` chunks under way, its agent waiting at `gate` after the tenth: the prompt's answer to come."""
+    prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
+                                                                         "prompt": f"/gate {gate} {count}"}))
+    begun = await log.wait(lambda e: e["type"] == "turn_started" and f"/gate {gate} " in str(e["data"]))
+    await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
+                   and e["data"]["update"].get("content", {}).get("text") == "chunk 9 ")
+    return prompt
+
+
 async def start(client: GatewayClient, remote: Remote) -> str:
     view = await client.call("task.session.start", {"agent": "plain", "host": "lab", "cwd": remote.work,
                                                     "wait_ready": True})
@@ -119,11 +129,7 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
         assert '"code": -32602' in refused["data"]["update"]["content"]["text"], refused
 
     gate = f"{remote.work}/gate"
-    prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
-                                                                         "prompt": f"/gate {gate} 40"}))
-    begun = await log.wait(lambda e: e["type"] == "turn_started" and gate in str(e["data"]))
-    await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
-                   and e["data"]["update"].get("content", {}).get("text") == "chunk 9 ")
+    prompt = await gated_turn(client, log, sid, gate, 40)
     [forward] = remote.forwards(sid)
     os.kill(forward, signal.SIGKILL)  # the link drops mid-turn
     await remote.run(f"touch {gate}")  # the rest of the turn happens while the link is down, or as it comes back
@@ -140,11 +146,7 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
 
     # The gateway killed mid-turn: the remote agent goes on, the next gateway links again and gets the rest.
     gate2 = f"{remote.work}/gate2"
-    prompt = asyncio.ensure_future(client.call("task.session.prompt", {"session_id": sid,
-                                                                         "prompt": f"/gate {gate2} 30"}))
-    begun = await log.wait(lambda e: e["type"] == "turn_started" and gate2 in str(e["data"]))
-    await log.wait(lambda e: e["type"] == "session_update" and (e["id"] or 0) > begun["id"]
-                   and e["data"]["update"].get("content", {}).get("text") == "chunk 9 ")
+    prompt = await gated_turn(client, log, sid, gate2, 30)
     await remote.gateway.kill9()
     await client.close()
     with contextlib.suppress(Exception):
