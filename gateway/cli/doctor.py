@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -58,6 +59,37 @@ def database_facts(url: str, secret: str | None) -> tuple[list[str], list[str]]:
     return asyncio.run(ask())
 
 
+def remote_host_facts(config: ServeConfig) -> list[str]:
+    """A line per remote host (docs/remote-hosts.md): reached over ssh now with the operator's credentials, its
+    Python, and bubblewrap where its sessions are sandboxed. Never a problem for `serve` (a host may be down today)."""
+    from ..agenthost.client import HostError
+    from ..agenthost.ssh import SshOptions, SshTarget, run_remote
+
+    async def ask(name: str, url: str, options: SshOptions, python: str, sandbox: str) -> str:
+        probe = (f"{shlex.quote(python)} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || "
+                 "echo none; command -v bwrap >/dev/null && echo bwrap || echo no-bwrap")
+        try:
+            said = (await run_remote(SshTarget.parse(url), options, probe, timeout=20)).decode().split()
+        except HostError as exc:
+            return f"remote host {name} ({url}): NOT REACHED: {exc} (its sessions cannot start until it is)"
+        version = said[0] if said else "none"
+        words = [f"remote host {name} ({url}): reached"]
+        major_minor = tuple(int(p) for p in version.split(".")) if version != "none" else (0, 0)
+        words.append(f"python {version}" if major_minor >= (3, 11) else
+                     f"WARNING: no Python 3.11 or later as {python!r} there (the agent host needs it)")
+        if sandbox == "bwrap":
+            words.append("bwrap found" if "bwrap" in said else "WARNING: no bwrap there (sandbox = \"bwrap\")")
+        return ", ".join(words)
+
+    async def ask_all() -> list[str]:
+        return list(await asyncio.gather(*(
+            ask(name, h.url, SshOptions(str(Path(h.identity_file).expanduser()) if h.identity_file else None,
+                                        str(Path(h.known_hosts).expanduser()) if h.known_hosts else None),
+                h.python, h.sandbox) for name, h in config.remote_hosts.items())))
+
+    return asyncio.run(ask_all()) if config.remote_hosts else []
+
+
 def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
     state_dir = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
     profiles = load_profiles([Path(d) for d in config.agents_dir], state_dir)
@@ -94,7 +126,14 @@ def report(config: ServeConfig, say: Callable[[str], None] = print) -> int:
         problems += found
     if not problems and (config.sandbox == "bwrap" or any(p.sandbox == "bwrap" for p in profiles.values())):
         say("sandbox bwrap: works here (a trial sandbox started)")
+    for fact in remote_host_facts(config):
+        say(fact)
     for profile in profiles.values():
+        if profile.host is not None:  # its command is looked for on that machine, at each launch
+            say(f"agent {profile.id}: runs on remote host {profile.host}"
+                + ("" if profile.host in config.remote_hosts else " — NOT a configured remote host: its sessions "
+                   "cannot start"))
+            continue
         said = profile.availability_words()
         confined = profile.sandbox or config.sandbox
         say(f"agent {profile.id}: {said}; sandbox {confined}"

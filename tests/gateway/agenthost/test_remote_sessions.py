@@ -218,3 +218,22 @@ async def test_a_sandboxed_remote_agent_sees_its_workspace_and_nothing_of_other_
     for session in (sid, other):
         await client.call("task.session.delete", {"session_id": session})
     await client.close()
+
+
+async def test_doctor_reaches_each_remote_host_and_says_what_it_lacks(remote: Remote) -> None:
+    from gateway.cli.doctor import report
+    from gateway.config import load_config
+
+    path = remote.tmp_path / "gateway.toml"
+    text = path.read_text()
+    path.write_text(text + '[remote_hosts.down]\nurl = "ssh://acp-remote@127.0.0.1:1"\nworkspace_roots = ["/w"]\n'
+                    f'known_hosts = "{remote.server.options.known_hosts}"\n')
+    said: list[str] = []
+    config = load_config(path, {"state_dir": str(remote.tmp_path / "doctor-state"),
+                                "agents_dir": [str(remote.tmp_path / "agents")]})
+    await asyncio.to_thread(report, config, said.append)
+    lab = next(line for line in said if line.startswith("remote host lab"))
+    assert "reached" in lab and "python 3." in lab and "NOT" not in lab, lab
+    down = next(line for line in said if line.startswith("remote host down"))
+    assert "NOT REACHED" in down and "cannot start" in down, down
+    assert said[-1] == "serve would start"  # a host that is down today is no reason not to serve
