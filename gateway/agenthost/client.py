@@ -234,15 +234,15 @@ class HostConnection:
         outbox.taken(welcome.written)
         connection = cls(writer, welcome, committed, outbox, frames)
         connection._secret = secret
-        for seq, line in sorted(outbox.unwritten.items()):
-            connection._send_line(seq, line)
+        connection._resend_unwritten()
         return connection
 
     # -- a new link, the same connection (remote hosts: docs/remote-hosts.md) ---------------------------------------
     async def _relink(self, relink: Relink) -> None:
         """The link to the host dropped (not the host: it said nothing): a new one, attached as a newer incarnation
-        from the last agent line received here, so the reader sees the lines go on as if nothing happened; the
-        gateway's lines the host had not taken are sent again. HostError once `relink.timeout` has passed."""
+        with what the gateway acked, the lines already received here passed over as they come again, so the reader
+        sees the lines go on as if nothing happened (the caller sends again the gateway's lines the host had not
+        taken). HostError once `relink.timeout` has passed."""
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + relink.timeout, 0.1
         while True:
@@ -275,8 +275,6 @@ class HostConnection:
             self.on_taken(welcome.written)
         if welcome.exit_code is not None and not self.exit_code.done():
             self.exit_code.set_result(welcome.exit_code)
-        for seq, line in sorted(self.outbox.unwritten.items()):  # straight on the new link (not yet `_linked`)
-            writer.write(protocol.encode({"t": protocol.LINE, "seq": seq, **protocol.carry(line)}))
         if self.on_relinked is not None:
             self.on_relinked(welcome)
 
@@ -303,6 +301,7 @@ class HostConnection:
                 log.info("%s: linked to its agent host again (link %d)", relink.name, self.relinks + 1)
                 held, self._held = self._held, []
                 self._linked.set()
+                self._resend_unwritten()  # the lines the host had not taken, then what waited for the link
                 for frame in held:
                     self._writer.write(protocol.encode(frame))
         finally:
@@ -457,6 +456,12 @@ class HostConnection:
             raise HostDisconnected("the link to the agent host is being re-established: ask again")
         self._writer.write(protocol.encode(frame))
 
+    def _resend_unwritten(self) -> None:
+        """The gateway's lines the host had not taken when the last link ended, again, in order (AH-8 drops any it
+        had taken after all)."""
+        for seq, line in sorted(self.outbox.unwritten.items()):
+            self._send_line(seq, line)
+
     def _send_line(self, seq: int, line: bytes) -> None:
         self._send({"t": protocol.LINE, "seq": seq, **protocol.carry(line)})
 
@@ -566,7 +571,7 @@ class HostConnection:
         self._writer.close()
         with contextlib.suppress(Exception):  # a peer that reads nothing more (a dropped link) is not waited for
             await asyncio.wait_for(self._writer.wait_closed(), 2.0)
-        if not self._writer.transport.is_closing() or self._writer.transport.get_write_buffer_size():
+        if self._writer.transport.get_write_buffer_size():  # still unsent: dropped, not flushed to no one
             self._writer.transport.abort()
         self._reading.cancel()
         with contextlib.suppress(BaseException):
