@@ -192,7 +192,6 @@ class Hosts:
         self.remote_hosts = dict(remote_hosts or {})
         self.relink_timeout = relink_timeout
         self.forwards: dict[str, Forward] = {}  # each remote host's link, by session
-        self._links_dir: Path | None = None
         self.agents: dict[str, HostedAgent] = {}
         self._acks: dict[str, int] = {}  # the committed offset of each mark in the group being committed
         # What each session's events hold of its agent's terminals (`serve_terminals`), and the version of it last
@@ -266,8 +265,8 @@ class Hosts:
         old = self.forwards.pop(session_id, None)
         if old is not None:
             await old.stop()
-        self._links_dir = links_directory(self.state_dir)  # checked at every link: still ours, still private
-        local = self._links_dir / f"{hashlib.sha256(session_id.encode()).hexdigest()[:16]}.sock"
+        links = links_directory(self.state_dir)  # checked at every link: still ours, still private
+        local = links / f"{hashlib.sha256(session_id.encode()).hexdigest()[:16]}.sock"
         forward = Forward(host.target, host.options, local, record.remote_socket)
         await forward.start()
         self.forwards[session_id] = forward
@@ -376,7 +375,7 @@ class Hosts:
                 record = HostRecord.of(row.host)
                 if record.remote is not None:
                     await self._kill_remote(record)
-                elif _is_host(record):
+                if _is_host(record):
                     os.kill(record.host_pid, signal.SIGKILL)
                 self._clear(record)
             await self.store.hosts.drop(session_id)
@@ -496,7 +495,10 @@ def links_directory(state_dir: Path) -> Path:
 
 
 def _is_host(record: HostRecord) -> bool:
-    """Whether the recorded host pid is still an agent host (never signal a recycled pid)."""
+    """Whether the recorded host pid is still an agent host of this machine (never signal a recycled pid; a remote
+    host's pid is that machine's, and here may well be another session's local host: `_kill_remote` ends it)."""
+    if record.remote is not None:
+        return False
     try:
         cmdline = Path(f"/proc/{record.host_pid}/cmdline").read_bytes()
     except OSError:

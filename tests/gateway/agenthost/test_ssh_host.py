@@ -80,3 +80,17 @@ async def test_a_host_over_ssh_survives_a_killed_link(tmp_path: Path) -> None:
                     os.kill(pid, signal.SIGKILL)
             await run_remote(target, options, f"rm -rf {base} {agent}")
         assert target.user == REMOTE_USER
+
+
+async def test_a_remote_hosts_pid_is_never_taken_for_a_local_host(tmp_path: Path) -> None:
+    from gateway.runtime.hosting import HostRecord, _is_host
+
+    from .support import start_numbered
+
+    local = await start_numbered(tmp_path)  # a local host, whose pid a remote one may happen to carry
+    try:
+        pid = local.handle.host_pid
+        assert _is_host(HostRecord("/s", "/sp", "k", pid, pid, [], 0.0))
+        assert not _is_host(HostRecord("/s", "/sp", "k", pid, pid, [], 0.0, "lab", "/r/socket", "/home/dev"))
+    finally:
+        local.kill()
