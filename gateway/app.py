@@ -26,7 +26,6 @@ from agents.paths import default_state_dir
 from agents.profiles import AgentProfile
 
 from . import __version__, metrics
-from .agenthost.ssh import SshOptions, SshTarget
 from .api.outbox import Outbox
 from .api.rpc import RpcAdapter, load_dispatch
 from .api.server import AcpFactory, AcpPeer, GatewayServer, ui_files, ui_pages
@@ -37,7 +36,7 @@ from .memory import return_large_buffers
 from .runtime import SessionManager, Settings, confinement
 from .runtime.cluster import ClusterRefused, node_name
 from .runtime.quotas import Quotas, journal_share
-from .runtime.remote_hosts import RemoteHost
+from .runtime.remote_hosts import configured as configured_remote_hosts
 from .runtime.workspace import refusal, resolved
 from .store import StoreBase, StoreInUse, open_store, redacted
 
@@ -126,18 +125,9 @@ def workspace_settings(config: ServeConfig, state_dir: Path, config_file: Path |
         raise StartupError(f"worktrees_root {worktrees} {where} the gateway's own files (its state directory or "
                            "configuration): choose a directory outside them")
     return {"workspace_roots": roots, "worktrees_root": worktrees, "owner_workspace_roots": per_owner,
-            "remote_hosts": remote_hosts(config),
+            "remote_hosts": configured_remote_hosts(config),
             "protected_paths": protected,
             "allow_stdio_mcp_servers": config.allow_stdio_mcp_servers, "owner_stdio_mcp_servers": stdio}
-
-
-def remote_hosts(config: ServeConfig) -> dict[str, RemoteHost]:
-    """The configured remote hosts (docs/remote-hosts.md), their URLs already checked by `load_config`."""
-    return {name: RemoteHost(name, SshTarget.parse(h.url), SshOptions(
-        str(Path(h.identity_file).expanduser()) if h.identity_file else None,
-        str(Path(h.known_hosts).expanduser()) if h.known_hosts else None), h.python, h.path,
-        tuple(r.rstrip("/") or "/" for r in h.workspace_roots), tuple(h.owners) if h.owners is not None else None,
-        h.sandbox) for name, h in config.remote_hosts.items()}
 
 
 def acp_endpoint(sessions: SessionManager, bus: EventBus, profiles: Mapping[str, AgentProfile],

@@ -63,29 +63,27 @@ def remote_host_facts(config: ServeConfig) -> list[str]:
     """A line per remote host (docs/remote-hosts.md): reached over ssh now with the operator's credentials, its
     Python, and bubblewrap where its sessions are sandboxed. Never a problem for `serve` (a host may be down today)."""
     from ..agenthost.client import HostError
-    from ..agenthost.ssh import SshOptions, SshTarget, run_remote
+    from ..agenthost.ssh import run_remote
+    from ..runtime.remote_hosts import RemoteHost, configured
 
-    async def ask(name: str, url: str, options: SshOptions, python: str, sandbox: str) -> str:
-        probe = (f"{shlex.quote(python)} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || "
-                 "echo none; command -v bwrap >/dev/null && echo bwrap || echo no-bwrap")
+    async def ask(host: RemoteHost) -> str:
+        probe = (f"{shlex.quote(host.python)} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null "
+                 "|| echo none; command -v bwrap >/dev/null && echo bwrap || echo no-bwrap")
         try:
-            said = (await run_remote(SshTarget.parse(url), options, probe, timeout=20)).decode().split()
+            said = (await run_remote(host.target, host.options, probe, timeout=20)).decode().split()
         except HostError as exc:
-            return f"remote host {name} ({url}): NOT REACHED: {exc} (its sessions cannot start until it is)"
+            return f"remote host {host.name} ({host.url}): NOT REACHED: {exc} (its sessions cannot start until it is)"
         version = said[0] if said else "none"
-        words = [f"remote host {name} ({url}): reached"]
+        words = [f"remote host {host.name} ({host.url}): reached"]
         major_minor = tuple(int(p) for p in version.split(".")) if version != "none" else (0, 0)
         words.append(f"python {version}" if major_minor >= (3, 11) else
-                     f"WARNING: no Python 3.11 or later as {python!r} there (the agent host needs it)")
-        if sandbox == "bwrap":
+                     f"WARNING: no Python 3.11 or later as {host.python!r} there (the agent host needs it)")
+        if host.sandbox == "bwrap":
             words.append("bwrap found" if "bwrap" in said else "WARNING: no bwrap there (sandbox = \"bwrap\")")
         return ", ".join(words)
 
     async def ask_all() -> list[str]:
-        return list(await asyncio.gather(*(
-            ask(name, h.url, SshOptions(str(Path(h.identity_file).expanduser()) if h.identity_file else None,
-                                        str(Path(h.known_hosts).expanduser()) if h.known_hosts else None),
-                h.python, h.sandbox) for name, h in config.remote_hosts.items())))
+        return list(await asyncio.gather(*(ask(host) for host in configured(config).values())))
 
     return asyncio.run(ask_all()) if config.remote_hosts else []
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from agents.profiles import AgentProfile
 
 from ..config import ServeConfig
+from .remote_hosts import configured
 
 
 def owners_of(config: ServeConfig) -> set[str]:
@@ -44,8 +45,8 @@ def refusal(config: ServeConfig, profiles: Mapping[str, AgentProfile]) -> str | 
     # One SSH user runs every owner's agents on its machine, whichever entries name it: the owners of all of them
     # share what an unconfined agent of any of them can reach.
     accounts: dict[str, tuple[set[str], list[str]]] = {}
-    for name, host in config.remote_hosts.items():
-        account = host.url.removesuffix(":22")
+    for name, host in configured(config).items():
+        account = host.url  # ssh://user@host[:port], the port said only when not 22
         users, loose_entries = accounts.setdefault(account, (set(), []))
         users |= owners if host.owners is None else set(host.owners)
         if host.sandbox == "none":

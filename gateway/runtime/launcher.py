@@ -121,9 +121,10 @@ def check_resumable(row: SessionRow, settings: Settings) -> None:
     if row.host is None:
         check_workspace(settings, row.owner, row.id, row.cwd)
         return
-    host = remote_hosts.choose(settings.remote_hosts, row.owner, row.host)  # still configured, still the owner's
-    refused = host if isinstance(host, remote_hosts.Refusal) else remote_hosts.cwd_refusal(host, row.cwd)
-    if refused is not None:  # (that the directory is still there is asked of the remote machine at the launch)
+    # Still configured, still the owner's, its directory still one of the host's (whether it is still there is
+    # asked of the remote machine at the launch)
+    refused = remote_hosts.admitted(settings.remote_hosts, row.owner, row.host, row.cwd)
+    if isinstance(refused, remote_hosts.Refusal):
         raise workspace_refused(row.id, row.cwd, refused.rule.value, f"session {row.id}: {refused.message}")
 
 

@@ -11,8 +11,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..agenthost.ssh import REMOTE_STATE, SshOptions, SshTarget
+
+if TYPE_CHECKING:
+    from ..config import ServeConfig
 
 SYSTEM_DIRECTORIES = ("/proc", "/sys", "/dev")
 STATE = REMOTE_STATE
@@ -54,6 +59,15 @@ class Refusal:
     message: str
 
 
+def configured(config: ServeConfig) -> dict[str, RemoteHost]:
+    """The configuration's `[remote_hosts.NAME]`, their URLs already checked by `load_config`."""
+    return {name: RemoteHost(name, SshTarget.parse(h.url), SshOptions(
+        str(Path(h.identity_file).expanduser()) if h.identity_file else None,
+        str(Path(h.known_hosts).expanduser()) if h.known_hosts else None), h.python, h.path,
+        tuple(r.rstrip("/") or "/" for r in h.workspace_roots), tuple(h.owners) if h.owners is not None else None,
+        h.sandbox) for name, h in config.remote_hosts.items()}
+
+
 def choose(hosts: Mapping[str, RemoteHost], owner: str, asked: str) -> RemoteHost | Refusal:
     """The configured host `asked` names (its name, or its exact `ssh://` URL), if this owner may use it (RH-1)."""
     found = hosts.get(asked) or next((h for h in hosts.values() if h.url == asked or h.url + ":22" == asked), None)
@@ -65,6 +79,15 @@ def choose(hosts: Mapping[str, RemoteHost], owner: str, asked: str) -> RemoteHos
         return Refusal(RemoteRule.NOT_THE_OWNERS, f"remote host {found.name!r} is not open to owner {owner!r}: its "
                        "`owners` list does not name it")
     return found
+
+
+def admitted(hosts: Mapping[str, RemoteHost], owner: str, asked: str, cwd: str) -> RemoteHost | Refusal:
+    """The host `asked` names, when this owner may use it (RH-1) and `cwd`, as given, may be a directory there (RH-2):
+    what a resume checks, and a launch before it asks the remote machine."""
+    host = choose(hosts, owner, asked)
+    if isinstance(host, Refusal):
+        return host
+    return cwd_refusal(host, cwd) or host
 
 
 def cwd_refusal(host: RemoteHost, cwd: str) -> Refusal | None:

@@ -41,12 +41,9 @@ class RemoteSite:
 async def prepare(hosts: Mapping[str, RemoteHost], session_id: str, owner: str, host_name: str, cwd: str,
                   profile: str) -> RemoteSite:
     """The session's remote host, its directory there resolved and checked, its agent home there made."""
-    host = remote_hosts.choose(hosts, owner, host_name)
+    host = remote_hosts.admitted(hosts, owner, host_name, cwd)
     if isinstance(host, remote_hosts.Refusal):
         raise RemoteRefused(f"session {session_id}: {host.message}")
-    refused = remote_hosts.cwd_refusal(host, cwd)
-    if refused is not None:
-        raise RemoteRefused(f"session {session_id}: {refused.message}")
     try:
         said = await run_remote(host.target, host.options,
                                 remote_hosts.prepare_command(session_id, cwd, owner_dir_name(owner), profile))
