@@ -92,3 +92,34 @@ async def read_lines(connection: HostConnection, count: int) -> list[tuple[int, 
 def numbered(lines: list[tuple[int, bytes]]) -> bool:
     """Every line's offset is the ordinal the agent wrote at its start."""
     return all(line.split(b" ", 1)[0] == str(offset).encode() for offset, line in lines)
+
+
+class SeenLines:
+    """What a model's gateway has of the agent's lines: the offset it committed, and the lines it has seen after it
+    on its connection — which must be the very next offsets, each line the one the agent wrote there."""
+
+    def __init__(self) -> None:
+        self.committed = 0
+        self.seen: list[tuple[int, bytes]] = []
+
+    @property
+    def head(self) -> int:
+        """The last offset held: committed or seen."""
+        return self.committed + len(self.seen)
+
+    def add(self, lines: list[tuple[int, bytes]]) -> None:
+        self.seen += lines
+        self.check()
+
+    def check(self) -> None:
+        assert [offset for offset, _ in self.seen] == list(range(self.committed + 1, self.head + 1))
+        assert numbered(self.seen)
+
+    def commit(self, share: float) -> bool:
+        """The first `share` of the lines seen committed (they are never seen again); whether the offset moved."""
+        upto = int(len(self.seen) * share)
+        if upto == 0:
+            return False
+        self.committed = self.seen[upto - 1][0]
+        self.seen = self.seen[upto:]
+        return True

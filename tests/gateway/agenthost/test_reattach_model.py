@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from gateway.agenthost.client import GatewayLines, HostConnection
 
-from .support import Started, numbered, read_lines, start_numbered
+from .support import SeenLines, Started, read_lines, start_numbered
 
 
 class Reattaching(RuleBasedStateMachine):
@@ -29,15 +29,14 @@ class Reattaching(RuleBasedStateMachine):
         self.outbox = GatewayLines()
         self.incarnation = 0
         self.written = 0  # lines the agent will have written: the sum of the floods asked for
-        self.committed = 0  # the gateway's committed offset
-        self.seen: list[tuple[int, bytes]] = []  # the lines seen after `committed`, on the current connection
+        self.lines = SeenLines()  # the gateway's committed offset, and the lines seen after it on this connection
 
     def teardown(self) -> None:
         try:
             if self.connection is None:
                 self.attach()
             assert self.connection is not None
-            while self.committed + len(self.seen) < self.written:  # everything, committing as a gateway does
+            while self.lines.head < self.written:  # everything, committing as a gateway does
                 self.read(self.written)
                 self.commit(1.0)
             assert self.runner.run(self.connection.status())["head"] == self.written  # and nothing more
@@ -46,17 +45,13 @@ class Reattaching(RuleBasedStateMachine):
             self.runner.close()
             shutil.rmtree(self.directory, ignore_errors=True)
 
-    def check_seen(self) -> None:
-        assert [offset for offset, _ in self.seen] == list(range(self.committed + 1,
-                                                                 self.committed + 1 + len(self.seen)))
-        assert numbered(self.seen)
-
     @precondition(lambda self: self.connection is None)
     @rule()
     def attach(self) -> None:
         self.incarnation += 1
-        self.connection = self.runner.run(self.host.attach(self.incarnation, self.committed, outbox=self.outbox))
-        self.seen = []
+        self.connection = self.runner.run(self.host.attach(self.incarnation, self.lines.committed,
+                                                           outbox=self.outbox))
+        self.lines.seen = []
 
     @precondition(lambda self: self.connection is not None)
     @rule()
@@ -81,25 +76,20 @@ class Reattaching(RuleBasedStateMachine):
         lines it spooled before the pause are asked for, and it paused only past the committed offset)."""
         assert self.connection is not None
         status = self.runner.run(self.connection.status())
-        available = status["head"] - self.committed - len(self.seen)
-        self.seen += self.runner.run(read_lines(self.connection, min(count, available)))
-        self.check_seen()
+        available = status["head"] - self.lines.head
+        self.lines.add(self.runner.run(read_lines(self.connection, min(count, available))))
 
     @precondition(lambda self: self.connection is not None)
     @rule(share=st.floats(min_value=0.0, max_value=1.0))
     def commit(self, share: float) -> None:
         """The gateway commits some of what it has seen, and acks it: lines up to it are never seen again."""
         assert self.connection is not None
-        upto = int(len(self.seen) * share)
-        if upto == 0:
-            return
-        self.committed = self.seen[upto - 1][0]
-        self.seen = self.seen[upto:]
-        self.connection.ack(self.committed)
+        if self.lines.commit(share):
+            self.connection.ack(self.lines.committed)
 
     @invariant()
     def lines_seen_follow_the_commit(self) -> None:
-        self.check_seen()
+        self.lines.check()
 
 
 Reattaching.TestCase.settings = settings(max_examples=12, stateful_step_count=15, deadline=None,

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gateway.agenthost.client import HostConnection, HostDisconnected, Relink
 
-from .support import WAIT, Started, numbered, read_lines, start_numbered
+from .support import WAIT, SeenLines, Started, read_lines, start_numbered
 
 
 class Relay:
@@ -73,13 +73,12 @@ class Relinking(RuleBasedStateMachine):
             HostConnection.attach(str(self.relay.path), self.host.secret, 1, 0))
         self.connection.relink = Relink(again, WAIT)
         self.written = 0  # lines the agent will have written: the sum of the floods asked for
-        self.committed = 0
-        self.seen: list[tuple[int, bytes]] = []  # after `committed`
+        self.lines = SeenLines()
         self.cuts = 0
 
     def teardown(self) -> None:
         try:
-            while self.committed + len(self.seen) < self.written:  # everything, committing as a gateway does
+            while self.lines.head < self.written:  # everything, committing as a gateway does
                 self.read(self.written)
                 self.commit(1.0)
             assert self.status()["head"] == self.written  # and nothing more
@@ -99,11 +98,6 @@ class Relinking(RuleBasedStateMachine):
                 return self.runner.run(self.connection.status())
         raise AssertionError("the host's status could not be asked in 20 links")
 
-    def check_seen(self) -> None:
-        assert [offset for offset, _ in self.seen] == list(range(self.committed + 1,
-                                                                 self.committed + 1 + len(self.seen)))
-        assert numbered(self.seen)
-
     @rule(lines=st.integers(min_value=1, max_value=400), cut_after=st.booleans())
     def flood(self, lines: int, cut_after: bool) -> None:
         """Sent whether the link is up or being replaced; optionally cut right after (the line may be lost on
@@ -121,22 +115,17 @@ class Relinking(RuleBasedStateMachine):
     @rule(count=st.integers(min_value=0, max_value=300))
     def read(self, count: int) -> None:
         """Up to `count` of the lines the host has spooled and not yet seen here (asked of it once linked)."""
-        available = self.status()["head"] - self.committed - len(self.seen)
-        self.seen += self.runner.run(read_lines(self.connection, min(count, available)))
-        self.check_seen()
+        available = self.status()["head"] - self.lines.head
+        self.lines.add(self.runner.run(read_lines(self.connection, min(count, available))))
 
     @rule(share=st.floats(min_value=0.0, max_value=1.0))
     def commit(self, share: float) -> None:
-        upto = int(len(self.seen) * share)
-        if upto == 0:
-            return
-        self.committed = self.seen[upto - 1][0]
-        self.seen = self.seen[upto:]
-        self.connection.ack(self.committed)
+        if self.lines.commit(share):
+            self.connection.ack(self.lines.committed)
 
     @invariant()
     def lines_seen_follow_the_commit_and_the_connection_stands(self) -> None:
-        self.check_seen()
+        self.lines.check()
         assert self.connection.closed_reason is None
 
 
