@@ -1,8 +1,8 @@
 """A small ACP agent of the Python standard library alone, for machines that have nothing of the gateway's (a remote
 host's tests send it over ssh). Prompts: `/write NAME TEXT` writes TEXT to NAME in its cwd with its own file I/O;
 `/gate PATH N` streams `chunk 0 ` … `chunk N-1 `, waiting after the tenth until PATH exists; `/fs NAME` asks the
-client for NAME with `fs/read_text_file` and says what came back; `/ls DIR` says what DIR holds; anything else is
-echoed."""
+client for NAME with `fs/read_text_file` and says what came back; `/ls DIR` says what DIR holds; `/env NAME` says NAME's
+value; anything else is echoed."""
 
 from __future__ import annotations
 
@@ -58,6 +58,8 @@ def main() -> None:
                 except OSError as exc:
                     said = f"error {exc.strerror}"
                 say(sid, f"ls {rest}: {said}")
+            elif word == "/env":  # says a variable's value: the gateway must hide a secret it says
+                say(sid, f"env {rest}={os.environ.get(rest, '(unset)')}")
             elif word == "/fs":
                 asked += 1
                 send({"jsonrpc": "2.0", "id": asked, "method": "fs/read_text_file",

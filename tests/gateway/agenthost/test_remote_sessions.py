@@ -25,6 +25,7 @@ from tests.gateway_harness import EventLog, GatewayClient, GatewayProcess, subsc
 from tests.support.sshd import Sshd, sshd
 
 AGENT = Path(__file__).parents[2] / "support" / "plain_acp_agent.py"
+DUMMY_KEY = "sk-remote-dummy-7f3a9c51e2"  # the profile's API key: reaches the remote agent, shown nowhere here
 
 
 class Remote:
@@ -34,7 +35,8 @@ class Remote:
         agents.mkdir()
         command = ["python3", f"{work}/.agent/plain_acp_agent.py"]
         (agents / "plain.toml").write_text(f'id = "plain"\ncommand = {orjson.dumps(command).decode()}\n'
-                                           "native_session_resume = false\n")
+                                           "native_session_resume = false\n"
+                                           f'[env]\nREMOTE_API_KEY = "{DUMMY_KEY}"\n')
         config = tmp_path / "gateway.toml"
         options = server.options
         config.write_text(
@@ -116,6 +118,10 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     assert uid != os.geteuid()
     assert await remote.run(f"stat -c %u {remote.work}/hello.txt") == f"{uid}\n"  # written there, as that user
     assert await remote.run(f"cat {remote.work}/hello.txt") == "from afar"
+    # The profile's key reaches the agent there; what the agent says of it is shown as [secret]
+    await client.call("task.session.prompt", {"session_id": sid, "prompt": "/env REMOTE_API_KEY"})
+    told = await log.wait(lambda e: e["type"] == "session_update" and "env REMOTE_API_KEY=" in str(e["data"]))
+    assert told["data"]["update"]["content"]["text"] == "env REMOTE_API_KEY=[secret]"
     # The file methods are served where the files are (FS-1), by the same rules: a file there is read...
     await client.call("task.session.prompt", {"session_id": sid, "prompt": "/fs hello.txt"})
     fs_said = await log.wait(lambda e: e["type"] == "session_update" and "fs said for hello.txt:" in str(e["data"]))
@@ -163,6 +169,10 @@ async def test_a_remote_session_works_there_and_a_killed_link_loses_no_update(re
     status = await client.call("task.session.status", {"session_id": sid})
     assert status["is_agent_running"] is True
 
+    # The key is nowhere on the gateway's side: its log, the events, the views, its state directory's files.
+    assert DUMMY_KEY not in "".join(remote.gateway.stderr_lines)
+    assert DUMMY_KEY not in str(log.events) + str(await client.call("task.session.get", {"session_id": sid}))
+    assert not [p for p in remote.gateway.state_dir.rglob("*") if p.is_file() and DUMMY_KEY.encode() in p.read_bytes()]
     # What the session holds is the remote user's: nothing of it on the gateway's machine but the forward's socket.
     kept = [p for p in (remote.gateway.state_dir / "hosts").rglob("*") if p.is_file()]
     assert kept == [], kept
