@@ -52,6 +52,10 @@ def agent_processes(agent_state: Path) -> dict[int, str | None]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
+        if not environ:
+            # The kernel answers an empty environment once an exiting process has released its memory, before it
+            # is a zombie: an agent on its way out, not one without a marker (every agent is started with one).
+            continue
         if b"agents.reference" in argv and str(agent_state).encode() in argv and process_alive(int(entry.name)):
             found[int(entry.name)] = parse_marker(environ)
     return found
