@@ -106,7 +106,7 @@ def gateway_url(args: argparse.Namespace) -> str:
     return announced or DEFAULT_URL
 
 
-def _token(args: argparse.Namespace) -> str | None:
+def gateway_token(args: argparse.Namespace) -> str | None:
     if args.token:
         return str(args.token)
     if os.environ.get("ACP_GATEWAY_TOKEN"):
@@ -141,7 +141,7 @@ def _sign_in_lines(view: dict[str, Any], session_id: str) -> str:
 async def run_frontend(args: argparse.Namespace) -> int:
     from ..clients.client import GatewayClient, HandshakeRefused, RpcCallError
 
-    args.token = _token(args)
+    args.token = gateway_token(args)
     args.url_given = args.url
     args.url = gateway_url(args)
     try:

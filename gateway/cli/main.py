@@ -23,6 +23,7 @@ from agents.paths import default_state_dir
 from .. import __version__
 from .agents_arguments import add_arguments as agents_arguments
 from .argspec import AddedBy, Argument, add_arguments, arg
+from .connect import CONNECT_ARGUMENTS
 from .frontend import CONNECTION, INTERRUPTED, VERBS, run_frontend
 from .hosts import ARGUMENTS as HOSTS_ARGUMENTS
 
@@ -328,6 +329,12 @@ def _hosts(args: argparse.Namespace, command: list[str]) -> int:
     return run_hosts(args)
 
 
+def _connect(args: argparse.Namespace, command: list[str]) -> int:
+    from .connect import run as run_connect
+
+    return run_connect(args)
+
+
 def _agents(args: argparse.Namespace, command: list[str]) -> int:
     from .agents import run as run_agents
 
@@ -432,6 +439,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("hosts", "the agent hosts of a state directory: each one's session, agent, pids, whether it runs, its "
                "spool, and whether a gateway is attached or they linger", HOSTS_ARGUMENTS, _hosts,
                usage="acp-gateway hosts [--state-dir DIR] [--config FILE] [--json]"),
+    Subcommand("connect", "an ACP agent on stdio that is a gateway session: what an editor (Zed, JetBrains, acpx) "
+               "runs as its agent; reconnects and resumes across gateway restarts", CONNECT_ARGUMENTS, _connect,
+               usage="acp-gateway connect [--url URL] [--token TOKEN] [--state-dir DIR] [--agent ID]"),
     Subcommand("agents", "agent profiles, and agents from the ACP registry: search, add (pinned), update, remove, "
                "doctor, matrix", (AddedBy(agents_arguments),), _agents,
                description="Without a subcommand: list the agents."),

@@ -481,17 +481,19 @@ class SessionManager:
     # -- turns ---------------------------------------------------------------------------
     @forwardable("prompt")
     async def prompt(self, row: SessionRow, prompt: Any, forwarded: bool = False,
-                     meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A turn; `meta` goes to the agent unchanged as the prompt request's `_meta`."""
+                     meta: dict[str, Any] | None = None, key: str | None = None) -> dict[str, Any]:
+        """A turn; `meta` goes to the agent unchanged as the prompt request's `_meta`; `key`, a client's name for
+        this prompt, is kept in its `turn_started` (a client that lost its answer finds the turn by it)."""
         blocks = content_blocks(prompt)
         if SessionState(row.state) in TERMINAL_SESSION_STATES:
             raise not_resumable(row.id, row.state, f"session {row.id} is {row.state}: start a new session")
         await self.launcher.usage.check_turn(row.owner)  # an owner at its history quota starts no turn (-32014)
         await self.git.check(row)  # a worktree gone under a live agent: said as such, with what to do (WT-4)
-        live, answer = await self._bring_up(row, forwarded, "prompt", {"prompt": prompt})
+        args: dict[str, Any] = {"prompt": prompt, "meta": meta, "key": key}
+        live, answer = await self._bring_up(row, forwarded, "prompt", args)
         if live is None:
             return dict(answer)
-        return await asyncio.shield(self.turns.start(live, blocks, meta))
+        return await asyncio.shield(self.turns.start(live, blocks, meta, key))
 
     async def _bring_up(self, row: SessionRow, forwarded: bool, method: str,
                         args: dict[str, Any]) -> tuple[LiveSession | None, Any]:

@@ -85,8 +85,8 @@ class TurnRunner:
         # checkpoint of the session's files is taken before the agent sees the prompt (`session_git`)
         self.before_prompt: Callable[[SessionRow, int | None, str], Awaitable[list[dict[str, Any]]]] | None = None
 
-    def start(self, live: LiveSession, blocks: list[dict[str, Any]],
-              meta: dict[str, Any] | None = None) -> asyncio.Task[dict[str, Any]]:
+    def start(self, live: LiveSession, blocks: list[dict[str, Any]], meta: dict[str, Any] | None = None,
+              key: str | None = None) -> asyncio.Task[dict[str, Any]]:
         """Start a turn now, or refuse (-32010). Synchronous: nothing can come between the check and the start."""
         decision = decide(Command.PROMPT, live.phase)
         if decision is CommandDecision.REFUSE_ENDED:
@@ -96,7 +96,7 @@ class TurnRunner:
             # An accepted turn is RUNNING for the caller even before the store says so.
             raise busy(live.session_id, SessionState.RUNNING if live.turn_running else live.row.state)
         live.prompt_sent = live.cancel_requested = False
-        turn = asyncio.ensure_future(self._run(live, blocks, meta))
+        turn = asyncio.ensure_future(self._run(live, blocks, meta, key))
         turn.add_done_callback(_retrieve)  # nobody may be waiting any more: the outcome is in the journal
         live.turn = turn
         return turn
@@ -180,8 +180,8 @@ class TurnRunner:
         # The turn sees its agent gone and ends `cancelled`; stopping took at most the stop grace's stages.
         await asyncio.wait([turn], timeout=self.stop_grace + 5)
 
-    async def _run(self, live: LiveSession, blocks: list[dict[str, Any]],
-                   meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _run(self, live: LiveSession, blocks: list[dict[str, Any]], meta: dict[str, Any] | None = None,
+                   key: str | None = None) -> dict[str, Any]:
         row = live.row
         try:
             if SessionState(row.state) is SessionState.RUNNING:  # the last turn's end could not be stored
@@ -208,7 +208,7 @@ class TurnRunner:
                 live.ledger.expect_prompt(live.prompt_id)
             if updated is not row:
                 self.writer.enqueue(updated, "session_status", status_data(updated, agent_live))
-            self.writer.enqueue(updated, "turn_started", {"prompt": blocks}, started)
+            self.writer.enqueue(updated, "turn_started", {"prompt": blocks, **({"key": key} if key else {})}, started)
             row = updated
             await started
             failpoints.reached("turn-recorded")

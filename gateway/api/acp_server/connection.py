@@ -37,6 +37,7 @@ from ...journal import EventBus
 from ...runtime import SessionManager
 from ..answering import error_frame, failure
 from .attachment import Attachment
+from .prompt_keys import ASKING, prompt_answer, turn_of_key
 from .protocol import (
     META_KEY,
     PARAMS,
@@ -57,11 +58,14 @@ from .protocol import (
     Malformed,
     Message,
     acp_error_code,
+    agent_meta,
     classify,
     decide,
     gateway_choice,
     next_phase,
+    prompt_choice,
     refusal,
+    resume_choice,
 )
 from .updates import (
     QuestionOffer,
@@ -429,7 +433,8 @@ class AcpConnection:
             raise agent_failed(session_id, view["agent"], f"agent {view['agent']!r} of session {session_id} could not "
                                f"start: {reason}; the session is kept: session/resume it to try again, or check "
                                "the agent with `acp-gateway check`", None, True)
-        result = {"sessionId": session_id, **offer_answer(view["config"], self.booleans), **_ignored(ignored)}
+        result = {"sessionId": session_id, **offer_answer(view["config"], self.booleans),
+                  **_gateway_meta(ignored, since)}
         await self._attach(session_id, since, answer_first=lambda: self._result(msg_id, result))
         return ANSWERED
 
@@ -450,12 +455,12 @@ class AcpConnection:
 
     async def _load(self, p: AcpAttachParams, msg_id: int | str) -> Any:
         view = await self._check_attach(p)
-        result = {**offer_answer(view["config"], self.booleans), **_ignored(_kept_own(p.mcpServers))}
+        result = offer_answer(view["config"], self.booleans)
         for attempt in range(2):
             since = await self.bus.store.events.horizon(self.owner)  # the whole retained journal
             try:
                 await self._attach(p.sessionId, since,
-                                   answer_when_caught_up=lambda: self._result(msg_id, result))
+                                   answer_when_caught_up=lambda: self._answer_attached(msg_id, p, result))
                 return ANSWERED
             except GatewayError as err:  # pruned between reading the horizon and subscribing: read it again
                 if attempt or err.data is None or err.data.get("reason") != "too_far_behind":
@@ -463,10 +468,20 @@ class AcpConnection:
         raise AssertionError("unreachable")
 
     async def _resume(self, p: AcpAttachParams, msg_id: int | str) -> Any:
+        try:
+            since = resume_choice(p.meta).since
+        except ValidationError as exc:
+            raise params_refused(exc, ("_meta", META_KEY)) from None
         view = await self._check_attach(p)
-        result = {**offer_answer(view["config"], self.booleans), **_ignored(_kept_own(p.mcpServers))}
-        await self._attach(p.sessionId, None, answer_when_caught_up=lambda: self._result(msg_id, result))
+        result = offer_answer(view["config"], self.booleans)
+        await self._attach(p.sessionId, since, answer_when_caught_up=lambda: self._answer_attached(msg_id, p, result))
         return ANSWERED
+
+    def _answer_attached(self, msg_id: int | str, p: AcpAttachParams, result: dict[str, Any]) -> None:
+        """A load's or resume's answer, once the replay is sent: with the cursor of what the client now has."""
+        attachment = self.attachments.get(p.sessionId)
+        cursor = attachment.subscription.last_id if attachment is not None and attachment.subscription else None
+        self._result(msg_id, {**result, **_gateway_meta(_kept_own(p.mcpServers), cursor)})
 
     async def _check_attach(self, p: AcpAttachParams) -> dict[str, Any]:
         view = await self.sessions.get(self.owner, p.sessionId)  # another owner's session is not found
@@ -490,11 +505,26 @@ class AcpConnection:
 
     async def _prompt(self, p: AcpPromptParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)
+        try:
+            choice = prompt_choice(p.meta)
+        except ValidationError as exc:
+            raise params_refused(exc, ("_meta", META_KEY)) from None
+        key = choice.promptId
+        if key is not None and choice.retry:  # asked again after a lost connection: the first ask's turn answers
+            answered = await self._prompt_again(p.sessionId, key, msg_id)
+            if answered is not None:
+                return answered
         blocks = tuple(p.prompt)
         self.own_prompts.setdefault(p.sessionId, []).append(blocks)
         self.prompts[msg_id] = p.sessionId
         try:
-            result = await self.sessions.prompt(self.owner, p.sessionId, list(blocks), meta=p.meta)
+            asking = asyncio.ensure_future(self.sessions.prompt(self.owner, p.sessionId, list(blocks),
+                                                                meta=agent_meta(p.meta), key=key))
+            asking.add_done_callback(_retrieve)  # its caller may be gone (the connection lost): the journal has it
+            if key is not None:  # PK-1: a retry on another connection awaits this very call
+                ASKING[(self.owner, p.sessionId, key)] = asking
+                asking.add_done_callback(lambda _: ASKING.pop((self.owner, p.sessionId, key), None))
+            result = await asyncio.shield(asking)
             # On a journal other nodes write too (a turn run by another node), the turn's events reach this node's
             # subscribers by catching up: all of them go out before this answer, as ACP orders them. So do those
             # of a client that reads slower than they came (the journal feeds it: they may not be handed over yet).
@@ -508,6 +538,28 @@ class AcpConnection:
                 self._unwait(p.sessionId, blocks)
                 self.cancel_pending.discard(p.sessionId)
         return {"stopReason": result["stop_reason"]}
+
+    async def _prompt_again(self, session_id: str, key: str, msg_id: int | str) -> dict[str, Any] | None:
+        """PK-1, PK-2 (prompt_keys.py): the answer of the turn the first ask started; None when it never arrived."""
+        self.prompts[msg_id] = session_id  # $/cancel_request of this retry cancels the turn it waits for
+        try:
+            asking = ASKING.get((self.owner, session_id, key))
+            if asking is not None:
+                result = await asyncio.shield(asking)
+                answer = {"stopReason": result["stop_reason"]}
+            else:
+                ended = await turn_of_key(self.bus, self.owner, session_id, key)
+                if ended is None:
+                    return None
+                view = await self.sessions.get(self.owner, session_id)
+                answer = prompt_answer(session_id, view["agent"], ended)
+            await self.bus.refresh(self.owner)
+            attachment = self.attachments.get(session_id)
+            if attachment is not None and attachment.subscription is not None:
+                await attachment.subscription.reached(self.bus.head(self.owner))
+            return answer
+        finally:
+            self.prompts.pop(msg_id, None)
 
     async def _close(self, p: AcpSessionParams, msg_id: int | str) -> dict[str, Any]:
         attachment = self.attachments.get(p.sessionId)
@@ -565,6 +617,11 @@ class AcpConnection:
         task.add_done_callback(self._tasks.discard)
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def parse_params(method: AcpMethod, params: Any) -> Any:
     if params is not None and not isinstance(params, dict):
         raise invalid_params("params", "Invalid params: params must be an object")
@@ -580,7 +637,13 @@ def _kept_own(given: list[dict[str, Any]]) -> list[dict[str, str]]:
              "reason": "the session keeps the MCP servers it was started with"} for s in given]
 
 
-def _ignored(ignored: list[dict[str, str]]) -> dict[str, Any]:
-    """The answer's `_meta.acpGateway.ignoredMcpServers`: which MCP servers were not given to the agent, and why."""
-    return {"_meta": {META_KEY: {"ignoredMcpServers": ignored}}} if ignored else {}
+def _gateway_meta(ignored: list[dict[str, str]], cursor: int | None) -> dict[str, Any]:
+    """An answer's `_meta.acpGateway`: `ignoredMcpServers` (which MCP servers were not given to the agent, and why),
+    and `eventCursor` (the client has every update of the session up to this journal id: session/resume from it)."""
+    said: dict[str, Any] = {}
+    if ignored:
+        said["ignoredMcpServers"] = ignored
+    if cursor is not None:
+        said["eventCursor"] = cursor
+    return {"_meta": {META_KEY: said}} if said else {}
 

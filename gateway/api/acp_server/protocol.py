@@ -292,3 +292,42 @@ def gateway_choice(meta: dict[str, Any] | None) -> GatewayChoice:
     """Raises pydantic's ValidationError for a malformed `_meta.acpGateway` (the caller names the field)."""
     chosen = (meta or {}).get(META_KEY)
     return GatewayChoice.model_validate(chosen if chosen is not None else {})
+
+
+class PromptChoice(BaseModel):
+    """`_meta.acpGateway` of session/prompt: the client's name for this prompt (`promptId`), kept with its turn; and
+    `retry`, said when the client asks again after losing the connection the first ask went on (its answer is then
+    that turn's end: the turn is not run twice). Never passed on to the agent."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+
+    promptId: str | None = Field(default=None, min_length=1, max_length=200)
+    retry: bool = False
+
+
+class ResumeChoice(BaseModel):
+    """`_meta.acpGateway` of session/resume: `since`, the `eventId` of the last update the client has: the session's
+    updates after it are sent before the answer (a client coming back after a lost connection misses none)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+
+    since: int | None = Field(default=None, ge=0)
+
+
+def prompt_choice(meta: dict[str, Any] | None) -> PromptChoice:
+    """Raises pydantic's ValidationError for a malformed `_meta.acpGateway` (the caller names the field)."""
+    chosen = (meta or {}).get(META_KEY)
+    return PromptChoice.model_validate(chosen if chosen is not None else {})
+
+
+def resume_choice(meta: dict[str, Any] | None) -> ResumeChoice:
+    chosen = (meta or {}).get(META_KEY)
+    return ResumeChoice.model_validate(chosen if chosen is not None else {})
+
+
+def agent_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A client's `_meta` as the agent gets it: without the gateway's own key."""
+    if not meta or META_KEY not in meta:
+        return meta
+    rest = {k: v for k, v in meta.items() if k != META_KEY}
+    return rest or None

@@ -70,8 +70,12 @@ class Deleted:
 Out = Notify | QuestionOffer | Withdraw | CaughtUp | Deleted
 
 
-def update_frame(session_id: str, update: Any, meta: Any = None) -> bytes:
+def update_frame(session_id: str, update: Any, meta: Any = None, event_id: int | None = None) -> bytes:
+    """A `session/update`; `event_id`, the journal event it comes from, goes in `_meta.acpGateway.eventId` (beside the
+    agent's own `_meta`, untouched): a client that comes back after a lost connection resumes after it."""
     params: dict[str, Any] = {"sessionId": session_id, "update": update}
+    if event_id is not None and (meta is None or isinstance(meta, dict)):
+        meta = {**(meta or {}), META_KEY: {"eventId": event_id}}
     if meta is not None:
         params["_meta"] = meta
     return orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": params})
@@ -90,18 +94,18 @@ def translate_all(frames: list[bytes]) -> list[Out | None]:
 
 
 def translate_event(event: dict[str, Any]) -> Out | None:
-    kind, data, session_id = event["type"], event["data"], event["session_id"]
+    kind, data, session_id, event_id = event["type"], event["data"], event["session_id"], event.get("id")
     if kind == "session_update":
         if data.get("replay"):
             return None
         update = data.get("update")
         state = update.get("sessionUpdate") if isinstance(update, dict) else None
-        return Notify((update_frame(session_id, update, data.get("_meta")),),
+        return Notify((update_frame(session_id, update, data.get("_meta"), event_id),),
                       state=state if state in STATE_KINDS else None)
     if kind == "turn_started":
         blocks = tuple(b for b in data.get("prompt") or () if isinstance(b, dict))
-        return Notify(tuple(update_frame(session_id, {"sessionUpdate": "user_message_chunk", "content": b})
-                            for b in blocks), prompt=blocks)
+        return Notify(tuple(update_frame(session_id, {"sessionUpdate": "user_message_chunk", "content": b},
+                                         event_id=event_id) for b in blocks), prompt=blocks)
     if kind == "permission_requested":
         return QuestionOffer(str(data.get("request_id")), {"sessionId": session_id, "toolCall": data.get("tool_call"),
                                                            "options": data.get("options") or []})
@@ -114,10 +118,11 @@ def translate_event(event: dict[str, Any]) -> Out | None:
         return Withdraw(str(data.get("request_id")))
     if kind == "session_title":
         return Notify((update_frame(session_id, {"sessionUpdate": "session_info_update",
-                                                 "title": data.get("title")}),), state="session_info_update")
+                                                 "title": data.get("title")}, event_id=event_id),),
+                      state="session_info_update")
     if kind == "session_config":
         # The agent announced its own change; a new session's answer carries its options already.
-        return None if data.get("cause") in ("agent", "launch") else config_updates(session_id, data)
+        return None if data.get("cause") in ("agent", "launch") else config_updates(session_id, data, event_id)
     if kind == "caught_up":
         return CaughtUp()
     if kind == "session_deleted":
@@ -160,16 +165,17 @@ def offer_answer(config: dict[str, Any], booleans: bool) -> dict[str, Any]:
     return answer
 
 
-def config_updates(session_id: str, config: dict[str, Any]) -> Notify | None:
+def config_updates(session_id: str, config: dict[str, Any], event_id: int | None = None) -> Notify | None:
     """A configuration change the agent did not announce, as the updates it would have sent."""
     frames = []
     own = agent_options(config.get("options") or [])
     if own:
-        frames.append(update_frame(session_id, {"sessionUpdate": "config_option_update", "configOptions": own}))
+        frames.append(update_frame(session_id, {"sessionUpdate": "config_option_update", "configOptions": own},
+                                   event_id=event_id))
     modes = config.get("modes")
     if isinstance(modes, dict) and modes.get("currentModeId"):
         frames.append(update_frame(session_id, {"sessionUpdate": "current_mode_update",
-                                                "currentModeId": modes["currentModeId"]}))
+                                                "currentModeId": modes["currentModeId"]}, event_id=event_id))
     return Notify(tuple(frames), state="session_config") if frames else None
 
 

@@ -100,7 +100,11 @@ async def test_new_prompt_load_resume_list_close(gw: GatewayProcess) -> None:
     loaded = await other.request("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
     # The answer says what the agent behind the session offers, as it said it (its config options and its modes);
     # its boolean option only to a client that takes booleans (this one did not say it does).
-    assert set(loaded["result"]) == {"configOptions", "modes"}
+    assert set(loaded["result"]) == {"configOptions", "modes", "_meta"}
+    # ...and the cursor of what it now has, to resume from after a lost connection (docs/acp.md)
+    last_update = [f for f in other.frames[:other.frames.index(loaded)] if f.get("method") == "session/update"][-1]
+    assert loaded["result"]["_meta"]["acpGateway"]["eventCursor"] >= last_update["params"]["_meta"]["acpGateway"][
+        "eventId"]
     assert [(o["id"], o["currentValue"]) for o in loaded["result"]["configOptions"]] == [
         ("mode", "code"), ("model", "ref-small"), ("effort", "medium")]
     before = other.frames[:other.frames.index(loaded)]
@@ -444,7 +448,10 @@ async def test_meta_passes_through_both_ways_unchanged(gw: GatewayProcess) -> No
     said = "".join(u["update"]["content"]["text"] for u in updates
                    if u["update"].get("sessionUpdate") == "agent_message_chunk")
     assert said == 'meta: {"vendor.example/request":{"tag":"t-1","n":[1,2]}}'
-    assert [u["_meta"] for u in updates if "_meta" in u] == [{"example.com/trace": "agent-side"}]
+    # the agent's own _meta as it sent it; beside it only the gateway's event id (a cursor to resume from)
+    agent_said = [{k: v for k, v in u["_meta"].items() if k != "acpGateway"} for u in updates]
+    assert [m for m in agent_said if m] == [{"example.com/trace": "agent-side"}]
+    assert all(set(u["_meta"]["acpGateway"]) == {"eventId"} for u in updates)
     rpc = await gw.client(ALICE)
     await rpc.call("task.session.prompt", {"session_id": session, "prompt": "/meta", "meta": {"from": "rpc"}})
     events = await rpc.call("task.session.events", {"session_id": session})

@@ -168,8 +168,10 @@ def event(type_: str, data: dict[str, Any], event_id: int | None = 1) -> bytes:
         "id": event_id, "type": type_, "session_id": "s-1", "task_id": "t-1", "ts": 0.0, "data": data}})
 
 
-def update(body: dict[str, Any]) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s-1", "update": body}})
+def update(body: dict[str, Any], event_id: int = 1) -> bytes:
+    """The update a client is sent: the journal event's id in `_meta.acpGateway.eventId` (a cursor to resume from)."""
+    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+        "sessionId": "s-1", "update": body, "_meta": {"acpGateway": {"eventId": event_id}}}})
 
 
 CHUNK = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
@@ -188,6 +190,10 @@ TRANSLATE_TABLE: list[tuple[str, bytes, Any]] = [
     ("an update, untouched", event("session_update", {"update": CHUNK, "replay": False}), Notify((update(CHUNK),))),
     ("a newer agent's update kind, untouched", event("session_update", {"update": FUTURE, "replay": False}),
      Notify((update(FUTURE),))),
+    ("the agent's own _meta, untouched beside the event id",
+     event("session_update", {"update": CHUNK, "replay": False, "_meta": {"trace": "t"}}, 7),
+     Notify((orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+         "sessionId": "s-1", "update": CHUNK, "_meta": {"trace": "t", "acpGateway": {"eventId": 7}}}}),))),
     ("an update the agent replayed on restore", event("session_update", {"update": CHUNK, "replay": True}), None),
     ("the user's prompt", event("turn_started", {"prompt": BLOCKS}),
      Notify(tuple(update({"sessionUpdate": "user_message_chunk", "content": b}) for b in BLOCKS), tuple(BLOCKS))),
@@ -269,4 +275,5 @@ def test_translate_passes_any_update_through(update: Any, replay: bool, task_id:
         return
     assert isinstance(got, Notify) and len(got.frames) == 1
     assert orjson.loads(got.frames[0]) == {"jsonrpc": "2.0", "method": "session/update",
-                                           "params": {"sessionId": session_id, "update": update}}
+                                           "params": {"sessionId": session_id, "update": update,
+                                                      "_meta": {"acpGateway": {"eventId": event_id}}}}
