@@ -399,11 +399,11 @@ class EventBus:
                 continue  # the journal feeds it: it reads these there, in order, at its own pace
             try:
                 if group.stream is not None:  # one owner, one session: all or nothing
-                    handed = not sub.wants(events[0]) or sub.deliver(events, group)
+                    handed = sub.deliver(events, group) if sub.wants(events[0]) else _passed(sub, events)
                 else:
                     wanted = (by_owner.get(sub.owner) if sub.session_id is None
                               else by_session.get((sub.owner, sub.session_id)))
-                    handed = not wanted or sub.deliver(wanted)
+                    handed = sub.deliver(wanted) if wanted else _passed(sub, by_owner.get(sub.owner))
                 if not handed:
                     self._fall_behind(sub)
             except Exception:
@@ -535,3 +535,9 @@ class EventBus:
         sub.ended()
         return True
 
+
+def _passed(sub: Subscription, events: list[EventRow] | None) -> bool:
+    """A live subscription that wants none of these events: its cursor moves past its owner's (ids are per owner)."""
+    if events and events[0].owner == sub.owner:
+        sub.passed_over(events[-1].id)
+    return True

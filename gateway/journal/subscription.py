@@ -96,6 +96,15 @@ class Subscription:
         self.advanced()
         return True
 
+    def passed_over(self, event_id: int) -> None:
+        """The owner's events up to `event_id` were committed and it wanted none of them (another session's): it has
+        been handed all it wants up to there. Without this, a session's subscription waited in `reached` for the
+        owner's head until its own session said something more (an `/acp` prompt's answer, with another session of
+        the owner busy at the same time, waited for ever)."""
+        if event_id > self.last_id:
+            self.last_id = event_id
+            self.advanced()
+
     async def reached(self, event_id: int) -> None:
         """Return once every event it wants up to `event_id` has been handed to its sink."""
         if self.last_id >= event_id:

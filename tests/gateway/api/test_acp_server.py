@@ -482,3 +482,21 @@ async def test_an_agents_question_goes_to_acp_clients_that_offered_elicitation(g
     assert not any(f.get("method") == "elicitation/create" for f in silent.frames[mark:])
     for wire in (asked_client, silent):
         await wire.close()
+
+
+async def test_a_prompt_is_answered_while_another_session_of_the_owner_streams(gw: GatewayProcess) -> None:
+    """The answer waits until the client has every update of its turn: the owner's journal head then holds another
+    session's events too, which this session's stream never carries — it must not wait for them (it did, for ever)."""
+    wire = await AcpWire.connect(gw.port, ALICE)
+    busy = await new_session(wire, work(gw))
+    gate = Path(work(gw)) / "gate"
+    streaming = asyncio.ensure_future(wire.request("session/prompt", {"sessionId": busy,
+                                                                      "prompt": text(f"/trickle {gate}")}, 60))
+    await wire.wait_for(is_update("agent_message_chunk"))
+    quiet = await new_session(wire, work(gw))
+    for i in range(5):  # each answer comes while the other session's events keep the head moving
+        answer = await wire.request("session/prompt", {"sessionId": quiet, "prompt": text(f"hello {i}")}, 20)
+        assert answer["result"] == {"stopReason": "end_turn"}
+    gate.touch()
+    assert (await streaming)["result"] == {"stopReason": "end_turn"}
+    await wire.close()

@@ -154,3 +154,25 @@ async def test_a_subscriber_the_byte_retention_overtook_is_ended_and_told_never_
         assert got == list(range(1, len(got) + 1))  # what it got has no gap: it stopped where the journal did
     finally:
         await bus.close()
+
+
+async def test_a_session_subscriber_has_reached_the_head_that_only_other_sessions_moved(any_store: StoreBase) -> None:
+    """`reached(head)` (an `/acp` prompt waits on it before its answer) returns once everything the subscriber wants up
+    to the head was handed over: events of the owner's other sessions, and of other owners, are nothing it waits
+    for. It waited for ever when another session of the owner had the last word."""
+    bus = EventBus(any_store)
+    await bus.open()
+    try:
+        mine, sink = await live(bus, "mine")
+        bus.enqueue("turn_ended", "o", "mine", "t", {})
+        bus.enqueue("session_update", "o", "other", "t", {"n": 1})  # in the same group commit
+        await bus.flush()
+        bus.enqueue("session_update", "o", "other", "t", {"n": 2})  # a group of its own (one session)
+        await bus.flush()
+        await asyncio.wait_for(mine.reached(bus.head("o")), 5)
+        bus.enqueue("session_update", "someone-else", "theirs", "t", {})  # another owner's ids are not its
+        await bus.flush()
+        assert mine.last_id == bus.head("o") == 3
+        assert [n for n in sink.notes() if n[0] is not None] == [(1, "turn_ended")]
+    finally:
+        await bus.close()
