@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: run test check lint browser sandbox ssh interop sdk postgres bench fixtures ts
+.PHONY: run test check lint browser sandbox ssh interop acpx sdk postgres bench fixtures ts
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,14 @@ interop:
 	  npm install --silent --no-audit --no-fund --prefix .interop $(INTEROP_PINS) >/dev/null && \
 	  echo "$(INTEROP_PINS)" > .interop/.pins; }
 
+# acpx, the headless ACP client (it needs Node >= 22, so a prefix of its own beside .interop's Node 20), pinned:
+# `acp-gateway connect` is its agent in the tests.
+ACPX_PINS := node@22 acpx@0.19.1
+acpx:
+	@test "$$(cat .interop-acpx/.pins 2>/dev/null)" = "$(ACPX_PINS)" || { \
+	  npm install --silent --no-audit --no-fund --prefix .interop-acpx $(ACPX_PINS) >/dev/null && \
+	  echo "$(ACPX_PINS)" > .interop-acpx/.pins; }
+
 # The official Python ACP SDK in a venv of its own (its import name `acp` is also ours), pinned: an agent built on
 # it is checked by `acp-gateway check` in the tests, and its client is the benchmark's baseline.
 SDK_VENV := .sdk-venv
@@ -98,7 +106,7 @@ ts: $(TS)/node_modules/.installed
 # Two workers, a test file each at a time (its module fixtures stay in one process): most tests wait on real
 # subprocesses (gateways, agents, a browser), so two cores run the suite in about 11 minutes instead of 20.
 # Tests marked `serial` compare the gateway's latency under load with its own idle latency: they run alone, after.
-test: lint browser sandbox ssh interop sdk postgres ts
+test: lint browser sandbox ssh interop acpx sdk postgres ts
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not serial"
 	$(VENV)/bin/pytest -q -m serial
 

@@ -21,3 +21,10 @@ def interop_node() -> Path:
     """Node.js with the official TypeScript SDK and the pinned third-party agents beside it (`make interop`)."""
     subprocess.run(["make", "-s", "interop"], cwd=ROOT, check=True, timeout=900)  # at once when nothing changed
     return INTEROP / ".bin" / "node"
+
+
+def acpx() -> list[str]:
+    """acpx, the headless ACP client, on its own Node 22 (`make acpx`, pinned): the argv that runs it."""
+    subprocess.run(["make", "-s", "acpx"], cwd=ROOT, check=True, timeout=900)
+    bin_dir = ROOT / ".interop-acpx" / "node_modules" / ".bin"
+    return [str(bin_dir / "node"), str(ROOT / ".interop-acpx" / "node_modules" / "acpx" / "dist" / "cli.js")]

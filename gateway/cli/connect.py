@@ -38,4 +38,4 @@ def acp_url(url: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..clients.bridge.link import run_bridge
 
-    return run_bridge(acp_url(gateway_url(args)), gateway_token(args), args.agent)
+    return run_bridge(lambda: acp_url(gateway_url(args)), gateway_token(args), args.agent)

@@ -13,6 +13,7 @@ import contextlib
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import BinaryIO
 
 import orjson
@@ -27,9 +28,10 @@ MAX_LINE = 64 * 1024 * 1024  # an editor's message (a prompt with images) may be
 
 
 class BridgeLink:
-    def __init__(self, url: str, token: str | None, bridge: Bridge, stdin: asyncio.StreamReader, stdout: BinaryIO,
-                 first_wait: float = 15.0) -> None:
-        self.url = url
+    def __init__(self, locate: Callable[[], str], token: str | None, bridge: Bridge, stdin: asyncio.StreamReader,
+                 stdout: BinaryIO, first_wait: float = 15.0) -> None:
+        self.locate = locate  # asked at each connection: a gateway that restarted may listen elsewhere
+        self.url = locate()
         self.token = token
         self.bridge = bridge
         self.stdin = stdin
@@ -95,6 +97,7 @@ class BridgeLink:
         attempt, first = 0, True
         started = time.monotonic()
         while not self.editor_gone.is_set():
+            self.url = self.locate()
             try:
                 ws = await connect(self.url, additional_headers=_auth(self.token), max_size=None,
                                    open_timeout=10, ping_interval=5, ping_timeout=10)
@@ -181,9 +184,9 @@ async def stdin_reader() -> asyncio.StreamReader:
     return reader
 
 
-def run_bridge(url: str, token: str | None, agent: str | None) -> int:
+def run_bridge(locate: Callable[[], str], token: str | None, agent: str | None) -> int:
     async def main() -> int:
-        link = BridgeLink(url, token, Bridge(agent=agent), await stdin_reader(), sys.stdout.buffer)
+        link = BridgeLink(locate, token, Bridge(agent=agent), await stdin_reader(), sys.stdout.buffer)
         return await link.run()
 
     return asyncio.run(main())

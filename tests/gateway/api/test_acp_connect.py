@@ -1,0 +1,192 @@
+"""`acp-gateway connect`, the stdio bridge an editor runs as its agent, against a real gateway and the reference agent:
+held to the conformance checker's bar; driven by editors no one here wrote (the official Python and TypeScript SDKs'
+stdio clients, acpx); and a prompt under way when the gateway is `kill -9`ed gets its answer, every update once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gateway_harness import ALICE, BOB, GatewayProcess, two_owner_gateway
+from tests.third_party import ROOT, acpx, interop_node, sdk_python
+
+# The reference agent's own commands for the checker (its profile's [check] table).
+CHECK_PROMPTS = ["--prompt", "long=/hang", "--prompt", "longer=/hang", "--prompt", "permission=/permission",
+                 "--prompt", "tools=/work", "--prompt", "mode_change=/mode plan",
+                 "--prompt", "client_method=/call _acp_check/unknown_method"]
+# Every check runs sessions of its own, each with its agent: more than the default per-owner limit of live ones.
+MANY_SESSIONS = 'default_agent = "ref"\nmax_live_sessions_per_owner = 200\nmax_starts_per_minute_per_owner = 1000\n'
+
+
+def bridge_argv(gw: GatewayProcess) -> list[str]:
+    """`acp-gateway connect` as an editor would configure it: the gateway found from its state directory (its `url`
+    file, read again at each reconnect), the token from the environment."""
+    return [sys.executable, "-m", "gateway.cli", "connect", "--state-dir", str(gw.state_dir)]
+
+
+def editor_env(token: str = ALICE) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACP_GATEWAY_")}
+    return {**env, "ACP_GATEWAY_TOKEN": token, "PYTHONPATH": str(ROOT)}
+
+
+async def test_the_checker_finds_connect_conformant(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config=MANY_SESSIONS)
+    await gw.start()
+    try:
+        work = tmp_path / "work"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", "check", "--json", *CHECK_PROMPTS, "--turn-timeout", "60", "--",
+            *bridge_argv(gw), cwd=work, env={**editor_env(), "TMPDIR": str(work)},  # its sessions in a workspace root
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 600)
+        report = json.loads(out)
+        (tmp_path / "report.json").write_bytes(out)
+        failed = {c["id"]: (c["evidence"], (c.get("transcript") or [])[-8:]) for c in report["checks"]
+                  if c["result"] not in ("pass", "skip", "info")}
+        assert report["conformant"], (failed, err.decode()[-3000:])
+        assert not failed
+        results = {c["id"]: c["result"] for c in report["checks"]}
+        # what the gateway does itself, whatever agent runs behind it: load, resume, list, close, cancel
+        for check in ("ACP-LOAD-001", "ACP-LOAD-002", "ACP-RESUME-001", "ACP-LIST-001", "ACP-CLOSE-002",
+                      "ACP-CANCEL-001", "ACP-CANCEL-002"):
+            assert results.get(check) == "pass", (check, results.get(check))
+    finally:
+        await gw.stop()
+
+
+class Editor:
+    """An SDK's stdio client (tests/sdk/acp_stdio_client.py, tests/ts/acp_stdio_client.mjs) running the bridge."""
+
+    def __init__(self, name: str, tmp_path: Path) -> None:
+        self.name = name
+        if name == "python":
+            self.argv = [str(sdk_python()), str(ROOT / "tests" / "sdk" / "acp_stdio_client.py")]
+        else:
+            home = tmp_path / "ts-editor"
+            home.mkdir()
+            (home / "node_modules").symlink_to(interop_node().parent.parent)
+            shutil.copy(ROOT / "tests" / "ts" / "acp_stdio_client.mjs", home / "acp_stdio_client.mjs")
+            self.argv = [str(interop_node()), str(home / "acp_stdio_client.mjs")]
+        self.stderr: list[str] = []
+        self.relinked = asyncio.Event()
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            text = line.decode(errors="replace")
+            self.stderr.append(text)
+            if "connected to" in text and "again" in text:
+                self.relinked.set()
+
+
+@pytest.fixture(params=["python", "typescript"])
+def editor(request: pytest.FixtureRequest, tmp_path: Path) -> Editor:
+    return Editor(request.param, tmp_path)
+
+
+async def test_a_prompt_under_way_gets_its_answer_across_a_gateway_kill_9(editor: Editor, tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config='default_agent = "ref"\n')
+    await gw.start()
+    gate = tmp_path / "work" / "gate"
+    proc = await asyncio.create_subprocess_exec(
+        *editor.argv, str(tmp_path / "work"), str(gate), "--", *bridge_argv(gw), env=editor_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    draining = asyncio.ensure_future(editor._drain(proc.stderr))
+    try:
+        assert (await asyncio.wait_for(proc.stdout.readline(), 60)).strip() == b"underway"
+        await gw.kill9()  # the agent's host keeps the turn running; the bridge loses its connection
+        await gw.start()  # on another port: the bridge finds it in the state directory
+        await asyncio.wait_for(editor.relinked.wait(), 60)
+        gate.touch()  # the turn may end now
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line, "".join(editor.stderr)[-3000:]
+        result: dict[str, Any] = json.loads(line)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        draining.cancel()
+    try:
+        assert result["stops"] == ["end_turn", "end_turn"]  # the prompt under way got its answer, and the next one
+        said = "".join(result["chunks"])
+        numbers = [int(n) for n in said.split("chunk ")[1:]]
+        assert numbers == list(range(len(numbers))) and len(numbers) > 1  # every update once, none lost, in order
+        assert result["after"] == ["echo: after the restart"]
+        rpc = await gw.client(ALICE)
+        listed = await rpc.call("task.session.list", {})
+        assert [s["session_id"] for s in listed["sessions"]] == [result["sessionId"]]  # the same session, one turn
+        history = await rpc.call("task.session.history", {"session_id": result["sessionId"]})
+        assert [(e["kind"], e["content"]) for e in history["entries"]] == [
+            ("user_message", f"/trickle {gate}"), ("agent_message", said),
+            ("user_message", "after the restart"), ("agent_message", "echo: after the restart")]
+        await rpc.close()
+    finally:
+        await gw.stop()
+
+
+async def test_acpx_runs_a_prompt_through_connect(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config='default_agent = "ref"\n')
+    await gw.start()
+    try:
+        home = tmp_path / "acpx-home"  # acpx keeps its sessions under HOME
+        home.mkdir()
+        agent = " ".join(bridge_argv(gw))
+        proc = await asyncio.create_subprocess_exec(
+            *acpx(), "--agent", agent, "--format", "json", "--approve-all", "exec", "/tool search found-it",
+            cwd=tmp_path / "work", env={**editor_env(), "HOME": str(home)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        wire = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+        answers = [m["result"] for m in wire if "result" in m and "stopReason" in m["result"]]
+        assert answers == [{"stopReason": "end_turn"}]
+        updates = [m["params"]["update"] for m in wire if m.get("method") == "session/update"]
+        assert ("tool_call", "search") in [(u["sessionUpdate"], u.get("title")) for u in updates]
+        rpc = await gw.client(ALICE)
+        listed = await rpc.call("task.session.list", {})
+        assert len(listed["sessions"]) == 1 and listed["sessions"][0]["agent"] == "ref"
+        await rpc.close()
+    finally:
+        await gw.stop()
+
+
+async def test_a_refused_token_is_said_and_ends_the_bridge(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path)
+    await gw.start()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *bridge_argv(gw), env=editor_env("not-a-token-of-this-gateway"), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        init = {"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {"protocolVersion": 1}}
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(init).encode() + b"\n"), 60)
+        assert proc.returncode == 2
+        assert "refused this token" in err.decode()
+        answer = json.loads(out.decode().splitlines()[-1])
+        assert answer["id"] == 7 and "refused this token" in answer["error"]["message"]
+        assert "not-a-token-of-this-gateway" not in err.decode() + out.decode()
+    finally:
+        await gw.stop()
+
+
+async def test_no_gateway_is_said_with_what_to_do(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "url").write_text("ws://127.0.0.1:9/rpc\n")  # nothing listens there
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "connect", "--state-dir", str(state), env=editor_env(BOB),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    init = {"jsonrpc": "2.0", "id": "a", "method": "initialize", "params": {"protocolVersion": 1}}
+    with contextlib.suppress(BrokenPipeError):
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(init).encode() + b"\n"), 120)
+    assert proc.returncode == 1
+    assert "no gateway at ws://127.0.0.1:9/acp" in err.decode() and "acp-gateway serve" in err.decode()
+    assert json.loads(out.decode().splitlines()[-1])["id"] == "a"
