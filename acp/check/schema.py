@@ -41,7 +41,8 @@ class AcpSchema:
                 self.agent_responses[method] = name
             elif side == "client" and name.endswith("Request"):
                 self.client_requests[method] = name
-            elif side == "client" and name.endswith("Notification"):
+            elif side in ("client", "protocol") and name.endswith("Notification"):
+                # `$/cancel_request` is the protocol's own (x-side "protocol"): either peer may send it
                 self.client_notifications[method] = name
         self._validators: dict[str, Draft202012Validator] = {}
 

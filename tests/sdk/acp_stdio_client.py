@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -40,7 +41,9 @@ def text(t: str) -> list[TextContentBlock]:
 
 async def main(cwd: str, gate: str, agent: list[str]) -> dict[str, Any]:
     editor = Editor()
-    async with acp.spawn_agent_process(editor, agent[0], *agent[1:]) as (conn, _process):
+    # The agent's environment, as an editor's configuration gives it (Zed's `env`): the SDK passes only a few
+    # variables on by default, and the token is one to pass.
+    async with acp.spawn_agent_process(editor, agent[0], *agent[1:], env=dict(os.environ)) as (conn, _process):
         await conn.initialize(protocol_version=1)
         session = await conn.new_session(cwd=cwd, mcp_servers=[])
         turn = asyncio.ensure_future(conn.prompt(session_id=session.session_id, prompt=text(f"/trickle {gate}")))

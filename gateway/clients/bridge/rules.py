@@ -189,6 +189,11 @@ class Bridge:
         those still open."""
         withdrawn = [_notification("$/cancel_request", {"requestId": ours})
                      for ours, (generation, _) in self.offered.items() if generation == self.generation]
+        for asked in self.asked.values():  # BR-8: the resume's replay may hold its echo (it comes before the answer)
+            params = asked.params if isinstance(asked.params, dict) else {}
+            session = self.sessions.get(str(params.get("sessionId")))
+            if asked.method == "session/prompt" and session is not None:
+                session.echo = [b for b in params.get("prompt") or [] if isinstance(b, dict)]
         self.offered = {}
         self.internal = {}
         self.generation += 1
@@ -237,9 +242,6 @@ class Bridge:
             params = asked.params
             if asked.method == "session/prompt" and isinstance(params, dict):
                 params = _with_gateway_meta(params, retry=True)
-                session = self.sessions.get(str(params.get("sessionId")))
-                if session is not None:  # BR-8: its turn may have begun before the cursor
-                    session.echo = [b for b in params.get("prompt") or [] if isinstance(b, dict)]
             out.append(_request(upstream, asked.method, params))
         waiting, self.waiting = self.waiting, []
         for message in waiting:

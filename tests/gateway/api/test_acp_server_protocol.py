@@ -11,8 +11,10 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from gateway import errors
+from gateway.api.acp_server.prompt_keys import prompt_answer
 from gateway.api.acp_server.protocol import (
     AcpDecision,
     AcpPhase,
@@ -20,10 +22,12 @@ from gateway.api.acp_server.protocol import (
     Malformed,
     Message,
     acp_error_code,
+    agent_meta,
     classify,
     decide,
     gateway_choice,
     next_phase,
+    prompt_choice,
 )
 from gateway.api.acp_server.updates import (
     CaughtUp,
@@ -36,6 +40,8 @@ from gateway.api.acp_server.updates import (
     translate,
 )
 from gateway.api.answering import error_frame, error_response, failure
+from gateway.error_codes import AGENT_FAILED
+from gateway.errors import GatewayError
 from gateway.journal import synthetic_frame
 from gateway.store import EventRow
 
@@ -277,3 +283,47 @@ def test_translate_passes_any_update_through(update: Any, replay: bool, task_id:
     assert orjson.loads(got.frames[0]) == {"jsonrpc": "2.0", "method": "session/update",
                                            "params": {"sessionId": session_id, "update": update,
                                                       "_meta": {"acpGateway": {"eventId": event_id}}}}
+
+
+@pytest.mark.parametrize(("meta", "to_agent"), [
+    (None, None),
+    ({"trace": 1}, {"trace": 1}),
+    ({"trace": 1, "acpGateway": {"promptId": "k"}}, {"trace": 1}),
+    ({"acpGateway": {"promptId": "k", "retry": True}}, None),
+])
+def test_the_gateways_own_meta_never_reaches_the_agent(meta: Any, to_agent: Any) -> None:
+    assert agent_meta(meta) == to_agent
+
+
+@pytest.mark.parametrize(("meta", "key", "retry"), [
+    (None, None, False), ({"acpGateway": {"promptId": "k-1"}}, "k-1", False),
+    ({"acpGateway": {"promptId": "k-1", "retry": True}}, "k-1", True),
+])
+def test_a_prompts_key_and_retry(meta: Any, key: str | None, retry: bool) -> None:
+    choice = prompt_choice(meta)
+    assert (choice.promptId, choice.retry) == (key, retry)
+
+
+@pytest.mark.parametrize("meta", [{"acpGateway": {"promptId": ""}}, {"acpGateway": {"promptId": "k", "retry": 1}},
+                                  {"acpGateway": {"promptId": "x" * 201}}, {"acpGateway": {"other": 1}}])
+def test_a_malformed_prompt_key_is_refused(meta: Any) -> None:
+    with pytest.raises(ValidationError):
+        prompt_choice(meta)
+
+
+@pytest.mark.parametrize(("ended", "answer"), [  # PK: a turn's end as the answer to the prompt asked again
+    ({"stop_reason": "end_turn"}, {"stopReason": "end_turn"}),
+    ({"stop_reason": "cancelled"}, {"stopReason": "cancelled"}),
+    ({"stop_reason": "refusal"}, {"stopReason": "refusal"}),
+    ({"stop_reason": "interrupted"}, "was interrupted"),
+    ({"stop_reason": None, "error": {"message": "boom"}, "message": "agent 'ref' failed the turn: boom"},
+     "agent 'ref' failed the turn: boom"),
+])
+def test_the_answer_of_a_turn_asked_again(ended: dict[str, Any], answer: Any) -> None:
+    if isinstance(answer, dict):
+        assert prompt_answer("s-1", "ref", ended) == answer
+        return
+    with pytest.raises(GatewayError) as refused:
+        prompt_answer("s-1", "ref", ended)
+    assert refused.value.code == AGENT_FAILED and answer in refused.value.message
+    assert refused.value.data["session_id"] == "s-1"
