@@ -146,6 +146,35 @@ def acp_endpoint(sessions: SessionManager, bus: EventBus, profiles: Mapping[str,
     return peer
 
 
+class AcpHttpOnDemand:
+    """`/acp`'s Streamable HTTP, its modules (aiohttp's server among them) loaded at its first request, not before
+    the gateway listens."""
+
+    def __init__(self, sessions: SessionManager, bus: EventBus, profiles: Mapping[str, AgentProfile],
+                 config: ServeConfig, tokens: Mapping[str, str]) -> None:
+        self.make_peer = acp_endpoint(sessions, bus, profiles, config.default_agent)
+        self.config = config
+        self.tokens = tokens
+        self.endpoint: Any = None
+
+    def protocol(self) -> asyncio.Protocol:
+        if self.endpoint is None:
+            from .api.acp_server.http_endpoint import AcpHttpEndpoint
+
+            config = self.config
+            self.endpoint = AcpHttpEndpoint(
+                lambda owner, outbox, connection_id: self.make_peer(owner, outbox, connection_id),  # type: ignore
+                self.tokens, bind_host=config.host, allowed_origins=config.allowed_origins,
+                max_body=config.max_frame_bytes, limit_bytes=config.outbox_limit_bytes,
+                max_per_owner=config.max_connections_per_owner, server_header=f"acp-gateway/{__version__}")
+        protocol: asyncio.Protocol = self.endpoint.protocol()
+        return protocol
+
+    async def close(self) -> None:
+        if self.endpoint is not None:
+            await self.endpoint.close()
+
+
 class Gateway:
     def __init__(self, config: ServeConfig, out: IO[str] = sys.stdout, config_file: Path | None = None) -> None:
         self.config = config
@@ -231,7 +260,8 @@ class Gateway:
                                    health=lambda: node_fault(store, sessions),
                                 healthy=lambda: node_ok(store, sessions, self.unconfined),
                                    max_connections_per_owner=config.max_connections_per_owner,
-                                   acp=acp_endpoint(sessions, bus, profiles, config.default_agent))
+                                   acp=acp_endpoint(sessions, bus, profiles, config.default_agent),
+                                   acp_http=AcpHttpOnDemand(sessions, bus, profiles, config, tokens))
             self.sessions, self.server, self.store = sessions, server, store
             metrics.gauge("acp_gateway_live_sessions", "Sessions whose agent runs in this gateway",
                           lambda: len(sessions.live))

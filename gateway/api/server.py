@@ -31,6 +31,7 @@ from websockets.http11 import Request, Response
 from .. import __version__
 from . import openrpc
 from .eager import start_eagerly
+from .http_front import front_connection
 from .liveness import CLOSE_CODE as HEARTBEAT_CLOSE_CODE
 from .liveness import Liveness
 from .outbox import Outbox
@@ -49,6 +50,14 @@ class AcpPeer(Protocol):
 
 # (owner, the connection's outbox, its Acp-Connection-Id) -> its peer
 AcpFactory = Callable[[str, Outbox, str], AcpPeer]
+
+
+class AcpHttp(Protocol):
+    """ACP's Streamable HTTP at `/acp` (gateway.api.acp_server.http_endpoint.AcpHttpEndpoint)."""
+
+    def protocol(self) -> asyncio.Protocol: ...
+
+    async def close(self) -> None: ...
 
 
 def find_owner(tokens: Mapping[str, str], presented: str | None) -> str | None:
@@ -136,8 +145,9 @@ class GatewayServer:
                  health: Callable[[], str | None] | None = None,
                  healthy: Callable[[], str] | None = None, acp: AcpFactory | None = None,
                  metrics: Callable[[str | None], tuple[bytes, str]] | None = None,
-                 metrics_token: str | None = None) -> None:
+                 metrics_token: str | None = None, acp_http: AcpHttp | None = None) -> None:
         self.acp = acp  # makes the peer of each `/acp` connection; None: no `/acp` endpoint
+        self.acp_http = acp_http  # `/acp`'s Streamable HTTP (POST, DELETE, event streams); None: WebSocket only
         self.acp_ids: dict[int, str] = {}
         self.health = health  # None when the gateway can serve; else what is wrong and what to do
         self.healthy = healthy  # what /healthz says when all is well
@@ -171,11 +181,16 @@ class GatewayServer:
                                   # Deflate cost ~11% of a relayed update's CPU; events are small and the
                                   # gateway is on loopback or a LAN. Throughput wins.
                                   compression=None,
-                                  server_header=f"acp-gateway/{__version__}")
+                                  server_header=f"acp-gateway/{__version__}",
+                                  # A connection for `/acp`'s Streamable HTTP is handed to aiohttp (http_front)
+                                  create_connection=(front_connection(self.acp_http.protocol)
+                                                     if self.acp_http is not None else None))
         sock = next(iter(self.server.sockets))
         self.port = sock.getsockname()[1]
 
     async def close(self) -> None:
+        if self.acp_http is not None:
+            await self.acp_http.close()
         if self.server is not None:
             self.server.close(close_connections=True)
             with contextlib.suppress(Exception):

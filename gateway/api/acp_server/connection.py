@@ -483,6 +483,12 @@ class AcpConnection:
         cursor = attachment.subscription.last_id if attachment is not None and attachment.subscription else None
         self._result(msg_id, {**result, **_gateway_meta(_kept_own(p.mcpServers), cursor)})
 
+    async def resume_stream(self, session_id: str, since: int, then: Callable[[], None]) -> None:
+        """An HTTP client's event stream of a session, resumed from its `Last-Event-ID`: the session's updates after
+        `since`, then `then()`, then live (http_rules HT-9). Another owner's session is not found (-32002)."""
+        await self.sessions.get(self.owner, session_id)
+        await self._attach(session_id, since, answer_when_caught_up=then)
+
     async def _check_attach(self, p: AcpAttachParams) -> dict[str, Any]:
         view = await self.sessions.get(self.owner, p.sessionId)  # another owner's session is not found
         if p.cwd != view["cwd"]:
