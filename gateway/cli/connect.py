@@ -20,6 +20,8 @@ CONNECT_ARGUMENTS: tuple[Argument, ...] = (
     arg("--state-dir", type=Path, default=None, help="where to find the gateway's url and token"),
     arg("--agent", default=None, help="the agent profile a new session runs (default: the gateway's default_agent; "
         "an editor's own _meta.acpGateway.agent wins)"),
+    arg("--session", default=None, help="an existing gateway session (id or name, see `acp-gateway sessions`) that "
+        "the editor's new thread opens, with its conversation, instead of starting a session"),
 )
 
 
@@ -38,4 +40,4 @@ def acp_url(url: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..clients.bridge.link import run_bridge
 
-    return run_bridge(lambda: acp_url(gateway_url(args)), gateway_token(args), args.agent)
+    return run_bridge(lambda: acp_url(gateway_url(args)), gateway_token(args), args.agent, args.session)

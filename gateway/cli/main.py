@@ -441,7 +441,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                usage="acp-gateway hosts [--state-dir DIR] [--config FILE] [--json]"),
     Subcommand("connect", "an ACP agent on stdio that is a gateway session: what an editor (Zed, JetBrains, acpx) "
                "runs as its agent; reconnects and resumes across gateway restarts", CONNECT_ARGUMENTS, _connect,
-               usage="acp-gateway connect [--url URL] [--token TOKEN] [--state-dir DIR] [--agent ID]"),
+               usage="acp-gateway connect [--url URL] [--token TOKEN] [--state-dir DIR] [--agent ID] "
+                     "[--session ID|NAME]"),
     Subcommand("agents", "agent profiles, and agents from the ACP registry: search, add (pinned), update, remove, "
                "doctor, matrix", (AddedBy(agents_arguments),), _agents,
                description="Without a subcommand: list the agents."),

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from ...errors import (
 from ...journal import EventBus
 from ...runtime import SessionManager
 from ..answering import error_frame, failure
+from ..contract import SESSION_ID_PATTERN
 from .attachment import Attachment
 from .prompt_keys import ASKING, prompt_answer, turn_of_key
 from .protocol import (
@@ -84,6 +86,7 @@ MAX_ATTACHED_SESSIONS = 64  # sessions open on one connection (each is a journal
 MAX_IN_FLIGHT = 256  # requests of one connection being answered at once
 INITIALIZE_WAIT = 3.0  # seconds `initialize` waits for the default agent to say what it takes (once per gateway)
 LIST_PAGE = 50
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 
 class AcpOutbox(Protocol):
@@ -420,6 +423,8 @@ class AcpConnection:
             choice = gateway_choice(p.meta)
         except ValidationError as exc:
             raise params_refused(exc, ("_meta", META_KEY)) from None
+        if choice.session is not None:
+            return await self._open_existing(choice.session, msg_id)
         servers, ignored = self._servers(p.mcpServers)
         await self.bus.refresh(self.owner)
         since = self.bus.head(self.owner)  # the new session's events all come after it
@@ -435,6 +440,17 @@ class AcpConnection:
                                "the agent with `acp-gateway check`", None, True)
         result = {"sessionId": session_id, **offer_answer(view["config"], self.booleans),
                   **_gateway_meta(ignored, since)}
+        await self._attach(session_id, since, answer_first=lambda: self._result(msg_id, result))
+        return ANSWERED
+
+    async def _open_existing(self, given: str, msg_id: int | str) -> Any:
+        """session/new naming an existing session (`_meta.acpGateway.session`, by id or name): it is opened as a
+        session/load opens it — the answer first, then its retained conversation, then live updates. It keeps its
+        own cwd and MCP servers."""
+        session_id = given if SESSION_ID.match(given) else await self.sessions.named(self.owner, given)
+        view = await self.sessions.get(self.owner, session_id)  # another owner's: not found
+        since = await self.bus.store.events.horizon(self.owner)
+        result = {"sessionId": session_id, **offer_answer(view["config"], self.booleans), **_gateway_meta([], since)}
         await self._attach(session_id, since, answer_first=lambda: self._result(msg_id, result))
         return ANSWERED
 

@@ -282,6 +282,9 @@ class GatewayChoice(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)  # built at first use
 
     agent: str | None = Field(default=None, min_length=1, max_length=200)
+    # An existing session of the owner (its id or name) that this session/new opens instead of starting one: an
+    # editor that only knows session/new continues a gateway session (`acp-gateway connect --session`).
+    session: str | None = Field(default=None, min_length=1, max_length=200)
     title: str | None = Field(default=None, max_length=1000)
     taskId: str | None = Field(default=None, min_length=1, max_length=200)
     config: dict[Annotated[str, Field(min_length=1, max_length=200)],

@@ -184,9 +184,10 @@ async def stdin_reader() -> asyncio.StreamReader:
     return reader
 
 
-def run_bridge(locate: Callable[[], str], token: str | None, agent: str | None) -> int:
+def run_bridge(locate: Callable[[], str], token: str | None, agent: str | None, session: str | None = None) -> int:
     async def main() -> int:
-        link = BridgeLink(locate, token, Bridge(agent=agent), await stdin_reader(), sys.stdout.buffer)
+        link = BridgeLink(locate, token, Bridge(agent=agent, session=session), await stdin_reader(),
+                          sys.stdout.buffer)
         return await link.run()
 
     return asyncio.run(main())

@@ -68,6 +68,7 @@ class Internal:
 @dataclass
 class Bridge:
     agent: str | None = None  # --agent: the profile a session/new runs, unless the editor names one
+    session: str | None = None  # --session: the gateway session (id or name) a session/new opens instead
     phase: Phase = Phase.LINKING
     generation: int = 0
     initialize: Any = None  # the editor's initialize params, once the gateway answered them
@@ -92,10 +93,12 @@ class Bridge:
         method, params = message["method"], message.get("params")
         if method == "session/prompt" and isinstance(params, dict):  # BR-1
             params = _with_gateway_meta(params, promptId=uuid.uuid4().hex)
-        elif method == "session/new" and isinstance(params, dict) and self.agent is not None:
+        elif method == "session/new" and isinstance(params, dict):
             chosen = ((params.get("_meta") or {}).get(META_KEY) or {}) if isinstance(params.get("_meta"), dict) else {}
-            if isinstance(chosen, dict) and "agent" not in chosen:
+            if isinstance(chosen, dict) and self.agent is not None and "agent" not in chosen:
                 params = _with_gateway_meta(params, agent=self.agent)
+            if isinstance(chosen, dict) and self.session is not None and "session" not in chosen:
+                params = _with_gateway_meta(params, session=self.session)
         upstream = next(self._ids)
         self.asked[upstream] = Asked(message["id"], method, params)
         if method == "session/prompt" and isinstance(params, dict):

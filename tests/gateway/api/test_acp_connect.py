@@ -201,3 +201,65 @@ async def test_no_gateway_is_said_with_what_to_do(tmp_path: Path) -> None:
     said = (await proc.stderr.read()).decode()
     assert "no gateway at ws://127.0.0.1:9/acp" in said and "acp-gateway serve" in said
     assert BOB not in said
+
+
+class RawEditor:
+    """The bridge driven with raw JSON-RPC lines on its stdin and stdout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.seen: list[dict[str, Any]] = []
+        self.ids = 0
+
+    @classmethod
+    async def start(cls, gw: GatewayProcess, *flags: str, token: str = ALICE) -> RawEditor:
+        return cls(await asyncio.create_subprocess_exec(*bridge_argv(gw), *flags, env=editor_env(token),
+                                                        stdin=asyncio.subprocess.PIPE,
+                                                        stdout=asyncio.subprocess.PIPE))
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.ids += 1
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.ids, "method": method,
+                                          "params": params}).encode() + b"\n")
+        while True:
+            message = json.loads(await asyncio.wait_for(self.proc.stdout.readline(), 60))
+            self.seen.append(message)
+            if message.get("id") == self.ids and "method" not in message:
+                return message
+
+    async def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert await asyncio.wait_for(self.proc.wait(), 30) == 0
+
+
+async def test_session_opens_a_gateway_session_started_elsewhere(tmp_path: Path) -> None:
+    gw = two_owner_gateway(tmp_path, config='default_agent = "ref"\n')
+    await gw.start()
+    try:
+        rpc = await gw.client(ALICE)
+        started = await rpc.call("task.session.start", {"agent": "ref", "cwd": str(tmp_path / "work"),
+                                                        "name": "refactor", "wait_ready": True})
+        await rpc.call("task.session.prompt", {"session_id": started["session_id"], "prompt": "from the cli"})
+        editor = await RawEditor.start(gw, "--session", "refactor")
+        await editor.call("initialize", {"protocolVersion": 1})
+        opened = await editor.call("session/new", {"cwd": str(tmp_path / "work"), "mcpServers": []})
+        assert opened["result"]["sessionId"] == started["session_id"]  # the named session, not a new one
+        answer = await editor.call("session/prompt", {"sessionId": started["session_id"],
+                                                      "prompt": [{"type": "text", "text": "from the editor"}]})
+        assert answer["result"] == {"stopReason": "end_turn"}
+        said = [m["params"]["update"].get("content", {}).get("text") for m in editor.seen
+                if m.get("method") == "session/update"]
+        assert "echo: from the cli" in said and "echo: from the editor" in said  # its conversation, then the turn
+        await editor.close()
+        assert [s["session_id"] for s in (await rpc.call("task.session.list", {}))["sessions"]] == [
+            started["session_id"]]
+        bob = await RawEditor.start(gw, "--session", started["session_id"], token=BOB)  # not bob's to open
+        await bob.call("initialize", {"protocolVersion": 1})
+        refused = await bob.call("session/new", {"cwd": str(tmp_path / "work"), "mcpServers": []})
+        assert refused["error"]["code"] == -32002
+        await bob.close()
+        await rpc.close()
+    finally:
+        await gw.stop()

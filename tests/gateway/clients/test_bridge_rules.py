@@ -62,6 +62,13 @@ def test_br1_the_agent_of_connect_goes_on_session_new_unless_the_editor_names_on
     assert msgs(up)[0]["params"]["_meta"] == {"acpGateway": {"agent": "ref"}}
 
 
+def test_br1_the_session_of_connect_is_what_session_new_opens() -> None:
+    bridge = Bridge(session="refactor")
+    bridge.linked()
+    up, _ = bridge.from_editor(req(1, "session/new", {"cwd": "/w"}))
+    assert msgs(up)[0]["params"]["_meta"] == {"acpGateway": {"session": "refactor"}}
+
+
 def test_br3_updates_pass_and_move_the_cursor() -> None:
     bridge, _ = opened(cursor=10)
     _, down = bridge.from_gateway(update("s-1", 14))
