@@ -553,3 +553,21 @@ METHODS: dict[str, MethodSpec] = {
                                                    "Answer an agent's question (an elicitation): accept with "
                                                    "content that fits its schema, decline or cancel"),
 }
+
+
+MAX_NESTING = 64  # of a call's params, on both edges: deeper is refused (-32602) before anything encodes it again
+
+
+def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
+    """More than `limit` arrays and objects inside one another (a `_meta` 300 deep parsed, but encoding it for the
+    agent hit orjson's recursion limit: an internal error for a bad input)."""
+    level: list[tuple[Any, int]] = [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            level.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            level.extend((v, depth + 1) for v in item)
+    return False

@@ -40,6 +40,7 @@ from ..runtime import SessionManager
 from . import openrpc
 from .answering import answer_frame, error_frame, error_response, failure
 from .contract import (
+    MAX_NESTING,
     METHODS,
     SESSION_ID_PATTERN,
     DeleteParams,
@@ -50,6 +51,7 @@ from .contract import (
     StartParams,
     SubscribeParams,
     UnsubscribeParams,
+    too_deep,
 )
 from .liveness import Liveness
 
@@ -343,6 +345,11 @@ class RpcAdapter:
                 return None
             return error_response(message["id"], INVALID_PARAMS, "Invalid params: params must be an object (by-name)",
                                   {"field": "params"})
+        if too_deep(message.get("params")):  # it would parse, then fail to encode on its way to the agent
+            if "id" not in message:
+                return None
+            return error_response(message["id"], INVALID_PARAMS, f"Invalid params: nested more than {MAX_NESTING} "
+                                  "levels deep", {"field": "params"})
         if message["method"] not in self.methods:
             # Answered here, not by jsonrpcserver (whose `data` is the bare name): one object shape per code.
             if "id" not in message:

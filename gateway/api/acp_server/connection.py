@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from acp import mcp
 
 from ... import metrics
+from ...error_codes import RESYNC_REQUIRED
 from ...errors import (
     ALREADY_TERMINAL,
     GatewayError,
@@ -37,7 +38,7 @@ from ...errors import (
 from ...journal import EventBus
 from ...runtime import SessionManager
 from ..answering import error_frame, failure
-from ..contract import SESSION_ID_PATTERN
+from ..contract import MAX_NESTING, SESSION_ID_PATTERN, too_deep
 from .attachment import Attachment
 from .prompt_keys import ASKING, prompt_answer, turn_of_key
 from .protocol import (
@@ -490,7 +491,17 @@ class AcpConnection:
             raise params_refused(exc, ("_meta", META_KEY)) from None
         view = await self._check_attach(p)
         result = offer_answer(view["config"], self.booleans)
-        await self._attach(p.sessionId, since, answer_when_caught_up=lambda: self._answer_attached(msg_id, p, result))
+        try:
+            await self._attach(p.sessionId, since,
+                               answer_when_caught_up=lambda: self._answer_attached(msg_id, p, result))
+        except GatewayError as err:
+            if err.code != RESYNC_REQUIRED or since is None:
+                raise
+            what = ("is older than what the journal retains" if (err.data or {}).get("reason") == "too_far_behind"
+                    else "is ahead of this gateway's journal")
+            raise GatewayError(RESYNC_REQUIRED, f"session {p.sessionId}: cursor {since} {what}: session/load it "
+                               "instead (its whole retained conversation), or session/resume it without since",
+                               err.data) from None
         return ANSWERED
 
     def _answer_attached(self, msg_id: int | str, p: AcpAttachParams, result: dict[str, Any]) -> None:
@@ -532,21 +543,20 @@ class AcpConnection:
         except ValidationError as exc:
             raise params_refused(exc, ("_meta", META_KEY)) from None
         key = choice.promptId
-        if key is not None and choice.retry:  # asked again after a lost connection: the first ask's turn answers
-            answered = await self._prompt_again(p.sessionId, key, msg_id)
-            if answered is not None:
-                return answered
         blocks = tuple(p.prompt)
         self.own_prompts.setdefault(p.sessionId, []).append(blocks)
-        self.prompts[msg_id] = p.sessionId
+        self.prompts[msg_id] = p.sessionId  # $/cancel_request of it (a retry's too) cancels the turn it waits for
         try:
-            asking = asyncio.ensure_future(self.sessions.prompt(self.owner, p.sessionId, list(blocks),
-                                                                meta=agent_meta(p.meta), key=key))
-            asking.add_done_callback(_retrieve)  # its caller may be gone (the connection lost): the journal has it
-            if key is not None:  # PK-1: a retry on another connection awaits this very call
-                ASKING[(self.owner, p.sessionId, key)] = asking
-                asking.add_done_callback(lambda _: ASKING.pop((self.owner, p.sessionId, key), None))
-            result = await asyncio.shield(asking)
+            slot = (self.owner, p.sessionId, key or "")
+            outcome = ASKING.get(slot) if key is not None else None
+            if outcome is None:  # the answer is worked out apart from this call: its connection may go (PK-1)
+                outcome = asyncio.ensure_future(self._answer(p.sessionId, blocks, agent_meta(p.meta), key,
+                                                             choice.retry))
+                outcome.add_done_callback(_retrieve)
+                if key is not None:  # registered before anything is awaited: a retry meanwhile waits for this one
+                    ASKING[slot] = outcome
+                    outcome.add_done_callback(lambda done: _forget(slot, done))
+            answer = await asyncio.shield(outcome)
             # On a journal other nodes write too (a turn run by another node), the turn's events reach this node's
             # subscribers by catching up: all of them go out before this answer, as ACP orders them. So do those
             # of a client that reads slower than they came (the journal feeds it: they may not be handed over yet).
@@ -559,29 +569,19 @@ class AcpConnection:
             if blocks in self.own_prompts.get(p.sessionId, []):  # refused, or its turn never started: no echo comes
                 self._unwait(p.sessionId, blocks)
                 self.cancel_pending.discard(p.sessionId)
-        return {"stopReason": result["stop_reason"]}
+        return answer
 
-    async def _prompt_again(self, session_id: str, key: str, msg_id: int | str) -> dict[str, Any] | None:
-        """PK-1, PK-2 (prompt_keys.py): the answer of the turn the first ask started; None when it never arrived."""
-        self.prompts[msg_id] = session_id  # $/cancel_request of this retry cancels the turn it waits for
-        try:
-            asking = ASKING.get((self.owner, session_id, key))
-            if asking is not None:
-                result = await asyncio.shield(asking)
-                answer = {"stopReason": result["stop_reason"]}
-            else:
-                ended = await turn_of_key(self.bus, self.owner, session_id, key)
-                if ended is None:
-                    return None
+    async def _answer(self, session_id: str, blocks: tuple[dict[str, Any], ...], meta: dict[str, Any] | None,
+                      key: str | None, retry: bool) -> dict[str, Any]:
+        """A prompt's answer: asked again under its key, the turn the first ask started answers if the journal has
+        it (PK-2); else the prompt runs now (PK-3)."""
+        if key is not None and retry:
+            ended = await turn_of_key(self.bus, self.owner, session_id, key)
+            if ended is not None:
                 view = await self.sessions.get(self.owner, session_id)
-                answer = prompt_answer(session_id, view["agent"], ended)
-            await self.bus.refresh(self.owner)
-            attachment = self.attachments.get(session_id)
-            if attachment is not None and attachment.subscription is not None:
-                await attachment.subscription.reached(self.bus.head(self.owner))
-            return answer
-        finally:
-            self.prompts.pop(msg_id, None)
+                return prompt_answer(session_id, view["agent"], ended)
+        result = await self.sessions.prompt(self.owner, session_id, list(blocks), meta=meta, key=key)
+        return {"stopReason": result["stop_reason"]}
 
     async def _close(self, p: AcpSessionParams, msg_id: int | str) -> dict[str, Any]:
         attachment = self.attachments.get(p.sessionId)
@@ -639,6 +639,11 @@ class AcpConnection:
         task.add_done_callback(self._tasks.discard)
 
 
+def _forget(slot: tuple[str, str, str], done: asyncio.Future[Any]) -> None:
+    if ASKING.get(slot) is done:
+        del ASKING[slot]
+
+
 def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -647,6 +652,8 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 def parse_params(method: AcpMethod, params: Any) -> Any:
     if params is not None and not isinstance(params, dict):
         raise invalid_params("params", "Invalid params: params must be an object")
+    if too_deep(params):
+        raise invalid_params("params", f"Invalid params: nested more than {MAX_NESTING} levels deep")
     try:
         return PARAMS[method].model_validate(params or {})
     except ValidationError as exc:

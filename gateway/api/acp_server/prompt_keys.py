@@ -3,7 +3,8 @@
 A client that lost its connection while a prompt was under way (the gateway restarted, the network dropped) does not
 know whether the prompt reached the gateway, nor how its turn ended. It asks again with the same
 `_meta.acpGateway.promptId` and `retry: true` (docs/acp.md, "Coming back after a lost connection"); the answer is:
-  PK-1  the prompt is still being asked on this gateway (the first ask's call runs)  -> its answer, when it comes
+  PK-1  the prompt's answer is being worked out on this gateway (the first ask, or
+        another retry, of the same key)                                              -> that answer, when it comes
   PK-2  the session's journal has a turn started under that key                      -> that turn's end (awaited if it
                                                                                          still runs)
   PK-3  neither                                                                     -> the prompt never arrived: run it
@@ -24,8 +25,9 @@ from ...journal import EventBus
 
 ACP_STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
-# (owner, session, key) -> the call asking that prompt on this gateway now (PK-1). A call outlives the connection
-# that made it: the retry on a new connection awaits the same call.
+# (owner, session, key) -> the answer of that prompt being worked out on this gateway now (PK-1): registered before
+# anything is awaited, so that asks of one key at once share one answer (the turn runs once). It outlives the
+# connection that asked: the retry on a new connection awaits the same answer.
 ASKING: dict[tuple[str, str, str], asyncio.Future[dict[str, Any]]] = {}
 
 

@@ -32,7 +32,7 @@ from enum import Enum, StrEnum
 from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from acp.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
@@ -306,6 +306,12 @@ class PromptChoice(BaseModel):
 
     promptId: str | None = Field(default=None, min_length=1, max_length=200)
     retry: bool = False
+
+    @model_validator(mode="after")
+    def _retry_names_its_prompt(self) -> PromptChoice:
+        if self.retry and self.promptId is None:
+            raise ValueError("retry asks a prompt again by its promptId: send the promptId of the first ask")
+        return self
 
 
 class ResumeChoice(BaseModel):

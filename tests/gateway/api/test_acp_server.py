@@ -500,3 +500,47 @@ async def test_a_prompt_is_answered_while_another_session_of_the_owner_streams(g
     gate.touch()
     assert (await streaming)["result"] == {"stopReason": "end_turn"}
     await wire.close()
+
+
+async def test_a_prompt_asked_again_at_once_on_several_connections_runs_once(gw: GatewayProcess) -> None:
+    """Retries of one key that come together (each finds no turn yet) share one answer: the turn runs once."""
+    wires = [await AcpWire.connect(gw.port, ALICE) for _ in range(4)]
+    session = await new_session(wires[0], work(gw))
+    for wire in wires[1:]:
+        await wire.request("session/resume", {"sessionId": session, "cwd": work(gw), "mcpServers": []})
+    again = {"sessionId": session, "prompt": text("/sleep 0.3"),
+             "_meta": {"acpGateway": {"promptId": "k-once", "retry": True}}}
+    answers = await asyncio.gather(*(w.request("session/prompt", again, 30) for w in wires))
+    assert [a["result"] for a in answers] == [{"stopReason": "end_turn"}] * 4
+    rpc = await gw.client(ALICE)
+    history = await rpc.call("task.session.history", {"session_id": session})
+    assert [e["content"] for e in history["entries"] if e["kind"] == "user_message"] == ["/sleep 0.3"]
+    # asked again later, on a new connection: the same turn answers, and none runs
+    late = await AcpWire.connect(gw.port, ALICE)
+    await late.request("session/resume", {"sessionId": session, "cwd": work(gw), "mcpServers": []})
+    assert (await late.request("session/prompt", again))["result"] == {"stopReason": "end_turn"}
+    history = await rpc.call("task.session.history", {"session_id": session})
+    assert len([e for e in history["entries"] if e["kind"] == "user_message"]) == 1
+    for wire in [*wires, late]:
+        await wire.close()
+    await rpc.close()
+
+
+async def test_params_nested_too_deep_are_refused_on_both_edges(gw: GatewayProcess) -> None:
+    deep: dict[str, Any] = {}  # deeper than MAX_NESTING (64); orjson, on both sides, encodes up to 255
+    inner = deep
+    for _ in range(100):
+        inner["a"] = {}
+        inner = inner["a"]
+    wire = await AcpWire.connect(gw.port, ALICE)
+    session = await new_session(wire, work(gw))
+    answer = await wire.request("session/prompt", {"sessionId": session, "prompt": text("hi"), "_meta": deep})
+    assert answer["error"]["code"] == -32602 and "nested" in answer["error"]["message"]
+    rpc = await gw.client(ALICE)
+    with pytest.raises(RpcCallError) as refused:
+        await rpc.call("task.session.prompt", {"session_id": session, "prompt": "hi", "meta": deep})
+    assert refused.value.code == -32602
+    assert (await wire.request("session/prompt", {"sessionId": session, "prompt": text("hi")}))["result"] == {
+        "stopReason": "end_turn"}
+    await wire.close()
+    await rpc.close()

@@ -305,6 +305,7 @@ def test_a_prompts_key_and_retry(meta: Any, key: str | None, retry: bool) -> Non
 
 
 @pytest.mark.parametrize("meta", [{"acpGateway": {"promptId": ""}}, {"acpGateway": {"promptId": "k", "retry": 1}},
+                                  {"acpGateway": {"retry": True}},
                                   {"acpGateway": {"promptId": "x" * 201}}, {"acpGateway": {"other": 1}}])
 def test_a_malformed_prompt_key_is_refused(meta: Any) -> None:
     with pytest.raises(ValidationError):
