@@ -442,7 +442,13 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("connect", "an ACP agent on stdio that is a gateway session: what an editor (Zed, JetBrains, acpx) "
                "runs as its agent; reconnects and resumes across gateway restarts", CONNECT_ARGUMENTS, _connect,
                usage="acp-gateway connect [--url URL] [--token TOKEN] [--state-dir DIR] [--agent ID] "
-                     "[--session ID|NAME]"),
+                     "[--session ID|NAME]",
+               description="An ACP agent on stdio that is a gateway session: give it to an editor as a custom "
+               "agent's command (Zed's agent_servers, JetBrains' acp.json, acpx --agent). It speaks to the "
+               "gateway's /acp, rides out a restart of the gateway (reconnects, resumes its sessions without "
+               "losing an update; a prompt under way gets its answer), and says what it does on stderr. Prefer "
+               "ACP_GATEWAY_TOKEN or the state directory's token file to --token: a command line is visible to "
+               "every user of the machine. Set-up per editor: docs/acp.md."),
     Subcommand("agents", "agent profiles, and agents from the ACP registry: search, add (pinned), update, remove, "
                "doctor, matrix", (AddedBy(agents_arguments),), _agents,
                description="Without a subcommand: list the agents."),
