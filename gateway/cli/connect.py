@@ -20,6 +20,8 @@ CONNECT_ARGUMENTS: tuple[Argument, ...] = (
     arg("--state-dir", type=Path, default=None, help="where to find the gateway's url and token"),
     arg("--agent", default=None, help="the agent profile a new session runs (default: the gateway's default_agent; "
         "an editor's own _meta.acpGateway.agent wins)"),
+    arg("--wait", type=float, default=15.0, metavar="SECONDS",
+        help="how long to wait for the gateway at start before answering the editor that there is none (default 15)"),
     arg("--session", default=None, help="an existing gateway session (id or name, see `acp-gateway sessions`) that "
         "the editor's new thread opens, with its conversation, instead of starting a session"),
 )
@@ -27,6 +29,8 @@ CONNECT_ARGUMENTS: tuple[Argument, ...] = (
 
 def acp_url(url: str) -> str:
     """The `/acp` endpoint of the gateway a URL names (its `/rpc`, its root, or `/acp` itself)."""
+    if "://" not in url:  # `127.0.0.1:8765`: a bare address
+        url = "ws://" + url
     parts = urlsplit(url)
     scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
     path = parts.path.rstrip("/")
@@ -40,4 +44,4 @@ def acp_url(url: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..clients.bridge.link import run_bridge
 
-    return run_bridge(lambda: acp_url(gateway_url(args)), gateway_token(args), args.agent, args.session)
+    return run_bridge(lambda: acp_url(gateway_url(args)), gateway_token(args), args.agent, args.session, args.wait)

@@ -442,7 +442,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("connect", "an ACP agent on stdio that is a gateway session: what an editor (Zed, JetBrains, acpx) "
                "runs as its agent; reconnects and resumes across gateway restarts", CONNECT_ARGUMENTS, _connect,
                usage="acp-gateway connect [--url URL] [--token TOKEN] [--state-dir DIR] [--agent ID] "
-                     "[--session ID|NAME]",
+                     "[--session ID|NAME] [--wait SECONDS]",
                description="An ACP agent on stdio that is a gateway session: give it to an editor as a custom "
                "agent's command (Zed's agent_servers, JetBrains' acp.json, acpx --agent). It speaks to the "
                "gateway's /acp, rides out a restart of the gateway (reconnects, resumes its sessions without "

@@ -57,8 +57,9 @@ class Admission:
                 + self.starting.get(owner, 0))
         limit = self.settings.max_live_sessions_per_owner
         if live >= limit:
-            raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}): cancel or stop one first",
-                                 "max_live_sessions_per_owner")
+            raise limit_exceeded(limit, f"{live} live sessions already (limit {limit}, max_live_sessions_per_owner): "
+                                 "end one you no longer need (`acp-gateway sessions`, then `acp-gateway cancel ID`), "
+                                 "or ask the operator to raise the limit", "max_live_sessions_per_owner")
 
     def admit(self, owner: str) -> None:
         """A new session's start: the limit checked and the owner's slot taken, with no await between."""

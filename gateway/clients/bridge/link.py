@@ -15,10 +15,11 @@ import sys
 import time
 from collections.abc import Callable
 from typing import BinaryIO
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from ...error_codes import INTERNAL_ERROR
 from ..policy import backoff_delay
@@ -98,35 +99,50 @@ class BridgeLink:
         started = time.monotonic()
         while not self.editor_gone.is_set():
             self.url = self.locate()
+            shown = shown_url(self.url)  # never with a token (`?token=`) or a password in it
+            gateway_said = False  # a gateway answered, and did not take the connection
             try:
                 ws = await connect(self.url, additional_headers=_auth(self.token), max_size=None,
                                    open_timeout=10, ping_interval=5, ping_timeout=10)
+            except InvalidURI:
+                return self._give_up(f"{shown} is not a gateway's address: give --url as ws://HOST:PORT (or set "
+                                     "ACP_GATEWAY_URL)", 2)
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in (401, 403):
-                    return self._give_up(f"the gateway at {self.url} refused this token (HTTP {status}): pass --token, "
-                                         "or set ACP_GATEWAY_TOKEN, to one of its owners' tokens", 2)
-                error: str = f"HTTP {status}"
-            except (OSError, TimeoutError) as exc:
+                    return self._give_up(self._refused(shown, status), 2)
+                body = exc.response.body.decode(errors="replace").strip()[:300] if exc.response.body else ""
+                error, gateway_said = f"HTTP {status}" + (f": {body}" if body else ""), True
+            except (OSError, TimeoutError, InvalidHandshake) as exc:  # a gateway dying, or not there (yet)
                 error = str(exc) or type(exc).__name__
             else:
                 if not first:
-                    self.say(f"connected to {self.url} again: resuming {len(self.bridge.sessions)} session(s)")
+                    self.say(f"connected to {shown} again: resuming {len(self.bridge.sessions)} session(s)")
                 first, attempt = False, 0
                 await self._serve(ws)
                 if self.editor_gone.is_set():
                     break
                 self.to_editor(self.bridge.lost())
-                self.say(f"the gateway at {self.url} went away; reconnecting (the editor's requests wait)")
+                self.say(f"the gateway at {shown} went away; reconnecting (the editor's requests wait)")
                 continue
             if first and time.monotonic() - started > self.first_wait:
-                return self._give_up(f"no gateway at {self.url} ({error}): start one with `acp-gateway serve`, or "
-                                     "pass --url", 1)
+                if gateway_said:
+                    return self._give_up(f"the gateway at {shown} did not take the connection ({error})", 1)
+                return self._give_up(f"no gateway at {shown} ({error}): start one with `acp-gateway serve`, or "
+                                     "pass --url (or --state-dir: the gateway's state directory, where it says "
+                                     "where it listens)", 1)
             delay = backoff_delay(attempt, random.random(), cap=5.0)
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.editor_gone.wait(), delay)
         return 0
+
+    def _refused(self, shown: str, status: int) -> str:
+        if not self.token:
+            return (f"the gateway at {shown} needs a token (HTTP {status}) and none was found: set ACP_GATEWAY_TOKEN, "
+                    "or pass --state-dir (the gateway's state directory holds its token file)")
+        return (f"the gateway at {shown} refused this token (HTTP {status}): set ACP_GATEWAY_TOKEN (or --token) to "
+                "one of its owners' tokens")
 
     async def _serve(self, ws: ClientConnection) -> None:
         self.ws = ws
@@ -173,6 +189,22 @@ class BridgeLink:
         return status
 
 
+def shown_url(url: str) -> str:
+    """A gateway's address as it may be shown (on stderr, to the editor): without its query (a `?token=`) and
+    without a user or password."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if _port(parts) is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _port(parts: SplitResult) -> int | None:
+    try:
+        return parts.port
+    except ValueError:
+        return None
+
+
 def _auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -184,10 +216,11 @@ async def stdin_reader() -> asyncio.StreamReader:
     return reader
 
 
-def run_bridge(locate: Callable[[], str], token: str | None, agent: str | None, session: str | None = None) -> int:
+def run_bridge(locate: Callable[[], str], token: str | None, agent: str | None, session: str | None = None,
+               first_wait: float = 15.0) -> int:
     async def main() -> int:
         link = BridgeLink(locate, token, Bridge(agent=agent, session=session), await stdin_reader(),
-                          sys.stdout.buffer)
+                          sys.stdout.buffer, first_wait)
         return await link.run()
 
     return asyncio.run(main())

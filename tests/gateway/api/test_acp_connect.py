@@ -185,22 +185,33 @@ async def test_a_refused_token_is_said_and_ends_the_bridge(tmp_path: Path) -> No
         await gw.stop()
 
 
-async def test_no_gateway_is_said_with_what_to_do(tmp_path: Path) -> None:
+async def closes_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.close()  # a gateway dying as it is reached: the handshake gets no answer
+
+
+@pytest.mark.parametrize("listening", [False, True])
+async def test_no_gateway_is_said_with_what_to_do(tmp_path: Path, listening: bool) -> None:
     state = tmp_path / "state"
     state.mkdir()
-    (state / "url").write_text("ws://127.0.0.1:9/rpc\n")  # nothing listens there
+    server = await asyncio.start_server(closes_at_once, "127.0.0.1", 0) if listening else None
+    port = server.sockets[0].getsockname()[1] if server is not None else 9  # else: nothing listens there
+    (state / "url").write_text(f"ws://127.0.0.1:{port}/rpc?token={BOB}\n")  # a token in the URL is never shown
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "connect", "--state-dir", str(state), env=editor_env(BOB),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable, "-m", "gateway.cli", "connect", "--state-dir", str(state), "--wait", "2",
+        env=editor_env(BOB), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     init = {"jsonrpc": "2.0", "id": "a", "method": "initialize", "params": {"protocolVersion": 1}}
     proc.stdin.write(json.dumps(init).encode() + b"\n")  # and the editor waits (its stdin stays open)
     answer = json.loads(await asyncio.wait_for(proc.stdout.readline(), 120))
-    assert answer["id"] == "a" and "no gateway at ws://127.0.0.1:9/acp" in answer["error"]["message"]
+    assert answer["id"] == "a" and f"no gateway at ws://127.0.0.1:{port}/acp " in answer["error"]["message"]
     assert await asyncio.wait_for(proc.wait(), 30) == 1
     said = (await proc.stderr.read()).decode()
-    assert "no gateway at ws://127.0.0.1:9/acp" in said and "acp-gateway serve" in said
-    assert BOB not in said
+    assert f"no gateway at ws://127.0.0.1:{port}/acp " in said and "acp-gateway serve" in said
+    assert "Traceback" not in said
+    assert BOB not in said and BOB not in answer["error"]["message"]
+    if server is not None:
+        server.close()
 
 
 class RawEditor:

@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
+from gateway.cli.connect import acp_url
+from gateway.clients.bridge.link import shown_url
 from gateway.clients.bridge.rules import Bridge, Phase
 
 
@@ -150,3 +153,25 @@ def test_the_editors_unanswered_requests_are_named() -> None:
     bridge = Bridge()
     bridge.from_editor(req("x", "initialize", {"protocolVersion": 1}))  # linking: it waits
     assert bridge.unanswered() == [("x", "initialize")]
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("ws://127.0.0.1:8765/acp", "ws://127.0.0.1:8765/acp"),
+    ("ws://127.0.0.1:8765/acp?token=secret-token-value", "ws://127.0.0.1:8765/acp"),
+    ("wss://me:pass@gw.example/acp", "wss://gw.example/acp"),
+    ("ws://[::1]:9/acp?x=1", "ws://[::1]:9/acp"),
+])
+def test_an_address_is_shown_without_its_secrets(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+@pytest.mark.parametrize(("given", "endpoint"), [
+    ("ws://127.0.0.1:8765/rpc", "ws://127.0.0.1:8765/acp"),
+    ("ws://127.0.0.1:8765", "ws://127.0.0.1:8765/acp"),
+    ("ws://127.0.0.1:8765/acp", "ws://127.0.0.1:8765/acp"),
+    ("127.0.0.1:8765", "ws://127.0.0.1:8765/acp"),
+    ("http://gw.example/prefix/rpc?token=t", "ws://gw.example/prefix/acp?token=t"),
+    ("https://gw.example", "wss://gw.example/acp"),
+])
+def test_the_acp_endpoint_of_an_address(given: str, endpoint: str) -> None:
+    assert acp_url(given) == endpoint
