@@ -19,7 +19,8 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 import orjson
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from ..server import find_owner, host_allowed, origin_allowed
@@ -87,7 +88,9 @@ class AcpHttpEndpoint:
     def protocol(self) -> asyncio.Protocol:
         """The aiohttp request handler of one connection handed over (http_front.FrontConnection)."""
         if self._server is None:
-            self._server = web.Server(self.handle, access_log=None)
+            # aiohttp logs a malformed request (a line too long, too many headers) with its traceback at ERROR:
+            # anyone could fill the log with them. They are answered 400 and told at DEBUG.
+            self._server = web.Server(self.handle, access_log=None, logger=_QUIET)
             self._reaper = asyncio.ensure_future(self._reap())
         handler: RequestHandler = self._server()
         return handler
@@ -136,17 +139,21 @@ class AcpHttpEndpoint:
         if request.method == "POST":
             if (request.content_length or 0) > self.max_body:
                 return _plain(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a message is at most {self.max_body} bytes")
-            body = await _read_body(request, self.max_body)
+            try:
+                body = await _read_body(request, self.max_body)
+            except (ConnectionError, HttpProcessingError, ClientPayloadError, asyncio.IncompleteReadError):
+                return _plain(HTTPStatus.BAD_REQUEST, "the body ended before it was whole")
         message: Any = None
         if body:
             try:
                 message = orjson.loads(body)  # orjson refuses what is not UTF-8: `body.decode()` below cannot fail
             except orjson.JSONDecodeError:
                 message = None
+        initialize = (isinstance(message, dict) and message.get("method") == "initialize"
+                      and isinstance(message.get("id"), int | str) and not isinstance(message.get("id"), bool))
         decision = decide_http(HttpRequest(
             request.method, connection_id, connection is not None, headers.get("Content-Type"),
-            headers.get("Accept"), len(body), isinstance(message, dict) and message.get("method") == "initialize"
-            and "id" in message), self.max_body)
+            headers.get("Accept"), len(body), initialize), self.max_body)
         if isinstance(decision, HttpRefusal):
             return _plain(decision.status, decision.text)
         if decision is HttpAction.INITIALIZE:
@@ -271,6 +278,20 @@ def _resume_failed(task: asyncio.Task[None], channel: Channel, connection_id: st
     log.info("ACP HTTP connection %s: resuming the stream of session %s failed: %s", connection_id, session, message)
     channel.put(None, orjson.dumps({"jsonrpc": "2.0", "method": "_acpGateway/stream_refused", "params": {
         "sessionId": session, "message": message, "data": getattr(error, "data", None)}}))
+
+
+class _QuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger for connections handed over: its errors of malformed input, without traceback."""
+
+    def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        try:
+            text = str(msg) % args if args else str(msg)
+        except (TypeError, ValueError):
+            text = str(msg)
+        self.logger.debug("%s: %s", text, exc_info if isinstance(exc_info, BaseException) else "")
+
+
+_QUIET: Any = _QuietLogger(logging.getLogger("gateway.api.acp_server.http"))
 
 
 def _presented_token(request: web.BaseRequest) -> str | None:

@@ -104,8 +104,8 @@ def _unknown() -> HttpRefusal:
 
 def last_event_id(value: str | None) -> int | None:
     """HT-9: the cursor a `Last-Event-ID` names; None when absent or not a journal id (a stream without ids so far)."""
-    if value is None or not value.strip().isdigit() or len(value.strip()) > 18:
-        return None
+    if value is None or not (value.strip().isascii() and value.strip().isdigit()) or len(value.strip()) > 18:
+        return None  # `isdigit` alone takes `²` and other digits `int` does not
     return int(value.strip())
 
 

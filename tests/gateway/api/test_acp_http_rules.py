@@ -53,7 +53,7 @@ def test_refusals_say_what_to_do() -> None:
 
 
 @pytest.mark.parametrize(("value", "cursor"), [(None, None), ("", None), ("12", 12), (" 7 ", 7), ("-1", None),
-                                                ("abc", None), ("9" * 19, None)])
+                                                ("abc", None), ("9" * 19, None), ("²", None), ("١٢", None)])
 def test_last_event_id(value: str | None, cursor: int | None) -> None:
     assert last_event_id(value) == cursor
 
