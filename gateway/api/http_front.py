@@ -8,11 +8,14 @@ its transport is given to an aiohttp request handler, and the websockets side of
 having nothing to do (`FrontConnection`).
 
 Rules (tests/gateway/api/test_http_front.py holds them as a table):
-  FR-1  a request line that is not complete yet (no CRLF within 8 KiB)            -> wait for more (then websockets)
+  FR-1  a head that is not complete yet (its request line within 8 KiB, its headers within 64 KiB) -> wait for more
   FR-2  a method other than GET or HEAD                                           -> aiohttp
   FR-3  GET or HEAD of `/acp` (any query) without an `Upgrade` header             -> aiohttp (an SSE stream)
-  FR-4  anything else (upgrades, other paths), or a head that does not parse      -> websockets, as before
-A GET's headers are waited for (up to 64 KiB, FR-1's bound for them) before FR-3 is decided.
+  FR-4  anything else (upgrades, other paths), or a head that does not parse or never ends -> websockets, as before
+The whole head is waited for before anything is handed over: while it comes, websockets' `open_timeout` bounds it
+(a client sending a head a byte at a time is closed as on the WebSocket side). aiohttp answers each request with
+`Connection: close`, so the next request of a client is looked at again here (a kept-alive connection would
+otherwise take a `GET /healthz` or an upgrade of `/rpc` to aiohttp).
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ def stack_for(head: bytes) -> Stack:
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
         return Stack.WEBSOCKETS
     method, target = parts[0], parts[1]
-    if method not in (b"GET", b"HEAD"):
-        return Stack.AIOHTTP
-    if target.split(b"?", 1)[0] != ACP_PATH:
+    if method in (b"GET", b"HEAD") and target.split(b"?", 1)[0] != ACP_PATH:
         return Stack.WEBSOCKETS
     if b"\r\n\r\n" not in head:
         return Stack.MORE if len(head) < MAX_HEAD else Stack.WEBSOCKETS
+    if method not in (b"GET", b"HEAD"):
+        return Stack.AIOHTTP
     headers = head[end + 2:head.index(b"\r\n\r\n")].split(b"\r\n")
     upgrade = any(line.split(b":", 1)[0].strip().lower() == b"upgrade" for line in headers)
     return Stack.WEBSOCKETS if upgrade else Stack.AIOHTTP

@@ -39,6 +39,8 @@ from .http_streams import Channel, HttpOutbox
 
 log = logging.getLogger(__name__)
 
+BODY_TIMEOUT = 30.0  # seconds a request's body may take to arrive whole
+MAX_STREAMS = 65  # event streams one connection may have: its own and 64 sessions' (as many as it may open)
 KEEPALIVE = 15.0  # seconds between comments on a quiet event stream: a dead reader is noticed, proxies keep it open
 IDLE_AFTER = 600.0  # a connection with no event stream open and no request for this long ends
 MAX_ID = 200  # the length of an Acp-Connection-Id or Acp-Session-Id this endpoint looks up
@@ -82,6 +84,8 @@ class AcpHttpEndpoint:
         self.max_per_owner = max_per_owner
         self.server_header = server_header
         self.connections: dict[str, HttpConnection] = {}
+        self.reading: dict[str, int] = {}  # owner -> bytes of its request bodies being read now
+        self.max_reading = max(4 * max_body, 32 << 20)
         self._server: web.Server | None = None
         self._reaper: asyncio.Task[None] | None = None
 
@@ -90,7 +94,10 @@ class AcpHttpEndpoint:
         if self._server is None:
             # aiohttp logs a malformed request (a line too long, too many headers) with its traceback at ERROR:
             # anyone could fill the log with them. They are answered 400 and told at DEBUG.
-            self._server = web.Server(self.handle, access_log=None, logger=_QUIET)
+            # handler_cancellation: a client gone ends its request's handling (an event stream's at once, not at
+            # the next write), so what the stream held goes with it.
+            self._server = web.Server(self.handle, access_log=None, logger=_QUIET, keepalive_timeout=5,
+                                      handler_cancellation=True)
             self._reaper = asyncio.ensure_future(self._reap())
         handler: RequestHandler = self._server()
         return handler
@@ -107,22 +114,31 @@ class AcpHttpEndpoint:
     # -- one request ----------------------------------------------------------------------------------------
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
-            return await self._handle(request)
-        except web.HTTPException:
-            raise
+            response = await self._handle(request)
+        except web.HTTPException as exc:
+            response = exc
         except Exception:
             log.exception("answering %s %s on /acp", request.method, request.path)
-            return _plain(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error: the gateway's log has it")
+            response = _plain(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error: the gateway's log has it")
+        if not response.prepared:
+            # One request per connection (http_front FR-1): the next one is looked at again by the front.
+            response.force_close()
+            response.headers["Server"] = self.server_header
+        return response
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.path != "/acp":
-            return _plain(HTTPStatus.NOT_FOUND, "not found")
         headers = request.headers
+        if any(len(headers.getall(name, [])) > 1 for name in ("Host", "Authorization", "Origin")):
+            return _plain(HTTPStatus.BAD_REQUEST, "a Host, Authorization or Origin header given twice: which counts?")
         if not headers.get("Host"):
             return _plain(HTTPStatus.BAD_REQUEST, "a Host header is required")
         if not host_allowed(headers.get("Host"), self.bind_host):
             return _plain(HTTPStatus.MISDIRECTED_REQUEST, "this gateway listens on loopback and answers only "
                           "loopback host names")
+        if not request.raw_path.startswith("/"):  # an absolute-form target: a proxy's request, not ours
+            return _plain(HTTPStatus.BAD_REQUEST, "request /acp by its path")
+        if request.path != "/acp":
+            return _plain(HTTPStatus.NOT_FOUND, "not found")
         if not origin_allowed(headers.get("Origin"), headers.get("Host"), self.allowed_origins):
             return _plain(HTTPStatus.FORBIDDEN, "origin not allowed")
         owner = find_owner(self.tokens, _presented_token(request))
@@ -139,10 +155,22 @@ class AcpHttpEndpoint:
         if request.method == "POST":
             if (request.content_length or 0) > self.max_body:
                 return _plain(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a message is at most {self.max_body} bytes")
+            # What one owner's bodies being read may hold at once, in bytes (an unknown length counts as the most
+            # a body may be): many large POSTs at once are refused, not buffered.
+            expected = request.content_length if request.content_length is not None else self.max_body
+            if self.reading.get(owner, 0) + expected > self.max_reading:
+                return _plain(HTTPStatus.TOO_MANY_REQUESTS, f"more than {self.max_reading} bytes of this owner's "
+                              "requests being read at once: wait for answers first")
+            self.reading[owner] = self.reading.get(owner, 0) + expected
             try:
-                body = await _read_body(request, self.max_body)
-            except (ConnectionError, HttpProcessingError, ClientPayloadError, asyncio.IncompleteReadError):
-                return _plain(HTTPStatus.BAD_REQUEST, "the body ended before it was whole")
+                body = await asyncio.wait_for(_read_body(request, self.max_body), BODY_TIMEOUT)
+            except (ConnectionError, HttpProcessingError, ClientPayloadError, asyncio.IncompleteReadError,
+                    TimeoutError):
+                return _plain(HTTPStatus.BAD_REQUEST, f"the body did not come whole within {BODY_TIMEOUT:g}s")
+            finally:
+                self.reading[owner] -= expected
+                if not self.reading[owner]:
+                    del self.reading[owner]
         message: Any = None
         if body:
             try:
@@ -176,12 +204,16 @@ class AcpHttpEndpoint:
         connection = HttpConnection(connection_id, owner, self.factory(owner, outbox, connection_id), outbox)
         self.connections[connection_id] = connection
         answer = outbox.capture(message["id"])
-        await connection.peer.handle(body.decode())  # text: a WebSocket's binary frame is ignored (F4)
+        answered = False
         try:
+            await connection.peer.handle(body.decode())  # text: a WebSocket's binary frame is ignored (F4)
             frame = await asyncio.wait_for(answer, 30)
+            answered = True
         except (TimeoutError, ConnectionResetError):
-            outbox.end("initialize was not answered")
             return _plain(HTTPStatus.SERVICE_UNAVAILABLE, "initialize was not answered: try again")
+        finally:
+            if not answered:  # refused, timed out, or its client went away: nobody can name this connection
+                outbox.end("initialize was not answered")
         return web.Response(body=frame, content_type="application/json",
                             headers={HEADER_CONNECTION_ID: connection_id})
 
@@ -201,12 +233,22 @@ class AcpHttpEndpoint:
         session = request.headers.get(HEADER_SESSION_ID)
         if session is not None and not 0 < len(session) <= MAX_ID:
             return _plain(HTTPStatus.BAD_REQUEST, f"{HEADER_SESSION_ID} is 1 to {MAX_ID} characters")
+        if session not in connection.outbox.channels and len(connection.outbox.channels) >= MAX_STREAMS:
+            return _plain(HTTPStatus.TOO_MANY_REQUESTS, f"at most {MAX_STREAMS - 1} sessions' event streams on one "
+                          "connection: close one (session/close) first")
         channel = connection.outbox.channel(session)
         since = last_event_id(request.headers.get("Last-Event-ID")) if session is not None else None
         response = web.StreamResponse(headers={"Content-Type": EVENT_STREAM, "Cache-Control": "no-cache",
-                                               "X-Accel-Buffering": "no", HEADER_CONNECTION_ID: connection.id})
-        await response.prepare(request)
+                                               "X-Accel-Buffering": "no", HEADER_CONNECTION_ID: connection.id,
+                                               "Server": self.server_header})
+        response.force_close()
+        try:
+            await response.prepare(request)
+        except ConnectionError:  # gone before its stream began
+            connection.outbox.forget(session, channel, began=False)
+            return response
         channel.readers += 1
+        channel.active += 1
         channel.reader = me = channel.readers
         channel.wake.set()  # an earlier reader of this stream stops
         connection.streams_open += 1
@@ -226,6 +268,7 @@ class AcpHttpEndpoint:
         finally:
             connection.streams_open -= 1
             connection.last_seen = time.monotonic()
+            connection.outbox.forget(session, channel)
         return response
 
     async def _write(self, response: web.StreamResponse, connection: HttpConnection, channel: Channel,

@@ -35,6 +35,7 @@ class Channel:
     size: int = 0
     reader: int = 0  # which GET reads it now (a later GET takes over: the earlier one ends)
     readers: int = 0  # GETs made of it so far
+    active: int = 0  # GETs of it being answered now
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def put(self, event_id: int | None, frame: bytes) -> None:
@@ -95,6 +96,15 @@ class HttpOutbox:
         if found is None:
             found = self.channels[session_id] = Channel()
         return found
+
+    def forget(self, session_id: str | None, channel: Channel, began: bool = True) -> None:
+        """A stream's reader ended: its channel goes if nothing waits in it (a frame routed later makes it again),
+        so GETs of made-up session ids leave nothing behind."""
+        if began:
+            channel.active -= 1
+        if session_id is not None and not channel.frames and not channel.active \
+                and self.channels.get(session_id) is channel:
+            del self.channels[session_id]
 
     def _route(self, frame: bytes) -> None:
         if self.ended:

@@ -230,3 +230,42 @@ async def test_a_client_gone_mid_request_or_malformed_costs_nothing(gw: GatewayP
             await writer.wait_closed()
     async with aiohttp.ClientSession() as http:
         assert await connect(http, gw)  # still served
+
+
+async def test_one_request_per_connection_and_bounded_resources(gw: GatewayProcess) -> None:
+    """A kept-alive client's next request is looked at again (a GET of /healthz after a POST is websockets'); a head
+    sent a byte at a time is closed as on the WebSocket side; made-up sessions' streams and large bodies at once are
+    bounded; the answers say they are this gateway's."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as http:
+        cid = await connect(http, gw)
+        async with http.post(url(gw), headers={**JSON, **auth(**{"Acp-Connection-Id": cid})}, data="{}") as response:
+            assert response.headers["Server"].startswith("acp-gateway/")
+        async with http.get(f"http://127.0.0.1:{gw.port}/healthz") as response:
+            assert response.status == 200
+        async with http.get(f"http://127.0.0.1:{gw.port}/") as response:
+            assert response.status == 200 and "html" in response.headers["Content-Type"]
+        twice = [("Authorization", f"Bearer {ALICE}"), ("Authorization", f"Bearer {BOB}"), *JSON.items()]
+        async with http.get(url(gw), headers=aiohttp.typedefs.CIMultiDict(twice)) as response:
+            assert response.status == 400
+    # a head that never ends: closed within websockets' open_timeout, like an upgrade that never comes
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: ")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 60) in (b"", b"HTTP/1.1 400")  # closed by the gateway
+    writer.close()
+    async with aiohttp.ClientSession() as http:
+        cid = await connect(http, gw)
+        own = auth(**{"Acp-Connection-Id": cid})
+        statuses = []
+        for i in range(70):  # GETs of made-up sessions' streams, each ended at once
+            async with http.get(url(gw), headers={**own, "Accept": "text/event-stream",
+                                                  "Acp-Session-Id": f"made-up-{i}"}) as response:
+                statuses.append(response.status)
+        assert statuses == [200] * 70  # each one's channel went with its stream: no bound reached
+        held = [Stream(http, gw, {**own, "Acp-Session-Id": f"held-{i}"}).start() for i in range(64)]
+        await asyncio.gather(*(asyncio.wait_for(s.opened.wait(), 30) for s in held))
+        async with http.get(url(gw), headers={**own, "Accept": "text/event-stream",
+                                              "Acp-Session-Id": "one-more"}) as response:
+            assert response.status == 429
+        for stream in held:
+            await stream.cut()

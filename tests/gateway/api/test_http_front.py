@@ -13,9 +13,11 @@ UPGRADE = b"GET /acp HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Up
     (b"", Stack.MORE),  # FR-1
     (b"POST /ac", Stack.MORE),
     (b"x" * MAX_REQUEST_LINE, Stack.WEBSOCKETS),  # no request line within the bound: websockets refuses it
-    (b"POST /acp HTTP/1.1\r\n", Stack.AIOHTTP),  # FR-2: no need to wait for the headers
-    (b"DELETE /acp HTTP/1.1\r\n", Stack.AIOHTTP),
-    (b"PUT /anything HTTP/1.1\r\n", Stack.AIOHTTP),  # aiohttp answers it (404, 405)
+    (b"POST /acp HTTP/1.1\r\nHost: x\r\nX-a: ", Stack.MORE),  # FR-1: the whole head first (a slow one times out)
+    (b"POST /acp HTTP/1.1\r\nHost: x\r\n\r\n{", Stack.AIOHTTP),  # FR-2
+    (b"DELETE /acp HTTP/1.1\r\n\r\n", Stack.AIOHTTP),
+    (b"PUT /anything HTTP/1.1\r\n\r\n", Stack.AIOHTTP),  # aiohttp answers it (404, 405)
+    (b"POST /acp HTTP/1.1\r\n" + b"X: y\r\n" * (MAX_HEAD // 6), Stack.WEBSOCKETS),  # a head that never ends
     (b"GET /acp HTTP/1.1\r\nHost: x\r\n", Stack.MORE),  # FR-3 waits for the headers
     (b"GET /acp HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", Stack.AIOHTTP),
     (b"GET /acp?token=t HTTP/1.1\r\nHost: x\r\n\r\n", Stack.AIOHTTP),
