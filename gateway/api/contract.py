@@ -8,6 +8,7 @@ the suite holds them to these shapes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -46,6 +47,7 @@ class SessionParams(Params):
 
 # A session's name: what an owner calls it instead of its id (never of an id's form, so the two cannot be confused).
 SESSION_ID_PATTERN = r"^s-[0-9a-f]{32}$"
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 SessionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                                    description="letters, digits, '.', '_', '-', not of an id's form (s- and 32 hex "
                                                "digits); unique among your sessions")]

@@ -13,7 +13,6 @@ import asyncio
 import importlib.util
 import inspect
 import logging
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -42,7 +41,7 @@ from .answering import answer_frame, error_frame, error_response, failure
 from .contract import (
     MAX_NESTING,
     METHODS,
-    SESSION_ID_PATTERN,
+    SESSION_ID,
     DeleteParams,
     NoParams,
     Params,
@@ -108,7 +107,6 @@ def load_dispatch() -> None:
 
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 16
 
-SESSION_ID = re.compile(SESSION_ID_PATTERN)
 log = logging.getLogger(__name__)
 
 

@@ -73,12 +73,16 @@ def find_owner(tokens: Mapping[str, str], presented: str | None) -> str | None:
 
 
 def presented_token(request: Request) -> str | None:
-    auth = request.headers.get("Authorization", "")
+    values = parse_qs(urlsplit(request.path).query).get("token")
+    return token_of(request.headers.get("Authorization"), values[0] if values else None)
+
+
+def token_of(authorization: str | None, query_token: str | None) -> str | None:
+    """The token a request presents: `Authorization: Bearer TOKEN`, else `?token=TOKEN` (every HTTP stack's rule)."""
+    auth = authorization or ""
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    query = parse_qs(urlsplit(request.path).query)
-    values = query.get("token")
-    return values[0] if values else None
+    return query_token
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}

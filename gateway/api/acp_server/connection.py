@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from ...errors import (
 from ...journal import EventBus
 from ...runtime import SessionManager
 from ..answering import error_frame, failure
-from ..contract import MAX_NESTING, SESSION_ID_PATTERN, too_deep
+from ..contract import MAX_NESTING, SESSION_ID, too_deep
 from .attachment import Attachment
 from .prompt_keys import ASKING, prompt_answer, turn_of_key
 from .protocol import (
@@ -58,17 +57,19 @@ from .protocol import (
     AcpSetConfigOptionParams,
     AcpSetModelParams,
     AcpSetModeParams,
+    Choice,
+    GatewayChoice,
     Malformed,
     Message,
+    PromptChoice,
+    ResumeChoice,
     acp_error_code,
     agent_meta,
     classify,
     decide,
-    gateway_choice,
+    gateway_meta,
     next_phase,
-    prompt_choice,
     refusal,
-    resume_choice,
 )
 from .updates import (
     QuestionOffer,
@@ -87,7 +88,6 @@ MAX_ATTACHED_SESSIONS = 64  # sessions open on one connection (each is a journal
 MAX_IN_FLIGHT = 256  # requests of one connection being answered at once
 INITIALIZE_WAIT = 3.0  # seconds `initialize` waits for the default agent to say what it takes (once per gateway)
 LIST_PAGE = 50
-SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 
 class AcpOutbox(Protocol):
@@ -420,10 +420,7 @@ class AcpConnection:
                              "handshake (Authorization: Bearer TOKEN, or ?token=TOKEN)")
 
     async def _new(self, p: AcpNewSessionParams, msg_id: int | str) -> Any:
-        try:
-            choice = gateway_choice(p.meta)
-        except ValidationError as exc:
-            raise params_refused(exc, ("_meta", META_KEY)) from None
+        choice = _chosen(GatewayChoice, p.meta)
         if choice.session is not None:
             return await self._open_existing(choice.session, msg_id)
         servers, ignored = self._servers(p.mcpServers)
@@ -485,10 +482,7 @@ class AcpConnection:
         raise AssertionError("unreachable")
 
     async def _resume(self, p: AcpAttachParams, msg_id: int | str) -> Any:
-        try:
-            since = resume_choice(p.meta).since
-        except ValidationError as exc:
-            raise params_refused(exc, ("_meta", META_KEY)) from None
+        since = _chosen(ResumeChoice, p.meta).since
         view = await self._check_attach(p)
         result = offer_answer(view["config"], self.booleans)
         try:
@@ -538,10 +532,7 @@ class AcpConnection:
 
     async def _prompt(self, p: AcpPromptParams, msg_id: int | str) -> dict[str, Any]:
         self._attached(p.sessionId)
-        try:
-            choice = prompt_choice(p.meta)
-        except ValidationError as exc:
-            raise params_refused(exc, ("_meta", META_KEY)) from None
+        choice = _chosen(PromptChoice, p.meta)
         key = choice.promptId
         blocks = tuple(p.prompt)
         self.own_prompts.setdefault(p.sessionId, []).append(blocks)
@@ -637,6 +628,14 @@ class AcpConnection:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _chosen(model: type[Choice], meta: dict[str, Any] | None) -> Choice:
+    """`gateway_meta`, a malformed one refused with -32602 naming `_meta.acpGateway.KEY`."""
+    try:
+        return gateway_meta(model, meta)
+    except ValidationError as exc:
+        raise params_refused(exc, ("_meta", META_KEY)) from None
 
 
 def _forget(slot: tuple[str, str, str], done: asyncio.Future[Any]) -> None:

@@ -23,7 +23,7 @@ from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
-from ..server import find_owner, host_allowed, origin_allowed
+from ..server import find_owner, host_allowed, origin_allowed, token_of
 from .http_rules import (
     EVENT_STREAM,
     HEADER_CONNECTION_ID,
@@ -141,7 +141,7 @@ class AcpHttpEndpoint:
             return _plain(HTTPStatus.NOT_FOUND, "not found")
         if not origin_allowed(headers.get("Origin"), headers.get("Host"), self.allowed_origins):
             return _plain(HTTPStatus.FORBIDDEN, "origin not allowed")
-        owner = find_owner(self.tokens, _presented_token(request))
+        owner = find_owner(self.tokens, token_of(headers.get("Authorization"), request.query.get("token")))
         if owner is None:
             return _plain(HTTPStatus.UNAUTHORIZED, "a valid token is required: Authorization: Bearer TOKEN, or "
                           "?token=TOKEN")
@@ -335,13 +335,6 @@ class _QuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 _QUIET: Any = _QuietLogger(logging.getLogger("gateway.api.acp_server.http"))
-
-
-def _presented_token(request: web.BaseRequest) -> str | None:
-    auth = request.headers.get("Authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.query.get("token")
 
 
 async def _read_body(request: web.BaseRequest, limit: int) -> bytes:

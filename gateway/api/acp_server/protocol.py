@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -291,10 +291,6 @@ class GatewayChoice(BaseModel):
                  Annotated[str, Field(max_length=1000)] | bool] | None = Field(default=None, max_length=64)
 
 
-def gateway_choice(meta: dict[str, Any] | None) -> GatewayChoice:
-    """Raises pydantic's ValidationError for a malformed `_meta.acpGateway` (the caller names the field)."""
-    chosen = (meta or {}).get(META_KEY)
-    return GatewayChoice.model_validate(chosen if chosen is not None else {})
 
 
 class PromptChoice(BaseModel):
@@ -323,15 +319,14 @@ class ResumeChoice(BaseModel):
     since: int | None = Field(default=None, ge=0)
 
 
-def prompt_choice(meta: dict[str, Any] | None) -> PromptChoice:
-    """Raises pydantic's ValidationError for a malformed `_meta.acpGateway` (the caller names the field)."""
-    chosen = (meta or {}).get(META_KEY)
-    return PromptChoice.model_validate(chosen if chosen is not None else {})
+Choice = TypeVar("Choice", GatewayChoice, PromptChoice, ResumeChoice)
 
 
-def resume_choice(meta: dict[str, Any] | None) -> ResumeChoice:
+def gateway_meta(model: type[Choice], meta: dict[str, Any] | None) -> Choice:
+    """A method's `_meta.acpGateway` as `model` says it may be (absent: its defaults). Raises pydantic's
+    ValidationError for a malformed one (the caller names the field)."""
     chosen = (meta or {}).get(META_KEY)
-    return ResumeChoice.model_validate(chosen if chosen is not None else {})
+    return model.model_validate(chosen if chosen is not None else {})
 
 
 def agent_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:

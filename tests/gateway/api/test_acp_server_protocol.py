@@ -18,16 +18,17 @@ from gateway.api.acp_server.prompt_keys import prompt_answer
 from gateway.api.acp_server.protocol import (
     AcpDecision,
     AcpPhase,
+    GatewayChoice,
     Kind,
     Malformed,
     Message,
+    PromptChoice,
     acp_error_code,
     agent_meta,
     classify,
     decide,
-    gateway_choice,
+    gateway_meta,
     next_phase,
-    prompt_choice,
 )
 from gateway.api.acp_server.updates import (
     CaughtUp,
@@ -163,9 +164,9 @@ def test_a_bug_is_answered_without_its_text_under_an_id_the_log_has(caplog: pyte
 
 
 def test_gateway_choice() -> None:
-    assert gateway_choice(None).agent is None
-    assert gateway_choice({"other": 1}).agent is None
-    chosen = gateway_choice({"acpGateway": {"agent": "codex", "title": "t", "taskId": "task-1"}})
+    assert gateway_meta(GatewayChoice, None).agent is None
+    assert gateway_meta(GatewayChoice, {"other": 1}).agent is None
+    chosen = gateway_meta(GatewayChoice, {"acpGateway": {"agent": "codex", "title": "t", "taskId": "task-1"}})
     assert (chosen.agent, chosen.title, chosen.taskId) == ("codex", "t", "task-1")
 
 
@@ -300,7 +301,7 @@ def test_the_gateways_own_meta_never_reaches_the_agent(meta: Any, to_agent: Any)
     ({"acpGateway": {"promptId": "k-1", "retry": True}}, "k-1", True),
 ])
 def test_a_prompts_key_and_retry(meta: Any, key: str | None, retry: bool) -> None:
-    choice = prompt_choice(meta)
+    choice = gateway_meta(PromptChoice, meta)
     assert (choice.promptId, choice.retry) == (key, retry)
 
 
@@ -309,7 +310,7 @@ def test_a_prompts_key_and_retry(meta: Any, key: str | None, retry: bool) -> Non
                                   {"acpGateway": {"promptId": "x" * 201}}, {"acpGateway": {"other": 1}}])
 def test_a_malformed_prompt_key_is_refused(meta: Any) -> None:
     with pytest.raises(ValidationError):
-        prompt_choice(meta)
+        gateway_meta(PromptChoice, meta)
 
 
 @pytest.mark.parametrize(("ended", "answer"), [  # PK: a turn's end as the answer to the prompt asked again
